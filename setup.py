@@ -1,0 +1,18 @@
+"""spanbert_plugin: a fairseq --user-dir plugin for SpanBERT and span-aware fine-tuning."""
+from setuptools import find_packages, setup
+
+setup(
+    name="spanbert_plugin",
+    version="0.1.0",
+    description="SpanBERT pre-training, SpanDrop and HuggingFace interop as a fairseq plugin",
+    packages=find_packages(include=["spanbert_plugin", "spanbert_plugin.*"]),
+    python_requires=">=3.10",
+    # torch and fairseq-fixed are installed by `make install` (torch pinned,
+    # fairseq built against it without build isolation); see README.
+    install_requires=[],
+    entry_points={
+        "console_scripts": [
+            "spanbert-prepare=spanbert_plugin.prepare:cli_main",
+        ]
+    },
+)

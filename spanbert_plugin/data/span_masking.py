@@ -1,0 +1,218 @@
+"""SpanBERT span masking (SPEC §1.1), vectorised with numpy.
+
+``SpanMasker`` turns one block of token ids (framed by begin/end tokens) into a
+training example: the masked input, MLM targets, and for every masked token its
+span's left and right boundary positions and 1-based offset from the left
+boundary, which the span boundary objective (SBO) needs.
+
+Sampling follows the released SpanBERT code: an anchor is drawn uniformly over
+maskable subword positions and moved left to the start of its word; the span
+then extends over ``L`` whole words, ``L`` from the geometric distribution
+renormalised over 1..max_span_len. Spans are drawn until the budget (mask_ratio
+of the block's maskable tokens, rounded stochastically so its expectation is
+exact) is spent. Unlike the released code, the last span is not cut mid-word:
+the word that crosses the budget is kept with probability (budget left) /
+(word length), so spans stay whole words and the expected masked count still
+equals the budget. Overlapping or touching spans are merged, so each final
+span has an unmasked token on either side; the block's first and last
+positions and control symbols are never masked.
+
+Replacement (80% mask / 10% random / 10% unchanged) is decided per final
+(merged) span for the ``span`` scheme, and per drawn unit (whole word or
+subword token) for the ``word`` and ``subword`` ablations, as BERT does.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+SCHEMES = ("span", "word", "subword")
+_MASK, _RANDOM, _KEEP = 0, 1, 2
+_NONE = np.iinfo(np.int64).max
+
+
+def geometric_span_probs(p: float, max_len: int) -> np.ndarray:
+    """P(L = l) for l = 1..max_len: Geo(p) renormalised over 1..max_len."""
+    lengths = np.arange(1, max_len + 1)
+    weights = p * (1 - p) ** (lengths - 1)
+    return weights / weights.sum()
+
+
+@dataclass
+class SpanMaskOutput:
+    """One masked block; per-position arrays have the block's length."""
+
+    source: np.ndarray  # input with replacements applied
+    target: np.ndarray  # original token where masked, pad elsewhere
+    span_left: np.ndarray  # left boundary position of the token's span (0 where unmasked)
+    span_right: np.ndarray  # right boundary position (0 where unmasked)
+    span_offset: np.ndarray  # 1-based offset from the left boundary (0 where unmasked)
+    spans: np.ndarray  # (k, 2) merged spans as [start, end)
+    drawn: np.ndarray  # (j, 3) drawn spans before merging: start position, words drawn, words covered
+
+
+class SpanMasker:
+    """Samples SpanBERT masks for blocks of token ids; thread-safe, state-free."""
+
+    def __init__(
+        self,
+        word_starts: np.ndarray,
+        never_mask: np.ndarray,
+        mask_index: int,
+        pad_index: int,
+        scheme: str = "span",
+        mask_ratio: float = 0.15,
+        geometric_p: float = 0.2,
+        max_span_len: int = 10,
+        mask_prob: float = 0.8,
+        random_prob: float = 0.1,
+        leave_prob: float = 0.1,
+        replacement_weights: Optional[np.ndarray] = None,
+    ):
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown masking scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+        if not 0 < geometric_p <= 1:
+            raise ValueError(f"geometric p must be in (0, 1], got {geometric_p}")
+        if max_span_len < 1:
+            raise ValueError(f"max span length must be at least 1, got {max_span_len}")
+        if not 0 < mask_ratio < 1:
+            raise ValueError(f"mask ratio (budget) must be in (0, 1), got {mask_ratio}")
+        probs = np.array([mask_prob, random_prob, leave_prob], dtype=float)
+        if (probs < 0).any() or abs(probs.sum() - 1) > 1e-6:
+            raise ValueError(
+                f"replacement ratios mask/random/unchanged must be >= 0 and sum to 1, got {mask_prob}/{random_prob}/{leave_prob}"
+            )
+        self.word_starts = np.asarray(word_starts, dtype=bool)
+        self.never_mask = np.asarray(never_mask, dtype=bool)
+        if self.word_starts.shape != self.never_mask.shape:
+            raise ValueError("word_starts and never_mask must both cover the whole vocabulary")
+        self.mask_index, self.pad_index = mask_index, pad_index
+        self.scheme, self.mask_ratio = scheme, mask_ratio
+        self.max_span_len = 1 if scheme != "span" else max_span_len
+        self.length_probs = geometric_span_probs(geometric_p, max_span_len) if scheme == "span" else np.ones(1)
+        self.length_cdf = np.cumsum(self.length_probs)
+        self.mean_span_words = float((np.arange(1, len(self.length_probs) + 1) * self.length_probs).sum())
+        self.action_cdf = np.cumsum(probs)[:2]
+        if replacement_weights is None:
+            replacement_weights = (~self.never_mask).astype(float)
+        weights = np.asarray(replacement_weights, dtype=float)
+        if weights.shape != self.never_mask.shape or weights.sum() <= 0:
+            raise ValueError("replacement weights must cover the vocabulary and have positive mass")
+        self.replacement_cdf = np.cumsum(weights / weights.sum())
+
+    def __call__(self, tokens: np.ndarray, rng: np.random.Generator) -> SpanMaskOutput:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = len(tokens)
+        maskable = ~self.never_mask[tokens]
+        if n:
+            maskable[0] = maskable[-1] = False  # the block's begin/end token
+        owner, drawn = self._choose(tokens, maskable, rng)
+        return self._apply(tokens, owner, drawn, rng)
+
+    def _choose(self, tokens, maskable, rng):
+        """Per position, the id of the drawn span that masks it (-1: unmasked); and the drawn spans."""
+        n = len(tokens)
+        owner = np.full(n, -1, dtype=np.int64)
+        positions = maskable.nonzero()[0]
+        num_maskable = len(positions)
+        budget = int(self.mask_ratio * num_maskable + rng.random()) if num_maskable else 0
+        if budget == 0:
+            return owner, np.zeros((0, 3), dtype=np.int64)
+        # word starts: vocabulary flag, or the first maskable token after an unmaskable one
+        after_gap = np.empty(n, dtype=bool)
+        after_gap[0] = True
+        after_gap[1:] = ~maskable[:-1]
+        starts_mask = maskable & (after_gap | (self.scheme == "subword") | self.word_starts[tokens])
+        word_start = starts_mask.nonzero()[0]
+        num_words = len(word_start)
+        run_ends = (maskable[:-1] & ~maskable[1:]).nonzero()[0] + 1
+        next_start = np.append(word_start[1:], n)
+        word_end = np.minimum(next_start, run_ends[np.searchsorted(run_ends, word_start, side="right")])
+        word_of_pos = np.cumsum(starts_mask) - 1
+
+        tokens_per_word = num_maskable / num_words
+        per_round = int(budget / (self.mean_span_words * tokens_per_word) * 1.3) + 2
+        covered, base, drawn = 0, 0, []
+        while True:
+            anchors = positions[rng.integers(0, num_maskable, per_round)]
+            first_word = word_of_pos[anchors]
+            if self.scheme == "span":
+                lengths = np.searchsorted(self.length_cdf, rng.random(per_round), side="right") + 1
+                lengths = np.minimum(lengths, len(self.length_cdf))  # guard float round-off
+            else:
+                lengths = np.ones(per_round, dtype=np.int64)
+            last_word = np.minimum(first_word + lengths, num_words) - 1
+            span_start, span_end = word_start[first_word], word_end[last_word]
+            drawn.append((span_start, lengths, last_word - first_word + 1))
+            # expand spans to their positions, in draw order
+            widths = span_end - span_start
+            offsets = np.repeat(np.cumsum(widths) - widths, widths)
+            pos = np.arange(widths.sum()) - offsets + np.repeat(span_start, widths)
+            span_id = np.repeat(np.arange(base, base + per_round), widths)
+            fresh = maskable[pos] & (owner[pos] < 0)
+            pos, span_id = pos[fresh], span_id[fresh]
+            # the earliest span covering a position owns it
+            earliest = np.full(n, _NONE, dtype=np.int64)
+            np.minimum.at(earliest, pos, span_id)
+            uniq = (earliest != _NONE).nonzero()[0]
+            span_of = earliest[uniq]
+            cum = covered + np.cumsum(np.bincount(span_of - base, minlength=per_round))
+            if cum[-1] < budget:
+                owner[uniq] = span_of
+                covered, base = int(cum[-1]), base + per_round
+                continue
+            crossing = int(np.searchsorted(cum, budget))
+            full = span_of < base + crossing
+            owner[uniq[full]] = span_of[full]
+            already = int(cum[crossing - 1]) if crossing else covered
+            cross_pos = uniq[span_of == base + crossing]
+            take = self._whole_words_within(cross_pos, word_of_pos, budget - already, rng)
+            owner[cross_pos[:take]] = base + crossing
+            drawn[-1] = tuple(column[: crossing + 1] for column in drawn[-1])
+            break
+        return owner, np.concatenate([np.stack(columns, axis=1) for columns in drawn])
+
+    @staticmethod
+    def _whole_words_within(cross_pos, word_of_pos, remaining, rng):
+        """How many leading positions of the crossing span to mask: whole words, budget in expectation."""
+        _, word_sizes = np.unique(word_of_pos[cross_pos], return_counts=True)
+        cum = np.cumsum(word_sizes)
+        whole = int(np.searchsorted(cum, remaining, side="right"))
+        take = int(cum[whole - 1]) if whole else 0
+        if whole < len(word_sizes) and take < remaining:
+            if rng.random() < (remaining - take) / word_sizes[whole]:
+                take = int(cum[whole])
+        return take
+
+    def _apply(self, tokens, owner, drawn, rng):
+        n = len(tokens)
+        masked = owner >= 0
+        padded = np.zeros(n + 2, dtype=bool)
+        padded[1:-1] = masked
+        span_start = (padded[1:] & ~padded[:-1]).nonzero()[0]  # masked[i], not masked[i - 1]
+        span_end = (padded[:-1] & ~padded[1:]).nonzero()[0]  # masked[i - 1], not masked[i]
+        span_len = span_end - span_start
+        masked_pos = masked.nonzero()[0]
+        span_of_token = np.repeat(np.arange(len(span_start)), span_len)
+
+        if self.scheme == "span":
+            actions = np.searchsorted(self.action_cdf, rng.random(len(span_start)), side="right")[span_of_token]
+        else:
+            unit_actions = np.searchsorted(self.action_cdf, rng.random(int(owner.max()) + 1 if n else 0), side="right")
+            actions = unit_actions[owner[masked_pos]]
+        source = tokens.copy()
+        source[masked_pos[actions == _MASK]] = self.mask_index
+        random_pos = masked_pos[actions == _RANDOM]
+        source[random_pos] = np.searchsorted(self.replacement_cdf, rng.random(len(random_pos)), side="right")
+
+        target = np.full(n, self.pad_index, dtype=np.int64)
+        target[masked_pos] = tokens[masked_pos]
+        left = np.zeros(n, dtype=np.int64)
+        right = np.zeros(n, dtype=np.int64)
+        offset = np.zeros(n, dtype=np.int64)
+        left[masked_pos] = (span_start - 1)[span_of_token]
+        right[masked_pos] = span_end[span_of_token]
+        offset[masked_pos] = masked_pos - left[masked_pos]
+        return SpanMaskOutput(
+            source, target, left, right, offset, np.stack([span_start, span_end], axis=1), drawn
+        )

@@ -1,0 +1,173 @@
+"""The ``spanbert`` model: a BERT encoder with MLM and span-boundary (SBO) heads.
+
+Both heads live in the model (so DDP and checkpoints cover them), share the
+input embedding matrix as their decoder weight, and run only on masked
+positions: no B x T x V logits are ever formed.
+"""
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import FairseqEncoder, FairseqEncoderModel, register_model, register_model_architecture
+from torch import nn
+
+from ..modules.bert_layers import (
+    BertEmbeddings,
+    BertStack,
+    ClassificationHead,
+    MaskedLMHead,
+    SpanBoundaryHead,
+    init_bert_weights,
+)
+
+
+@dataclass
+class SpanBertConfig(FairseqDataclass):
+    encoder_layers: int = field(default=12, metadata={"help": "number of encoder layers"})
+    encoder_embed_dim: int = field(default=768, metadata={"help": "hidden size"})
+    encoder_ffn_embed_dim: int = field(default=3072, metadata={"help": "feed-forward inner size"})
+    encoder_attention_heads: int = field(default=12, metadata={"help": "attention heads per layer"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout on embeddings and every block output"})
+    attention_dropout: float = field(default=0.1, metadata={"help": "dropout on attention weights"})
+    pooler_dropout: float = field(default=0.1, metadata={"help": "dropout in classification heads"})
+    max_positions: int = field(default=512, metadata={"help": "learned absolute positions (from 0)"})
+    type_vocab_size: int = field(default=2, metadata={"help": "token-type (segment) embeddings"})
+    layer_norm_eps: float = field(default=1e-12, metadata={"help": "LayerNorm epsilon (BERT: 1e-12)"})
+    init_std: float = field(default=0.02, metadata={"help": "std of the N(0, std) initialisation"})
+    sbo_position_slots: int = field(
+        default=15, metadata={"help": "SBO relative-position slots; span tokens past the last get MLM only"}
+    )
+    sbo_position_dim: int = field(default=200, metadata={"help": "SBO relative-position embedding size"})
+
+
+class SpanBertEncoder(FairseqEncoder):
+    """Embeddings + post-LN stack, HuggingFace ``BertModel`` names (``embeddings``, ``encoder``)."""
+
+    def __init__(self, cfg: SpanBertConfig, dictionary):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_positions_ = cfg.max_positions
+        self.embeddings = BertEmbeddings(
+            len(dictionary), cfg.encoder_embed_dim, cfg.max_positions, cfg.type_vocab_size,
+            dictionary.pad(), cfg.layer_norm_eps, cfg.dropout,
+        )
+        self.encoder = BertStack(
+            cfg.encoder_layers, hidden=cfg.encoder_embed_dim, heads=cfg.encoder_attention_heads,
+            ffn=cfg.encoder_ffn_embed_dim, eps=cfg.layer_norm_eps, dropout=cfg.dropout,
+            attention_dropout=cfg.attention_dropout,
+        )
+
+    def forward(self, src_tokens, segment_labels=None, **unused):
+        if src_tokens.size(1) > self.max_positions_:
+            raise ValueError(f"input of {src_tokens.size(1)} tokens exceeds the model's {self.max_positions_} positions")
+        padding_mask = src_tokens.eq(self.padding_idx)
+        return self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask)
+
+    def max_positions(self):
+        return self.max_positions_
+
+
+@register_model("spanbert", dataclass=SpanBertConfig)
+class SpanBertModel(FairseqEncoderModel):
+    """SpanBERT: encoder, tied MLM head and SBO head, optional classification heads."""
+
+    def __init__(self, cfg: SpanBertConfig, encoder: SpanBertEncoder):
+        super().__init__(encoder)
+        self.cfg = cfg
+        embed = encoder.embeddings.word_embeddings.weight
+        eps = cfg.layer_norm_eps
+        self.lm_head = MaskedLMHead(cfg.encoder_embed_dim, embed, eps)
+        self.sbo_head = SpanBoundaryHead(cfg.encoder_embed_dim, embed, cfg.sbo_position_slots, cfg.sbo_position_dim, eps)
+        self.classification_heads = nn.ModuleDict()
+        self.apply(lambda m: init_bert_weights(m, cfg.init_std))
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        return cls(cfg, SpanBertEncoder(cfg, task.source_dictionary))
+
+    def forward(
+        self,
+        src_tokens,
+        src_lengths=None,
+        segment_labels=None,
+        masked_tokens: Optional[torch.Tensor] = None,
+        span_left: Optional[torch.Tensor] = None,
+        span_right: Optional[torch.Tensor] = None,
+        span_offset: Optional[torch.Tensor] = None,
+        features_only: bool = False,
+        classification_head_name: Optional[str] = None,
+        **unused,
+    ):
+        """Features (B x T x H), class logits, or MLM/SBO logits on masked positions only."""
+        x = self.encoder(src_tokens, segment_labels=segment_labels)
+        if features_only:
+            return x, {}
+        if classification_head_name is not None:
+            return self.classification_heads[classification_head_name](x), {}
+        out = {}
+        if masked_tokens is None:
+            masked_tokens = src_tokens.new_ones(src_tokens.shape, dtype=torch.bool)
+        rows, cols = masked_tokens.nonzero(as_tuple=True)
+        out["mlm_logits"] = self.lm_head(x[rows, cols])
+        if span_left is not None:
+            offsets = span_offset[rows, cols]
+            # span tokens past the last position slot get MLM but no SBO (released setting)
+            in_table = offsets <= self.sbo_head.position_slots
+            rows, cols, offsets = rows[in_table], cols[in_table], offsets[in_table]
+            out["sbo_logits"] = self.sbo_head(
+                x[rows, span_left[rows, cols]], x[rows, span_right[rows, cols]], offsets
+            )
+            out["sbo_mask"] = in_table
+        return out
+
+    def register_classification_head(self, name, num_classes, inner_dim=None):
+        """Add (or replace) a [CLS] classification head."""
+        dim = self.cfg.encoder_embed_dim
+        self.classification_heads[name] = ClassificationHead(dim, inner_dim or dim, num_classes, self.cfg.pooler_dropout)
+        self.classification_heads[name].apply(lambda m: init_bert_weights(m, self.cfg.init_std))
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Create classification heads found in a checkpoint; keep new heads' fresh weights."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = name + "." if name else ""
+        for key in list(state_dict.keys()):
+            if key.startswith(prefix + "classification_heads.") and key.endswith(".out_proj.weight"):
+                head = key[len(prefix + "classification_heads.") : -len(".out_proj.weight")]
+                if head not in self.classification_heads:
+                    num_classes, inner = state_dict[key].shape
+                    self.register_classification_head(head, num_classes, inner)
+        for head, module in self.classification_heads.items():
+            for sub, value in module.state_dict().items():
+                state_dict.setdefault(f"{prefix}classification_heads.{head}.{sub}", value)
+
+    def max_positions(self):
+        return self.cfg.max_positions
+
+
+def _sizes(args, layers, dim, ffn, heads):
+    args.encoder_layers = getattr(args, "encoder_layers", layers)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", dim)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", ffn)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", heads)
+    for key, value in SpanBertConfig().__dict__.items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
+
+
+@register_model_architecture("spanbert", "spanbert_tiny")
+def spanbert_tiny(args):
+    """2 layers, hidden 128, 2 heads, FFN 512: tests and the CPU demo."""
+    _sizes(args, 2, 128, 512, 2)
+
+
+@register_model_architecture("spanbert", "spanbert_base")
+def spanbert_base(args):
+    """BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072."""
+    _sizes(args, 12, 768, 3072, 12)
+
+
+@register_model_architecture("spanbert", "spanbert_large")
+def spanbert_large(args):
+    """BERT-large: 24 layers, hidden 1024, 16 heads, FFN 4096."""
+    _sizes(args, 24, 1024, 4096, 16)

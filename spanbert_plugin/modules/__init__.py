@@ -1,0 +1,1 @@
+"""Registered components; see spanbert_plugin/__init__.py."""

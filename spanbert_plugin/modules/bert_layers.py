@@ -1,0 +1,174 @@
+"""A BERT encoder whose parameter names and shapes mirror HuggingFace ``BertModel``.
+
+Post-LayerNorm blocks, exact (erf) GeLU, learned absolute positions counted from
+0, token-type embeddings, embedding LayerNorm, LayerNorm eps 1e-12: state dict
+keys map one-to-one onto ``transformers.BertModel`` (``embeddings.*`` and
+``encoder.layer.N.*``), which the HuggingFace export and import rely on.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class BertEmbeddings(nn.Module):
+    """Word + position (from 0) + token-type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, vocab_size, hidden, max_positions, type_vocab_size, pad_index, eps, dropout):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab_size, hidden, padding_idx=pad_index)
+        self.position_embeddings = nn.Embedding(max_positions, hidden)
+        self.token_type_embeddings = nn.Embedding(type_vocab_size, hidden)
+        self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens, token_types=None):
+        positions = torch.arange(tokens.size(1), device=tokens.device).unsqueeze(0)
+        x = self.word_embeddings(tokens) + self.position_embeddings(positions)
+        if token_types is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_types)
+        return self.dropout(self.LayerNorm(x))
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+
+
+class _DenseNorm(nn.Module):
+    def __init__(self, d_in, d_out, eps):
+        super().__init__()
+        self.dense = nn.Linear(d_in, d_out)
+        self.LayerNorm = nn.LayerNorm(d_out, eps=eps)
+
+
+class _Attention(nn.Module):
+    def __init__(self, hidden, heads, eps):
+        super().__init__()
+        self.self = _SelfAttention(hidden, heads)
+        self.output = _DenseNorm(hidden, hidden, eps)
+
+
+class _Intermediate(nn.Module):
+    def __init__(self, hidden, ffn):
+        super().__init__()
+        self.dense = nn.Linear(hidden, ffn)
+
+
+class BertLayer(nn.Module):
+    """Post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, hidden, heads, ffn, eps, dropout, attention_dropout):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"--encoder-embed-dim {hidden} must be divisible by --encoder-attention-heads {heads}")
+        self.heads = heads
+        self.attention = _Attention(hidden, heads, eps)
+        self.intermediate = _Intermediate(hidden, ffn)
+        self.output = _DenseNorm(ffn, hidden, eps)
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+
+    def forward(self, x, attn_mask=None):
+        B, T, H = x.shape
+        sa = self.attention.self
+
+        def split(t):
+            return t.view(B, T, self.heads, H // self.heads).transpose(1, 2)
+
+        ctx = F.scaled_dot_product_attention(
+            split(sa.query(x)), split(sa.key(x)), split(sa.value(x)),
+            attn_mask=attn_mask,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+        )
+        ctx = ctx.transpose(1, 2).reshape(B, T, H)
+        out = self.attention.output
+        x = out.LayerNorm(x + F.dropout(out.dense(ctx), self.dropout, self.training))
+        h = F.gelu(self.intermediate.dense(x))
+        return self.output.LayerNorm(x + F.dropout(self.output.dense(h), self.dropout, self.training))
+
+
+class BertStack(nn.Module):
+    """``encoder.layer.N`` as in HuggingFace."""
+
+    def __init__(self, layers, **layer_args):
+        super().__init__()
+        self.layer = nn.ModuleList([BertLayer(**layer_args) for _ in range(layers)])
+
+    def forward(self, x, padding_mask=None):
+        attn_mask = None
+        if padding_mask is not None and padding_mask.any():
+            attn_mask = ~padding_mask[:, None, None, :]  # True = may attend
+        for layer in self.layer:
+            x = layer(x, attn_mask)
+        return x
+
+
+class MaskedLMHead(nn.Module):
+    """dense -> GeLU -> LayerNorm -> decoder tied to the input embeddings (+ own bias)."""
+
+    def __init__(self, hidden, embed_weight, eps):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
+        self.weight = embed_weight
+        self.bias = nn.Parameter(torch.zeros(embed_weight.size(0)))
+
+    def forward(self, x):
+        x = self.LayerNorm(F.gelu(self.dense(x)))
+        return F.linear(x, self.weight, self.bias)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SBO (SPEC §1.2): [x_left; x_right; p_offset] -> 2 x (Linear, GeLU, LayerNorm) -> tied decoder."""
+
+    def __init__(self, hidden, embed_weight, position_slots, position_dim, eps):
+        super().__init__()
+        self.position_slots = position_slots
+        self.position_embeddings = nn.Embedding(position_slots, position_dim)
+        self.dense1 = nn.Linear(2 * hidden + position_dim, hidden)
+        self.LayerNorm1 = nn.LayerNorm(hidden, eps=eps)
+        self.dense2 = nn.Linear(hidden, hidden)
+        self.LayerNorm2 = nn.LayerNorm(hidden, eps=eps)
+        self.weight = embed_weight
+        self.bias = nn.Parameter(torch.zeros(embed_weight.size(0)))
+
+    def forward(self, left, right, offset):
+        """``offset`` is 1-based (p_1 is the slot of the token right after the left boundary)."""
+        h = torch.cat([left, right, self.position_embeddings(offset - 1)], dim=-1)
+        h = self.LayerNorm1(F.gelu(self.dense1(h)))
+        h = self.LayerNorm2(F.gelu(self.dense2(h)))
+        return F.linear(h, self.weight, self.bias)
+
+
+class ClassificationHead(nn.Module):
+    """BERT-style sentence classifier on the first token: dense -> tanh -> dropout -> out_proj."""
+
+    def __init__(self, hidden, inner_dim, num_classes, dropout):
+        super().__init__()
+        self.dense = nn.Linear(hidden, inner_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(inner_dim, num_classes)
+
+    def forward(self, features):
+        x = torch.tanh(self.dense(features[:, 0]))
+        return self.out_proj(self.dropout(x))
+
+
+def init_bert_weights(module, std=0.02):
+    """BERT initialisation: N(0, std) weights, zero biases, unit LayerNorms, zero pad embedding."""
+    if isinstance(module, nn.Linear):
+        module.weight.data.normal_(0.0, std)
+        if module.bias is not None:
+            module.bias.data.zero_()
+    elif isinstance(module, nn.Embedding):
+        module.weight.data.normal_(0.0, std)
+        if module.padding_idx is not None:
+            module.weight.data[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        module.weight.data.fill_(1.0)
+        module.bias.data.zero_()

@@ -1,0 +1,251 @@
+"""One small tokenizer interface over sentencepiece and BERT WordPiece.
+
+Both tokenizers give token ids that equal the fairseq dictionary's ids (the
+dictionary is written from the tokenizer's vocabulary in id order), the
+character offsets of every token, and whether each token starts a word, which
+span masking needs (spans are whole words). Later tasks (QA, relation
+extraction) map character spans through ``Encoding.offsets``.
+"""
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+META_FILE = "spanbert_tokenizer.json"
+SPM_FILE = "spm.model"
+WORDPIECE_FILE = "vocab.txt"
+
+# Control symbols by role, BERT spelling first, fairseq/sentencepiece second.
+SPECIAL_SYMBOLS = {
+    "bos": ("[CLS]", "<s>"),
+    "pad": ("[PAD]", "<pad>"),
+    "eos": ("[SEP]", "</s>"),
+    "unk": ("[UNK]", "<unk>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+WORDPIECE_REQUIRED = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SPM_WORD_PREFIX = "\u2581"  # sentencepiece's word-start marker '▁'
+_UNUSED_RE = re.compile(r"^\[unused\d+\]$")
+
+
+class TokenizerError(ValueError):
+    """Bad tokenizer input: the message names the file and the problem."""
+
+
+@dataclass
+class Encoding:
+    """Token ids of one text, with each token's string, offsets and word-start flag."""
+
+    ids: np.ndarray
+    tokens: List[str]
+    offsets: List[Tuple[int, int]]  # [start, end) character offsets into the text
+    word_starts: np.ndarray
+
+
+class SpanTokenizer:
+    """Common interface: ``encode``, ``encode_ids``, ``decode``, ``vocab`` and word starts."""
+
+    kind = ""
+    vocab: List[str]
+
+    def encode(self, text: str) -> Encoding:
+        raise NotImplementedError
+
+    def encode_ids(self, texts: Sequence[str]) -> List[List[int]]:
+        """Token ids for a batch of texts (fast path for corpus preparation)."""
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
+
+    def save(self, directory: str) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def is_word_start_piece(piece: str) -> bool:
+        raise NotImplementedError
+
+    def word_start_table(self) -> np.ndarray:
+        """Boolean array over the vocabulary: does this token start a word?"""
+        return np.array([self.is_word_start_piece(p) for p in self.vocab], dtype=bool)
+
+    def special_symbols(self):
+        """The vocabulary's control symbols by role (bos, pad, eos, unk, mask)."""
+        present = set(self.vocab)
+        return {
+            role: next((s for s in names if s in present), None)
+            for role, names in SPECIAL_SYMBOLS.items()
+        }
+
+    def random_replacement_table(self) -> np.ndarray:
+        """Tokens eligible as random replacements: not control or [unusedN] symbols."""
+        specials = {s for s in self.special_symbols().values() if s is not None}
+        return np.array(
+            [p not in specials and not _UNUSED_RE.match(p) for p in self.vocab], dtype=bool
+        )
+
+
+class SentencePieceTokenizer(SpanTokenizer):
+    """sentencepiece model; ids 0..3 are <s>, <pad>, </s>, <unk> as in fairseq."""
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_file: str):
+        import sentencepiece as spm
+
+        self.model_file = model_file
+        self.sp = spm.SentencePieceProcessor(model_file=model_file)
+        self.vocab = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
+
+    @staticmethod
+    def is_word_start_piece(piece: str) -> bool:
+        return piece.startswith(SPM_WORD_PREFIX) or piece.startswith("<")
+
+    def encode(self, text: str) -> Encoding:
+        proto = self.sp.encode(text, out_type="immutable_proto")
+        # sentencepiece reports byte offsets; convert them to character offsets.
+        char_of_byte = np.zeros(len(text.encode("utf-8")) + 1, dtype=np.int64)
+        byte_lengths = np.fromiter((len(c.encode("utf-8")) for c in text), np.int64, len(text))
+        char_of_byte[np.cumsum(byte_lengths)] = 1
+        char_of_byte = np.cumsum(char_of_byte)
+        ids = np.array([p.id for p in proto.pieces], dtype=np.int64)
+        tokens = [p.piece for p in proto.pieces]
+        offsets = []
+        for p in proto.pieces:
+            start, end = int(char_of_byte[p.begin]), int(char_of_byte[p.end])
+            # the '▁' of a word-initial piece stands for the space before it
+            while start < end and text[start].isspace():
+                start += 1
+            offsets.append((start, end))
+        return Encoding(ids, tokens, offsets, self.word_start_table()[ids] if len(ids) else np.zeros(0, bool))
+
+    def encode_ids(self, texts):
+        return self.sp.encode(list(texts))
+
+    def decode(self, ids):
+        return self.sp.decode([int(i) for i in ids if int(i) < len(self.vocab)])
+
+    def save(self, directory):
+        import shutil
+
+        if os.path.abspath(self.model_file) != os.path.abspath(os.path.join(directory, SPM_FILE)):
+            shutil.copyfile(self.model_file, os.path.join(directory, SPM_FILE))
+        _write_meta(directory, {"type": self.kind})
+
+    @classmethod
+    def train(cls, text_file, out_dir, vocab_size, character_coverage=0.9995, model_type="unigram"):
+        """Train a sentencepiece model on ``text_file``; errors say the largest vocabulary that fits."""
+        import sentencepiece as spm
+
+        prefix = os.path.join(out_dir, SPM_FILE[: -len(".model")])
+        try:
+            spm.SentencePieceTrainer.train(
+                input=text_file,
+                model_prefix=prefix,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                bos_id=0,
+                pad_id=1,
+                eos_id=2,
+                unk_id=3,
+                input_sentence_size=2_000_000,
+                shuffle_input_sentence=True,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
+        except RuntimeError as err:
+            message = str(err)
+            fits = re.search(r"value <= (\d+)", message)
+            if fits:
+                raise TokenizerError(
+                    f"{text_file}: --vocab-size {vocab_size} is larger than this text supports; "
+                    f"the largest that fits is {fits.group(1)}"
+                ) from None
+            if "smaller than required_chars" in message:
+                need = re.search(r"(\d+) vs", message)
+                raise TokenizerError(
+                    f"{text_file}: --vocab-size {vocab_size} is smaller than the "
+                    f"{need.group(1) if need else 'required'} characters this text needs"
+                ) from None
+            raise TokenizerError(f"{text_file}: sentencepiece training failed: {message}") from None
+        return cls(prefix + ".model")
+
+
+class WordPieceTokenizer(SpanTokenizer):
+    """BERT-style WordPiece over a ``vocab.txt`` (ids are line numbers), via HF ``tokenizers``."""
+
+    kind = "wordpiece"
+
+    def __init__(self, vocab_file: str, lowercase: bool = False):
+        from tokenizers import BertWordPieceTokenizer
+
+        self.vocab_file = vocab_file
+        self.lowercase = lowercase
+        self.vocab = read_wordpiece_vocab(vocab_file)
+        self.tok = BertWordPieceTokenizer(
+            vocab_file, lowercase=lowercase, strip_accents=lowercase, clean_text=True
+        )
+
+    @staticmethod
+    def is_word_start_piece(piece: str) -> bool:
+        return not piece.startswith("##")
+
+    def encode(self, text: str) -> Encoding:
+        enc = self.tok.encode(text, add_special_tokens=False)
+        ids = np.array(enc.ids, dtype=np.int64)
+        return Encoding(ids, list(enc.tokens), list(enc.offsets), self.word_start_table()[ids] if len(ids) else np.zeros(0, bool))
+
+    def encode_ids(self, texts):
+        return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids):
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def save(self, directory):
+        with open(os.path.join(directory, WORDPIECE_FILE), "w", encoding="utf-8") as f:
+            f.write("".join(p + "\n" for p in self.vocab))
+        _write_meta(directory, {"type": self.kind, "lowercase": self.lowercase})
+
+
+def read_wordpiece_vocab(vocab_file: str) -> List[str]:
+    """Read a BERT vocab.txt (one token per line) and check its special tokens."""
+    if not os.path.isfile(vocab_file):
+        raise TokenizerError(f"{vocab_file}: no such file")
+    with open(vocab_file, encoding="utf-8") as f:
+        vocab = [line.rstrip("\n").rstrip("\r") for line in f]
+    if vocab and vocab[-1] == "":
+        vocab.pop()
+    missing = [s for s in WORDPIECE_REQUIRED if s not in set(vocab)]
+    if missing:
+        raise TokenizerError(f"{vocab_file}: missing required special tokens {' '.join(missing)}")
+    seen = {}
+    for line_no, piece in enumerate(vocab, 1):
+        if piece in seen:
+            raise TokenizerError(
+                f"{vocab_file}:{line_no}: duplicate token {piece!r} (first on line {seen[piece]})"
+            )
+        seen[piece] = line_no
+    return vocab
+
+
+def _write_meta(directory, meta):
+    with open(os.path.join(directory, META_FILE), "w") as f:
+        json.dump(meta, f, indent=2)
+
+
+def load_tokenizer(directory: str) -> SpanTokenizer:
+    """Load the tokenizer that ``spanbert-prepare`` saved in ``directory``."""
+    meta_path = os.path.join(directory, META_FILE)
+    if not os.path.isfile(meta_path):
+        raise TokenizerError(f"{meta_path}: no such file (not a spanbert-prepare directory?)")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    if meta.get("type") == SentencePieceTokenizer.kind:
+        return SentencePieceTokenizer(os.path.join(directory, SPM_FILE))
+    if meta.get("type") == WordPieceTokenizer.kind:
+        return WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False))
+    raise TokenizerError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}")
