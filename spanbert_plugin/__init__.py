@@ -4,6 +4,11 @@ Importing this package registers every component with fairseq exactly once
 (``user_dir/`` imports it for ``--user-dir``) and allowlists what fairseq
 checkpoints hold for torch's safe loading.
 """
+import logging
+
+# fairseq logs an install hint for an unused speech task at import; keep CLIs' output clean
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+
 from . import checkpoint_loading  # noqa: F401  (first: safe-loading allowlist)
 from .criterions import span_bert  # noqa: F401
 from .models import spanbert  # noqa: F401

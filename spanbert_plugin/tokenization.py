@@ -105,7 +105,7 @@ class SentencePieceTokenizer(SpanTokenizer):
         return piece.startswith(SPM_WORD_PREFIX) or piece.startswith("<")
 
     def encode(self, text: str) -> Encoding:
-        proto = self.sp.encode(text, out_type="immutable_proto")
+        proto = self.sp.encode(text, return_type="proto")
         # sentencepiece reports byte offsets; convert them to character offsets.
         char_of_byte = np.zeros(len(text.encode("utf-8")) + 1, dtype=np.int64)
         byte_lengths = np.fromiter((len(c.encode("utf-8")) for c in text), np.int64, len(text))

@@ -1,0 +1,197 @@
+"""Span masking against SPEC §1.1, with tolerances derived from the distributions."""
+import numpy as np
+import pytest
+import torch
+
+from spanbert_plugin.data.span_masked_dataset import SpanMaskedDataset
+from spanbert_plugin.data.span_masking import SpanMasker, geometric_span_probs
+
+V, BOS, PAD, EOS, UNK, MASK = 30000, 0, 1, 2, 3, 4
+NEVER = np.zeros(V, bool)
+NEVER[[BOS, PAD, EOS, MASK]] = True
+CHI2_9DOF_P001 = 27.877  # chi-square critical value, 9 degrees of freedom, p = 0.001
+
+
+def make_vocab(word_start_share=0.7, seed=0):
+    word_starts = np.random.default_rng(seed).random(V) < word_start_share
+    word_starts[:5] = True
+    return word_starts
+
+
+def make_block(rng, word_starts, n_words, max_word_len=2):
+    """[bos] + words of 1..max_word_len tokens + [eos], with consistent word-start flags."""
+    starters = np.flatnonzero(word_starts[5:]) + 5
+    inner = np.flatnonzero(~word_starts[5:]) + 5
+    lengths = rng.integers(1, max_word_len + 1, n_words)
+    tokens = rng.choice(inner, lengths.sum() + 2)
+    first = np.cumsum(lengths) - lengths + 1
+    tokens[first] = rng.choice(starters, n_words)
+    tokens[0], tokens[-1] = BOS, EOS
+    return tokens
+
+
+def masker(word_starts, **kw):
+    return SpanMasker(word_starts, NEVER, MASK, PAD, **kw)
+
+
+def word_start_positions(tokens, word_starts):
+    ws = word_starts[tokens].copy()
+    ws[1] = True  # first real token starts the first word
+    return ws
+
+
+def test_geometric_mean_matches_paper():
+    probs = geometric_span_probs(0.2, 10)
+    assert probs.sum() == pytest.approx(1.0)
+    assert (np.arange(1, 11) * probs).sum() == pytest.approx(3.797, abs=5e-4)
+
+
+def test_span_length_histogram_in_words():
+    word_starts = make_vocab()
+    m = masker(word_starts)
+    rng = np.random.default_rng(1)
+    probs = geometric_span_probs(0.2, 10)
+    observed = []
+    for _ in range(8000):
+        tokens = make_block(rng, word_starts, 300)
+        out = m(tokens, rng)
+        word_index = np.cumsum(word_start_positions(tokens, word_starts)) - 1
+        # the first three spans are always kept whole (budget ~ 67 tokens > 3 x 10 words x 2 tokens);
+        # condition on starts >= 10 words before the end, which is independent of the length
+        for start, drawn, covered in out.drawn[:3]:
+            if word_index[start] <= word_index[-2] - 10:
+                assert covered == drawn
+                observed.append(covered)
+    observed = np.array(observed)
+    counts = np.bincount(observed, minlength=11)[1:]
+    expected = probs * len(observed)
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < CHI2_9DOF_P001, (counts, expected.round())
+    mean, sd = (np.arange(1, 11) * probs).sum(), np.sqrt((np.arange(1, 11) ** 2 * probs).sum() - 3.797 ** 2)
+    assert abs(observed.mean() - mean) < 4 * sd / np.sqrt(len(observed))
+
+
+def _many_blocks(m, word_starts, n_blocks, seed, n_words_range=(20, 400)):
+    rng = np.random.default_rng(seed)
+    for _ in range(n_blocks):
+        tokens = make_block(rng, word_starts, int(rng.integers(*n_words_range)), max_word_len=3)
+        yield tokens, m(tokens, rng)
+
+
+@pytest.mark.parametrize("scheme", ["span", "word", "subword"])
+def test_masked_fraction_is_budget(scheme):
+    word_starts = make_vocab()
+    fractions = []
+    for tokens, out in _many_blocks(masker(word_starts, scheme=scheme), word_starts, 3000, seed=2):
+        fractions.append((out.target != PAD).sum() / (len(tokens) - 2))
+    fractions = np.array(fractions)
+    se = fractions.std(ddof=1) / np.sqrt(len(fractions))
+    assert abs(fractions.mean() - 0.15) < 4 * se + 1e-9
+
+
+def test_replacement_80_10_10_per_span():
+    word_starts = make_vocab()
+    span_actions, span_lengths = [], []
+    for tokens, out in _many_blocks(masker(word_starts), word_starts, 1500, seed=3):
+        for start, end in out.spans:
+            src, orig = out.source[start:end], tokens[start:end]
+            is_mask = src == MASK
+            assert is_mask.all() or not is_mask.any(), "mask decision must be per span"
+            if is_mask.all():
+                action = 0
+            else:
+                changed = src != orig
+                # a random replacement may hit the original token by chance (p = 1/V per token)
+                assert changed.sum() in (0, len(src)) or changed.mean() > 0.5
+                action = 1 if changed.any() else 2
+            span_actions.append(action)
+            span_lengths.append(end - start)
+    actions, lengths = np.array(span_actions), np.array(span_lengths)
+    for action, p in ((0, 0.8), (1, 0.1), (2, 0.1)):
+        # token share, with the span-cluster standard error
+        share = lengths[actions == action].sum() / lengths.sum()
+        se = np.sqrt(p * (1 - p) * (lengths ** 2).sum()) / lengths.sum()
+        assert abs(share - p) < 4 * se, (action, share)
+
+
+def test_whole_words_and_boundaries():
+    word_starts = make_vocab()
+    for scheme in ("span", "word"):
+        for tokens, out in _many_blocks(masker(word_starts, scheme=scheme), word_starts, 400, seed=4):
+            ws = word_start_positions(tokens, word_starts)
+            masked = out.target != PAD
+            assert not masked[0] and not masked[-1]
+            for start, end in out.spans:
+                assert ws[start], "spans start at a word start"
+                assert end == len(tokens) - 1 or ws[end], "spans end at a word end"
+                assert masked[start:end].all() and not masked[start - 1] and not masked[end]
+            pos = np.flatnonzero(masked)
+            assert (out.span_left[pos] < pos).all() and (out.span_right[pos] > pos).all()
+            assert not masked[out.span_left[pos]].any() and not masked[out.span_right[pos]].any()
+            assert (out.span_offset[pos] == pos - out.span_left[pos]).all()
+            assert (out.target[pos] == tokens[pos]).all()
+
+
+def test_subword_scheme_ignores_word_boundaries():
+    word_starts = make_vocab()
+    starts_mid_word = 0
+    for tokens, out in _many_blocks(masker(word_starts, scheme="subword"), word_starts, 200, seed=5):
+        ws = word_start_positions(tokens, word_starts)
+        starts_mid_word += (~ws[out.spans[:, 0]]).sum()
+    assert starts_mid_word > 0
+
+
+def test_dataset_determinism_per_seed_epoch_index():
+    word_starts = make_vocab()
+    rng = np.random.default_rng(6)
+    blocks = [torch.from_numpy(make_block(rng, word_starts, 200)) for _ in range(4)]
+    ds = SpanMaskedDataset(blocks, masker(word_starts), PAD, seed=7)
+    ds.set_epoch(1)
+    first = [ds[i]["source"].clone() for i in range(4)]
+    again = SpanMaskedDataset(blocks, masker(word_starts), PAD, seed=7)
+    again.set_epoch(1)
+    assert all(torch.equal(a, again[i]["source"]) for i, a in enumerate(first))
+    again.set_epoch(2)
+    assert not any(torch.equal(a, again[i]["source"]) for i, a in enumerate(first))
+    batch = ds.collater([ds[0], ds[1]])
+    assert batch["net_input"]["src_tokens"].shape == batch["target"].shape == batch["span_left"].shape
+
+
+def test_edge_cases():
+    word_starts = make_vocab()
+    m = masker(word_starts)
+    rng = np.random.default_rng(8)
+    # only special tokens: nothing can be masked
+    for tokens in ([BOS, EOS], [BOS, PAD, PAD, EOS], [BOS], []):
+        out = m(np.array(tokens, dtype=np.int64), rng)
+        assert (out.target == PAD).all() and len(out.spans) == 0
+    # one-word block: masked with probability 0.15 (budget rounding), never its frame
+    hits = sum((m(np.array([BOS, 10, EOS]), rng).target != PAD).sum() for _ in range(4000))
+    assert abs(hits / 4000 - 0.15) < 4 * np.sqrt(0.15 * 0.85 / 4000)
+    # a block shorter than one span
+    out = m(make_block(rng, word_starts, 3), rng)
+    assert len(out.source) == len(out.target)
+    # one word longer than the budget: all-or-nothing, expectation still 15% of its tokens
+    inner = np.flatnonzero(~word_starts[5:]) + 5
+    long_word = np.concatenate([[BOS, np.flatnonzero(word_starts[5:])[0] + 5], inner[:19], [EOS]])
+    sizes = np.array([(m(long_word, rng).target != PAD).sum() for _ in range(4000)])
+    assert set(np.unique(sizes)) <= {0, 20}
+    p = 0.15  # 3 / 20 of the word on average
+    assert abs((sizes == 20).mean() - p) < 4 * np.sqrt(p * (1 - p) / 4000)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"geometric_p": 0.0}, "geometric p"),
+        ({"geometric_p": 1.5}, "geometric p"),
+        ({"max_span_len": 0}, "max span length"),
+        ({"mask_ratio": 0.0}, "mask ratio"),
+        ({"mask_ratio": 1.0}, "mask ratio"),
+        ({"mask_prob": 0.8, "random_prob": 0.2, "leave_prob": 0.1}, "sum to 1"),
+        ({"scheme": "entity"}, "unknown masking scheme"),
+    ],
+)
+def test_invalid_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        masker(make_vocab(), **kwargs)
