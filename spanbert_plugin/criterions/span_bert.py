@@ -37,7 +37,7 @@ class SpanBertCriterion(FairseqCriterion):
         target = sample["target"]
         masked = target.ne(self.padding_idx)
         use_sbo = self.sbo_weight > 0
-        out = model(
+        out, _ = model(
             **sample["net_input"],
             masked_tokens=masked,
             span_left=sample["span_left"] if use_sbo else None,

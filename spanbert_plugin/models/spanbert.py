@@ -105,18 +105,21 @@ class SpanBertModel(FairseqEncoderModel):
             return x, {}
         if classification_head_name is not None:
             return self.classification_heads[classification_head_name](x), {}
-        out = {}
+        return self.pretraining_heads(x, masked_tokens, span_left, span_right, span_offset), {}
+
+    def pretraining_heads(self, features, masked_tokens=None, span_left=None, span_right=None, span_offset=None):
+        """MLM logits for masked positions, and SBO logits when span boundaries are given."""
         if masked_tokens is None:
-            masked_tokens = src_tokens.new_ones(src_tokens.shape, dtype=torch.bool)
+            masked_tokens = features.new_ones(features.shape[:2], dtype=torch.bool)
         rows, cols = masked_tokens.nonzero(as_tuple=True)
-        out["mlm_logits"] = self.lm_head(x[rows, cols])
+        out = {"mlm_logits": self.lm_head(features[rows, cols])}
         if span_left is not None:
             offsets = span_offset[rows, cols]
             # span tokens past the last position slot get MLM but no SBO (released setting)
             in_table = offsets <= self.sbo_head.position_slots
             rows, cols, offsets = rows[in_table], cols[in_table], offsets[in_table]
             out["sbo_logits"] = self.sbo_head(
-                x[rows, span_left[rows, cols]], x[rows, span_right[rows, cols]], offsets
+                features[rows, span_left[rows, cols]], features[rows, span_right[rows, cols]], offsets
             )
             out["sbo_mask"] = in_table
         return out

@@ -9,9 +9,11 @@ fairseq itself registers a T5-style task under this name
 (``fairseq.tasks.span_masked_lm``); while this plugin is loaded, the name
 refers to SpanBERT's task, as the plugin's configs expect.
 """
+import argparse
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 from fairseq import tasks as fairseq_tasks
@@ -30,8 +32,32 @@ logger = logging.getLogger(__name__)
 TASK_NAME = "span_masked_lm"
 
 
+_IGNORED = {"help": argparse.SUPPRESS}
+
+
 @dataclass
-class SpanMaskedLMConfig(FairseqDataclass):
+class _FairseqT5TaskKeys(FairseqDataclass):
+    """Keys of fairseq's own (T5-style) ``span_masked_lm`` config; accepted and ignored.
+
+    ``fairseq-hydra-train`` fills the task config from fairseq's registry before
+    it imports ``common.user_dir``, so a YAML naming ``span_masked_lm`` arrives
+    with these keys; accepting them keeps hydra working. They do nothing here.
+    """
+
+    shuffle: bool = field(default=False, metadata=_IGNORED)
+    noise_density: float = field(default=0.15, metadata=_IGNORED)
+    mean_noise_span_length: float = field(default=3.0, metadata=_IGNORED)
+    sample_break_mode: Optional[str] = field(default=None, metadata=_IGNORED)
+    shorten_method: Optional[str] = field(default=None, metadata=_IGNORED)
+    shorten_data_split_list: str = field(default="", metadata=_IGNORED)
+    dataset_impl: Optional[str] = field(default=None, metadata=_IGNORED)
+    max_source_positions: int = field(default=0, metadata=_IGNORED)
+    max_target_positions: int = field(default=0, metadata=_IGNORED)
+    include_target_tokens: bool = field(default=False, metadata=_IGNORED)
+
+
+@dataclass
+class SpanMaskedLMConfig(_FairseqT5TaskKeys):
     data: str = field(default="", metadata={"help": "spanbert-prepare directory, or several separated by ':' (one per epoch)"})
     tokens_per_sample: int = field(default=512, metadata={"help": "block length including the begin/end tokens"})
     mask_scheme: ChoiceEnum(SCHEMES) = field(default="span", metadata={"help": "span (geometric, SpanBERT), word (whole words) or subword (BERT)"})

@@ -1,0 +1,149 @@
+"""The spanbert model, its heads and the span_bert criterion (SPEC §1.2)."""
+import argparse
+
+import numpy as np
+import pytest
+import torch
+from fairseq import options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+import spanbert_plugin  # noqa: F401  (registers the components)
+
+
+def build(data_dir, *extra, arch="spanbert_tiny"):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, [data_dir, "--task", "span_masked_lm", "--criterion", "span_bert", "--arch", arch,
+                 "--tokens-per-sample", "128", "--cpu", *extra]
+    )
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    return task, model, criterion
+
+
+@pytest.fixture(scope="module")
+def built(spm_data):
+    torch.manual_seed(0)
+    task, model, criterion = build(spm_data)
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    sample = ds.collater([ds[i] for i in range(4)])
+    return task, model, criterion, sample
+
+
+def test_architectures_follow_bert_sizes(spm_data):
+    for arch, (layers, dim, heads, ffn) in {
+        "spanbert_base": (12, 768, 12, 3072), "spanbert_large": (24, 1024, 16, 4096)
+    }.items():
+        ns = argparse.Namespace()
+        from fairseq.models import ARCH_CONFIG_REGISTRY
+
+        ARCH_CONFIG_REGISTRY[arch](ns)
+        assert (ns.encoder_layers, ns.encoder_embed_dim, ns.encoder_attention_heads, ns.encoder_ffn_embed_dim) == (layers, dim, heads, ffn)
+        assert ns.layer_norm_eps == 1e-12 and ns.dropout == 0.1 and ns.sbo_position_dim == 200
+    _, model, _ = build(spm_data, "--encoder-layers", "3", "--encoder-embed-dim", "64")
+    assert len(model.encoder.encoder.layer) == 3 and model.encoder.embeddings.word_embeddings.embedding_dim == 64
+
+
+def test_weight_tying_and_shapes(built):
+    task, model, criterion, sample = built
+    embed = model.encoder.embeddings.word_embeddings.weight
+    assert model.lm_head.weight is embed and model.sbo_head.weight is embed
+    model.eval()
+    masked = sample["target"].ne(task.dictionary.pad())
+    out, _ = model(**sample["net_input"], masked_tokens=masked, span_left=sample["span_left"],
+                   span_right=sample["span_right"], span_offset=sample["span_offset"])
+    n_masked = int(masked.sum())
+    assert out["mlm_logits"].shape == (n_masked, len(task.dictionary))  # masked positions only
+    assert out["sbo_logits"].shape == (int(out["sbo_mask"].sum()), len(task.dictionary))
+    features, _ = model(**sample["net_input"], features_only=True)
+    assert features.shape == (*sample["net_input"]["src_tokens"].shape, 128)
+    loss, sample_size, log = criterion(model, sample)
+    loss.backward()
+    assert sample_size == n_masked == log["num_masked"]
+    assert embed.grad is not None and model.sbo_head.dense1.weight.grad is not None
+
+
+def test_sbo_reads_only_boundary_states(built):
+    task, model, _, _ = built
+    model.eval()
+    torch.manual_seed(1)
+    x = torch.randn(1, 12, 128)
+    masked = torch.zeros(1, 12, dtype=torch.bool)
+    masked[0, 4:7] = True  # one span 4..6, boundaries 3 and 7
+    left = torch.full((1, 12), 3)
+    right = torch.full((1, 12), 7)
+    offset = torch.arange(12).unsqueeze(0) - 3
+    base = model.pretraining_heads(x, masked, left, right, offset)["sbo_logits"]
+    inside = x.clone()
+    inside[0, 4:7] += torch.randn(3, 128)
+    assert torch.allclose(model.pretraining_heads(inside, masked, left, right, offset)["sbo_logits"], base)
+    for boundary in (3, 7):
+        moved = x.clone()
+        moved[0, boundary] += 1.0
+        assert not torch.allclose(model.pretraining_heads(moved, masked, left, right, offset)["sbo_logits"], base)
+    # the MLM logits of a token read that token's own state
+    assert not torch.allclose(model.pretraining_heads(inside, masked)["mlm_logits"],
+                              model.pretraining_heads(x, masked)["mlm_logits"])
+
+
+def test_tokens_past_the_position_table_get_mlm_only(built):
+    _, model, _, _ = built
+    slots = model.sbo_head.position_slots
+    x = torch.randn(1, slots + 6, 128)
+    masked = torch.zeros(1, slots + 6, dtype=torch.bool)
+    masked[0, 1 : slots + 4] = True  # a span of slots + 3 tokens
+    left = torch.zeros(1, slots + 6, dtype=torch.long)
+    right = torch.full((1, slots + 6), slots + 4)
+    offset = torch.arange(slots + 6).unsqueeze(0)
+    out = model.pretraining_heads(x, masked, left, right, offset)
+    assert out["mlm_logits"].shape[0] == slots + 3 and out["sbo_logits"].shape[0] == slots
+
+
+def test_sbo_off_when_weight_zero(spm_data):
+    task, model, criterion = build(spm_data, "--sbo-weight", "0")
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    sample = ds.collater([ds[0], ds[1]])
+    loss, _, log = criterion(model, sample)
+    loss.backward()
+    assert "sbo_loss" not in log and log["mlm_loss"] == pytest.approx(loss.item(), rel=1e-6)
+    assert model.sbo_head.dense1.weight.grad is None
+
+
+def test_fp16_logits_give_finite_fp32_loss(built):
+    task, model, criterion, sample = built
+    half = type(model)(model.cfg, model.encoder).half()
+    half.load_state_dict(model.state_dict())
+    loss, _, log = criterion(half, sample)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--max-span-len", "20"], "exceeds the model's 15 SBO position slots"),
+        (["--tokens-per-sample", "600"], "exceeds the model's 512 positions"),
+        (["--mask-scheme", "noun_phrase"], "noun_phrase"),
+        (["--geometric-p", "0"], "geometric p"),
+        (["--mask-prob", "0.5"], "sum to 1"),
+    ],
+)
+def test_misconfiguration_errors(spm_data, extra, message):
+    with pytest.raises((ValueError, SystemExit)) as err:
+        build(spm_data, *extra)
+    if err.type is ValueError:
+        assert message in str(err.value)
+
+
+def test_dictionary_without_mask_symbol(spm_data, tmp_path):
+    import shutil
+
+    data = tmp_path / "nomask"
+    shutil.copytree(spm_data, data)
+    lines = (data / "dict.txt").read_text().splitlines()
+    (data / "dict.txt").write_text("\n".join(l for l in lines if not l.startswith("<mask> ")) + "\n")
+    with pytest.raises(ValueError, match="no mask symbol"):
+        build(str(data))

@@ -1,0 +1,112 @@
+"""Pre-training end to end with fairseq-train and fairseq-hydra-train on the CPU."""
+import json
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, bin_path, run_cli
+
+TINY = ["--user-dir", "user_dir", "--task", "span_masked_lm", "--criterion", "span_bert",
+        "--arch", "spanbert_tiny", "--tokens-per-sample", "128", "--batch-size", "8",
+        "--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--lr", "1e-3", "--lr-scheduler", "polynomial_decay",
+        "--warmup-updates", "5", "--total-num-update", "200", "--clip-norm", "1.0",
+        "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "1",
+        "--no-epoch-checkpoints", "--seed", "3"]
+
+
+def train_logs(output):
+    """Per-update JSON records fairseq logged under train_inner."""
+    records = []
+    for line in output.splitlines():
+        match = re.search(r"train_inner\W.*?(\{.*\})", line)
+        if match:
+            records.append(json.loads(match.group(1)))
+    return records
+
+
+def _falls(records, key, window=5):
+    values = [float(r[key]) for r in records]
+    return sum(values[-window:]) / window < sum(values[:window]) / window - 0.5
+
+
+def test_fairseq_train_lowers_both_losses(spm_data, tmp_path):
+    proc = run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "60",
+                    "--save-dir", str(tmp_path / "ck")])
+    records = train_logs(proc.stdout + proc.stderr)
+    assert len(records) == 60
+    assert _falls(records, "mlm_loss") and _falls(records, "sbo_loss")
+    assert all(math.isfinite(float(r["loss"])) for r in records)
+    assert (tmp_path / "ck" / "checkpoint_last.pt").exists()
+
+
+def test_fairseq_hydra_train_tiny_recipe(spm_data, tmp_path):
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", "configs/pretrain", "--config-name", "tiny_cpu",
+                    f"task.data={spm_data}", "optimization.max_update=60", "common.log_interval=1",
+                    "common.log_format=json", f"checkpoint.save_dir={tmp_path / 'ck'}"])
+    records = train_logs(proc.stdout + proc.stderr)
+    assert len(records) == 60 and _falls(records, "mlm_loss") and _falls(records, "sbo_loss")
+    assert (tmp_path / "ck" / "checkpoint_last.pt").exists()
+
+
+def test_resume_sees_same_data_and_masks(spm_data, tmp_path):
+    """Stop after 12 updates, resume from checkpoint_last.pt (safe loading on) to 24: same losses."""
+    full = run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "24", "--save-dir", str(tmp_path / "a")])
+    first = run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "12", "--save-dir", str(tmp_path / "b")])
+    second = run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "24", "--save-dir", str(tmp_path / "b")])
+    assert "Loaded checkpoint" in second.stdout + second.stderr
+    uninterrupted = {r["num_updates"]: float(r["loss"]) for r in train_logs(full.stdout + full.stderr)}
+    resumed = {r["num_updates"]: float(r["loss"]) for r in train_logs(second.stdout + second.stderr)}
+    assert sorted(resumed) == [str(u) for u in range(13, 25)] or sorted(map(int, resumed)) == list(range(13, 25))
+    for update, loss in resumed.items():
+        assert loss == pytest.approx(uninterrupted[update], abs=2e-3), update
+    assert len(train_logs(first.stdout + first.stderr)) == 12
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_gloo_training(spm_data, tmp_path):
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        args = [sys.executable, "tests/_train_and_dump.py", str(tmp_path / f"rank{rank}.pt"), spm_data, *TINY,
+                "--max-update", "30", "--save-dir", str(tmp_path / "ck"),
+                "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", "--distributed-world-size", "2",
+                "--distributed-rank", str(rank), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+                "--distributed-no-spawn"]
+        procs.append(subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-4000:]
+    records = train_logs(outputs[0])
+    assert len(records) == 30 and _falls(records, "loss")
+    assert int(float(records[-1]["bsz"])) == 16  # 8 per rank, summed over 2 ranks
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert rank0.keys() == rank1.keys()
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), key
+
+
+def test_memory_efficient_fp16_with_loss_scaling(spm_data, tmp_path):
+    """fp16 weights and activations on the CPU; the dynamic scaler doubles after each clean window.
+
+    (fairseq's overflow branch calls ``.cuda()`` unconditionally, so a CPU run
+    cannot exercise the back-off; the GPU path handles it.)
+    """
+    proc = run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "30", "--save-dir", str(tmp_path / "ck"),
+                    "--memory-efficient-fp16", "--fp16-init-scale", "4", "--fp16-scale-window", "5"])
+    records = train_logs(proc.stdout + proc.stderr)
+    assert len(records) == 30 and all(math.isfinite(float(r["loss"])) for r in records)
+    scales = [float(r["loss_scale"]) for r in records]
+    assert scales[0] == 4 and scales[-1] >= 4 * 2 ** 4 and scales == sorted(scales)
+    assert _falls(records, "mlm_loss")
