@@ -54,7 +54,7 @@ def test_span_length_histogram_in_words():
     observed = []
     for _ in range(8000):
         tokens = make_block(rng, word_starts, 300)
-        out = m(tokens, rng)
+        out = m(tokens, rng, return_spans=True)
         word_index = np.cumsum(word_start_positions(tokens, word_starts)) - 1
         # the first three spans are always kept whole (budget ~ 67 tokens > 3 x 10 words x 2 tokens);
         # condition on starts >= 10 words before the end, which is independent of the length
@@ -75,7 +75,7 @@ def _many_blocks(m, word_starts, n_blocks, seed, n_words_range=(20, 400)):
     rng = np.random.default_rng(seed)
     for _ in range(n_blocks):
         tokens = make_block(rng, word_starts, int(rng.integers(*n_words_range)), max_word_len=3)
-        yield tokens, m(tokens, rng)
+        yield tokens, m(tokens, rng, return_spans=True)
 
 
 @pytest.mark.parametrize("scheme", ["span", "word", "subword"])
@@ -163,7 +163,7 @@ def test_edge_cases():
     rng = np.random.default_rng(8)
     # only special tokens: nothing can be masked
     for tokens in ([BOS, EOS], [BOS, PAD, PAD, EOS], [BOS], []):
-        out = m(np.array(tokens, dtype=np.int64), rng)
+        out = m(np.array(tokens, dtype=np.int64), rng, return_spans=True)
         assert (out.target == PAD).all() and len(out.spans) == 0
     # one-word block: masked with probability 0.15 (budget rounding), never its frame
     hits = sum((m(np.array([BOS, 10, EOS]), rng).target != PAD).sum() for _ in range(4000))

@@ -12,6 +12,41 @@ from fairseq.data import BaseWrapperDataset, data_utils
 
 from .span_masking import SpanMasker
 
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: a well-spread 64-bit hash of x."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+class ItemRandom:
+    """A numpy Generator re-seeded from (seed, epoch, index), for one dataset in one process.
+
+    Setting a PCG64 state from a hash of the triple costs ~2 us, against ~12 us
+    for building ``default_rng((seed, epoch, index))``: it matters at tens of
+    thousands of blocks per second. DataLoader workers are separate processes,
+    each with its own copy.
+    """
+
+    def __init__(self):
+        self.bit_generator = np.random.PCG64()
+        self.generator = np.random.Generator(self.bit_generator)
+
+    def __call__(self, seed: int, epoch: int, index: int) -> np.random.Generator:
+        high = _mix64(_mix64(_mix64(seed) ^ epoch) ^ index)
+        low = _mix64(high ^ 0x5851F42D4C957F2D)
+        self.bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": (high << 64) | low, "inc": ((low << 64) | high) | 1},
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        return self.generator
+
 
 def complete_batches(indices, batches):
     """Append the indices missing from ``batches`` (in their order) as one more batch."""
@@ -30,6 +65,7 @@ class SpanMaskedDataset(BaseWrapperDataset):
         super().__init__(dataset)
         self.masker, self.pad_index, self.seed = masker, pad_index, seed
         self.epoch = 0
+        self.item_random = ItemRandom()
 
     @property
     def can_reuse_epoch_itr_across_epochs(self):
@@ -45,7 +81,7 @@ class SpanMaskedDataset(BaseWrapperDataset):
     @lru_cache(maxsize=8)
     def _masked(self, seed, epoch, index):
         tokens = self.dataset[index]
-        out = self.masker(tokens.numpy(), np.random.default_rng((seed, epoch, index)))
+        out = self.masker(tokens.numpy(), self.item_random(seed, epoch, index))
         return {
             "id": index,
             "source": torch.from_numpy(out.source),

@@ -47,8 +47,8 @@ class SpanMaskOutput:
     span_left: np.ndarray  # left boundary position of the token's span (0 where unmasked)
     span_right: np.ndarray  # right boundary position (0 where unmasked)
     span_offset: np.ndarray  # 1-based offset from the left boundary (0 where unmasked)
-    spans: np.ndarray  # (k, 2) merged spans as [start, end)
-    drawn: np.ndarray  # (j, 3) drawn spans before merging: start position, words drawn, words covered
+    spans: Optional[np.ndarray] = None  # (k, 2) merged spans as [start, end); with return_spans
+    drawn: Optional[np.ndarray] = None  # (j, 3) drawn spans: start position, words drawn, words covered
 
 
 class SpanMasker:
@@ -100,16 +100,17 @@ class SpanMasker:
             raise ValueError("replacement weights must cover the vocabulary and have positive mass")
         self.replacement_cdf = np.cumsum(weights / weights.sum())
 
-    def __call__(self, tokens: np.ndarray, rng: np.random.Generator) -> SpanMaskOutput:
+    def __call__(self, tokens: np.ndarray, rng: np.random.Generator, return_spans: bool = False) -> SpanMaskOutput:
+        """Mask one block; ``return_spans`` also reports merged and drawn spans (for analysis)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         n = len(tokens)
         maskable = ~self.never_mask[tokens]
         if n:
             maskable[0] = maskable[-1] = False  # the block's begin/end token
-        owner, drawn = self._choose(tokens, maskable, rng)
-        return self._apply(tokens, owner, drawn, rng)
+        owner, drawn = self._choose(tokens, maskable, rng, return_spans)
+        return self._apply(tokens, owner, drawn, rng, return_spans)
 
-    def _choose(self, tokens, maskable, rng):
+    def _choose(self, tokens, maskable, rng, return_spans):
         """Per position, the id of the drawn span that masks it (-1: unmasked); and the drawn spans."""
         n = len(tokens)
         owner = np.full(n, -1, dtype=np.int64)
@@ -117,24 +118,34 @@ class SpanMasker:
         num_maskable = len(positions)
         budget = int(self.mask_ratio * num_maskable + rng.random()) if num_maskable else 0
         if budget == 0:
-            return owner, np.zeros((0, 3), dtype=np.int64)
+            return owner, np.zeros((0, 3), dtype=np.int64) if return_spans else None
         # word starts: vocabulary flag, or the first maskable token after an unmaskable one
-        after_gap = np.empty(n, dtype=bool)
-        after_gap[0] = True
-        after_gap[1:] = ~maskable[:-1]
-        starts_mask = maskable & (after_gap | (self.scheme == "subword") | self.word_starts[tokens])
+        single_run = positions[-1] - positions[0] + 1 == num_maskable  # the usual framed block
+        if self.scheme == "subword":
+            starts_mask = maskable
+        elif single_run:
+            starts_mask = maskable & self.word_starts[tokens]
+            starts_mask[positions[0]] = True
+        else:
+            after_gap = np.empty(n, dtype=bool)
+            after_gap[0] = True
+            after_gap[1:] = ~maskable[:-1]
+            starts_mask = maskable & (after_gap | self.word_starts[tokens])
         word_start = starts_mask.nonzero()[0]
         num_words = len(word_start)
-        run_ends = (maskable[:-1] & ~maskable[1:]).nonzero()[0] + 1
-        next_start = np.append(word_start[1:], n)
-        word_end = np.minimum(next_start, run_ends[np.searchsorted(run_ends, word_start, side="right")])
+        if single_run:
+            word_end = np.concatenate((word_start[1:], [positions[-1] + 1]))
+        else:
+            run_ends = (maskable[:-1] & ~maskable[1:]).nonzero()[0] + 1
+            next_start = np.concatenate((word_start[1:], [n]))
+            word_end = np.minimum(next_start, run_ends[np.searchsorted(run_ends, word_start, side="right")])
         word_of_pos = np.cumsum(starts_mask) - 1
 
         tokens_per_word = num_maskable / num_words
         per_round = int(budget / (self.mean_span_words * tokens_per_word) * 1.3) + 2
         covered, base, drawn = 0, 0, []
         while True:
-            anchors = positions[rng.integers(0, num_maskable, per_round)]
+            anchors = positions[(rng.random(per_round) * num_maskable).astype(np.int64)]
             first_word = word_of_pos[anchors]
             if self.scheme == "span":
                 lengths = np.searchsorted(self.length_cdf, rng.random(per_round), side="right") + 1
@@ -143,14 +154,16 @@ class SpanMasker:
                 lengths = np.ones(per_round, dtype=np.int64)
             last_word = np.minimum(first_word + lengths, num_words) - 1
             span_start, span_end = word_start[first_word], word_end[last_word]
-            drawn.append((span_start, lengths, last_word - first_word + 1))
+            if return_spans:
+                drawn.append((span_start, lengths, last_word - first_word + 1))
             # expand spans to their positions, in draw order
             widths = span_end - span_start
             offsets = np.repeat(np.cumsum(widths) - widths, widths)
             pos = np.arange(widths.sum()) - offsets + np.repeat(span_start, widths)
             span_id = np.repeat(np.arange(base, base + per_round), widths)
-            fresh = maskable[pos] & (owner[pos] < 0)
-            pos, span_id = pos[fresh], span_id[fresh]
+            if base or not single_run:  # keep positions neither masked already nor unmaskable
+                fresh = maskable[pos] & (owner[pos] < 0)
+                pos, span_id = pos[fresh], span_id[fresh]
             # the earliest span covering a position owns it
             earliest = np.full(n, _NONE, dtype=np.int64)
             np.minimum.at(earliest, pos, span_id)
@@ -168,29 +181,32 @@ class SpanMasker:
             cross_pos = uniq[span_of == base + crossing]
             take = self._whole_words_within(cross_pos, word_of_pos, budget - already, rng)
             owner[cross_pos[:take]] = base + crossing
-            drawn[-1] = tuple(column[: crossing + 1] for column in drawn[-1])
+            if return_spans:
+                drawn[-1] = tuple(column[: crossing + 1] for column in drawn[-1])
             break
+        if not return_spans:
+            return owner, None
         return owner, np.concatenate([np.stack(columns, axis=1) for columns in drawn])
 
     @staticmethod
     def _whole_words_within(cross_pos, word_of_pos, remaining, rng):
         """How many leading positions of the crossing span to mask: whole words, budget in expectation."""
-        _, word_sizes = np.unique(word_of_pos[cross_pos], return_counts=True)
-        cum = np.cumsum(word_sizes)
+        words = word_of_pos[cross_pos]  # ascending
+        cum = np.concatenate(((words[1:] != words[:-1]).nonzero()[0] + 1, [len(words)]))  # tokens up to each word end
         whole = int(np.searchsorted(cum, remaining, side="right"))
         take = int(cum[whole - 1]) if whole else 0
-        if whole < len(word_sizes) and take < remaining:
-            if rng.random() < (remaining - take) / word_sizes[whole]:
+        if whole < len(cum) and take < remaining:
+            if rng.random() < (remaining - take) / (cum[whole] - take):
                 take = int(cum[whole])
         return take
 
-    def _apply(self, tokens, owner, drawn, rng):
+    def _apply(self, tokens, owner, drawn, rng, return_spans):
         n = len(tokens)
         masked = owner >= 0
         padded = np.zeros(n + 2, dtype=bool)
         padded[1:-1] = masked
-        span_start = (padded[1:] & ~padded[:-1]).nonzero()[0]  # masked[i], not masked[i - 1]
-        span_end = (padded[:-1] & ~padded[1:]).nonzero()[0]  # masked[i - 1], not masked[i]
+        edges = (padded[1:] != padded[:-1]).nonzero()[0]  # run starts and ends alternate
+        span_start, span_end = edges[0::2], edges[1::2]  # [start, end) of each merged span
         span_len = span_end - span_start
         masked_pos = masked.nonzero()[0]
         span_of_token = np.repeat(np.arange(len(span_start)), span_len)
@@ -207,12 +223,11 @@ class SpanMasker:
 
         target = np.full(n, self.pad_index, dtype=np.int64)
         target[masked_pos] = tokens[masked_pos]
-        left = np.zeros(n, dtype=np.int64)
-        right = np.zeros(n, dtype=np.int64)
-        offset = np.zeros(n, dtype=np.int64)
+        left, right, offset = np.zeros((3, n), dtype=np.int64)
         left[masked_pos] = (span_start - 1)[span_of_token]
         right[masked_pos] = span_end[span_of_token]
         offset[masked_pos] = masked_pos - left[masked_pos]
         return SpanMaskOutput(
-            source, target, left, right, offset, np.stack([span_start, span_end], axis=1), drawn
+            source, target, left, right, offset,
+            np.stack([span_start, span_end], axis=1) if return_spans else None, drawn
         )

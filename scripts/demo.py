@@ -1,0 +1,104 @@
+#!/usr/bin/env python
+"""`make demo`: the embedded corpus -> spanbert-prepare -> masked examples -> a short CPU pre-training run.
+
+Works offline with no user data: the corpus is generated from the standard
+library's docstrings. Pass --train/--valid to use your own text instead.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+BIN = os.path.dirname(sys.executable)
+
+
+def show_masked_examples(data_dir, n=2, width=60):
+    """Print a few span-masked blocks from the prepared data."""
+    from spanbert_plugin.tasks.span_masked_lm import SpanMaskedLMConfig, SpanBertMaskedLMTask
+    from spanbert_plugin.tokenization import load_tokenizer
+
+    task = SpanBertMaskedLMTask.setup_task(SpanMaskedLMConfig(data=data_dir, tokens_per_sample=128, seed=1))
+    task.load_dataset("valid")
+    ds, d, tok = task.dataset("valid"), task.dictionary, load_tokenizer(data_dir)
+    print("\n== Span-masked examples (SpanBERT masking: whole-word geometric spans, 15%) ==")
+    for i in range(min(n, len(ds))):
+        item = ds[i]
+        src, tgt = item["source"].numpy(), item["target"].numpy()
+        masked = tgt != d.pad()
+        print(f"\n-- block {i}: {len(src)} tokens, {masked.sum()} masked in "
+              f"{len(np.unique(item['span_left'].numpy()[masked]))} spans")
+        # masked tokens show as [MASK], or <token> where a span was replaced/kept
+        shown = (d[t] if not m else "[MASK]" if t == d.mask_index else f"<{d[t]}>"
+                 for t, m in zip(src[1:width], masked[1:width]))
+        print("input   :", " ".join(shown))
+        positions = np.flatnonzero(masked)
+        spans = dict.fromkeys(zip(item["span_left"].numpy()[positions], item["span_right"].numpy()[positions]))
+        for left, right in list(spans)[:4]:
+            print(f"  span {left + 1}..{right - 1}: target {tok.decode(tgt[left + 1:right])!r}, "
+                  f"boundaries {d[src[left]]!r} | {d[src[right]]!r}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", default="demo_out", help="output folder")
+    parser.add_argument("--train", help="your training text (default: the embedded corpus)")
+    parser.add_argument("--valid", help="your validation text")
+    parser.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary size")
+    parser.add_argument("--max-update", type=int, default=1200, help="pre-training updates (about 2-3 minutes on 2 cores)")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+
+    train, valid = args.train, args.valid
+    if train is None:
+        from spanbert_plugin.data.default_corpus import write_default_corpus
+
+        train, valid = os.path.join(args.out, "corpus.train.txt"), os.path.join(args.out, "corpus.valid.txt")
+        counts = write_default_corpus(train, valid)
+        print(f"== Embedded corpus: {counts['train']} train / {counts['valid']} valid documents "
+              f"(standard-library docstrings, one module per document) -> {train}")
+
+    data = os.path.join(args.out, "data")
+    prepare = [os.path.join(BIN, "spanbert-prepare"), "--train", train, "--destdir", data, "--force",
+               "--vocab-size", str(args.vocab_size)] + (["--valid", valid] if valid else [])
+    print("\n== " + " ".join(prepare))
+    subprocess.run(prepare, check=True)
+    show_masked_examples(data)
+
+    save_dir = os.path.join(args.out, "checkpoints")
+    train_cmd = [os.path.join(BIN, "fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs/pretrain"),
+                 "--config-name", "tiny_cpu", f"task.data={os.path.abspath(data)}",
+                 f"checkpoint.save_dir={os.path.abspath(save_dir)}", f"common.user_dir={os.path.join(ROOT, 'user_dir')}",
+                 f"optimization.max_update={args.max_update}", f"lr_scheduler.total_num_update={args.max_update}",
+                 "common.log_format=json", "common.log_interval=50", "checkpoint.save_interval_updates=400"]
+    print("\n== Pre-training spanbert_tiny on the CPU:\n" + " ".join(train_cmd) + "\n")
+    records = []
+    with subprocess.Popen(train_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            match = re.search(r"train_inner\W.*?(\{.*\})", line)
+            if match:
+                records.append(json.loads(match.group(1)))
+    if proc.returncode != 0:
+        sys.exit(f"demo: training failed with exit status {proc.returncode}")
+
+    print("\n== Losses (bits per masked token) over training:")
+    print(f"{'update':>7} {'mlm_loss':>9} {'sbo_loss':>9} {'mlm_acc':>8} {'sbo_acc':>8}")
+    for r in records[:: max(1, len(records) // 8)] + records[-1:]:
+        print(f"{r['num_updates']:>7} {r['mlm_loss']:>9} {r['sbo_loss']:>9} {r['mlm_acc']:>8} {r['sbo_acc']:>8}")
+    first, last = records[0], records[-1]
+    print(f"\nMLM loss {first['mlm_loss']} -> {last['mlm_loss']}, SBO loss {first['sbo_loss']} -> {last['sbo_loss']}")
+    print(f"Checkpoint: {os.path.join(save_dir, 'checkpoint_last.pt')}")
+    print("\nNext:\n"
+          f"  * continue training: rerun the command above with a larger optimization.max_update\n"
+          f"  * your own text: python scripts/demo.py --train my.txt [--valid my_valid.txt]\n"
+          f"  * full-size recipes: configs/pretrain/base.yaml and large.yaml (see README)")
+
+
+if __name__ == "__main__":
+    main()
