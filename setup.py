@@ -13,6 +13,8 @@ setup(
     entry_points={
         "console_scripts": [
             "spanbert-prepare=spanbert_plugin.prepare:cli_main",
+            "spanbert-export-hf=spanbert_plugin.hf_interop:export_cli",
+            "spanbert-import-hf=spanbert_plugin.hf_interop:import_cli",
         ]
     },
 )

@@ -17,7 +17,6 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
 
 
 def prepared_data(out):
@@ -49,6 +48,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=6, help="passes over the ~590 blocks")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out"), help="work folder")
     args = parser.parse_args()
+    torch.set_num_threads(1)
 
     from fairseq.data import MaskTokensDataset, data_utils
 

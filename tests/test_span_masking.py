@@ -151,6 +151,7 @@ def test_dataset_determinism_per_seed_epoch_index():
     again = SpanMaskedDataset(blocks, masker(word_starts), PAD, seed=7)
     again.set_epoch(1)
     assert all(torch.equal(a, again[i]["source"]) for i, a in enumerate(first))
+    assert torch.equal(first[1], again[np.int64(1)]["source"])  # fairseq passes numpy indices
     again.set_epoch(2)
     assert not any(torch.equal(a, again[i]["source"]) for i, a in enumerate(first))
     batch = ds.collater([ds[0], ds[1]])

@@ -37,7 +37,7 @@ class ItemRandom:
         self.generator = np.random.Generator(self.bit_generator)
 
     def __call__(self, seed: int, epoch: int, index: int) -> np.random.Generator:
-        high = _mix64(_mix64(_mix64(seed) ^ epoch) ^ index)
+        high = _mix64(_mix64(_mix64(int(seed)) ^ int(epoch)) ^ int(index))
         low = _mix64(high ^ 0x5851F42D4C957F2D)
         self.bit_generator.state = {
             "bit_generator": "PCG64",

@@ -83,6 +83,13 @@ class SpanBertModel(FairseqEncoderModel):
         self.apply(lambda m: init_bert_weights(m, cfg.init_std))
 
     @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=None, **kwargs):
+        """Hub interface (encode, decode, extract_features, fill_mask, heads), like RobertaModel's."""
+        from .hub_interface import load_hub_model
+
+        return load_hub_model(model_name_or_path, checkpoint_file, data_name_or_path, **kwargs)
+
+    @classmethod
     def build_model(cls, cfg, task):
         return cls(cfg, SpanBertEncoder(cfg, task.source_dictionary))
 

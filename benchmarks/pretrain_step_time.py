@@ -1,0 +1,93 @@
+#!/usr/bin/env python
+"""Training-step time: spanbert (MLM + SBO, span_bert criterion) vs fairseq's roberta (masked_lm).
+
+Same encoder size, batch, sequence length and masked tokens, one process, CPU;
+each step is forward + backward + Adam update, the two models alternate, the
+median over steps is reported.
+
+    .venv/bin/python benchmarks/pretrain_step_time.py [--layers 4 --dim 256 --heads 4 --ffn 1024 --batch 8 --seq 512]
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import torch  # noqa: E402
+
+
+def build(task_name, arch, data, args, criterion):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    cli = [data, "--task", task_name, "--arch", arch, "--criterion", criterion, "--cpu",
+           "--tokens-per-sample", str(args.seq), "--encoder-layers", str(args.layers),
+           "--encoder-embed-dim", str(args.dim), "--encoder-ffn-embed-dim", str(args.ffn),
+           "--encoder-attention-heads", str(args.heads), "--max-positions", str(args.seq)]
+    if task_name == "span_masked_lm":
+        cli += ["--user-dir", os.path.join(ROOT, "user_dir")]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
+    task = tasks.setup_task(cfg.task)
+    return task, task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, default in (("layers", 4), ("dim", 256), ("heads", 4), ("ffn", 1024), ("batch", 8), ("seq", 512), ("steps", 12)):
+        parser.add_argument(f"--{name}", type=int, default=default)
+    args = parser.parse_args()
+    from masking_throughput import prepared_data
+
+    data = prepared_data(os.path.join(ROOT, "benchmarks", "out"))
+    span_task, span_model, span_crit = build("span_masked_lm", "spanbert_base", data, args, "span_bert")
+    d = span_task.dictionary
+    # fairseq's own dictionary for roberta: same ids (sentencepiece layout: <s> <pad> </s> <unk> first)
+    fairseq_data = tempfile.mkdtemp()
+    with open(os.path.join(fairseq_data, "dict.txt"), "w", encoding="utf-8") as f:
+        for sym, cnt in zip(d.symbols[4:], d.count[4:]):
+            if sym != d.mask_word:
+                f.write(f"{sym} {max(cnt, 1)}\n")
+    rob_task, rob_model, rob_crit = build("masked_lm", "roberta_base", fairseq_data, args, "masked_lm")
+    assert len(rob_task.source_dictionary) == len(d), (len(rob_task.source_dictionary), len(d))
+
+    span_task.load_dataset("train")
+    ds = span_task.dataset("train")
+    full = [i for i in range(len(ds)) if ds.size(i) == args.seq]
+    batches = [ds.collater([ds[i] for i in full[k * args.batch:(k + 1) * args.batch]]) for k in range(args.steps + 2)]
+
+    def roberta_sample(b):
+        # same tokens, same masked positions; roberta has no SBO
+        return {"net_input": {"src_tokens": b["net_input"]["src_tokens"], "src_lengths": b["net_input"]["src_lengths"]},
+                "target": b["target"], "ntokens": b["ntokens"], "nsentences": b["nsentences"]}
+
+    runs = {"fairseq roberta + masked_lm": (rob_model, rob_crit, roberta_sample),
+            "spanbert + span_bert (MLM+SBO)": (span_model, span_crit, lambda b: b)}
+    optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, (m, _, _) in runs.items()}
+    times = {name: [] for name in runs}
+    for step, batch in enumerate(batches):
+        for name, (model, crit, to_sample) in runs.items():
+            model.train()
+            sample = to_sample(batch)
+            start = time.perf_counter()
+            loss, sample_size, _ = crit(model, sample)
+            (loss / sample_size).backward()
+            optims[name].step()
+            optims[name].zero_grad()
+            if step >= 2:  # warm-up steps not timed
+                times[name].append(time.perf_counter() - start)
+    print(f"encoder {args.layers} x {args.dim} (heads {args.heads}, FFN {args.ffn}), vocab {len(d)}, "
+          f"batch {args.batch} x {args.seq} tokens, {torch.get_num_threads()} threads, {args.steps} timed steps")
+    med = {name: statistics.median(t) for name, t in times.items()}
+    for name, m in med.items():
+        print(f"{name:32s} {m * 1000:8.1f} ms/step")
+    ratio = med["spanbert + span_bert (MLM+SBO)"] / med["fairseq roberta + masked_lm"]
+    print(f"ratio (spanbert / roberta): {ratio:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
