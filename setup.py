@@ -15,6 +15,7 @@ setup(
             "spanbert-prepare=spanbert_plugin.prepare:cli_main",
             "spanbert-export-hf=spanbert_plugin.hf_interop:export_cli",
             "spanbert-import-hf=spanbert_plugin.hf_interop:import_cli",
+            "spanbert-findanimals=spanbert_plugin.findanimals_experiment:main",
         ]
     },
 )

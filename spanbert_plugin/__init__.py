@@ -12,6 +12,6 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 from . import checkpoint_loading  # noqa: F401  (first: safe-loading allowlist)
 from .criterions import span_bert  # noqa: F401
 from .models import spanbert  # noqa: F401
-from .tasks import span_masked_lm  # noqa: F401
+from .tasks import find_animals, span_masked_lm  # noqa: F401
 
 __version__ = "0.1.0"

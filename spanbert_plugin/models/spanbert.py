@@ -108,10 +108,10 @@ class SpanBertModel(FairseqEncoderModel):
     ):
         """Features (B x T x H), class logits, or MLM/SBO logits on masked positions only."""
         x = self.encoder(src_tokens, segment_labels=segment_labels)
+        if classification_head_name is not None:  # before features_only: fairseq's sentence_prediction passes both
+            return self.classification_heads[classification_head_name](x), {}
         if features_only:
             return x, {}
-        if classification_head_name is not None:
-            return self.classification_heads[classification_head_name](x), {}
         return self.pretraining_heads(x, masked_tokens, span_left, span_right, span_offset), {}
 
     def pretraining_heads(self, features, masked_tokens=None, span_left=None, span_right=None, span_offset=None):

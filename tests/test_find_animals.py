@@ -1,0 +1,76 @@
+"""FINDANIMALS data generation and a tiny training run through fairseq-train."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import bin_path, run_cli
+from spanbert_plugin.data.find_animals import DEFAULT_ANIMALS, contains_subsequence, generate, letters_to_ids
+
+
+def _names(animal, animals=DEFAULT_ANIMALS):
+    names = np.stack([letters_to_ids(a) for a in animals])
+    return names[animal], np.array([len(animals[a]) for a in animal])
+
+
+@pytest.mark.parametrize("bias", ["uniform", "fixed", "first100"])
+def test_generated_labels_are_true(bias):
+    rng = np.random.default_rng(0)
+    animal, strings, labels, planted = generate(3000, 300, DEFAULT_ANIMALS, 0.5, bias, rng)
+    names, lengths = _names(animal)
+    contains = contains_subsequence(strings, names, lengths)
+    assert not contains[labels == 0].any(), "negatives never contain the animal"
+    assert contains[labels == 1].all(), "positives always do"
+    assert abs(labels.mean() - 0.5) < 4 * np.sqrt(0.25 / 3000)
+    pos = planted[labels == 1]
+    assert (pos[:, 1:] > pos[:, :-1]).all(), "letters planted in increasing order"
+    if bias == "fixed":
+        assert (pos == [10, 110, 210]).all()
+    elif bias == "first100":
+        assert pos.max() < 100
+    else:
+        assert pos.max() >= 250 and pos.min() < 50
+    rows = np.flatnonzero(labels == 1)
+    assert (strings[rows[:, None], pos] == names[rows]).all()
+
+
+def test_task_items_and_span_drop_only_on_letters():
+    import torch
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin  # noqa: F401
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
+        "--train-size", "64", "--test-size", "64", "--span-drop-p", "0.3", "--span-drop-gamma", "1"])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    task.load_dataset("train")
+    task.load_dataset("valid")
+    d = task.dictionary
+    train, valid = task.dataset("train"), task.dataset("valid")
+    train.set_epoch(1)
+    for i in range(64):
+        item = train[i]
+        src = item["source"].numpy()
+        assert src[0] == d.bos() and src[-1] == d.eos() and (src == d.eos()).sum() == 2
+    lengths = np.array([len(train[i]["source"]) for i in range(64)])
+    assert lengths.max() <= 306 and lengths.mean() < 306 - 30  # about 30% of the letters dropped
+    assert all(len(valid[i]["source"]) == 306 for i in range(64)), "no SpanDrop on held-out data"
+    batch = train.collater([train[i] for i in range(4)])
+    assert batch["target"].dtype == torch.long and batch["net_input"]["src_tokens"].shape[0] == 4
+
+
+def test_tiny_training_learns_above_chance(tmp_path):
+    proc = run_cli([bin_path("fairseq-train"), "--user-dir", "user_dir", "--task", "find_animals",
+                    "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--encoder-layers", "2",
+                    "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
+                    "--attention-dropout", "0", "--seq-len", "8", "--animals", "cat", "--train-size", "3000",
+                    "--test-size", "2000", "--batch-size", "64", "--optimizer", "adam", "--lr", "2e-3",
+                    "--max-update", "400", "--validate-interval", "100", "--cpu", "--num-workers", "0",
+                    "--log-format", "json", "--no-save", "--seed", "1"], timeout=600)
+    valid = [json.loads(m.group(1)) for m in re.finditer(r"valid \| (\{.*\})", proc.stdout + proc.stderr)]
+    accuracy = float(valid[-1]["valid_accuracy"])
+    # chance is 50%; 2000 held-out examples give a standard error of about 1.1 points
+    assert accuracy > 50 + 4 * 100 * np.sqrt(0.25 / 2000), accuracy
