@@ -12,11 +12,11 @@ reads it back when present.
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 import torch
+
+from .file_utils import atomic_directory
 
 SBO_WEIGHTS, SBO_CONFIG = "sbo_head.safetensors", "sbo_config.json"
 TOLERANCE = 1e-4
@@ -172,9 +172,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
                and not k.endswith("position_ids")]
     if missing or unexpected:
         raise InteropError(f"{checkpoint}: weights do not map onto BertForMaskedLM (missing {missing}, unexpected {unexpected})")
-    diffs = compare_outputs(hub, hf_model)
-    work = tempfile.mkdtemp(prefix=".spanbert-export-", dir=os.path.dirname(os.path.abspath(out_dir)) or ".")
-    try:
+    with atomic_directory(out_dir) as work:
         hf_model.save_pretrained(work, safe_serialization=True)
         save_hf_tokenizer(hub.tokenizer, d, work)
         sbo = {k: v.contiguous() for k, v in model.sbo_head.state_dict().items() if k != "weight"}
@@ -190,12 +188,6 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
         diffs = compare_outputs(hub, reloaded)
         if max(diffs.values()) > TOLERANCE:
             raise InteropError(f"export check failed: transformers and fairseq differ by {diffs} (tolerance {TOLERANCE})")
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return diffs
 
 
@@ -259,8 +251,7 @@ def import_hf(hf_dir, out_dir, force=False):
     if embed.shape[0] != len(tokenizer.vocab):
         raise InteropError(f"{hf_dir}: word embeddings have {embed.shape[0]} rows but vocab.txt has {len(tokenizer.vocab)} tokens")
 
-    work = tempfile.mkdtemp(prefix=".spanbert-import-", dir=os.path.dirname(os.path.abspath(out_dir)) or ".")
-    try:
+    with atomic_directory(out_dir) as work:
         tokenizer.save(work)
         SpanBertDictionary.from_tokenizer(tokenizer).save(os.path.join(work, "dict.txt"))
         cli = [work, "--task", "span_masked_lm", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
@@ -303,12 +294,6 @@ def import_hf(hf_dir, out_dir, force=False):
              "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}},
             os.path.join(work, "model.pt"),
         )
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return {"freshly_initialised": fresh, "ignored_hf_weights": ignored}
 
 

@@ -10,14 +10,13 @@ when everything succeeded.
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from .file_utils import atomic_directory
 from .tokenization import (
     SentencePieceTokenizer,
     TokenizerError,
@@ -122,10 +121,7 @@ def prepare(args):
         n_valid = max(1, int(round(len(train_docs) * args.valid_fraction)))
         train_docs, valid_docs, valid_empty = train_docs[:-n_valid], train_docs[-n_valid:], 0
 
-    os.makedirs(os.path.dirname(destdir) or ".", exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix=".spanbert-prepare-", dir=os.path.dirname(destdir))
-    os.chmod(workdir, 0o755)
-    try:
+    with atomic_directory(destdir) as workdir:
         tokenizer = build_tokenizer(args, workdir)
         tokenizer.save(workdir)
         vocab_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)
@@ -145,12 +141,6 @@ def prepare(args):
         SpanBertDictionary.from_tokenizer(tokenizer, counts).save(os.path.join(workdir, "dict.txt"))
         with open(os.path.join(workdir, "prepare_stats.json"), "w") as f:
             json.dump(stats, f, indent=2)
-        if os.path.exists(destdir):
-            shutil.rmtree(destdir)
-        os.replace(workdir, destdir)
-    except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise
     return stats
 
 

@@ -82,7 +82,7 @@ def _bad(args, tmp_path, expect):
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("spanbert-prepare: error:") and expect in err[0], proc.stderr
     assert not dest.exists()
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-prepare-")]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-")]
     return err[0]
 
 
