@@ -45,6 +45,7 @@ def main():
 
     data = prepared_data(os.path.join(ROOT, "benchmarks", "out"))
     span_task, span_model, span_crit = build("span_masked_lm", "spanbert_base", data, args, "span_bert")
+    mlm_only_crit = type(span_crit)(span_task, sbo_weight=0.0)
     d = span_task.dictionary
     # fairseq's own dictionary for roberta: same ids (sentencepiece layout: <s> <pad> </s> <unk> first)
     fairseq_data = tempfile.mkdtemp()
@@ -66,8 +67,9 @@ def main():
                 "target": b["target"], "ntokens": b["ntokens"], "nsentences": b["nsentences"]}
 
     runs = {"fairseq roberta + masked_lm": (rob_model, rob_crit, roberta_sample),
-            "spanbert + span_bert (MLM+SBO)": (span_model, span_crit, lambda b: b)}
-    optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, (m, _, _) in runs.items()}
+            "spanbert + span_bert (MLM+SBO)": (span_model, span_crit, lambda b: b),
+            "spanbert, --sbo-weight 0 (MLM only)": (span_model, mlm_only_crit, lambda b: b)}
+    optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, (m, _, _) in runs.items()}  # one per run
     times = {name: [] for name in runs}
     for step, batch in enumerate(batches):
         for name, (model, crit, to_sample) in runs.items():
@@ -84,9 +86,10 @@ def main():
           f"batch {args.batch} x {args.seq} tokens, {torch.get_num_threads()} threads, {args.steps} timed steps")
     med = {name: statistics.median(t) for name, t in times.items()}
     for name, m in med.items():
-        print(f"{name:32s} {m * 1000:8.1f} ms/step")
-    ratio = med["spanbert + span_bert (MLM+SBO)"] / med["fairseq roberta + masked_lm"]
-    print(f"ratio (spanbert / roberta): {ratio:.3f}x")
+        print(f"{name:36s} {m * 1000:8.1f} ms/step")
+    base = med["fairseq roberta + masked_lm"]
+    print(f"ratio (spanbert MLM+SBO / roberta): {med['spanbert + span_bert (MLM+SBO)'] / base:.3f}x; "
+          f"MLM only / roberta: {med['spanbert, --sbo-weight 0 (MLM only)'] / base:.3f}x")
 
 
 if __name__ == "__main__":

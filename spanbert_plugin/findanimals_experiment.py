@@ -53,8 +53,11 @@ def run_one(method, size, seed, args):
 
 
 def plot(rows, path, title):
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np

@@ -69,8 +69,10 @@ class SpanTokenizer:
         raise NotImplementedError
 
     def word_start_table(self) -> np.ndarray:
-        """Boolean array over the vocabulary: does this token start a word?"""
-        return np.array([self.is_word_start_piece(p) for p in self.vocab], dtype=bool)
+        """Boolean array over the vocabulary: does this token start a word? (computed once)"""
+        if getattr(self, "_word_starts", None) is None:
+            self._word_starts = np.array([self.is_word_start_piece(p) for p in self.vocab], dtype=bool)
+        return self._word_starts
 
     def special_symbols(self):
         """The vocabulary's control symbols by role (bos, pad, eos, unk, mask)."""
