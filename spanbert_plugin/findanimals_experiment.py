@@ -27,8 +27,9 @@ METHODS = {
 }
 SETTINGS = {
     # quick: finishes in under 30 minutes on 2 cores; strings of 50 letters instead of 300
-    "quick": {"sizes": [200, 1000], "seeds": [1, 2, 3], "seq_len": 50, "max_update": 1500},
-    "full": {"sizes": [200, 500, 1000, 2000, 5000, 10000], "seeds": [1, 2, 3, 4, 5], "seq_len": 300, "max_update": 10000},
+    "quick": {"sizes": [200, 1000], "seeds": [1, 2, 3], "seq_len": 50, "max_update": 1500, "animals": "cat"},
+    "full": {"sizes": [200, 500, 1000, 2000, 5000, 10000], "seeds": [1, 2, 3, 4, 5], "seq_len": 300,
+             "max_update": 10000, "animals": "cat"},
 }
 MODEL = ["--arch", "spanbert_tiny", "--encoder-layers", "3", "--encoder-embed-dim", "64",
          "--encoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4", "--attention-dropout", "0"]
@@ -39,7 +40,7 @@ def run_one(method, size, seed, args):
     cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-train"), "--user-dir", os.path.join(ROOT, "user_dir"),
            "--task", "find_animals", "--criterion", "sentence_prediction", *MODEL,
            "--max-positions", str(args.seq_len + 16), "--seq-len", str(args.seq_len),
-           "--train-size", str(size), "--test-size", str(args.test_size), "--data-seed", str(seed), "--seed", str(seed),
+           "--animals", args.animals, "--train-size", str(size), "--test-size", str(args.test_size), "--data-seed", str(seed), "--seed", str(seed),
            "--position-bias", args.position_bias, "--batch-size", "32", "--optimizer", "adam", "--lr", "1e-3",
            "--lr-scheduler", "polynomial_decay", "--warmup-updates", "50", "--total-num-update", str(args.max_update),
            "--max-update", str(args.max_update), "--validate-interval", "100000", "--cpu", "--num-workers", "0",
@@ -90,6 +91,7 @@ def main(argv=None):
     parser.add_argument("--seeds", help="comma-separated seeds (default: the setting's)")
     parser.add_argument("--seq-len", type=int, help="letters per string (default: the setting's)")
     parser.add_argument("--max-update", type=int, help="updates per run (default: the setting's)")
+    parser.add_argument("--animals", help="comma-separated animal names (default: the setting's, 'cat' as in SPEC §2.1)")
     parser.add_argument("--test-size", type=int, default=10000, help="held-out examples")
     parser.add_argument("--position-bias", default="uniform", choices=["uniform", "fixed", "first100"], help="training position bias")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel")
@@ -100,6 +102,7 @@ def main(argv=None):
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else setting["seeds"]
     args.seq_len = args.seq_len or setting["seq_len"]
     args.max_update = args.max_update or setting["max_update"]
+    args.animals = args.animals or setting["animals"]
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -112,7 +115,7 @@ def main(argv=None):
         for future in futures:
             method, size, seed = futures[future]
             error, seconds = future.result()
-            rows.append({"method": method, "train_size": size, "seed": seed, "seq_len": args.seq_len,
+            rows.append({"method": method, "train_size": size, "seed": seed, "seq_len": args.seq_len, "animals": args.animals,
                          "max_update": args.max_update, "position_bias": args.position_bias,
                          "error": round(error, 2), "seconds": round(seconds, 1)})
             bar.set_postfix_str(f"{method} n={size} seed={seed}: {error:.1f}%")
@@ -123,7 +126,7 @@ def main(argv=None):
         writer.writeheader()
         writer.writerows(rows)
     plot(rows, os.path.join(args.out, "error_vs_train_size.png"),
-         f"FINDANIMALS, n={args.seq_len}, bias={args.position_bias}, {len(seeds)} seeds")
+         f"FINDANIMALS ({args.animals}), n={args.seq_len}, bias={args.position_bias}, {len(seeds)} seeds")
     print(f"\n{'method':>14} " + " ".join(f"{s:>12}" for s in sizes))
     for method in methods:
         cells = []
