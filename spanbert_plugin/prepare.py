@@ -99,7 +99,8 @@ def binarize(documents, tokenizer, prefix, vocab_size, desc, batch_lines=2048):
 
 
 def _flush(builder, pieces, counts):
-    tokens = np.fromiter((t for piece in pieces for t in piece), dtype=np.int64)
+    # one conversion per line, not per token
+    tokens = np.concatenate([np.asarray(p, dtype=np.int64) for p in pieces]) if pieces else np.zeros(0, np.int64)
     builder.add_item(torch.from_numpy(tokens))
     counts += np.bincount(tokens, minlength=len(counts))[: len(counts)]
     return len(tokens)

@@ -8,11 +8,12 @@ segments, no sentence pairs).
 """
 import numpy as np
 import torch
-from fairseq.data import FairseqDataset
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
+from .sized_dataset import SizedDataset
 
-class DocumentBlockDataset(FairseqDataset):
+
+class DocumentBlockDataset(SizedDataset):
     """Framed blocks ``[bos] doc[s:s+block_size] [eos]`` over a dataset of documents."""
 
     def __init__(self, documents, doc_sizes, block_size: int, bos: int, eos: int):
@@ -48,16 +49,6 @@ class DocumentBlockDataset(FairseqDataset):
 
     def __len__(self):
         return len(self.block_doc)
-
-    @property
-    def sizes(self):
-        return self._sizes
-
-    def num_tokens(self, index):
-        return self._sizes[index]
-
-    def size(self, index):
-        return self._sizes[index]
 
     @property
     def supports_prefetch(self):

@@ -11,7 +11,9 @@ import string
 
 import numpy as np
 import torch
-from fairseq.data import FairseqDataset, data_utils
+from fairseq.data import data_utils
+
+from .sized_dataset import SizedDataset
 
 LETTERS = string.ascii_lowercase
 DEFAULT_ANIMALS = ("cat", "dog", "cow", "pig", "owl", "bee", "ant", "bat", "elk", "fox", "rat", "eel", "yak", "emu")
@@ -72,7 +74,7 @@ def generate(num, seq_len, animals, positive_ratio, position_bias, rng):
     return animal, strings, labels, planted
 
 
-class FindAnimalsDataset(FairseqDataset):
+class FindAnimalsDataset(SizedDataset):
     """Items "[CLS] animal [SEP] letters [SEP]" with a binary label; the letters are droppable."""
 
     def __init__(self, dictionary, animals, animal, strings, labels, planted):
@@ -100,16 +102,6 @@ class FindAnimalsDataset(FairseqDataset):
 
     def __len__(self):
         return len(self.labels)
-
-    @property
-    def sizes(self):
-        return self._sizes
-
-    def num_tokens(self, index):
-        return self._sizes[index]
-
-    def size(self, index):
-        return self._sizes[index]
 
     def collater(self, samples):
         if not samples:
