@@ -16,6 +16,12 @@ setup(
             "spanbert-export-hf=spanbert_plugin.hf_interop:export_cli",
             "spanbert-import-hf=spanbert_plugin.hf_interop:import_cli",
             "spanbert-findanimals=spanbert_plugin.findanimals_experiment:main",
+            "spanbert-prepare-qa=spanbert_plugin.cli.prepare_qa:main",
+            "spanbert-predict-qa=spanbert_plugin.cli.predict_qa:main",
+            "spanbert-prepare-re=spanbert_plugin.cli.prepare_re:main",
+            "spanbert-predict-re=spanbert_plugin.cli.predict_re:main",
+            "spanbert-prepare-classification=spanbert_plugin.cli.prepare_classification:main",
+            "spanbert-predict-classification=spanbert_plugin.cli.predict_classification:main",
         ]
     },
 )

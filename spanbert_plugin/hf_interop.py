@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from .file_utils import atomic_directory
+from .file_utils import OutputError, atomic_directory, check_destination
 
 SBO_WEIGHTS, SBO_CONFIG = "sbo_head.safetensors", "sbo_config.json"
 TOLERANCE = 1e-4
@@ -159,8 +159,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
 
     from .models.hub_interface import load_hub_model
 
-    if os.path.exists(out_dir) and not force:
-        raise InteropError(f"{out_dir}: exists; pass --force to overwrite it")
+    check_destination(out_dir, "spanbert-export-hf", [checkpoint] + ([data] if data else []), force, "--out")
     if not os.path.isfile(checkpoint):
         raise InteropError(f"{checkpoint}: no such checkpoint")
     hub = load_hub_model(os.path.dirname(os.path.abspath(checkpoint)), os.path.abspath(checkpoint), data)
@@ -172,7 +171,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
                and not k.endswith("position_ids")]
     if missing or unexpected:
         raise InteropError(f"{checkpoint}: weights do not map onto BertForMaskedLM (missing {missing}, unexpected {unexpected})")
-    with atomic_directory(out_dir) as work:
+    with atomic_directory(out_dir, "spanbert-export-hf", [checkpoint] + ([data] if data else []), force, "--out") as work:
         hf_model.save_pretrained(work, safe_serialization=True)
         save_hf_tokenizer(hub.tokenizer, d, work)
         sbo = {k: v.contiguous() for k, v in model.sbo_head.state_dict().items() if k != "weight"}
@@ -231,8 +230,7 @@ def import_hf(hf_dir, out_dir, force=False):
     from .data.dictionary import SpanBertDictionary
     from .tokenization import WordPieceTokenizer, TokenizerError
 
-    if os.path.exists(out_dir) and not force:
-        raise InteropError(f"{out_dir}: exists; pass --force to overwrite it")
+    check_destination(out_dir, "spanbert-import-hf", [hf_dir], force, "--out")
     config, weights, vocab_path = _read_hf_dir(hf_dir)
     try:
         lowercase = False
@@ -251,7 +249,7 @@ def import_hf(hf_dir, out_dir, force=False):
     if embed.shape[0] != len(tokenizer.vocab):
         raise InteropError(f"{hf_dir}: word embeddings have {embed.shape[0]} rows but vocab.txt has {len(tokenizer.vocab)} tokens")
 
-    with atomic_directory(out_dir) as work:
+    with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
         tokenizer.save(work)
         SpanBertDictionary.from_tokenizer(tokenizer).save(os.path.join(work, "dict.txt"))
         cli = [work, "--task", "span_masked_lm", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
@@ -307,7 +305,7 @@ def export_cli(argv=None):
     args = parser.parse_args(argv)
     try:
         diffs = export_hf(args.checkpoint, args.out, args.data, args.force)
-    except (InteropError, FileNotFoundError) as err:
+    except (InteropError, FileNotFoundError, OutputError) as err:
         print(f"spanbert-export-hf: error: {err}", file=sys.stderr)
         return 1
     print(f"spanbert-export-hf: wrote {args.out}; transformers vs fairseq max |diff|: "
@@ -324,7 +322,7 @@ def import_cli(argv=None):
     args = parser.parse_args(argv)
     try:
         report = import_hf(args.hf, args.out, args.force)
-    except InteropError as err:
+    except (InteropError, OutputError) as err:
         print(f"spanbert-import-hf: error: {err}", file=sys.stderr)
         return 1
     print(f"spanbert-import-hf: wrote {args.out}/model.pt")

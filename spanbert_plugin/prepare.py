@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .file_utils import atomic_directory
+from .file_utils import OutputError, atomic_directory, check_destination
 from .tokenization import (
     SentencePieceTokenizer,
     TokenizerError,
@@ -111,8 +111,8 @@ def prepare(args):
     from .data.dictionary import SpanBertDictionary
 
     destdir = os.path.abspath(args.destdir)
-    if os.path.exists(destdir) and not args.force:
-        raise PrepareError(f"{args.destdir}: destination exists; pass --force to overwrite it")
+    inputs = [p for p in (args.train, args.valid, args.wordpiece_vocab) if p]
+    check_destination(args.destdir, "spanbert-prepare", inputs, args.force)
     train_docs, train_empty = read_documents(args.train)
     if args.valid:
         valid_docs, valid_empty = read_documents(args.valid)
@@ -122,7 +122,7 @@ def prepare(args):
         n_valid = max(1, int(round(len(train_docs) * args.valid_fraction)))
         train_docs, valid_docs, valid_empty = train_docs[:-n_valid], train_docs[-n_valid:], 0
 
-    with atomic_directory(destdir) as workdir:
+    with atomic_directory(destdir, "spanbert-prepare", inputs, args.force) as workdir:
         tokenizer = build_tokenizer(args, workdir)
         tokenizer.save(workdir)
         vocab_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)
@@ -168,7 +168,7 @@ def cli_main(argv=None):
     args = get_parser().parse_args(argv)
     try:
         stats = prepare(args)
-    except (PrepareError, TokenizerError) as err:
+    except (PrepareError, TokenizerError, OutputError) as err:
         print(f"spanbert-prepare: error: {err}", file=sys.stderr)
         return 1
     print(f"spanbert-prepare: wrote {args.destdir}: " + json.dumps(stats))
