@@ -9,9 +9,15 @@ import logging
 # fairseq logs an install hint for an unused speech task at import; keep CLIs' output clean
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
-from . import checkpoint_loading  # noqa: F401  (first: safe-loading allowlist)
-from .criterions import span_bert  # noqa: F401
-from .models import spanbert  # noqa: F401
-from .tasks import find_animals, span_masked_lm  # noqa: F401
+from . import checkpoint_loading  # noqa: F401,E402  (first: safe-loading allowlist)
+from .errors import install_excepthook  # noqa: E402
+
+install_excepthook()
+
+# Registered components, one import per line.
+from .criterions import span_bert  # noqa: F401,E402
+from .models import spanbert  # noqa: F401,E402
+from .tasks import find_animals  # noqa: F401,E402
+from .tasks import span_masked_lm  # noqa: F401,E402
 
 __version__ = "0.1.0"

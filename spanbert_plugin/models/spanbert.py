@@ -80,6 +80,7 @@ class SpanBertModel(FairseqEncoderModel):
         self.lm_head = MaskedLMHead(cfg.encoder_embed_dim, embed, eps)
         self.sbo_head = SpanBoundaryHead(cfg.encoder_embed_dim, embed, cfg.sbo_position_slots, cfg.sbo_position_dim, eps)
         self.classification_heads = nn.ModuleDict()
+        self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
         self.apply(lambda m: init_bert_weights(m, cfg.init_std))
 
     @classmethod
@@ -104,10 +105,14 @@ class SpanBertModel(FairseqEncoderModel):
         span_offset: Optional[torch.Tensor] = None,
         features_only: bool = False,
         classification_head_name: Optional[str] = None,
+        qa: bool = False,
         **unused,
     ):
-        """Features (B x T x H), class logits, or MLM/SBO logits on masked positions only."""
+        """Features (B x T x H), class logits, QA (start, end) logits, or MLM/SBO logits on masked positions."""
         x = self.encoder(src_tokens, segment_labels=segment_labels)
+        if qa:
+            start, end = self.qa_outputs(x).unbind(dim=-1)
+            return (start, end), {}
         if classification_head_name is not None:  # before features_only: fairseq's sentence_prediction passes both
             return self.classification_heads[classification_head_name](x), {}
         if features_only:
@@ -137,10 +142,21 @@ class SpanBertModel(FairseqEncoderModel):
         self.classification_heads[name] = ClassificationHead(dim, inner_dim or dim, num_classes, self.cfg.pooler_dropout)
         self.classification_heads[name].apply(lambda m: init_bert_weights(m, self.cfg.init_std))
 
+    def register_qa_head(self):
+        """Add the extractive-QA head: one linear layer to start and end logits (HF ``qa_outputs``)."""
+        if self.qa_outputs is None:
+            self.qa_outputs = nn.Linear(self.cfg.encoder_embed_dim, 2)
+            init_bert_weights(self.qa_outputs, self.cfg.init_std)
+
     def upgrade_state_dict_named(self, state_dict, name):
-        """Create classification heads found in a checkpoint; keep new heads' fresh weights."""
+        """Create task heads found in a checkpoint; keep new heads' fresh weights."""
         super().upgrade_state_dict_named(state_dict, name)
         prefix = name + "." if name else ""
+        if prefix + "qa_outputs.weight" in state_dict:
+            self.register_qa_head()
+        if self.qa_outputs is not None:
+            for sub, value in self.qa_outputs.state_dict().items():
+                state_dict.setdefault(f"{prefix}qa_outputs.{sub}", value)
         for key in list(state_dict.keys()):
             if key.startswith(prefix + "classification_heads.") and key.endswith(".out_proj.weight"):
                 head = key[len(prefix + "classification_heads.") : -len(".out_proj.weight")]

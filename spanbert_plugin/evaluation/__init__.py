@@ -1,0 +1,1 @@
+"""Evaluation metrics, testable without a model (official SQuAD definitions, classification, relations)."""

@@ -1,0 +1,1 @@
+"""Extractive QA: data preparation (windows), post-processing and the on-disk format they share."""

@@ -1,0 +1,95 @@
+"""The on-disk format of a prepared extractive-QA split, shared by prepare, training and prediction.
+
+A split ``S`` of a ``spanbert-prepare-qa`` folder is:
+
+* ``S.bin``/``S.idx``: one fairseq item per window, ``[CLS] question [SEP] passage window [SEP]``;
+* ``S.windows.npz``: per-window and per-passage-token arrays (``QASplit`` fields below);
+* ``S.questions.jsonl``: one object per question, in order: ``id``, ``question``,
+  ``context_index``, ``answers`` (gold texts; [] when unanswerable), ``is_impossible``;
+* ``S.contexts.jsonl``: one JSON string per line, the original passage texts;
+* ``S.meta.json``: ``format`` (squad1, squad2 or mrqa) and ``with_negative``
+  (unanswerable questions possible: SQuAD 2.0 rules apply).
+
+Windows of one question are consecutive and questions keep the input order,
+so ``question_index`` is sorted. Passage tokens of window ``w`` sit at token
+positions ``passage_offset[w] + k`` for ``k < token_offsets[w+1] - token_offsets[w]``;
+their character spans in the context are ``[char_start, char_end)``.
+"""
+import json
+import os
+from dataclasses import dataclass, field
+from typing import List
+
+import numpy as np
+
+ARRAYS = ("question_index", "start_positions", "end_positions", "passage_offset",
+          "token_offsets", "char_start", "char_end", "max_context")
+
+
+@dataclass
+class QASplit:
+    """Windows of one split and what post-processing needs to turn logits into answers."""
+
+    question_index: np.ndarray  # [W] int64, sorted: the window's question
+    start_positions: np.ndarray  # [W] int64 training label (0 = [CLS]: no answer in the window)
+    end_positions: np.ndarray  # [W] int64
+    passage_offset: np.ndarray  # [W] int64 token position of the first passage token
+    token_offsets: np.ndarray  # [W + 1] int64 slices of the per-passage-token arrays
+    char_start: np.ndarray  # [N] int64 character start of each passage token in its context
+    char_end: np.ndarray  # [N] int64 character end (exclusive)
+    max_context: np.ndarray  # [N] bool: the token has its maximum context in this window
+    questions: List[dict] = field(default_factory=list)
+    contexts: List[str] = field(default_factory=list)
+    format: str = "squad1"
+    with_negative: bool = False
+
+    @property
+    def num_windows(self) -> int:
+        return len(self.question_index)
+
+    @property
+    def num_questions(self) -> int:
+        return len(self.questions)
+
+    def passage_lengths(self) -> np.ndarray:
+        """Passage tokens per window."""
+        return np.diff(self.token_offsets)
+
+    def windows_of(self, question: int) -> slice:
+        """The consecutive windows of one question."""
+        lo, hi = np.searchsorted(self.question_index, [question, question + 1])
+        return slice(int(lo), int(hi))
+
+    def question_bounds(self) -> np.ndarray:
+        """[Q + 1] window offsets: windows of question q are bounds[q]:bounds[q+1]."""
+        return np.searchsorted(self.question_index, np.arange(self.num_questions + 1))
+
+    def save(self, folder: str, split: str) -> None:
+        """Write the npz, questions, contexts and meta files of ``split`` (not the token binaries)."""
+        prefix = os.path.join(folder, split)
+        np.savez(prefix + ".windows.npz", **{name: getattr(self, name) for name in ARRAYS})
+        with open(prefix + ".questions.jsonl", "w", encoding="utf-8") as f:
+            for q in self.questions:
+                f.write(json.dumps(q, ensure_ascii=False) + "\n")
+        with open(prefix + ".contexts.jsonl", "w", encoding="utf-8") as f:
+            for c in self.contexts:
+                f.write(json.dumps(c, ensure_ascii=False) + "\n")
+        with open(prefix + ".meta.json", "w") as f:
+            json.dump({"format": self.format, "with_negative": self.with_negative}, f, indent=2)
+
+    @classmethod
+    def load(cls, folder: str, split: str) -> "QASplit":
+        """Read a split written by ``save``."""
+        prefix = os.path.join(folder, split)
+        if not os.path.isfile(prefix + ".windows.npz"):
+            raise FileNotFoundError(f"{prefix}.windows.npz: no such file (not a spanbert-prepare-qa split {split!r})")
+        with np.load(prefix + ".windows.npz") as arrays:
+            values = {name: arrays[name] for name in ARRAYS}
+        with open(prefix + ".questions.jsonl", encoding="utf-8") as f:
+            questions = [json.loads(line) for line in f]
+        with open(prefix + ".contexts.jsonl", encoding="utf-8") as f:
+            contexts = [json.loads(line) for line in f]
+        with open(prefix + ".meta.json") as f:
+            meta = json.load(f)
+        return cls(**values, questions=questions, contexts=contexts, format=meta["format"],
+                   with_negative=bool(meta["with_negative"]))
