@@ -1,0 +1,81 @@
+"""Per-question answers and scores, shared by validation and ``spanbert-predict-qa``.
+
+Validation scores a batch of whole questions at a time and keeps one record
+per question (its index, exact match, F1, null odds, ...); the summary of all
+records equals the official evaluation of the whole split, which
+``spanbert-predict-qa`` runs on the same predictions.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..evaluation.squad import best_threshold, exact_match, f1, normalize_answer
+from .postprocess import postprocess
+from .windows import QASplit
+
+# Official v2.0 script default: a question whose na-prob exceeds this is scored as "no answer".
+OFFICIAL_NA_PROB_THRESHOLD = 1.0
+RECORD_FIELDS = ("question", "exact", "f1", "has_answer", "null_odds", "nonempty")
+
+
+@dataclass
+class AnswerOptions:
+    n_best: int = 20
+    max_answer_length: int = 30
+    null_threshold: float = 0.0
+
+
+def rules_of(split: QASplit) -> str:
+    """SQuAD 2.0 rules where unanswerable questions exist, v1.1 rules otherwise (SQuAD 1.1, MRQA)."""
+    return "v2" if split.with_negative else "v1"
+
+
+def gold_answers(answers, rules):
+    """The gold texts a prediction is compared with (v2: drop golds that normalise to empty; none -> "")."""
+    if rules == "v2":
+        answers = [a for a in answers if normalize_answer(a)]
+    return answers or [""]
+
+
+def score_windows(split: QASplit, window_ids, start_logits, end_logits, options: AnswerOptions):
+    """Answer the questions whose windows are given; return (QAPredictions, records array [n, 6])."""
+    result = postprocess(split, np.asarray(window_ids), start_logits, end_logits, n_best=options.n_best,
+                         max_answer_length=options.max_answer_length, null_threshold=options.null_threshold)
+    rules = rules_of(split)
+    questions = np.unique(split.question_index[np.asarray(window_ids)])
+    records = np.zeros((len(questions), len(RECORD_FIELDS)), dtype=np.float64)
+    for row, q in enumerate(questions):
+        question = split.questions[q]
+        prediction = result.predictions[question["id"]]
+        golds = gold_answers(question["answers"], rules)
+        records[row] = (
+            q,
+            max(exact_match(prediction, g) for g in golds),
+            max(f1(prediction, g, rules=rules) for g in golds),
+            bool(normalize_answer(golds[0])) if rules == "v2" else True,
+            result.null_odds.get(question["id"], 0.0) if split.with_negative else 0.0,
+            bool(prediction),
+        )
+    return result, records
+
+
+def summarize(records: np.ndarray, with_negative: bool) -> dict:
+    """Validation metrics (percent) from the records of every question of a split."""
+    if len(records) == 0:
+        return {}
+    records = records[np.argsort(records[:, 0], kind="stable")]  # question order, as the official search
+    exact, f1_, has_answer, null_odds, nonempty = (records[:, i] for i in range(1, 6))
+    if not with_negative:
+        return {"em": 100 * exact.mean(), "f1": 100 * f1_.mean()}
+    has_answer = has_answer.astype(bool)
+    as_null = null_odds > OFFICIAL_NA_PROB_THRESHOLD
+    exact = np.where(as_null, ~has_answer, exact).astype(float)
+    f1_ = np.where(as_null, ~has_answer, f1_).astype(float)
+    out = {"em": 100 * exact.mean(), "f1": 100 * f1_.mean()}
+    if has_answer.any():
+        out["has_ans_f1"] = 100 * f1_[has_answer].mean()
+    if (~has_answer).any():
+        out["no_ans_f1"] = 100 * f1_[~has_answer].mean()
+    raw_f1 = records[:, 2]
+    out["best_f1"], out["best_f1_thresh"] = best_threshold(null_odds, raw_f1, has_answer, nonempty.astype(bool))
+    return out

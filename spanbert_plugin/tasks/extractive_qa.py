@@ -1,0 +1,101 @@
+"""The ``extractive_qa`` task: SQuAD 1.1 / 2.0 and MRQA fine-tuning on ``spanbert-prepare-qa`` data.
+
+The model gets a QA head (one linear layer to start and end logits, HF's
+``qa_outputs``) on top of the encoder; a checkpoint pre-trained here or
+imported with ``spanbert-import-hf`` is loaded with ``--finetune-from-model``.
+Training windows are shuffled each epoch; evaluation batches hold whole
+questions so that validation EM/F1 are computed over whole questions, exactly
+as ``spanbert-predict-qa`` computes them.
+"""
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq.data import data_utils
+from fairseq.dataclass import FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II
+
+from ..data.dictionary import SpanBertDictionary
+from ..data.qa_dataset import ExtractiveQADataset
+from ..errors import UsageError
+from ..qa.windows import QASplit
+
+logger = logging.getLogger(__name__)
+QA_CONFIG = "qa_config.json"
+
+
+@dataclass
+class ExtractiveQAConfig(FairseqDataclass):
+    data: str = field(default="", metadata={"help": "spanbert-prepare-qa output folder"})
+    seed: int = II("common.seed")
+
+
+@register_task("extractive_qa", dataclass=ExtractiveQAConfig)
+class ExtractiveQATask(FairseqTask):
+    """Extractive QA fine-tuning (SPEC §1.4): start/end classifiers over the encoder output."""
+
+    cfg: ExtractiveQAConfig
+
+    def __init__(self, cfg: ExtractiveQAConfig, dictionary: SpanBertDictionary, qa_config: dict):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+        self.qa_config = qa_config
+        self._splits = {}
+
+    @classmethod
+    def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs):
+        if not cfg.data:
+            raise UsageError("extractive_qa needs a data folder (spanbert-prepare-qa --destdir)")
+        cfg.data = os.path.abspath(cfg.data)  # checkpoints then work from any directory
+        config_path = os.path.join(cfg.data, QA_CONFIG)
+        dict_path = os.path.join(cfg.data, "dict.txt")
+        for path in (config_path, dict_path):
+            if not os.path.isfile(path):
+                raise UsageError(f"{path}: no such file; {cfg.data} is not a spanbert-prepare-qa folder")
+        with open(config_path) as f:
+            qa_config = json.load(f)
+        return cls(cfg, SpanBertDictionary.load(dict_path), qa_config)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if not hasattr(model, "register_qa_head"):
+            raise UsageError(f"extractive_qa needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
+        model.register_qa_head()
+        longest = int(self.qa_config.get("max_seq_length", 0))
+        if longest > model.max_positions():
+            raise UsageError(
+                f"{self.cfg.data}: windows of up to {longest} tokens exceed the model's {model.max_positions()} positions; "
+                "prepare the data again with a smaller --max-seq-length"
+            )
+        return model
+
+    def qa_split(self, split: str) -> QASplit:
+        """The metadata of a prepared split (windows, offsets, questions, contexts), loaded once."""
+        if split not in self._splits:
+            self._splits[split] = QASplit.load(self.cfg.data, split)
+        return self._splits[split]
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        prefix = os.path.join(self.cfg.data, split)
+        windows = data_utils.load_indexed_dataset(prefix, self.dictionary, "mmap")
+        if windows is None:
+            raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
+        qa = self.qa_split(split)
+        is_train = split.startswith("train")  # training subsets shuffle windows; others keep questions whole
+        self.datasets[split] = ExtractiveQADataset(
+            windows, qa, split, self.dictionary.pad(), group_questions=not is_train, shuffle=is_train, seed=self.cfg.seed
+        )
+        logger.info(f"{prefix}: {qa.num_questions} questions, {qa.num_windows} windows ({qa.format})")
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+    def max_positions(self):
+        return int(self.qa_config.get("max_seq_length", 512))
