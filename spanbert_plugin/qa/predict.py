@@ -1,0 +1,127 @@
+"""Answer every question of a prepared split with a fine-tuned checkpoint; write the official files.
+
+Batches are built exactly as at validation (whole questions per batch, the
+checkpoint's validation batch size unless overridden), so the EM/F1 written
+here equal the ones fairseq-train logged for the same checkpoint.
+"""
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..errors import UsageError
+from ..file_utils import atomic_directory, check_destination
+from .scoring import AnswerOptions, rules_of
+
+COMMAND = "spanbert-predict-qa"
+
+
+def load_qa_checkpoint(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
+    """(model, task, cfg) of an extractive_qa checkpoint; ``data`` overrides the prepared folder."""
+    from fairseq import checkpoint_utils
+
+    from ..models.hub_interface import USER_DIR
+
+    if not os.path.isfile(checkpoint):
+        raise UsageError(f"--checkpoint {checkpoint}: no such file")
+    overrides = {"user_dir": USER_DIR}
+    if data:
+        overrides["data"] = os.path.abspath(data)
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    if getattr(cfg.task, "_name", None) != "extractive_qa":
+        raise UsageError(f"--checkpoint {checkpoint}: not an extractive_qa checkpoint (its task is {cfg.task._name})")
+    model = models[0].eval()
+    if torch.cuda.is_available() and not cpu:
+        model = model.cuda()
+    return model, task, cfg
+
+
+@dataclass
+class SplitLogits:
+    """Start/end logits of every window of a split, padded to the longest window."""
+
+    window_ids: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+
+@torch.no_grad()
+def split_logits(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> SplitLogits:
+    """Run the model over every window of ``split`` in validation batches (whole questions)."""
+    from ..criterions.extractive_qa import qa_logits
+
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    iterator = task.get_batch_iterator(
+        dataset=dataset,
+        max_tokens=max_tokens if max_tokens is not None else cfg.dataset.max_tokens_valid,
+        max_sentences=batch_size if batch_size is not None else cfg.dataset.batch_size_valid,
+        max_positions=model.max_positions(),
+        ignore_invalid_inputs=False,
+        required_batch_size_multiple=1,
+        seed=cfg.common.seed,
+    ).next_epoch_itr(shuffle=False)
+    width = int(dataset.sizes.max()) if len(dataset) else 0
+    start = np.full((len(dataset), width), np.finfo(np.float32).min, dtype=np.float32)
+    end = start.copy()
+    seen = np.zeros(len(dataset), dtype=bool)
+    device = next(model.parameters()).device
+    for sample in tqdm(iterator, desc=f"predict {split}", unit="batch", disable=None):
+        sample = _to(sample, device)
+        s, e = qa_logits(model, sample)
+        ids = sample["id"].cpu().numpy()
+        start[ids, : s.size(1)] = s.cpu().numpy()
+        end[ids, : e.size(1)] = e.cpu().numpy()
+        seen[ids] = True
+    if not seen.all():
+        raise RuntimeError(f"split {split!r}: {int((~seen).sum())} windows were not evaluated")
+    return SplitLogits(np.arange(len(dataset)), start, end)
+
+
+def _to(sample, device):
+    from fairseq import utils
+
+    return utils.apply_to_sample(lambda t: t.to(device), sample)
+
+
+def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=False, batch_size=None,
+                  max_tokens=None, cpu=False):
+    """Write predictions.json, null_odds.json (SQuAD 2.0), nbest_predictions.json and eval.json to ``out``."""
+    from ..evaluation.squad import evaluate
+    from .postprocess import postprocess
+
+    inputs = [checkpoint] + ([data] if data else [])
+    check_destination(out, COMMAND, inputs, force, "--out")
+    model, task, cfg = load_qa_checkpoint(checkpoint, data, cpu)
+    qa = task.qa_split(split)
+    logits = split_logits(model, task, cfg, split, batch_size, max_tokens)
+    result = postprocess(qa, logits.window_ids, logits.start, logits.end, n_best=options.n_best,
+                         max_answer_length=options.max_answer_length, null_threshold=options.null_threshold)
+    missing = [q["id"] for q in qa.questions if q["id"] not in result.predictions]
+    if missing:
+        raise RuntimeError(f"split {split!r}: {len(missing)} questions got no prediction (first: {missing[0]})")
+    predictions = {q["id"]: result.predictions[q["id"]] for q in qa.questions}
+    null_odds = {q["id"]: float(result.null_odds[q["id"]]) for q in qa.questions} if qa.with_negative else None
+    scores = evaluate(qa.questions, predictions, na_probs=null_odds, rules=rules_of(qa))
+    with atomic_directory(out, COMMAND, inputs, force, "--out") as work:
+        _dump(os.path.join(work, "predictions.json"), predictions)
+        if null_odds is not None:
+            _dump(os.path.join(work, "null_odds.json"), null_odds)
+        _dump(os.path.join(work, "nbest_predictions.json"), {q["id"]: result.nbest[q["id"]] for q in qa.questions})
+        _dump(os.path.join(work, "eval.json"), scores)
+    return scores
+
+
+def _dump(path, value):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, ensure_ascii=False, indent=2, default=_plain)
+
+
+def _plain(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
