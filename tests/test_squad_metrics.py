@@ -1,0 +1,154 @@
+"""SQuAD v1.1 / v2.0 metrics on cases worked out by hand, and the real SQuAD 1.1 dev quirks."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from spanbert_plugin.evaluation.squad import best_threshold, evaluate, exact_match, f1, normalize_answer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
+
+
+def test_normalize_answer():
+    # lower-case; punctuation removed (so "brown-fox" joins); a/an/the removed as words only
+    assert normalize_answer("  The Quick,  brown-fox! An apple a day ") == "quick brownfox apple day"
+    assert normalize_answer("The theater and Anna") == "theater and anna"
+    assert normalize_answer("tab\tand\nnewline") == "tab and newline"
+    assert normalize_answer("a") == ""
+    assert normalize_answer("(the) .") == ""
+
+
+def test_exact_match():
+    assert exact_match("the Denver Broncos!", "Denver broncos") == 1
+    assert exact_match("Denver", "Denver Broncos") == 0
+    assert exact_match("", "the .") == 1  # both normalise to ""
+
+
+def test_partial_overlap_f1():
+    # pred tokens [big, red, dog, barked] (4), gold [red, dog] (2), 2 in common:
+    # P = 2/4, R = 2/2, F1 = 2 * 0.5 * 1 / 1.5 = 2/3
+    assert f1("the big red dog barked", "a red dog") == pytest.approx(2 / 3)
+    # repeated tokens count by multiset: pred {dog: 2, cat: 1}, gold {dog: 1, cat: 2}, common 1 + 1 = 2;
+    # P = 2/3, R = 2/3, F1 = 2/3
+    assert f1("dog dog cat", "dog cat cat") == pytest.approx(2 / 3)
+    # pred [1999], gold [in, 1999]: P = 1, R = 1/2, F1 = 2 * 0.5 / 1.5 = 2/3
+    assert f1("1999", "in 1999", rules="v2") == pytest.approx(2 / 3)
+    assert f1("Paris", "London") == 0.0
+
+
+def test_empty_answers_v1_vs_v2():
+    assert f1("", "", rules="v1") == 0.0  # no common token
+    assert f1("the", ".", rules="v1") == 0.0
+    assert f1("", "", rules="v2") == 1.0  # int(gold_toks == pred_toks)
+    assert f1("the", ".", rules="v2") == 1.0
+    assert f1("", "Paris", rules="v2") == 0.0
+    assert f1("Paris", "", rules="v2") == 0.0
+    with pytest.raises(ValueError):
+        f1("a", "b", rules="v3")
+
+
+def test_evaluate_v1_several_golds_empty_gold_and_missing():
+    questions = [
+        {"id": "q1", "answers": ["Denver Broncos", "the Denver Broncos"]},
+        {"id": "q2", "answers": ["."]},  # normalises to "" (like 3 golds of SQuAD 1.1 dev)
+        {"id": "q3", "answers": ["Santa Clara"]},
+        {"id": "q4", "answers": ["seven", "7", "seven times"]},
+    ]
+    predictions = {"q1": "Broncos", "q2": "", "q4": "seven times"}  # q3 missing
+    # q1: EM 0; F1: [broncos] vs [denver, broncos]: P = 1, R = 1/2, F1 = 2/3 (both golds alike)
+    # q2: EM 1 ("" == ""), F1 0 under v1 (no common token)
+    # q3: missing, 0 and 0
+    # q4: EM 1 against "seven times"; F1 1 (max over the golds)
+    result = evaluate(questions, predictions)
+    assert result["total"] == 4 and result["missing"] == 1
+    assert result["exact"] == pytest.approx(100 * 2 / 4)
+    assert result["exact_match"] == result["exact"]
+    assert result["f1"] == pytest.approx(100 * (2 / 3 + 1) / 4)
+
+    # v2 drops the "." gold of q2: gold becomes "", F1 of two empties is 1; q2 still HasAns
+    result = evaluate(questions, predictions, rules="v2")
+    assert result["exact"] == pytest.approx(100 * 2 / 4)
+    assert result["f1"] == pytest.approx(100 * (2 / 3 + 1 + 1) / 4)
+    assert result["HasAns_total"] == 4 and "NoAns_total" not in result and result["missing"] == 1
+
+
+def test_v1_needs_gold_answers():
+    with pytest.raises(ValueError, match="q0"):
+        evaluate([{"id": "q0", "answers": []}], {"q0": ""})
+
+
+V2_QUESTIONS = [
+    {"id": "a", "answers": ["Paris"]},
+    {"id": "b", "answers": ["in 1999", "1999."]},
+    {"id": "c", "answers": []},
+    {"id": "d", "answers": []},
+]
+V2_PREDICTIONS = {"a": "Paris", "b": "1999", "c": "", "d": "London"}
+V2_NA_PROBS = {"a": 0.2, "b": 0.6, "c": 0.9, "d": 0.4}
+
+
+def test_evaluate_v2_unanswerable_and_threshold():
+    # raw scores: a EM 1 F1 1; b EM 1 ("1999." normalises to "1999") F1 1; c EM 1 F1 1 (both empty);
+    # d EM 0 F1 0
+    result = evaluate(V2_QUESTIONS, V2_PREDICTIONS, rules="v2")
+    assert result == pytest.approx({"exact": 75.0, "f1": 75.0, "total": 4, "HasAns_exact": 100.0,
+                                    "HasAns_f1": 100.0, "HasAns_total": 2, "NoAns_exact": 50.0,
+                                    "NoAns_f1": 50.0, "NoAns_total": 2, "missing": 0})
+    # threshold 0.5: b (0.6) and c (0.9) scored as "no answer": b -> 0 (it has an answer), c -> 1;
+    # a and d keep their raw scores: exact = f1 = (1 + 0 + 1 + 0) / 4
+    result = evaluate(V2_QUESTIONS, V2_PREDICTIONS, na_probs=V2_NA_PROBS, na_prob_thresh=0.5, rules="v2")
+    assert result["exact"] == pytest.approx(50.0) and result["f1"] == pytest.approx(50.0)
+    assert result["HasAns_exact"] == pytest.approx(50.0) and result["NoAns_exact"] == pytest.approx(50.0)
+    # best search from 2 (both NoAns right) over na order a .2 (+1 -> 3), d .4 (-1 -> 2), b .6 (+1 -> 3,
+    # not strictly better), c .9 (0 -> 3): best 3 of 4 at threshold 0.2
+    assert result["best_exact"] == pytest.approx(75.0) and result["best_exact_thresh"] == pytest.approx(0.2)
+    assert result["best_f1"] == pytest.approx(75.0) and result["best_f1_thresh"] == pytest.approx(0.2)
+    # the official default threshold 1.0 changes nothing here
+    default = evaluate(V2_QUESTIONS, V2_PREDICTIONS, na_probs=V2_NA_PROBS, rules="v2")
+    assert default["exact"] == pytest.approx(75.0) and default["f1"] == pytest.approx(75.0)
+
+
+def test_evaluate_v2_partial_f1_and_missing():
+    predictions = {"a": "Paris, France", "c": "nothing"}  # b and d missing
+    # a: [paris, france] vs [paris]: P = 1/2, R = 1, F1 = 2/3, EM 0; c: NoAns with text: 0
+    result = evaluate(V2_QUESTIONS, predictions, rules="v2")
+    assert result["missing"] == 2 and result["total"] == 4
+    assert result["exact"] == 0.0
+    assert result["f1"] == pytest.approx(100 * (2 / 3) / 4)
+    assert result["HasAns_f1"] == pytest.approx(100 * (2 / 3) / 2)
+    # na-probs needed for answered questions only; a missing one is refused
+    with pytest.raises(ValueError, match="question c"):
+        evaluate(V2_QUESTIONS, predictions, na_probs={"a": 0.1}, rules="v2")
+
+
+def test_best_threshold_ties_keep_question_order():
+    # start: 2 NoAns questions (1 and 4) right. Stable order by na_prob: 1 (.1), 3 (.3), 0, 2, 4 (.5 each)
+    # 1: NoAns with text -1 -> 1; 3: raw 0 -> 1; 0: +1 -> 2; 2: +1 -> 3; 4: NoAns empty 0 -> 3
+    na = np.array([0.5, 0.1, 0.5, 0.3, 0.5])
+    raw = np.array([1.0, 0.0, 1.0, 0.0, 0.0])
+    has = np.array([True, False, True, True, False])
+    nonempty = np.array([True, True, True, True, False])
+    assert best_threshold(na, raw, has, nonempty) == pytest.approx((60.0, 0.5))
+    # a tie where order matters: HasAns first reaches 2 of 2 at .5; NoAns first goes 0 then 1,
+    # never strictly above the start (1), so the threshold stays 0.0
+    assert best_threshold([0.5, 0.5], [1.0, 0.0], [True, False], [True, True]) == pytest.approx((100.0, 0.5))
+    assert best_threshold([0.5, 0.5], [0.0, 1.0], [False, True], [True, True]) == pytest.approx((50.0, 0.0))
+
+
+@pytest.mark.skipif(not os.path.isfile(SQUAD_DEV), reason="../shared/data/squad/dev-v1.1.json not available")
+def test_squad11_dev_empty_normalising_golds():
+    with open(SQUAD_DEV, encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    questions = [{"id": qa["id"], "answers": [a["text"] for a in qa["answers"]]}
+                 for article in data for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    assert len(questions) == 10570
+    quirky = [q["id"] for q in questions if any(not normalize_answer(a) for a in q["answers"])]
+    assert len(quirky) == 3  # the dev set's "." golds
+    predictions = {q["id"]: "." if q["id"] in quirky else q["answers"][0] for q in questions}
+    # v1 matches "." exactly but gives F1 0 (two empty token lists); v2 drops the "." gold: 0 and 0
+    v1 = evaluate(questions, predictions)
+    assert v1["exact_match"] == 100.0 and v1["f1"] == pytest.approx(100 * 10567 / 10570)
+    v2 = evaluate(questions, predictions, rules="v2")
+    assert v2["exact"] == pytest.approx(100 * 10567 / 10570) and v2["f1"] == pytest.approx(100 * 10567 / 10570)
