@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..evaluation.squad import best_threshold, exact_match, f1, normalize_answer
+from ..evaluation.squad import best_threshold, exact_match, f1, gold_answers, normalize_answer
 from .postprocess import postprocess
 from .windows import QASplit
 
@@ -30,13 +30,6 @@ def rules_of(split: QASplit) -> str:
     return "v2" if split.with_negative else "v1"
 
 
-def gold_answers(answers, rules):
-    """The gold texts a prediction is compared with (v2: drop golds that normalise to empty; none -> "")."""
-    if rules == "v2":
-        answers = [a for a in answers if normalize_answer(a)]
-    return answers or [""]
-
-
 def score_windows(split: QASplit, window_ids, start_logits, end_logits, options: AnswerOptions):
     """Answer the questions whose windows are given; return (QAPredictions, records array [n, 6])."""
     result = postprocess(split, np.asarray(window_ids), start_logits, end_logits, n_best=options.n_best,
@@ -47,7 +40,7 @@ def score_windows(split: QASplit, window_ids, start_logits, end_logits, options:
     for row, q in enumerate(questions):
         question = split.questions[q]
         prediction = result.predictions[question["id"]]
-        golds = gold_answers(question["answers"], rules)
+        golds = gold_answers(question["answers"], rules) or [""]
         records[row] = (
             q,
             max(exact_match(prediction, g) for g in golds),
