@@ -4,6 +4,7 @@ Both heads live in the model (so DDP and checkpoints cover them), share the
 input embedding matrix as their decoder weight, and run only on masked
 positions: no B x T x V logits are ever formed.
 """
+import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -20,6 +21,9 @@ from ..modules.bert_layers import (
     SpanBoundaryHead,
     init_bert_weights,
 )
+from ..modules.relation_head import RelationHead
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -81,6 +85,7 @@ class SpanBertModel(FairseqEncoderModel):
         self.sbo_head = SpanBoundaryHead(cfg.encoder_embed_dim, embed, cfg.sbo_position_slots, cfg.sbo_position_dim, eps)
         self.classification_heads = nn.ModuleDict()
         self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
+        self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
         self.apply(lambda m: init_bert_weights(m, cfg.init_std))
 
     @classmethod
@@ -106,6 +111,8 @@ class SpanBertModel(FairseqEncoderModel):
         features_only: bool = False,
         classification_head_name: Optional[str] = None,
         qa: bool = False,
+        relation_head_name: Optional[str] = None,
+        entity_positions: Optional[torch.Tensor] = None,
         **unused,
     ):
         """Features (B x T x H), class logits, QA (start, end) logits, or MLM/SBO logits on masked positions."""
@@ -113,6 +120,8 @@ class SpanBertModel(FairseqEncoderModel):
         if qa:
             start, end = self.qa_outputs(x).unbind(dim=-1)
             return (start, end), {}
+        if relation_head_name is not None:  # entity_positions: B x 2 subject/object start markers
+            return self.relation_heads[relation_head_name](x, entity_positions), {}
         if classification_head_name is not None:  # before features_only: fairseq's sentence_prediction passes both
             return self.classification_heads[classification_head_name](x), {}
         if features_only:
@@ -148,10 +157,45 @@ class SpanBertModel(FairseqEncoderModel):
             self.qa_outputs = nn.Linear(self.cfg.encoder_embed_dim, 2)
             init_bert_weights(self.qa_outputs, self.cfg.init_std)
 
+    def register_relation_head(self, name, num_classes, pooling="cls"):
+        """Add (or replace) a relation head: ``cls`` or ``entity_start`` pooling (``RelationHead``)."""
+        head = RelationHead(self.cfg.encoder_embed_dim, num_classes, pooling, self.cfg.pooler_dropout)
+        head.apply(lambda m: init_bert_weights(m, self.cfg.init_std))
+        self.relation_heads[name] = head
+
+    def _grow_vocabulary(self, state_dict, prefix):
+        """Give a checkpoint rows for symbols appended to the dictionary since (e.g. entity markers).
+
+        Old rows stay; new embedding rows keep this model's fresh N(0, init_std)
+        values and the MLM/SBO biases fresh zeros, as BERT initialises them.
+        """
+        own = self.state_dict()
+        embed = "encoder.embeddings.word_embeddings.weight"
+        if prefix + embed not in state_dict:
+            return
+        old, new = state_dict[prefix + embed].size(0), own[embed].size(0)
+        if old >= new:
+            return
+        for key in (embed, "lm_head.weight", "sbo_head.weight", "lm_head.bias", "sbo_head.bias"):
+            saved = state_dict.get(prefix + key)
+            if saved is not None and saved.size(0) == old:
+                state_dict[prefix + key] = torch.cat([saved, own[key][old:].to(saved)])
+        logger.info(f"checkpoint vocabulary grown from {old} to {new} symbols: {new - old} new embedding rows "
+                    f"drawn from N(0, {self.cfg.init_std}), MLM/SBO biases 0")
+
     def upgrade_state_dict_named(self, state_dict, name):
-        """Create task heads found in a checkpoint; keep new heads' fresh weights."""
+        """Create task heads found in a checkpoint; keep new heads' fresh weights; grow the vocabulary."""
         super().upgrade_state_dict_named(state_dict, name)
         prefix = name + "." if name else ""
+        self._grow_vocabulary(state_dict, prefix)
+        for key in [k for k in state_dict if k.startswith(prefix + "relation_heads.") and k.endswith(".dense.weight")]:
+            head = key[len(prefix + "relation_heads.") : -len(".dense.weight")]
+            if head not in self.relation_heads:
+                out_proj = state_dict[f"{prefix}relation_heads.{head}.out_proj.weight"]
+                self.register_relation_head(head, out_proj.size(0), RelationHead.pooling_of(state_dict[key]))
+        for head, module in self.relation_heads.items():
+            for sub, value in module.state_dict().items():
+                state_dict.setdefault(f"{prefix}relation_heads.{head}.{sub}", value)
         if prefix + "qa_outputs.weight" in state_dict:
             self.register_qa_head()
         if self.qa_outputs is not None:

@@ -1,0 +1,1 @@
+"""Relation extraction (TACRED style): entity markers, data preparation and prediction."""
