@@ -1,0 +1,396 @@
+"""Read TSV/CSV/JSON Lines classification files, featurise them as BERT inputs, write a prepared folder.
+
+A prepared folder (``spanbert-prepare-classification --destdir CLS``) holds the
+tokenizer folder's ``dict.txt`` and tokenizer files, and per split ``S``:
+
+* ``S.bin``/``S.idx``: one fairseq item per example, ``[CLS] A [SEP]`` or
+  ``[CLS] A [SEP] B [SEP]``, in input order;
+* ``S.segment_a.npy``: length of ``[CLS] A [SEP]`` per example; later tokens
+  have token type 1 (BERT's segment B);
+* ``S.labels.npy``: int64 class indices into ``labels``, or float64 targets
+  with ``--regression`` (-1 / NaN in an unlabelled ``test`` split);
+* ``S.ids.json``: the ``--id-column`` values, when given;
+
+and ``classification.json`` (labels, regression, max_seq_length, the columns
+and the splits) and ``prepare_stats.json`` (examples, truncations, lengths,
+label counts per split).
+
+Pairs longer than ``--max-seq-length`` are truncated longest-first exactly as
+HuggingFace fast tokenizers do (``truncation="longest_first"``).
+"""
+import csv
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import UsageError
+from ..file_utils import atomic_directory, check_destination
+from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_token_items
+
+COMMAND = "spanbert-prepare-classification"
+META_FILE = "classification.json"
+STATS_FILE = "prepare_stats.json"
+FORMATS = ("tsv", "csv", "jsonl")
+EXTENSION_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+DEFAULT_MAX_SEQ_LENGTH = 128  # BERT's and SpanBERT's GLUE setting
+ENCODE_CHUNK = 4096  # texts per tokenizer call: progress updates without per-text overhead
+
+Column = Union[int, str]
+
+
+def parse_columns(spec: str, flag: str, most: int = 2) -> List[Column]:
+    """``"sentence1,sentence2"`` or ``"3"`` -> names or 0-based indices (all-digit entries are indices)."""
+    parts = [p.strip() for p in spec.split(",")]
+    if not spec.strip() or any(not p for p in parts) or len(parts) > most:
+        wanted = "one column name or 0-based index" if most == 1 else "one or two column names or 0-based indices, comma-separated"
+        raise UsageError(f"{flag} {spec!r}: expected {wanted}")
+    return [int(p) if p.isdigit() else p for p in parts]
+
+
+@dataclass
+class Table:
+    """The columns of one input file that prepare needs, row by row."""
+
+    path: str
+    texts: List[List[str]]  # one list per text column
+    labels: Optional[List[str]]  # None: the file has no label column (unlabelled test split)
+    ids: Optional[List[str]]
+    lines: List[int]  # line number of each row, for error messages
+
+    def __len__(self):
+        return len(self.lines)
+
+
+@dataclass
+class ReadOptions:
+    """How to find the columns of an input file."""
+
+    text_columns: List[Column]
+    label_column: Column
+    id_column: Optional[Column] = None
+    file_format: str = "auto"
+    header: str = "auto"  # auto: a header line iff some column is given by name
+    by_name: bool = field(init=False)
+
+    def __post_init__(self):
+        columns = [*self.text_columns, self.label_column, self.id_column]
+        self.by_name = any(isinstance(c, str) for c in columns)
+
+
+def detect_format(path: str, file_format: str) -> str:
+    if file_format != "auto":
+        return file_format
+    kind = EXTENSION_FORMATS.get(os.path.splitext(path)[1].lower())
+    if kind is None:
+        raise UsageError(f"{path}: cannot tell the format from the extension; pass --format tsv, csv or jsonl")
+    return kind
+
+
+def _read_text(path: str) -> str:
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise UsageError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
+    if not text.strip():
+        raise UsageError(f"{path}: file is empty")
+    return text
+
+
+def _delimited_rows(path: str, text: str, kind: str):
+    """(line number, fields) per row; TSV without quoting, as GLUE files need."""
+    if kind == "tsv":
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""))
+    start = 1
+    try:
+        for row in reader:
+            yield start, row if row else [""]  # a blank line is one empty field
+            start = reader.line_num + 1
+    except csv.Error as err:
+        raise UsageError(f"{path}:{reader.line_num}: {err}") from None
+
+
+def _column_index(path: str, column: Column, header: Optional[List[str]], width: int, flag: str) -> int:
+    if isinstance(column, int):
+        if column >= width:
+            raise UsageError(f"{path}: {flag} {column} does not exist (rows have {width} fields, indices 0..{width - 1})")
+        return column
+    if header is None:
+        raise UsageError(f"{path}: {flag} {column!r} is a name, but the file is read without a header line")
+    if column not in header:
+        raise UsageError(f"{path}:1: {flag} {column!r} is not a column (header: {', '.join(header)})")
+    return header.index(column)
+
+
+def _read_delimited(path: str, text: str, kind: str, options: ReadOptions, label_required: bool) -> Table:
+    rows = list(_delimited_rows(path, text, kind))
+    header = None
+    if options.header == "yes" or (options.header == "auto" and options.by_name):
+        header = [h.strip() for h in rows.pop(0)[1]]
+        if not rows:
+            raise UsageError(f"{path}: no data rows after the header line")
+    materialised = rows
+    width = len(header) if header is not None else len(materialised[0][1])
+
+    def index_of(column, flag):
+        return _column_index(path, column, header, width, flag)
+
+    text_index = [index_of(c, "--text-columns") for c in options.text_columns]
+    label_index = None
+    if label_required or _column_exists(options.label_column, header, width):
+        label_index = index_of(options.label_column, "--label-column")
+    id_index = index_of(options.id_column, "--id-column") if options.id_column is not None else None
+    for line, row in materialised:
+        if len(row) != width:
+            raise UsageError(f"{path}:{line}: {len(row)} fields, expected {width}")
+    lines = [line for line, _ in materialised]
+    texts = [[row[i] for _, row in materialised] for i in text_index]
+    labels = None if label_index is None else [row[label_index].strip() for _, row in materialised]
+    ids = None if id_index is None else [row[id_index] for _, row in materialised]
+    return Table(path, texts, labels, ids, lines)
+
+
+def _column_exists(column: Column, header, width: int) -> bool:
+    return column < width if isinstance(column, int) else header is not None and column in header
+
+
+def _read_jsonl(path: str, text: str, options: ReadOptions, label_required: bool) -> Table:
+    for flag, column in (("--text-columns", options.text_columns), ("--label-column", [options.label_column]),
+                         ("--id-column", [options.id_column] if options.id_column is not None else [])):
+        indices = [c for c in column if isinstance(c, int)]
+        if indices:
+            raise UsageError(f"{path}: {flag} {indices[0]} is an index; JSON Lines columns are named by key")
+    records, lines = [], []
+    for line, raw in enumerate(text.split("\n"), 1):
+        if not raw.strip():
+            continue  # blank lines hold no record
+        try:
+            record = json.loads(raw)
+        except ValueError as err:
+            raise UsageError(f"{path}:{line}: not a JSON object ({err})") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{path}:{line}: expected a JSON object, got {type(record).__name__}")
+        records.append(record)
+        lines.append(line)
+    with_labels = label_required or options.label_column in records[0]
+
+    def column(key, flag, as_text):
+        values = []
+        for line, record in zip(lines, records):
+            if key not in record:
+                raise UsageError(f"{path}:{line}: {flag} {key!r} is not a key of this record (keys: {', '.join(record)})")
+            value = record[key]
+            if as_text and not isinstance(value, str):
+                raise UsageError(f"{path}:{line}: {key!r} must be a string, got {json.dumps(value)[:40]}")
+            if isinstance(value, (dict, list)) or value is None:
+                raise UsageError(f"{path}:{line}: {key!r} must be a string or number, got {json.dumps(value)[:40]}")
+            values.append(value if isinstance(value, str) else json.dumps(value))
+        return values
+
+    texts = [column(c, "--text-columns", True) for c in options.text_columns]
+    labels = [v.strip() for v in column(options.label_column, "--label-column", False)] if with_labels else None
+    ids = column(options.id_column, "--id-column", False) if options.id_column is not None else None
+    return Table(path, texts, labels, ids, lines)
+
+
+def read_table(path: str, options: ReadOptions, label_required: bool = True) -> Table:
+    """Read the text, label and id columns of a TSV, CSV or JSON Lines file; UsageError names file and line."""
+    kind = detect_format(path, options.file_format)
+    text = _read_text(path)
+    if kind == "jsonl":
+        return _read_jsonl(path, text, options, label_required)
+    return _read_delimited(path, text, kind, options, label_required)
+
+
+def label_order(labels: Sequence[str]) -> List[str]:
+    """Distinct labels, sorted numerically when all are integers ("0" < "1" < "10"), else as strings."""
+    distinct = set(labels)
+    try:
+        return sorted(distinct, key=int)
+    except ValueError:
+        return sorted(distinct)
+
+
+def encode_labels(table: Table, label_list: Optional[List[str]], training_path: str) -> np.ndarray:
+    """Class indices (int64) or, with ``label_list`` None, float targets; -1 / NaN when unlabelled."""
+    if table.labels is None:
+        return np.full(len(table), -1 if label_list is not None else np.nan,
+                       dtype=np.int64 if label_list is not None else np.float64)
+    for line, label in zip(table.lines, table.labels):
+        if not label:
+            raise UsageError(f"{table.path}:{line}: empty label")
+    if label_list is None:
+        targets = np.empty(len(table), dtype=np.float64)
+        for i, (line, label) in enumerate(zip(table.lines, table.labels)):
+            try:
+                targets[i] = float(label)
+            except ValueError:
+                raise UsageError(f"{table.path}:{line}: --regression needs a number as label, got {label!r}") from None
+            if not np.isfinite(targets[i]):
+                raise UsageError(f"{table.path}:{line}: label {label!r} is not a finite number")
+        return targets
+    index = {label: i for i, label in enumerate(label_list)}
+    unseen = next(((line, label) for line, label in zip(table.lines, table.labels) if label not in index), None)
+    if unseen is not None:
+        shown = ", ".join(label_list[:10]) + (" ..." if len(label_list) > 10 else "")
+        raise UsageError(f"{table.path}:{unseen[0]}: label {unseen[1]!r} does not occur in the training file "
+                         f"{training_path} (its labels: {shown})")
+    return np.array([index[label] for label in table.labels], dtype=np.int64)
+
+
+def truncated_lengths(len_a: np.ndarray, len_b: Optional[np.ndarray], budget: int):
+    """Tokens kept of A (and B): longest-first, as HuggingFace fast tokenizers truncate pairs.
+
+    When both must be cut, the shorter one (A when tied) keeps ``budget // 2``
+    and the other the rest.
+    """
+    len_a = np.asarray(len_a, dtype=np.int64)
+    if len_b is None:
+        return np.minimum(len_a, budget), None
+    len_b = np.asarray(len_b, dtype=np.int64)
+    a_shorter = len_a <= len_b
+    short = np.where(a_shorter, len_a, len_b)
+    # the longer one gives up tokens first; both are cut once the shorter exceeds half the budget
+    keep_short = np.where(short > budget - short, budget // 2, short)
+    keep_long = budget - keep_short
+    fits = len_a + len_b <= budget
+    keep_a = np.where(fits, len_a, np.where(a_shorter, keep_short, keep_long))
+    keep_b = np.where(fits, len_b, np.where(a_shorter, keep_long, keep_short))
+    return keep_a, keep_b
+
+
+def encode_texts(tokenizer, texts: List[str], desc: str) -> List[List[int]]:
+    """Token ids of every text, in chunks (one tokenizer call each) with a progress bar."""
+    ids = []
+    for start in tqdm(range(0, len(texts), ENCODE_CHUNK), desc=desc, unit="chunk", disable=None, leave=False):
+        ids.extend(tokenizer.encode_ids(texts[start:start + ENCODE_CHUNK]))
+    return ids
+
+
+@dataclass
+class Features:
+    """Token ids of each example and the length of its ``[CLS] A [SEP]`` part."""
+
+    items: List[np.ndarray]
+    segment_a: np.ndarray
+    stats: dict
+
+
+def featurise(table: Table, tokenizer, dictionary, max_seq_length: int, split: str) -> Features:
+    """``[CLS] A [SEP] (B [SEP])`` per row, truncated longest-first to ``max_seq_length`` tokens."""
+    pair = len(table.texts) == 2
+    encoded = [encode_texts(tokenizer, texts, f"tokenize {split}") for texts in table.texts]
+    lengths = [np.fromiter(map(len, ids), np.int64, len(ids)) for ids in encoded]
+    budget = max_seq_length - (3 if pair else 2)
+    keep = truncated_lengths(lengths[0], lengths[1] if pair else None, budget)
+    cls, sep = np.array([dictionary.bos()]), np.array([dictionary.eos()])
+    items = []
+    for i in range(len(table)):
+        parts = [cls, np.asarray(encoded[0][i][: keep[0][i]]), sep]
+        if pair:
+            parts += [np.asarray(encoded[1][i][: keep[1][i]]), sep]
+        items.append(np.concatenate(parts).astype(np.int64))
+    full = sum(lengths) + (3 if pair else 2)
+    kept = sum(k for k in keep if k is not None) + (3 if pair else 2)
+    unk = dictionary.unk()
+    stats = {
+        "examples": len(table),
+        "truncated": int((kept < full).sum()),
+        "tokens_removed": int((full - kept).sum()),
+        "longest_before_truncation": int(full.max()),
+        "mean_tokens": round(float(kept.mean()), 2),
+        "unk_tokens": sum(ids.count(unk) for column in encoded for ids in column),
+        "empty_texts": int(sum((length == 0).sum() for length in lengths)),
+    }
+    return Features(items, (keep[0] + 2).astype(np.int32), stats)
+
+
+@dataclass
+class PrepareOptions:
+    """Everything spanbert-prepare-classification needs besides the input files."""
+
+    tokenizer_from: str
+    destdir: str
+    read: ReadOptions
+    regression: bool = False
+    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
+    force: bool = False
+
+
+def _label_counts(labels: np.ndarray, label_list: Optional[List[str]]) -> dict:
+    if label_list is None:
+        finite = labels[np.isfinite(labels)]
+        return {"min": float(finite.min()), "max": float(finite.max()), "mean": round(float(finite.mean()), 4)} if len(finite) else {}
+    counts = np.bincount(labels[labels >= 0], minlength=len(label_list))
+    return {label: int(c) for label, c in zip(label_list, counts)}
+
+
+def prepare_classification(train: str, valid: str, options: PrepareOptions, test: Optional[str] = None) -> dict:
+    """Write the prepared folder ``options.destdir``; return its statistics. UsageError on bad input."""
+    pair = len(options.read.text_columns) == 2
+    if len(options.read.text_columns) not in (1, 2):
+        raise UsageError(f"--text-columns: expected one or two columns, got {len(options.read.text_columns)}")
+    if options.max_seq_length < (4 if pair else 3):
+        raise UsageError(f"--max-seq-length {options.max_seq_length}: too short for any text "
+                         f"(at least {4 if pair else 3} for {'pairs' if pair else 'single texts'})")
+    inputs = [p for p in (train, valid, test, options.tokenizer_from) if p]
+    check_destination(options.destdir, COMMAND, inputs, options.force)
+    tokenizer, dictionary = load_tokenizer_folder(options.tokenizer_from)
+    tables = {"train": read_table(train, options.read), "valid": read_table(valid, options.read)}
+    if test:
+        tables["test"] = read_table(test, options.read, label_required=False)
+    label_list = None if options.regression else label_order(tables["train"].labels)
+    labels = {split: encode_labels(table, label_list, train) for split, table in tables.items()}
+    meta = {
+        "format_version": 1,
+        "regression": options.regression,
+        "num_classes": 1 if options.regression else len(label_list),
+        "labels": label_list,
+        "positive_label": label_list[1] if label_list is not None and len(label_list) == 2 else None,
+        "pair": pair,
+        "max_seq_length": options.max_seq_length,
+        "text_columns": options.read.text_columns,
+        "label_column": options.read.label_column,
+        "id_column": options.read.id_column,
+        "splits": {},
+    }
+    stats = {"tokenizer": tokenizer.kind, "max_seq_length": options.max_seq_length}
+    with atomic_directory(options.destdir, COMMAND, inputs, options.force) as work:
+        copy_tokenizer_files(options.tokenizer_from, work)
+        for split, table in tables.items():
+            features = featurise(table, tokenizer, dictionary, options.max_seq_length, split)
+            prefix = os.path.join(work, split)
+            write_token_items(features.items, prefix, len(dictionary))
+            np.save(prefix + ".segment_a.npy", features.segment_a)
+            np.save(prefix + ".labels.npy", labels[split])
+            if table.ids is not None:
+                with open(prefix + ".ids.json", "w", encoding="utf-8") as f:
+                    json.dump(table.ids, f, ensure_ascii=False)
+            labelled = table.labels is not None
+            meta["splits"][split] = {"source": os.path.abspath(table.path), "examples": len(table), "labelled": labelled}
+            stats[split] = {**features.stats, "labels": _label_counts(labels[split], label_list) if labelled else None}
+        with open(os.path.join(work, META_FILE), "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2, ensure_ascii=False)
+        with open(os.path.join(work, STATS_FILE), "w", encoding="utf-8") as f:
+            json.dump(stats, f, indent=2, ensure_ascii=False)
+    return stats
+
+
+def read_meta(folder: str) -> dict:
+    """``classification.json`` of a prepared folder; UsageError when it is not one."""
+    path = os.path.join(folder, META_FILE)
+    if not os.path.isfile(path):
+        raise UsageError(f"{folder}: no {META_FILE} (expected a {COMMAND} output)")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

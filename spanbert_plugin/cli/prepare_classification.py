@@ -1,0 +1,63 @@
+"""spanbert-prepare-classification: TSV/CSV/JSON Lines -> a folder for the sentence_classification task."""
+import argparse
+import json
+import sys
+
+from ..errors import UsageError
+from ..file_utils import OutputError
+from ..tokenization import TokenizerError
+
+
+def get_parser():
+    from ..classification.prepare import DEFAULT_MAX_SEQ_LENGTH
+
+    parser = argparse.ArgumentParser(
+        prog="spanbert-prepare-classification",
+        description="Tokenize sentence or sentence-pair classification data as [CLS] A [SEP] (B [SEP]) "
+        "with token types 0/1, for fairseq-train --task sentence_classification.",
+    )
+    parser.add_argument("--train", required=True, help="training file (TSV, CSV or JSON Lines); defines the labels")
+    parser.add_argument("--valid", required=True, help="validation file, same columns")
+    parser.add_argument("--test", help="optional extra split 'test'; its label column may be absent")
+    parser.add_argument("--tokenizer-from", required=True,
+                        help="spanbert-prepare or spanbert-import-hf folder (dict.txt + tokenizer) of the checkpoint to fine-tune")
+    parser.add_argument("--destdir", required=True, help="output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier output of this command")
+    parser.add_argument("--text-columns", required=True,
+                        help="text column, or two for pairs: names (header line) or 0-based indices, e.g. sentence1,sentence2 or 3")
+    parser.add_argument("--label-column", required=True, help="label column: name or 0-based index")
+    parser.add_argument("--id-column", help="optional column copied into predictions as 'id'")
+    parser.add_argument("--regression", action="store_true", help="labels are numbers (e.g. STS-B); one regression output")
+    parser.add_argument("--max-seq-length", type=int, default=DEFAULT_MAX_SEQ_LENGTH,
+                        help=f"tokens per example with [CLS]/[SEP]; pairs are truncated longest-first (default {DEFAULT_MAX_SEQ_LENGTH})")
+    parser.add_argument("--format", choices=["auto", "tsv", "csv", "jsonl"], default="auto",
+                        help="input format (default: from the extension .tsv, .csv, .jsonl/.json); TSV is read without quoting, as GLUE needs")
+    parser.add_argument("--header", choices=["auto", "yes", "no"], default="auto",
+                        help="is the first line a header? auto: yes when a column is given by name (TSV/CSV)")
+    return parser
+
+
+def main(argv=None):
+    """Console entry point: exit status 1 and a one-line error on bad input."""
+    from ..classification.prepare import PrepareOptions, ReadOptions, parse_columns, prepare_classification
+
+    args = get_parser().parse_args(argv)
+    try:
+        read = ReadOptions(
+            text_columns=parse_columns(args.text_columns, "--text-columns"),
+            label_column=parse_columns(args.label_column, "--label-column", most=1)[0],
+            id_column=parse_columns(args.id_column, "--id-column", most=1)[0] if args.id_column else None,
+            file_format=args.format,
+            header=args.header,
+        )
+        options = PrepareOptions(args.tokenizer_from, args.destdir, read, args.regression, args.max_seq_length, args.force)
+        stats = prepare_classification(args.train, args.valid, options, args.test)
+    except (UsageError, TokenizerError, OutputError) as err:
+        print(f"spanbert-prepare-classification: error: {err}", file=sys.stderr)
+        return 1
+    print(f"spanbert-prepare-classification: wrote {args.destdir}: " + json.dumps(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The ``sentence_classification`` task: GLUE-style fine-tuning on a spanbert-prepare-classification folder.
+
+The number of classes, the regression flag and the labels come from the
+prepared folder (``classification.json``), not from flags. Inputs carry BERT
+token types (0 for ``[CLS] A [SEP]``, 1 for ``B [SEP]``), which imported BERT
+checkpoints rely on. fairseq's ``sentence_prediction`` task does not fit: its
+layout (``input0``/``input1``/``label`` with fairseq dictionaries) has no token
+types, and its ``build_model`` overwrites the model's position count.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq.dataclass import FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II, MISSING
+
+from ..classification.prepare import read_meta
+from ..data.classification_dataset import ClassificationDataset
+from ..data.dictionary import SpanBertDictionary
+from ..errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SentenceClassificationConfig(FairseqDataclass):
+    data: str = field(default=MISSING, metadata={"help": "spanbert-prepare-classification output folder"})
+    classification_head_name: str = field(
+        default="sentence_classification_head", metadata={"help": "name of the [CLS] classification head"}
+    )
+    seed: int = II("common.seed")
+
+
+@register_task("sentence_classification", dataclass=SentenceClassificationConfig)
+class SentenceClassificationTask(FairseqTask):
+    """Single sentences or pairs to one of K labels (or one number with --regression at prepare time)."""
+
+    cfg: SentenceClassificationConfig
+
+    def __init__(self, cfg, dictionary, meta):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+        self.meta = meta
+        self.regression = bool(meta["regression"])
+        self.num_classes = int(meta["num_classes"])
+        self.labels = meta["labels"]
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        data = cfg.data.split(os.pathsep)[0]
+        meta = read_meta(data)
+        dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
+        kind = "regression" if meta["regression"] else f"{meta['num_classes']} classes"
+        logger.info(f"sentence_classification: {kind}, {'pairs' if meta['pair'] else 'single texts'}, "
+                    f"dictionary of {len(dictionary)} symbols")
+        return cls(cfg, dictionary, meta)
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        dataset = ClassificationDataset.load(self.cfg.data.split(os.pathsep)[0], split, self.dictionary,
+                                             shuffle=split == "train", seed=self.cfg.seed)
+        if dataset.regression != self.regression:
+            raise UsageError(f"{self.cfg.data}: split {split!r} has {'numeric' if dataset.regression else 'class'} labels, "
+                             f"but classification.json says regression={self.regression}")
+        logger.info(f"sentence_classification {split}: {len(dataset)} examples")
+        self.datasets[split] = dataset
+        return dataset
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if model.max_positions() < self.meta["max_seq_length"]:
+            raise UsageError(f"{self.cfg.data}: prepared with --max-seq-length {self.meta['max_seq_length']}, "
+                             f"but the model has {model.max_positions()} positions")
+        model.register_classification_head(self.cfg.classification_head_name, num_classes=self.num_classes)
+        return model
+
+    def max_positions(self):
+        return self.meta["max_seq_length"]
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
