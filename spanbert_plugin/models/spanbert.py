@@ -62,11 +62,13 @@ class SpanBertEncoder(FairseqEncoder):
             attention_dropout=cfg.attention_dropout,
         )
 
-    def forward(self, src_tokens, segment_labels=None, **unused):
+    def forward(self, src_tokens, segment_labels=None, attention_probs_out=None, attention_drop_masks=None, **unused):
+        """Final hidden states; the two AD-DROP arguments are described in ``BertStack.forward``."""
         if src_tokens.size(1) > self.max_positions_:
             raise ValueError(f"input of {src_tokens.size(1)} tokens exceeds the model's {self.max_positions_} positions")
         padding_mask = src_tokens.eq(self.padding_idx)
-        return self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask)
+        return self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask,
+                            attention_probs_out, attention_drop_masks)
 
     def max_positions(self):
         return self.max_positions_
@@ -113,10 +115,16 @@ class SpanBertModel(FairseqEncoderModel):
         qa: bool = False,
         relation_head_name: Optional[str] = None,
         entity_positions: Optional[torch.Tensor] = None,
+        attention_probs_out: Optional[dict] = None,
+        attention_drop_masks: Optional[dict] = None,
         **unused,
     ):
-        """Features (B x T x H), class logits, QA (start, end) logits, or MLM/SBO logits on masked positions."""
-        x = self.encoder(src_tokens, segment_labels=segment_labels)
+        """Features (B x T x H), class logits, QA (start, end) logits, or MLM/SBO logits on masked positions.
+
+        ``attention_probs_out`` / ``attention_drop_masks`` (AD-DROP) are described in ``BertStack.forward``.
+        """
+        x = self.encoder(src_tokens, segment_labels=segment_labels, attention_probs_out=attention_probs_out,
+                         attention_drop_masks=attention_drop_masks)
         if qa:
             start, end = self.qa_outputs(x).unbind(dim=-1)
             return (start, end), {}

@@ -73,23 +73,52 @@ class BertLayer(nn.Module):
         self.dropout = dropout
         self.attention_dropout = attention_dropout
 
-    def forward(self, x, attn_mask=None):
+    def forward(self, x, attn_mask=None, drop_mask=None, return_probs=False):
+        """``attn_mask``: B x 1 x 1 x T, True = may attend; ``drop_mask``: B x heads x T x T, True = drop (AD-DROP).
+
+        Returns the new hidden states, and with ``return_probs`` also the post-softmax
+        attention probabilities (B x heads x T x T), computed explicitly so that
+        gradients can be taken with respect to them; otherwise the fused
+        ``scaled_dot_product_attention`` runs.
+        """
         B, T, H = x.shape
         sa = self.attention.self
 
         def split(t):
             return t.view(B, T, self.heads, H // self.heads).transpose(1, 2)
 
-        ctx = F.scaled_dot_product_attention(
-            split(sa.query(x)), split(sa.key(x)), split(sa.value(x)),
-            attn_mask=attn_mask,
-            dropout_p=self.attention_dropout if self.training else 0.0,
-        )
+        q, k, v = split(sa.query(x)), split(sa.key(x)), split(sa.value(x))
+        dropout_p = self.attention_dropout if self.training else 0.0
+        probs = None
+        if return_probs:
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (q.size(-1) ** -0.5)
+            if attn_mask is not None:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            ctx = torch.matmul(F.dropout(probs, dropout_p, self.training), v)
+        else:
+            if drop_mask is not None:
+                attn_mask = additive_drop_mask(drop_mask, attn_mask, q.dtype)
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
         ctx = ctx.transpose(1, 2).reshape(B, T, H)
         out = self.attention.output
         x = out.LayerNorm(x + F.dropout(out.dense(ctx), self.dropout, self.training))
         h = F.gelu(self.intermediate.dense(x))
-        return self.output.LayerNorm(x + F.dropout(self.output.dense(h), self.dropout, self.training))
+        x = self.output.LayerNorm(x + F.dropout(self.output.dense(h), self.dropout, self.training))
+        return (x, probs) if return_probs else x
+
+
+def additive_drop_mask(drop_mask, attn_mask, dtype):
+    """Float attention mask: the dtype's most negative finite value on dropped keys, -inf on padding, 0 elsewhere.
+
+    Finite on dropped keys so that a row whose every real key is dropped still has
+    a finite softmax (uniform over its real keys); padding stays excluded.
+    """
+    additive = torch.zeros(drop_mask.shape, dtype=dtype, device=drop_mask.device)
+    additive.masked_fill_(drop_mask, torch.finfo(dtype).min)
+    if attn_mask is not None:
+        additive.masked_fill_(~attn_mask, float("-inf"))
+    return additive
 
 
 class BertStack(nn.Module):
@@ -99,12 +128,22 @@ class BertStack(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([BertLayer(**layer_args) for _ in range(layers)])
 
-    def forward(self, x, padding_mask=None):
+    def forward(self, x, padding_mask=None, attention_probs_out=None, attention_drop_masks=None):
+        """``attention_probs_out``: a dict whose keys are layer indices, filled with those layers' attention
+        probabilities; ``attention_drop_masks``: {layer index: B x heads x T x T bool, True = drop}."""
         attn_mask = None
         if padding_mask is not None and padding_mask.any():
             attn_mask = ~padding_mask[:, None, None, :]  # True = may attend
-        for layer in self.layer:
-            x = layer(x, attn_mask)
+        if not attention_probs_out and not attention_drop_masks:  # the plain, fused path
+            for layer in self.layer:
+                x = layer(x, attn_mask)
+            return x
+        drop_masks = attention_drop_masks or {}
+        for index, layer in enumerate(self.layer):
+            if attention_probs_out is not None and index in attention_probs_out:
+                x, attention_probs_out[index] = layer(x, attn_mask, return_probs=True)
+            else:
+                x = layer(x, attn_mask, drop_mask=drop_masks.get(index))
         return x
 
 
