@@ -373,6 +373,27 @@ def max_context_windows(passage_lengths, capacities, counts, doc_stride: int) ->
     return best
 
 
+def max_context_flags(passage_lengths, capacities, counts, question_index, rank, start, length, doc_stride: int):
+    """[sum(length)] per passage token of every window: is this its max-context window?
+
+    A question with a single window needs no scoring; the rest go through ``max_context_windows``.
+    """
+    flags = np.ones(int(np.sum(length)), dtype=bool)
+    multi = np.asarray(counts) > 1
+    if not multi.any():
+        return flags
+    subset = np.flatnonzero(multi)
+    n = np.asarray(passage_lengths, np.int64)
+    best = max_context_windows(n[subset], np.asarray(capacities)[subset], np.asarray(counts)[subset], doc_stride)
+    subset_base = np.zeros(len(n), dtype=np.int64)
+    subset_base[subset] = _offsets_of(n[subset])[:-1]
+    windows = np.flatnonzero(multi[question_index])
+    entries = concat_ranges(_offsets_of(length)[windows], length[windows])
+    best_entries = concat_ranges(subset_base[question_index[windows]] + start[windows], length[windows])
+    flags[entries] = best[best_entries] == np.repeat(rank[windows], length[windows])
+    return flags
+
+
 def align_answers(answer_start, answer_end, context_index, char_start, char_end, token_offsets, contexts):
     """Passage-token span (first, last) of each character answer; -1 where it cannot be aligned.
 
@@ -433,9 +454,7 @@ def featurize(qa: QAFile, tokenizer, bos: int, eos: int, config: QAConfig, train
     # per passage token of every window: characters and the max-context flag
     window_token_offsets = _offsets_of(length)
     token_pos = concat_ranges(token_offsets[ctx] + start, length)
-    best = max_context_windows(n, capacity, counts, config.doc_stride)
-    best_pos = concat_ranges(_offsets_of(n)[local_question] + start, length)
-    max_context = best[best_pos] == np.repeat(rank, length)
+    max_context = max_context_flags(n, capacity, counts, local_question, rank, start, length, config.doc_stride)
 
     # token ids: [CLS] question [SEP] passage [SEP] gathered from one pool
     pool = np.concatenate([[bos, eos], question_ids, passage_ids]).astype(np.int64)
