@@ -12,9 +12,9 @@ setup(
     install_requires=[],
     entry_points={
         "console_scripts": [
-            "spanbert-prepare=spanbert_plugin.prepare:cli_main",
-            "spanbert-export-hf=spanbert_plugin.hf_interop:export_cli",
-            "spanbert-import-hf=spanbert_plugin.hf_interop:import_cli",
+            "spanbert-prepare=spanbert_plugin.cli.prepare:main",
+            "spanbert-export-hf=spanbert_plugin.cli.export_hf:main",
+            "spanbert-import-hf=spanbert_plugin.cli.import_hf:main",
             "spanbert-findanimals=spanbert_plugin.findanimals_experiment:main",
             "spanbert-prepare-qa=spanbert_plugin.cli.prepare_qa:main",
             "spanbert-predict-qa=spanbert_plugin.cli.predict_qa:main",

@@ -4,7 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from spanbert_plugin.prepare import cli_main  # noqa: E402
+from spanbert_plugin.cli.prepare import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(cli_main())
+    sys.exit(main())

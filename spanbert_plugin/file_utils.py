@@ -6,8 +6,14 @@ place only when everything succeeded. A manifest (``MANIFEST``) inside the
 output names the command that wrote it and the files it wrote; ``--force``
 replaces only such a folder, and only when it holds nothing else. A
 destination that is the working directory or one of its parents, that is or
-contains one of the command's inputs, or that holds foreign files is refused
-before any work starts.
+contains one of the command's inputs, that is a link, or that holds foreign
+files is refused before any work starts. An existing empty folder is used as
+if it were absent (nothing in it can be lost).
+
+SIGTERM and SIGHUP are turned into ``Interrupted`` (a KeyboardInterrupt, like
+Ctrl-C) inside ``atomic_directory`` so the temporary folder is removed; the
+final swap into place runs with those signals held back, so a signal never
+lands between moving the old output aside and moving the new one in.
 """
 import json
 import os
@@ -18,12 +24,23 @@ import threading
 from contextlib import contextmanager
 from typing import Iterable, List
 
+from .errors import UsageError
+
 MANIFEST = ".spanbert-output.json"
 TMP_PREFIX = ".spanbert-tmp-"
+_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-class OutputError(ValueError):
+class OutputError(UsageError):
     """A destination that may not be written; the message names it and says why."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal; ``exit_status`` is the shell's 128 + signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.exit_status = 128 + signum
 
 
 def _real(path: str) -> str:
@@ -31,23 +48,25 @@ def _real(path: str) -> str:
 
 
 def _inside(path: str, folder: str) -> bool:
-    """Is ``path`` ``folder`` itself or somewhere below it (both resolved)?"""
+    """Is ``path`` ``folder`` itself or somewhere below it?"""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _listing(folder: str) -> List[str]:
-    """Relative paths of every file and link under ``folder`` (folders themselves left out)."""
+    """Relative paths of every file, link and empty folder under ``folder``."""
     found = []
     for root, dirs, files in os.walk(folder, followlinks=False):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            found.append(os.path.relpath(os.path.join(root, name), folder))
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        found += [os.path.relpath(os.path.join(root, name), folder) for name in files + links]
+        if not files and not dirs and root != folder:
+            found.append(os.path.relpath(root, folder) + os.sep)  # a folder someone made by hand
     return sorted(found)
 
 
 def read_manifest(folder: str):
     """The manifest of a folder a spanbert command wrote, or None."""
     path = os.path.join(folder, MANIFEST)
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or os.path.islink(path):
         return None
     try:
         with open(path, encoding="utf-8") as f:
@@ -59,6 +78,10 @@ def read_manifest(folder: str):
     return manifest
 
 
+def _shown(paths: List[str]) -> str:
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
 def check_destination(destination: str, command: str, inputs: Iterable[str] = (), force: bool = False,
                       flag: str = "--destdir") -> None:
     """Refuse (OutputError) a destination that this command may not create or replace.
@@ -67,57 +90,98 @@ def check_destination(destination: str, command: str, inputs: Iterable[str] = ()
     """
     if not destination:
         raise OutputError(f"{flag}: empty path")
-    dest = _real(destination)
-    cwd = _real(os.getcwd())
-    if _inside(cwd, dest):
-        raise OutputError(f"{flag} {destination}: is the working directory or one of its parents; choose a new folder")
+    where = f"{flag} {destination}"
+    dest, dest_abs = _real(destination), os.path.abspath(destination)
+    if _inside(_real(os.getcwd()), dest):
+        raise OutputError(f"{where}: is the working directory or one of its parents; choose a new folder")
     # the nearest existing ancestor must be a folder we can write into
     parent = os.path.dirname(dest)
-    while not os.path.exists(parent):
+    while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise OutputError(f"{flag} {destination}: {parent} is a file, not a folder")
+        raise OutputError(f"{where}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"{flag} {destination}: {parent} is not writable")
+        raise OutputError(f"{where}: {parent} is not writable")
     for path in inputs:
-        if path and _inside(_real(path), dest):
-            raise OutputError(f"{flag} {destination}: holds the input {path}; choose another destination")
+        # compared both as written and resolved: a link inside the destination counts as inside it
+        if path and (_inside(_real(path), dest) or _inside(os.path.abspath(path), dest_abs)):
+            raise OutputError(f"{where}: is or holds the input {path}; choose another destination")
     if not os.path.lexists(destination):
         return
-    if not os.path.isdir(destination) or os.path.islink(destination):
-        raise OutputError(f"{flag} {destination}: exists and is not a folder")
-    if not force:
-        raise OutputError(f"{flag} {destination}: exists; pass --force to replace an output of this command")
+    if os.path.islink(destination):
+        raise OutputError(f"{where}: is a symbolic link; give the real folder or a new one")
+    if not os.path.isdir(destination):
+        raise OutputError(f"{where}: exists and is not a folder")
+    listing = _listing(destination)
+    if not listing:
+        return  # an empty folder: nothing to lose
     manifest = read_manifest(destination)
     if manifest is None:
         raise OutputError(
-            f"{flag} {destination}: not written by a spanbert command (no {MANIFEST}); "
-            "--force replaces only such outputs, so remove or rename it yourself"
+            f"{where}: exists and was not written by a spanbert command (no {MANIFEST}); it is never "
+            "replaced, even with --force: choose a new folder, or move it away yourself"
         )
-    foreign = sorted(set(_listing(destination)) - set(manifest["files"]) - {MANIFEST})
+    writer = manifest.get("command", "a spanbert command")
+    foreign = sorted(set(listing) - set(manifest["files"]) - {MANIFEST})
     if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise OutputError(
-            f"{flag} {destination}: holds files that {manifest.get('command', 'a spanbert command')} did not write "
-            f"({shown}); --force will not delete them"
+            f"{where}: holds files that {writer} did not write ({_shown(foreign)}); it is never replaced, "
+            "even with --force: move them away first"
         )
+    if not force:
+        raise OutputError(f"{where}: exists (an output of {writer}); pass --force to replace it")
 
 
 @contextmanager
-def _terminate_as_interrupt():
-    """Turn SIGTERM into KeyboardInterrupt inside the block, so cleanup runs (main thread only)."""
+def signals_held():
+    """Hold SIGINT/SIGTERM/SIGHUP back inside the block; they are delivered when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextmanager
+def _signals_as_interrupt():
+    """Turn SIGTERM and SIGHUP into Interrupted inside the block, so cleanup runs (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Interrupted(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _swap_into_place(work: str, destination: str, parent: str) -> None:
+    """Move ``work`` to ``destination``; an old output is moved aside first and put back on failure."""
+    if not os.path.lexists(destination):
+        os.replace(work, destination)
+        return
+    if not os.listdir(destination):
+        os.rmdir(destination)  # an empty folder check_destination accepted
+        os.replace(work, destination)
+        return
+    old = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
+    previous = os.path.join(old, "previous")
+    os.replace(destination, previous)
+    try:
+        os.replace(work, destination)
+    except BaseException:
+        os.replace(previous, destination)
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
@@ -127,29 +191,29 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
 
     ``command`` is recorded in the output's manifest with every file written;
     ``inputs`` are paths the command reads (the destination may not hold
-    them). A failed run (bad input, a failed check, Ctrl-C, SIGTERM) leaves no
-    half-written destination and no temporary folder behind.
+    them). A failed run (bad input, a failed check, Ctrl-C, SIGTERM, SIGHUP)
+    leaves no half-written destination and no temporary folder behind.
     """
     inputs = list(inputs)
     check_destination(destination, command, inputs, force, flag)
     parent = os.path.dirname(_real(destination))
     os.makedirs(parent, exist_ok=True)
-    with _terminate_as_interrupt():
-        work = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
+    with _signals_as_interrupt():
+        with signals_held():  # no signal between creating the folder and owning its cleanup
+            work = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
         try:
             os.chmod(work, 0o755)
             yield work
             files = [f for f in _listing(work) if f != MANIFEST]
             with open(os.path.join(work, MANIFEST), "w", encoding="utf-8") as f:
                 json.dump({"command": command, "files": files}, f, indent=2)
-            check_destination(destination, command, inputs, force, flag)  # nothing changed meanwhile
-            if os.path.lexists(destination):
-                old = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
-                os.replace(destination, os.path.join(old, "previous"))
-                os.replace(work, destination)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(work, destination)
+            with signals_held():
+                check_destination(destination, command, inputs, force, flag)  # nothing changed meanwhile
+                try:
+                    _swap_into_place(work, destination, parent)
+                except OSError as err:
+                    raise OutputError(f"{flag} {destination}: cannot move the output into place ({err.strerror})") from None
         except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
+            with signals_held():
+                shutil.rmtree(work, ignore_errors=True)
             raise

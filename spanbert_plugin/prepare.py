@@ -6,27 +6,64 @@ a mask symbol), ``train``/``valid`` binarized with one item per document (so
 document boundaries are kept), the tokenizer files and ``prepare_stats.json``.
 The destination is written to a temporary folder and moved into place only
 when everything succeeded.
+
+The command-line interface is ``spanbert_plugin.cli.prepare``; this module
+holds the work (``prepare(args)``), so that it can be called with any object
+carrying the same attributes.
 """
-import argparse
+import codecs
 import json
+import logging
 import os
-import sys
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from .file_utils import OutputError, atomic_directory, check_destination
+from .errors import UsageError
+from .file_utils import atomic_directory, check_destination
 from .tokenization import (
     SentencePieceTokenizer,
-    TokenizerError,
+    VocabSizeTooLarge,
     WordPieceTokenizer,
     read_wordpiece_vocab,
 )
 
+logger = logging.getLogger(__name__)
+COMMAND = "spanbert-prepare"
+DEFAULT_VOCAB_SIZE = 8000
+DEFAULT_VALID_FRACTION = 0.01
 
-class PrepareError(Exception):
+
+class PrepareError(UsageError):
     """Bad input for spanbert-prepare; the message names the file and the problem."""
+
+
+def resolve_options(args):
+    """Check option combinations and fill in implied values; raise PrepareError naming the flag."""
+    if args.tokenizer is None:  # a WordPiece vocabulary implies the WordPiece tokenizer
+        args.tokenizer = "wordpiece" if args.wordpiece_vocab else "sentencepiece"
+    if args.tokenizer == "wordpiece":
+        if not args.wordpiece_vocab:
+            raise PrepareError("--tokenizer wordpiece needs --wordpiece-vocab FILE (a BERT vocab.txt)")
+        for flag, value in (("--vocab-size", args.vocab_size), ("--character-coverage", args.character_coverage)):
+            if value is not None:
+                raise PrepareError(f"{flag} applies to sentencepiece only; a WordPiece vocabulary is fixed by --wordpiece-vocab")
+    elif args.wordpiece_vocab:
+        raise PrepareError("--wordpiece-vocab needs --tokenizer wordpiece (or leave --tokenizer out)")
+    if args.vocab_size is not None and args.vocab_size < 8:
+        raise PrepareError(f"--vocab-size must be at least 8, got {args.vocab_size}")
+    if args.character_coverage is not None and not 0 < args.character_coverage <= 1:
+        raise PrepareError(f"--character-coverage must be in (0, 1], got {args.character_coverage}")
+    if args.valid_fraction is not None:
+        if args.valid:
+            raise PrepareError("--valid-fraction and --valid exclude each other: the valid split is either held out or given")
+        if not 0 < args.valid_fraction < 1:  # also false for nan
+            raise PrepareError(
+                f"--valid-fraction must be in (0, 1), got {args.valid_fraction}; span_masked_lm needs a valid "
+                "split, so pass --valid FILE or a fraction in (0, 1)"
+            )
+    return args
 
 
 def read_documents(path):
@@ -34,26 +71,35 @@ def read_documents(path):
     if not os.path.exists(path):
         raise PrepareError(f"{path}: no such file")
     if not os.path.isfile(path):
-        raise PrepareError(f"{path}: not a regular file")
+        raise PrepareError(f"{path}: not a regular file (the text is read twice, so pipes cannot be used)")
     if os.path.getsize(path) == 0:
         raise PrepareError(f"{path}: file is empty")
+    try:
+        with open(path, "rb") as f:
+            return _split_documents(path, f)
+    except OSError as err:
+        raise PrepareError(f"{path}: cannot read ({err.strerror})") from None
+
+
+def _split_documents(path, f):
     documents, current, empty_documents = [], [], 0
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise PrepareError(
-                    f"{path}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte column {err.start + 1})"
-                ) from None
-            line = line.strip()
-            if line:
-                current.append(line)
-            elif current:
-                documents.append(current)
-                current = []
-            elif line_no > 1:
-                empty_documents += 1  # a second blank line in a row: an empty document
+    for line_no, raw in enumerate(f, 1):
+        if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]  # a byte-order mark is not text
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise PrepareError(
+                f"{path}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte column {err.start + 1})"
+            ) from None
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif current:
+            documents.append(current)
+            current = []
+        elif line_no > 1:
+            empty_documents += 1  # a second blank line in a row: an empty document
     if current:
         documents.append(current)
     if not documents:
@@ -62,16 +108,35 @@ def read_documents(path):
 
 
 def build_tokenizer(args, workdir):
+    """The WordPiece tokenizer of ``--wordpiece-vocab``, or a sentencepiece model trained into ``workdir``.
+
+    Without ``--vocab-size``, a text too small for the default vocabulary gets
+    the largest one it supports, with a warning.
+    """
     if args.tokenizer == "wordpiece":
-        if not args.wordpiece_vocab:
-            raise PrepareError("--tokenizer wordpiece needs --wordpiece-vocab FILE (a BERT vocab.txt)")
-        read_wordpiece_vocab(args.wordpiece_vocab)  # validates the special tokens
         return WordPieceTokenizer(args.wordpiece_vocab, lowercase=args.lowercase)
-    if args.vocab_size < 8:
-        raise PrepareError(f"--vocab-size must be at least 8, got {args.vocab_size}")
-    return SentencePieceTokenizer.train(
-        args.train, workdir, args.vocab_size, character_coverage=args.character_coverage
-    )
+    coverage = 0.9995 if args.character_coverage is None else args.character_coverage
+    vocab_size = DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
+    for _ in range(3):  # sentencepiece's bound can shrink a little on the retry
+        try:
+            return SentencePieceTokenizer.train(args.train, workdir, vocab_size, character_coverage=coverage,
+                                                lowercase=args.lowercase)
+        except VocabSizeTooLarge as err:
+            if args.vocab_size is not None or err.largest < 8:
+                raise
+            logger.warning(f"{args.train}: too small for the default vocabulary of {DEFAULT_VOCAB_SIZE} pieces; "
+                           f"using {err.largest}, the largest it supports (set --vocab-size to choose)")
+            vocab_size = err.largest
+    raise PrepareError(f"{args.train}: could not fit a sentencepiece vocabulary to this text; pass --vocab-size")
+
+
+def hold_out(documents, path, fraction=None):
+    """Split the last ``fraction`` of the documents (at least one) off as the valid split."""
+    fraction = DEFAULT_VALID_FRACTION if fraction is None else fraction
+    if len(documents) < 2:
+        raise PrepareError(f"{path}: a single document cannot be split into train and valid; pass --valid FILE")
+    n_valid = min(len(documents) - 1, max(1, int(round(len(documents) * fraction))))
+    return documents[:-n_valid], documents[-n_valid:]
 
 
 def binarize(documents, tokenizer, prefix, vocab_size, desc, batch_lines=2048):
@@ -107,26 +172,29 @@ def _flush(builder, pieces, counts):
 
 
 def prepare(args):
-    """Run the whole preparation into ``args.destdir``; raise PrepareError on bad input."""
+    """Run the whole preparation into ``args.destdir``; raise a UsageError (one line) on bad input.
+
+    ``args`` carries the command's options (see ``spanbert_plugin.cli.prepare``).
+    """
     from .data.dictionary import SpanBertDictionary
 
-    destdir = os.path.abspath(args.destdir)
+    resolve_options(args)
     inputs = [p for p in (args.train, args.valid, args.wordpiece_vocab) if p]
-    check_destination(args.destdir, "spanbert-prepare", inputs, args.force)
+    check_destination(args.destdir, COMMAND, inputs, args.force)
+    if args.wordpiece_vocab:
+        read_wordpiece_vocab(args.wordpiece_vocab)  # bad vocabularies fail before the corpus is read
     train_docs, train_empty = read_documents(args.train)
     if args.valid:
         valid_docs, valid_empty = read_documents(args.valid)
     else:
-        if len(train_docs) < 2:
-            raise PrepareError(f"{args.train}: a single document cannot be split into train and valid; pass --valid FILE")
-        n_valid = max(1, int(round(len(train_docs) * args.valid_fraction)))
-        train_docs, valid_docs, valid_empty = train_docs[:-n_valid], train_docs[-n_valid:], 0
+        train_docs, valid_docs = hold_out(train_docs, args.train, args.valid_fraction)
+        valid_empty = 0
 
-    with atomic_directory(destdir, "spanbert-prepare", inputs, args.force) as workdir:
+    with atomic_directory(args.destdir, COMMAND, inputs, args.force) as workdir:
         tokenizer = build_tokenizer(args, workdir)
         tokenizer.save(workdir)
         vocab_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)
-        stats = {"tokenizer": tokenizer.kind, "vocab_size": vocab_size}
+        stats = {"tokenizer": tokenizer.kind, "vocab_size": vocab_size, "lowercase": bool(tokenizer.lowercase)}
         counts = np.zeros(vocab_size, dtype=np.int64)
         for split, docs, empty in (("train", train_docs, train_empty), ("valid", valid_docs, valid_empty)):
             split_counts, n_tokens = binarize(docs, tokenizer, os.path.join(workdir, split), vocab_size, f"binarize {split}")
@@ -145,35 +213,8 @@ def prepare(args):
     return stats
 
 
-def get_parser():
-    parser = argparse.ArgumentParser(
-        prog="spanbert-prepare",
-        description="Tokenize and binarize a text corpus for span_masked_lm pre-training.",
-    )
-    parser.add_argument("--train", required=True, help="training text: one sentence/paragraph per line, blank line between documents")
-    parser.add_argument("--valid", help="validation text (same format); default: hold out the last --valid-fraction of training documents")
-    parser.add_argument("--valid-fraction", type=float, default=0.01, help="share of training documents held out when --valid is absent")
-    parser.add_argument("--destdir", required=True, help="output fairseq data directory")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --destdir")
-    parser.add_argument("--tokenizer", choices=["sentencepiece", "wordpiece"], default="sentencepiece", help="train a sentencepiece model, or use a BERT WordPiece vocab.txt")
-    parser.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary size")
-    parser.add_argument("--character-coverage", type=float, default=0.9995, help="sentencepiece character coverage")
-    parser.add_argument("--wordpiece-vocab", help="BERT-style vocab.txt for --tokenizer wordpiece")
-    parser.add_argument("--lowercase", action="store_true", help="lower-case (uncased WordPiece vocabularies)")
-    return parser
-
-
 def cli_main(argv=None):
-    """Console entry point: exit status 1 and a one-line error on bad input."""
-    args = get_parser().parse_args(argv)
-    try:
-        stats = prepare(args)
-    except (PrepareError, TokenizerError, OutputError) as err:
-        print(f"spanbert-prepare: error: {err}", file=sys.stderr)
-        return 1
-    print(f"spanbert-prepare: wrote {args.destdir}: " + json.dumps(stats))
-    return 0
+    """Alias of ``spanbert_plugin.cli.prepare.main`` (the console command), kept for scripts and tests."""
+    from .cli.prepare import main
 
-
-if __name__ == "__main__":
-    sys.exit(cli_main())
+    return main(argv)

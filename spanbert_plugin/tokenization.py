@@ -14,6 +14,8 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from .errors import UsageError
+
 META_FILE = "spanbert_tokenizer.json"
 SPM_FILE = "spm.model"
 WORDPIECE_FILE = "vocab.txt"
@@ -27,12 +29,21 @@ SPECIAL_SYMBOLS = {
     "mask": ("[MASK]", "<mask>"),
 }
 WORDPIECE_REQUIRED = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-SPM_WORD_PREFIX = "\u2581"  # sentencepiece's word-start marker '▁'
+SPM_WORD_PREFIX = "\u2581"
+CASE_FOLDING_RULE = "nmt_nfkc_cf"  # sentencepiece's NFKC + case folding normalisation  # sentencepiece's word-start marker '▁'
 _UNUSED_RE = re.compile(r"^\[unused\d+\]$")
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UsageError):
     """Bad tokenizer input: the message names the file and the problem."""
+
+
+class VocabSizeTooLarge(TokenizerError):
+    """The text supports at most ``largest`` sentencepiece pieces."""
+
+    def __init__(self, message: str, largest: int):
+        super().__init__(message)
+        self.largest = largest
 
 
 @dataclass
@@ -91,7 +102,12 @@ class SpanTokenizer:
 
 
 class SentencePieceTokenizer(SpanTokenizer):
-    """sentencepiece model; ids 0..3 are <s>, <pad>, </s>, <unk> as in fairseq."""
+    """sentencepiece model; ids 0..3 are <s>, <pad>, </s>, <unk> as in fairseq.
+
+    A lower-casing model is trained with the normalisation rule ``nmt_nfkc_cf``
+    (NFKC + case folding), which sentencepiece stores in the model: encoding
+    folds case too, and offsets still index the original text.
+    """
 
     kind = "sentencepiece"
 
@@ -100,6 +116,7 @@ class SentencePieceTokenizer(SpanTokenizer):
 
         self.model_file = model_file
         self.sp = spm.SentencePieceProcessor(model_file=model_file)
+        self.lowercase = self._normalizer_name(model_file) == CASE_FOLDING_RULE
         self.vocab = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
 
     @staticmethod
@@ -135,10 +152,20 @@ class SentencePieceTokenizer(SpanTokenizer):
 
         if os.path.abspath(self.model_file) != os.path.abspath(os.path.join(directory, SPM_FILE)):
             shutil.copyfile(self.model_file, os.path.join(directory, SPM_FILE))
-        _write_meta(directory, {"type": self.kind})
+        _write_meta(directory, {"type": self.kind, "lowercase": self.lowercase})
+
+    @staticmethod
+    def _normalizer_name(model_file):
+        from sentencepiece import sentencepiece_model_pb2
+
+        proto = sentencepiece_model_pb2.ModelProto()
+        with open(model_file, "rb") as f:
+            proto.ParseFromString(f.read())
+        return proto.normalizer_spec.name
 
     @classmethod
-    def train(cls, text_file, out_dir, vocab_size, character_coverage=0.9995, model_type="unigram"):
+    def train(cls, text_file, out_dir, vocab_size, character_coverage=0.9995, model_type="unigram",
+              lowercase=False):
         """Train a sentencepiece model on ``text_file``; errors say the largest vocabulary that fits."""
         import sentencepiece as spm
 
@@ -150,6 +177,7 @@ class SentencePieceTokenizer(SpanTokenizer):
                 vocab_size=vocab_size,
                 model_type=model_type,
                 character_coverage=character_coverage,
+                normalization_rule_name=CASE_FOLDING_RULE if lowercase else "nmt_nfkc",
                 bos_id=0,
                 pad_id=1,
                 eos_id=2,
@@ -163,9 +191,10 @@ class SentencePieceTokenizer(SpanTokenizer):
             message = str(err)
             fits = re.search(r"value <= (\d+)", message)
             if fits:
-                raise TokenizerError(
+                raise VocabSizeTooLarge(
                     f"{text_file}: --vocab-size {vocab_size} is larger than this text supports; "
-                    f"the largest that fits is {fits.group(1)}"
+                    f"the largest that fits is {fits.group(1)}",
+                    int(fits.group(1)),
                 ) from None
             if "smaller than required_chars" in message:
                 need = re.search(r"(\d+) vs", message)
@@ -188,8 +217,10 @@ class WordPieceTokenizer(SpanTokenizer):
         self.vocab_file = vocab_file
         self.lowercase = lowercase
         self.vocab = read_wordpiece_vocab(vocab_file)
+        # built from the checked list, not the file: tokenizers would keep a byte-order mark in token 0
         self.tok = BertWordPieceTokenizer(
-            vocab_file, lowercase=lowercase, strip_accents=lowercase, clean_text=True
+            {piece: i for i, piece in enumerate(self.vocab)},
+            lowercase=lowercase, strip_accents=lowercase, clean_text=True,
         )
 
     @staticmethod
@@ -214,11 +245,16 @@ class WordPieceTokenizer(SpanTokenizer):
 
 
 def read_wordpiece_vocab(vocab_file: str) -> List[str]:
-    """Read a BERT vocab.txt (one token per line) and check its special tokens."""
+    """Read a BERT vocab.txt (one token per line, UTF-8 with or without a byte-order mark) and check it."""
     if not os.path.isfile(vocab_file):
         raise TokenizerError(f"{vocab_file}: no such file")
-    with open(vocab_file, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n").rstrip("\r") for line in f]
+    try:
+        with open(vocab_file, encoding="utf-8-sig") as f:
+            vocab = [line.rstrip("\n").rstrip("\r") for line in f]
+    except UnicodeDecodeError as err:
+        raise TokenizerError(f"{vocab_file}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise TokenizerError(f"{vocab_file}: cannot read ({err.strerror})") from None
     if vocab and vocab[-1] == "":
         vocab.pop()
     missing = [s for s in WORDPIECE_REQUIRED if s not in set(vocab)]

@@ -1,0 +1,68 @@
+"""spanbert-prepare: tokenize and binarize a text corpus for span_masked_lm (the work is in ``spanbert_plugin.prepare``)."""
+import argparse
+import json
+import logging
+import sys
+
+from ..errors import UsageError
+from ..file_utils import Interrupted
+
+PROG = "spanbert-prepare"
+
+
+def get_parser():
+    """The command's options; defaults left as None are filled in (or checked) by ``prepare.resolve_options``."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Tokenize and binarize a text corpus for span_masked_lm pre-training.",
+    )
+    parser.add_argument("--train", required=True, help="training text: one sentence/paragraph per line, blank line between documents")
+    parser.add_argument("--valid", help="validation text (same format); default: hold out the last --valid-fraction of training documents")
+    parser.add_argument("--valid-fraction", type=float,
+                        help="share of training documents held out when --valid is absent, in (0, 1) (default 0.01, at least one document)")
+    parser.add_argument("--destdir", required=True,
+                        help="output folder: must be new, empty, or (with --force) an earlier output of a spanbert command")
+    parser.add_argument("--force", action="store_true",
+                        help="replace --destdir if a spanbert command wrote it and it holds nothing else")
+    parser.add_argument("--tokenizer", choices=["sentencepiece", "wordpiece"],
+                        help="train a sentencepiece model (default), or use a BERT WordPiece vocab.txt (implied by --wordpiece-vocab)")
+    parser.add_argument("--vocab-size", type=int,
+                        help="sentencepiece vocabulary size (default 8000, or the largest the text supports if smaller)")
+    parser.add_argument("--character-coverage", type=float, help="sentencepiece character coverage (default 0.9995)")
+    parser.add_argument("--wordpiece-vocab", help="BERT-style vocab.txt; implies --tokenizer wordpiece")
+    parser.add_argument("--lowercase", action="store_true",
+                        help="lower-case the text (uncased WordPiece vocabularies; sentencepiece trains a case-folding model)")
+    return parser
+
+
+def main(argv=None):
+    """Console entry point: a one-line error and exit status 1 on bad input; 128 + signal number when stopped."""
+    from ..prepare import logger, prepare
+
+    args = get_parser().parse_args(argv)
+    _warnings_to_stderr(logger)
+    try:
+        stats = prepare(args)
+    except UsageError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as err:
+        print(f"{PROG}: interrupted; {args.destdir} left as it was", file=sys.stderr)
+        return err.exit_status if isinstance(err, Interrupted) else 130
+    print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
+    return 0
+
+
+def _warnings_to_stderr(logger):
+    """Show the library's warnings as ``spanbert-prepare: warning: ...`` lines (once per logger)."""
+    if not any(getattr(h, "spanbert_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter(f"{PROG}: warning: %(message)s"))
+        handler.spanbert_cli = True
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
