@@ -17,6 +17,15 @@ equals the budget. Overlapping or touching spans are merged, so each final
 span has an unmasked token on either side; the block's first and last
 positions and control symbols are never masked.
 
+Every block with a maskable token gets at least one masked token (a block
+masking nothing teaches nothing, and a validation split of such blocks would
+report a loss of 0): when the first drawn word alone is longer than the
+budget, it is masked whole. The budget's rounding is shifted to pay for those
+extra tokens in expectation, so the expected masked count stays exactly
+mask_ratio x maskable tokens wherever that is at least the expected size of
+one forced word (``_budget``); below that (very short blocks, or a block that
+is one long word) one word is the least there is to mask.
+
 Replacement (80% mask / 10% random / 10% unchanged) is decided per final
 (merged) span for the ``span`` scheme, and per drawn unit (whole word or
 subword token) for the ``word`` and ``subword`` ablations, as BERT does.
@@ -116,8 +125,7 @@ class SpanMasker:
         owner = np.full(n, -1, dtype=np.int64)
         positions = maskable.nonzero()[0]
         num_maskable = len(positions)
-        budget = int(self.mask_ratio * num_maskable + rng.random()) if num_maskable else 0
-        if budget == 0:
+        if num_maskable == 0:
             return owner, np.zeros((0, 3), dtype=np.int64) if return_spans else None
         # word starts: vocabulary flag, or the first maskable token after an unmaskable one
         single_run = positions[-1] - positions[0] + 1 == num_maskable  # the usual framed block
@@ -140,6 +148,7 @@ class SpanMasker:
             next_start = np.concatenate((word_start[1:], [n]))
             word_end = np.minimum(next_start, run_ends[np.searchsorted(run_ends, word_start, side="right")])
         word_of_pos = np.cumsum(starts_mask) - 1
+        budget = self._budget(word_end - word_start, num_maskable, rng.random())
 
         tokens_per_word = num_maskable / num_words
         per_round = int(budget / (self.mean_span_words * tokens_per_word) * 1.3) + 2
@@ -179,7 +188,7 @@ class SpanMasker:
             owner[uniq[full]] = span_of[full]
             already = int(cum[crossing - 1]) if crossing else covered
             cross_pos = uniq[span_of == base + crossing]
-            take = self._whole_words_within(cross_pos, word_of_pos, budget - already, rng)
+            take = self._whole_words_within(cross_pos, word_of_pos, budget - already, rng, at_least_one=already == 0)
             owner[cross_pos[:take]] = base + crossing
             if return_spans:
                 drawn[-1] = tuple(column[: crossing + 1] for column in drawn[-1])
@@ -188,9 +197,37 @@ class SpanMasker:
             return owner, None
         return owner, np.concatenate([np.stack(columns, axis=1) for columns in drawn])
 
+    def _budget(self, word_len: np.ndarray, num_maskable: int, u: float) -> int:
+        """Tokens to mask, from one uniform draw ``u``: mask_ratio x num_maskable in expectation, counting forced words.
+
+        With budget b, the first drawn word (word j with probability
+        w_j / num_maskable, the anchor being uniform over tokens) is masked whole
+        even when w_j > b, which adds sum_j w_j max(w_j - b, 0) / num_maskable
+        tokens in expectation; ``expected`` is b plus that. The budget is k or
+        k + 1 around the target, with the probability that makes the expectation
+        exact. Blocks without a word longer than the rounded-down target (nearly
+        all) take the plain stochastic rounding.
+        """
+        target = self.mask_ratio * num_maskable
+        floor = int(target)
+        if word_len.max() <= floor:
+            return int(target + u)
+        budgets = np.arange(floor + 2)
+        excess = np.maximum(word_len[None, :] - budgets[:, None], 0)
+        expected = budgets + (excess * word_len).sum(axis=1) / num_maskable  # non-decreasing, expected[b] >= b
+        if target < expected[0]:
+            return 0  # one forced word already exceeds the target: the least there is to mask
+        k = int(np.searchsorted(expected, target, side="right")) - 1  # expected[k] <= target < expected[k + 1]
+        p_up = (target - expected[k]) / (expected[k + 1] - expected[k])
+        return k + int(u >= 1 - p_up)
+
     @staticmethod
-    def _whole_words_within(cross_pos, word_of_pos, remaining, rng):
-        """How many leading positions of the crossing span to mask: whole words, budget in expectation."""
+    def _whole_words_within(cross_pos, word_of_pos, remaining, rng, at_least_one=False):
+        """How many leading positions of the crossing span to mask: whole words, budget in expectation.
+
+        ``at_least_one``: nothing is masked yet, so the span's first word is
+        taken even when it is longer than the budget (``_budget`` accounts for it).
+        """
         words = word_of_pos[cross_pos]  # ascending
         cum = np.concatenate(((words[1:] != words[:-1]).nonzero()[0] + 1, [len(words)]))  # tokens up to each word end
         whole = int(np.searchsorted(cum, remaining, side="right"))
@@ -198,6 +235,8 @@ class SpanMasker:
         if whole < len(cum) and take < remaining:
             if rng.random() < (remaining - take) / (cum[whole] - take):
                 take = int(cum[whole])
+        if take == 0 and at_least_one:
+            take = int(cum[0])
         return take
 
     def _apply(self, tokens, owner, drawn, rng, return_spans):
