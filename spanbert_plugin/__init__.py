@@ -16,11 +16,13 @@ install_excepthook()
 
 # Registered components, one import per line.
 from .criterions import extractive_qa  # noqa: F401,E402
+from .criterions import relation_extraction  # noqa: F401,E402
 from .criterions import span_bert  # noqa: F401,E402
 from .criterions import sentence_classification  # noqa: F401,E402
 from .models import spanbert  # noqa: F401,E402
 from .tasks import extractive_qa as extractive_qa_task  # noqa: F401,E402
 from .tasks import find_animals  # noqa: F401,E402
+from .tasks import relation_extraction as relation_extraction_task  # noqa: F401,E402
 from .tasks import sentence_classification as sentence_classification_task  # noqa: F401,E402
 from .tasks import span_masked_lm  # noqa: F401,E402
 
