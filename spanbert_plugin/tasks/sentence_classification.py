@@ -45,6 +45,8 @@ class SentenceClassificationTask(FairseqTask):
         self.regression = bool(meta["regression"])
         self.num_classes = int(meta["num_classes"])
         self.labels = meta["labels"]
+        # saved in checkpoints, so prediction can refuse data whose labels differ from training's
+        self.state.merge_state_dict({"labels": self.labels})
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):

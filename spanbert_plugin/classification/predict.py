@@ -1,0 +1,131 @@
+"""Classify every example of a prepared split with a fine-tuned checkpoint; write predictions and metrics.
+
+Batches are built as at validation (the checkpoint's validation batch size
+unless overridden), and the metrics come from the same confusion-matrix and
+correlation functions as the criterion's, so ``eval.json`` equals what
+fairseq-train logged for the same checkpoint and split.
+"""
+import json
+import os
+from typing import Optional
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..errors import UsageError
+from ..evaluation.classification import classification_metrics, confusion_matrix, regression_metrics
+from ..file_utils import atomic_directory, check_destination
+
+COMMAND = "spanbert-predict-classification"
+TASK_NAME = "sentence_classification"
+
+
+def load_classifier(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
+    """(model, task, cfg) of a sentence_classification checkpoint; ``data`` overrides the prepared folder."""
+    from fairseq import checkpoint_utils
+
+    from ..models.hub_interface import USER_DIR
+
+    if not os.path.isfile(checkpoint):
+        raise UsageError(f"--checkpoint {checkpoint}: no such file")
+    overrides = {"user_dir": USER_DIR}
+    if data:
+        overrides["data"] = os.path.abspath(data)
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint, overrides)
+    task_name = getattr(state["cfg"].task, "_name", None)
+    if task_name != TASK_NAME:
+        raise UsageError(f"--checkpoint {checkpoint}: not a {TASK_NAME} checkpoint (its task is {task_name})")
+    trained = state.get("task_state", {}).get("labels", "unknown")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
+    if trained != "unknown" and trained != task.labels:
+        raise UsageError(f"--data {cfg.task.data}: labels {task.labels} differ from the checkpoint's {trained}")
+    model = models[0].eval()
+    if torch.cuda.is_available() and not cpu:
+        model = model.cuda()
+    return model, task, cfg
+
+
+@torch.no_grad()
+def split_outputs(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> np.ndarray:
+    """Class probabilities (N x K) or regression values (N x 1) of every example, in input order."""
+    from fairseq import utils
+
+    from ..criterions.sentence_classification import classification_logits
+
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    iterator = task.get_batch_iterator(
+        dataset=dataset,
+        max_tokens=max_tokens if max_tokens is not None else cfg.dataset.max_tokens_valid,
+        max_sentences=batch_size if batch_size is not None else cfg.dataset.batch_size_valid,
+        max_positions=model.max_positions(),
+        ignore_invalid_inputs=False,
+        required_batch_size_multiple=1,
+        seed=cfg.common.seed,
+    ).next_epoch_itr(shuffle=False)
+    outputs = np.full((len(dataset), task.num_classes), np.nan, dtype=np.float64)
+    device = next(model.parameters()).device
+    for sample in tqdm(iterator, desc=f"predict {split}", unit="batch", disable=None):
+        sample = utils.move_to_cuda(sample, device) if device.type == "cuda" else sample
+        logits = classification_logits(model, sample, task.cfg.classification_head_name).float()
+        values = logits if task.regression else torch.softmax(logits, dim=-1)
+        outputs[sample["id"].cpu().numpy()] = values.cpu().numpy()
+    if np.isnan(outputs).any():
+        missing = int(np.isnan(outputs).any(axis=1).sum())
+        raise RuntimeError(f"{missing} examples of {split} were not predicted")
+    return outputs
+
+
+def split_metrics(task, outputs: np.ndarray, gold: np.ndarray) -> dict:
+    """The validation metrics of the whole split (percent), or only the count when it has no labels."""
+    labelled = (gold >= 0).all() if not task.regression else np.isfinite(gold).all()
+    result = {"examples": int(len(gold)), "labelled": bool(labelled)}
+    if not labelled:
+        return result
+    if task.regression:
+        return {**result, **regression_metrics(outputs[:, 0], gold)}
+    confusion = confusion_matrix(gold, outputs.argmax(axis=1), task.num_classes)
+    return {**result, **classification_metrics(confusion), "labels": task.labels, "confusion": confusion.tolist()}
+
+
+def prediction_records(task, outputs: np.ndarray, gold: np.ndarray, ids):
+    """One JSON-ready dict per example, in input order."""
+    for i in range(len(outputs)):
+        record = {"index": i}
+        if ids is not None:
+            record["id"] = ids[i]
+        if task.regression:
+            record["value"] = float(outputs[i, 0])
+            if np.isfinite(gold[i]):
+                record["gold"] = float(gold[i])
+        else:
+            record["label"] = task.labels[int(outputs[i].argmax())]
+            if gold[i] >= 0:
+                record["gold"] = task.labels[int(gold[i])]
+            record["probabilities"] = {label: round(float(p), 6) for label, p in zip(task.labels, outputs[i])}
+        yield record
+
+
+def predict_split(checkpoint: str, data: Optional[str], split: str, out: str, force: bool = False,
+                  batch_size=None, max_tokens=None, cpu: bool = False) -> dict:
+    """Write ``predictions.jsonl`` and ``eval.json`` for ``split`` into ``out``; return the metrics."""
+    inputs = [checkpoint] + ([data] if data else [])
+    check_destination(out, COMMAND, inputs, force, "--out")
+    model, task, cfg = load_classifier(checkpoint, data, cpu)
+    outputs = split_outputs(model, task, cfg, split, batch_size, max_tokens)
+    dataset = task.dataset(split)
+    folder = cfg.task.data.split(os.pathsep)[0]
+    ids_path = os.path.join(folder, f"{split}.ids.json")
+    ids = None
+    if os.path.isfile(ids_path):
+        with open(ids_path, encoding="utf-8") as f:
+            ids = json.load(f)
+    scores = {"split": split, **split_metrics(task, outputs, dataset.labels)}
+    with atomic_directory(out, COMMAND, inputs + [folder], force, "--out") as work:
+        with open(os.path.join(work, "predictions.jsonl"), "w", encoding="utf-8") as f:
+            for record in prediction_records(task, outputs, dataset.labels, ids):
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        with open(os.path.join(work, "eval.json"), "w", encoding="utf-8") as f:
+            json.dump(scores, f, indent=2, ensure_ascii=False)
+    return scores
