@@ -1,0 +1,403 @@
+"""spanbert-prepare-qa: windows, labels and max-context flags against a per-question reference,
+SQuAD / MRQA(.gz) readers, stats, every bad input, and the real SQuAD 1.1 dev set."""
+import gzip
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, bin_path, run_cli
+from spanbert_plugin.cli.prepare_qa import main
+from spanbert_plugin.qa.prepare import QAConfig, featurize, load_tokenizer, read_qa_file
+from spanbert_plugin.qa.windows import QASplit
+
+DATA = os.path.join(ROOT, "..", "shared", "data")
+BERT_VOCAB = os.path.join(DATA, "bert_uncased_vocab", "vocab.txt")
+SQUAD_DEV = os.path.join(DATA, "squad", "dev-v1.1.json")
+
+# words with accents, CJK, ligatures and punctuation; separators with tabs, newlines and unicode spaces
+WORDS = ["river", "bank", "Zürich", "café", "naïve", "東京", "straße", "résumé", "Ærøskøbing", "ﬁnal", "1,234",
+         "(note)", "end.", "co-op", "don't", "the", "of", "a", "x", "Ωmega", "—", "über", "ÉCOLE", "data"]
+SEPARATORS = [" ", " ", " ", " ", "  ", "\t", "\n", "\u00a0", " \u3000 ", " \n\n "]
+CONFIG = QAConfig(max_seq_length=40, doc_stride=7, max_query_length=8)
+
+
+def make_passage(rng, n_words):
+    """A passage with odd white space (leading too) and the character span of every word."""
+    text, spans = rng.choice(["", "  \n", "\t "]), []
+    for i in range(n_words):
+        if i:
+            text += rng.choice(SEPARATORS)
+        word = rng.choice(WORDS)
+        spans.append((len(text), len(text) + len(word)))
+        text += word
+    return text, spans
+
+
+def generated_examples(seed=0, impossible=True):
+    """Paragraphs of (context, [question dicts]) with answers at every place, several golds, unanswerables."""
+    rng = random.Random(seed)
+    paragraphs = []
+    for p, n_words in enumerate([90, 45, 8]):  # many windows, a few windows, one window
+        context, spans = make_passage(rng, n_words)
+        qas = []
+        for k, first in enumerate(range(0, n_words, 2 if n_words > 10 else 1)):  # answers start at every other word
+            last = min(n_words - 1, first + rng.randint(0, 3))
+            start, end = spans[first][0], spans[last][1]
+            golds = [{"text": context[start:end], "answer_start": start}]
+            if last + 1 < n_words:  # a second, longer gold answer with the same start
+                golds.append({"text": context[start: spans[last + 1][1]], "answer_start": start})
+            length = rng.choice([2, 5, 12])  # 12 words exceed max_query_length 8: truncated
+            question = " ".join(rng.choice(WORDS) for _ in range(length)) + " ?"
+            qas.append({"id": f"p{p}q{k}", "question": question, "answers": golds})
+        if impossible:
+            qas.append({"id": f"p{p}none", "question": "Where is nothing ?", "answers": [], "is_impossible": True,
+                        "plausible_answers": [{"text": context[spans[0][0]: spans[0][1]], "answer_start": spans[0][0]}]})
+        paragraphs.append({"context": context, "qas": qas})
+    return paragraphs
+
+
+def write_squad(path, paragraphs, version="v2.0"):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"version": version, "data": [{"title": "generated", "paragraphs": paragraphs}]}, f, ensure_ascii=False)
+    return str(path)
+
+
+def write_mrqa(path, paragraphs, compress=True):
+    """The same questions as MRQA JSON lines: detected_answers with inclusive character ends."""
+    lines = [json.dumps({"header": {"dataset": "generated", "split": "dev"}})]
+    for i, paragraph in enumerate(paragraphs):
+        qas = []
+        for qa in paragraph["qas"]:
+            if qa.get("is_impossible"):
+                continue
+            detected = [{"text": g["text"], "char_spans": [[g["answer_start"], g["answer_start"] + len(g["text"]) - 1]]}
+                        for g in qa["answers"]]
+            qas.append({"qid": qa["id"], "question": qa["question"], "answers": [g["text"] for g in qa["answers"]],
+                        "detected_answers": detected})
+        lines.append(json.dumps({"id": f"ctx{i}", "context": paragraph["context"], "qas": qas}, ensure_ascii=False))
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    with open(path, "wb") as f:
+        f.write(gzip.compress(data) if compress else data)
+    return str(path)
+
+
+def reference_windows(qa, tokenizer, bos, eos, config):
+    """BERT's procedure question by question with plain loops: list of window dicts per question."""
+    result = []
+    for q, question in enumerate(qa.questions):
+        enc = tokenizer.encode(qa.contexts[question["context_index"]])
+        ids, offsets = list(enc.ids), enc.offsets
+        q_ids = list(tokenizer.encode(question["question"]).ids)[: config.max_query_length]
+        capacity = config.max_seq_length - len(q_ids) - 3
+        spans, start = [], 0
+        while True:
+            length = min(capacity, len(ids) - start)
+            spans.append((start, length))
+            if start + length >= len(ids):
+                break
+            start += config.doc_stride
+        first = last = None
+        a_start, a_end = int(qa.answer_start[q]), int(qa.answer_end[q])
+        if a_start >= 0:
+            first = next((i for i, (s, e) in enumerate(offsets) if e > a_start), None)
+            last = max((i for i, (s, e) in enumerate(offsets) if s < a_end), default=None)
+        windows = []
+        for w, (start, length) in enumerate(spans):
+            offset = len(q_ids) + 2
+            label = (0, 0)
+            if first is not None and last is not None and start <= first <= last < start + length:
+                label = (offset + first - start, offset + last - start)
+            flags = []
+            for pos in range(start, start + length):
+                # exact form of min(left, right) + 0.01 * length; the first best window wins ties
+                scores = [100 * min(pos - s, s + n - 1 - pos) + n if s <= pos < s + n else -1 for s, n in spans]
+                flags.append(int(np.argmax(scores)) == w)
+            windows.append({"tokens": [bos] + q_ids + [eos] + ids[start: start + length] + [eos], "label": label,
+                            "chars": offsets[start: start + length], "max_context": flags, "offset": offset})
+        result.append(windows)
+    return result
+
+
+def assert_one_max_context_per_token(split, doc_stride):
+    """Every passage token of every question is flagged in exactly one of the question's windows."""
+    lengths = split.passage_lengths()
+    rank = np.arange(split.num_windows) - split.question_bounds()[split.question_index]
+    within = np.arange(int(lengths.sum())) - np.repeat(split.token_offsets[:-1], lengths)
+    key = np.repeat(split.question_index, lengths) * 1_000_000 + np.repeat(rank * doc_stride, lengths) + within
+    flagged = key[split.max_context]
+    assert len(np.unique(flagged)) == len(flagged) == len(np.unique(key))
+
+
+@pytest.fixture(scope="module")
+def bert_uncased(tmp_path_factory):
+    """A tokenizer folder with Google's BERT uncased vocabulary (lower-casing WordPiece)."""
+    if not os.path.isfile(BERT_VOCAB):
+        pytest.skip(f"{BERT_VOCAB} absent (shared data not installed)")
+    from spanbert_plugin.data.dictionary import SpanBertDictionary
+    from spanbert_plugin.tokenization import WordPieceTokenizer
+
+    folder = tmp_path_factory.mktemp("bert_uncased")
+    tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
+    tokenizer.save(str(folder))
+    SpanBertDictionary.from_tokenizer(tokenizer).save(str(folder / "dict.txt"))
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def squad_file(tmp_path_factory):
+    return write_squad(tmp_path_factory.mktemp("qa_gen") / "gen.json", generated_examples())
+
+
+@pytest.mark.parametrize("which", ["wordpiece_data", "spm_data", "bert_uncased"])
+def test_windows_labels_and_flags_match_reference(which, request, squad_file):
+    tokenizer, dictionary = load_tokenizer(request.getfixturevalue(which))
+    qa = read_qa_file(squad_file)
+    features = featurize(qa, tokenizer, dictionary.bos_index, dictionary.eos_index, CONFIG, training=False)
+    split, tokens, window_offsets = features.split, features.tokens, features.window_offsets
+    reference = reference_windows(qa, tokenizer, dictionary.bos_index, dictionary.eos_index, CONFIG)
+
+    assert split.num_windows == sum(len(r) for r in reference) > 3 * split.num_questions  # many multi-window passages
+    expected = [w for windows in reference for w in windows]
+    starts, ends = split.start_positions, split.end_positions
+    for w, ref in enumerate(expected):
+        window = tokens[window_offsets[w]: window_offsets[w + 1]]
+        assert window.tolist() == ref["tokens"] and len(window) <= CONFIG.max_seq_length
+        assert (int(starts[w]), int(ends[w])) == ref["label"]
+        assert split.passage_offset[w] == ref["offset"]
+        piece = slice(split.token_offsets[w], split.token_offsets[w + 1])
+        assert list(zip(split.char_start[piece].tolist(), split.char_end[piece].tolist())) == [tuple(c) for c in ref["chars"]]
+        assert split.max_context[piece].tolist() == ref["max_context"]
+    assert split.question_index.tolist() == [q for q, windows in enumerate(reference) for _ in windows]
+
+    # properties that do not depend on the reference
+    assert_one_max_context_per_token(split, CONFIG.doc_stride)
+    cut = 0
+    for q, question in enumerate(qa.questions):
+        windows = split.windows_of(q)
+        if question["is_impossible"]:
+            assert not starts[windows].any() and not ends[windows].any()
+            continue
+        context = qa.contexts[question["context_index"]]
+        a_start, a_end = int(qa.answer_start[q]), int(qa.answer_end[q])
+        assert context[a_start:a_end] == question["answers"][0]
+        holds = 0
+        for w in range(windows.start, windows.stop):
+            piece = slice(split.token_offsets[w], split.token_offsets[w + 1])
+            chars_start, chars_end = split.char_start[piece], split.char_end[piece]
+            inside = chars_start.min() <= a_start and chars_end.max() >= a_end  # answers are whole words
+            if starts[w] == 0:
+                assert not inside
+                cut += bool(chars_end.max() > a_start and chars_start.min() < a_end)  # the window cuts the answer
+                continue
+            holds += 1
+            s, e = piece.start + starts[w] - split.passage_offset[w], piece.start + ends[w] - split.passage_offset[w]
+            # label tokens span the answer, and their first/last token reach into it
+            assert split.char_start[s] <= a_start < split.char_end[s] and split.char_start[e] < a_end <= split.char_end[e]
+            assert question["answers"][0] in context[split.char_start[s]: split.char_end[e]]
+        # an answer no longer than the overlap of two windows is held whole by at least one window
+        offsets = tokenizer.encode(context).offsets
+        answer_tokens = sum(1 for b, e in offsets if e > a_start and b < a_end)
+        capacity = CONFIG.max_seq_length - (split.passage_offset[windows.start] - 2) - 3
+        assert holds >= 1 or answer_tokens > capacity - CONFIG.doc_stride + 1
+    assert cut > 10  # answers across window boundaries were exercised
+
+
+def test_prepared_folder_stats_and_warnings(wordpiece_data, tmp_path, capsys):
+    paragraphs = generated_examples(seed=1)
+    context = paragraphs[1]["context"]
+    double = context.index("  ") if "  " in context else None
+    extra = [
+        # first gold does not match the context, the second does: trains on the second
+        {"id": "bad_first", "question": "which ?", "answers": [{"text": "nowhere", "answer_start": 3},
+                                                               paragraphs[1]["qas"][0]["answers"][0]]},
+        # the only gold does not match: left out of training
+        {"id": "bad_only", "question": "which ?", "answers": [{"text": "zzz", "answer_start": 0}]},
+        # a gold answer of white space only covers no token: left out of training
+        {"id": "blank", "question": "which ?", "answers": [{"text": context[double: double + 2], "answer_start": double}]},
+    ]
+    assert double is not None
+    paragraphs[1]["qas"].extend(extra)
+    train = write_squad(tmp_path / "train.json", paragraphs)
+    valid = write_mrqa(tmp_path / "valid.jsonl.gz", generated_examples(seed=2, impossible=False))
+    dest = tmp_path / "out"
+    assert main(["--train", train, "--valid", valid, "--tokenizer-from", wordpiece_data, "--destdir", str(dest),
+                 "--max-seq-length", "40", "--doc-stride", "7", "--max-query-length", "8"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "bad_only" in err
+
+    stats = json.load(open(dest / "prepare_stats.json"))
+    n_train = sum(len(p["qas"]) for p in paragraphs)
+    long_questions = sum(len(qa["question"].split()) > 8 for p in paragraphs for qa in p["qas"])
+    assert stats["train"]["format"] == "squad2" and stats["valid"]["format"] == "mrqa"
+    assert stats["train"]["questions"] == n_train
+    assert stats["train"]["unanswerable_questions"] == 3
+    assert stats["train"]["answers_not_matching_context"] == 2
+    assert stats["train"]["answers_not_aligned"] == 1
+    assert stats["train"]["questions_without_label"] == stats["train"]["questions_left_out"] == 2
+    assert stats["train"]["truncated_questions"] >= long_questions > 0  # a 12-word question has > 8 tokens
+    assert stats["valid"]["questions_left_out"] == 0 and stats["valid"]["unanswerable_questions"] == 0
+
+    config = json.load(open(dest / "qa_config.json"))
+    assert (config["max_seq_length"], config["doc_stride"], config["max_query_length"]) == (40, 7, 8)
+    assert config["tokenizer"] == "wordpiece"
+    for name in ("dict.txt", "vocab.txt", "spanbert_tokenizer.json", "train.bin", "train.idx", "valid.bin", "valid.idx"):
+        assert os.path.isfile(dest / name), name
+
+    from fairseq.data import data_utils
+    from spanbert_plugin.data.dictionary import SpanBertDictionary
+
+    dictionary = SpanBertDictionary.load(str(dest / "dict.txt"))
+    for split_name, n_questions in (("train", n_train - 2), ("valid", stats["valid"]["questions"])):
+        split = QASplit.load(str(dest), split_name)
+        items = data_utils.load_indexed_dataset(str(dest / split_name), dictionary, "mmap")
+        assert len(items) == split.num_windows == stats[split_name]["windows"]
+        assert split.num_questions == n_questions
+        lengths = np.array([len(items[w]) for w in range(len(items))])
+        assert (lengths == split.passage_offset + split.passage_lengths() + 1).all() and lengths.max() <= 40
+        assert all(items[w][0] == dictionary.bos_index and items[w][-1] == dictionary.eos_index for w in range(len(items)))
+    train_split = QASplit.load(str(dest), "train")
+    ids = [q["id"] for q in train_split.questions]
+    assert "bad_first" in ids and "bad_only" not in ids and "blank" not in ids
+    assert train_split.format == "squad2" and train_split.with_negative
+    valid_split = QASplit.load(str(dest), "valid")
+    assert valid_split.format == "mrqa" and not valid_split.with_negative
+    with_two = [q for q in valid_split.questions if len(q["answers"]) == 2]
+    assert with_two, "several gold answers are kept for evaluation"
+
+
+def test_mrqa_gz_gives_the_same_windows_as_squad(wordpiece_data, tmp_path):
+    paragraphs = generated_examples(seed=3, impossible=False)
+    tokenizer, dictionary = load_tokenizer(wordpiece_data)
+    results = []
+    for path in (write_squad(tmp_path / "a.json", paragraphs, version="1.1"),
+                 write_mrqa(tmp_path / "a.jsonl.gz", paragraphs),
+                 write_mrqa(tmp_path / "a.jsonl", paragraphs, compress=False)):
+        qa = read_qa_file(path)
+        results.append((qa, featurize(qa, tokenizer, dictionary.bos_index, dictionary.eos_index, CONFIG, training=True)))
+    (squad, a), (mrqa, b), (plain, c) = results
+    assert (squad.format, mrqa.format, plain.format) == ("squad1", "mrqa", "mrqa")
+    assert [q["id"] for q in squad.questions] == [q["id"] for q in mrqa.questions]
+    assert [q["answers"] for q in squad.questions] == [q["answers"] for q in mrqa.questions]
+    for other in (b, c):
+        assert np.array_equal(a.tokens, other.tokens)
+        for name in ("start_positions", "end_positions", "max_context", "char_start", "char_end"):
+            assert np.array_equal(getattr(a.split, name), getattr(other.split, name)), name
+    assert (a.split.start_positions > 0).sum() >= len(squad.questions)
+
+
+def test_strict_refuses_a_mismatched_answer(wordpiece_data, tmp_path, capsys):
+    paragraphs = generated_examples(seed=4)
+    paragraphs[0]["qas"][0]["answers"][0]["answer_start"] += 1
+    path = write_squad(tmp_path / "t.json", paragraphs)
+    dest = tmp_path / "out"
+    code = main(["--train", path, "--tokenizer-from", wordpiece_data, "--destdir", str(dest), "--strict"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "p0q0" in err[0] and "does not match" in err[0]
+    assert not dest.exists() and os.listdir(tmp_path) == ["t.json"]
+
+
+def _squad_with(tmp_path, edit):
+    paragraphs = generated_examples(seed=5)
+    edit(paragraphs)
+    return write_squad(tmp_path / "in.json", paragraphs)
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+BAD_INPUTS = {
+    "not_json": (lambda t: ["--train", _write(t, "x.json", "this is { not json\n")], "not JSON"),
+    "neither_format": (lambda t: ["--train", _write(t, "x.json", json.dumps({"version": "1.1", "articles": []}))],
+                       "neither SQuAD"),
+    "bad_jsonl_line": (lambda t: ["--train", _write(t, "x.jsonl", '{"header": {}}\n{"context": "a b", "qas": []}\n{oops\n')],
+                       "x.jsonl:3"),
+    "missing_id": (lambda t: ["--train", _squad_with(t, lambda p: p[0]["qas"][1].pop("id"))], "has no 'id'"),
+    "duplicate_id": (lambda t: ["--train", _squad_with(t, lambda p: p[1]["qas"][0].update(id="p0q0"))],
+                     "question id p0q0: duplicate"),
+    "duplicate_id_mrqa": (lambda t: ["--valid", _write(t, "x.jsonl", "\n".join([
+        '{"header": {}}',
+        json.dumps({"context": "a b c", "qas": [{"qid": "q", "question": "?", "answers": ["a"],
+                                                   "detected_answers": [{"text": "a", "char_spans": [[0, 0]]}]}]}),
+        json.dumps({"context": "d e f", "qas": [{"qid": "q", "question": "?", "answers": ["d"],
+                                                   "detected_answers": [{"text": "d", "char_spans": [[0, 0]]}]}]})]))],
+                          "x.jsonl:3: question id q: duplicate question id (first seen on line 2)"),
+    "empty_context": (lambda t: ["--train", _squad_with(t, lambda p: p[2].update(context=" \n "))], "empty context"),
+    "seq_not_above_query": (lambda t: ["--train", _squad_with(t, lambda p: None), "--max-seq-length", "67"],
+                            "--max-seq-length"),
+    "stride_zero": (lambda t: ["--train", _squad_with(t, lambda p: None), "--doc-stride", "0"], "--doc-stride"),
+    "stride_too_wide": (lambda t: ["--train", _squad_with(t, lambda p: None), "--max-seq-length", "100",
+                                   "--doc-stride", "34"], "between 1 and 33"),
+    "tokenizer_folder_empty": (lambda t: ["--train", _squad_with(t, lambda p: None), "--tokenizer-from", str(t)],
+                               "dict.txt"),
+    "tokenizer_files_missing": (lambda t: ["--train", _squad_with(t, lambda p: None), "--tokenizer-from",
+                                           _tokenizer_without_vocab(t)], "vocab.txt"),
+    "no_input_file": (lambda t: ["--tokenizer-from", "."], "--train"),
+}
+
+
+def _tokenizer_without_vocab(tmp_path):
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "dict.txt").write_text("[PAD] 1\n[UNK] 1\n[CLS] 1\n[SEP] 1\n[MASK] 1\n", encoding="utf-8")
+    (folder / "spanbert_tokenizer.json").write_text('{"type": "wordpiece", "lowercase": false}', encoding="utf-8")
+    return str(folder)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_and_writes_nothing(case, wordpiece_data, tmp_path, capsys):
+    make_args, expected = BAD_INPUTS[case]
+    args = make_args(tmp_path)
+    if "--tokenizer-from" not in args:
+        args += ["--tokenizer-from", wordpiece_data]
+    dest = tmp_path / "out"
+    before = sorted(os.listdir(tmp_path))
+    assert main(args + ["--destdir", str(dest)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("spanbert-prepare-qa: error: ") and expected in err[0], err
+    assert not dest.exists() and sorted(os.listdir(tmp_path)) == before
+
+
+def test_console_command_and_force(wordpiece_data, squad_file, tmp_path):
+    dest = str(tmp_path / "out")
+    args = [bin_path("spanbert-prepare-qa"), "--valid", squad_file, "--tokenizer-from", wordpiece_data,
+            "--destdir", dest, "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "16"]
+    run_cli(args)
+    with open(squad_file, encoding="utf-8") as f:
+        n_questions = sum(len(p["qas"]) for p in json.load(f)["data"][0]["paragraphs"])
+    assert json.load(open(os.path.join(dest, "prepare_stats.json")))["valid"]["questions"] == n_questions
+    again = run_cli(args, check=False)  # an existing destination needs --force
+    assert again.returncode == 1 and again.stderr.strip().count("\n") == 0 and "--force" in again.stderr
+    assert main(args[1:] + ["--force"]) == 0
+
+
+def test_squad_dev_with_bert_uncased(bert_uncased, tmp_path):
+    """All 10,570 questions of the real SQuAD 1.1 dev set, 384-token windows every 128 tokens."""
+    if not os.path.isfile(SQUAD_DEV):
+        pytest.skip(f"{SQUAD_DEV} absent (shared data not installed)")
+    dest = tmp_path / "squad"
+    assert main(["--valid", SQUAD_DEV, "--tokenizer-from", bert_uncased, "--destdir", str(dest),
+                 "--max-seq-length", "384", "--doc-stride", "128", "--max-query-length", "64"]) == 0
+    stats = json.load(open(dest / "prepare_stats.json"))["valid"]
+    assert stats["questions"] == 10570 and stats["contexts"] == 2067
+    assert stats["windows"] == 10833  # the number of features BERT's run_squad.py makes for this setting
+    assert stats["answers_not_matching_context"] == stats["answers_not_aligned"] == stats["truncated_questions"] == 0
+    split = QASplit.load(str(dest), "valid")
+    with open(SQUAD_DEV, encoding="utf-8") as f:
+        ids = [qa["id"] for article in json.load(f)["data"] for p in article["paragraphs"] for qa in p["qas"]]
+    assert [q["id"] for q in split.questions] == ids
+    # every answer is labelled in some window, and labels cover exactly its first gold answer
+    labelled = np.flatnonzero(split.start_positions > 0)
+    assert len(np.unique(split.question_index[labelled])) == 10570
+    base = split.token_offsets[labelled] - split.passage_offset[labelled]
+    first_char = split.char_start[base + split.start_positions[labelled]]
+    last_char = split.char_end[base + split.end_positions[labelled]]
+    for w, s, e in zip(labelled, first_char, last_char):
+        question = split.questions[split.question_index[w]]
+        assert question["answers"][0] in split.contexts[question["context_index"]][s:e]
+    assert_one_max_context_per_token(split, 128)
