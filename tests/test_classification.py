@@ -1,0 +1,270 @@
+"""Sentence(-pair) classification: GLUE reading, BERT inputs, metrics, training, prediction and bad input."""
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, bin_path, run_cli
+from spanbert_plugin.classification.prepare import (
+    ReadOptions,
+    Table,
+    featurise,
+    parse_columns,
+    read_table,
+    truncated_lengths,
+)
+from spanbert_plugin.cli.prepare_classification import main as prepare_main
+from spanbert_plugin.evaluation import classification as cm
+
+GLUE = os.path.join(ROOT, "..", "shared", "data", "glue")
+needs_glue = pytest.mark.skipif(not os.path.isdir(GLUE), reason="GLUE files of ../shared/data/glue not present")
+TINY_CLS = ["--user-dir", "user_dir", "--task", "sentence_classification", "--criterion", "sentence_classification",
+            "--arch", "spanbert_tiny", "--optimizer", "adam", "--cpu", "--num-workers", "0",
+            "--log-format", "json", "--log-interval", "10", "--seed", "1"]
+
+
+def read_glue(task, split, text, label):
+    return read_table(os.path.join(GLUE, task, f"{split}.tsv"),
+                      ReadOptions(parse_columns(text, "--text-columns"), parse_columns(label, "--label-column")[0]))
+
+
+def valid_records(output):
+    return [json.loads(m.group(1)) for m in re.finditer(r"\| valid \| (\{.*\})", output)]
+
+
+# ---------------------------------------------------------------- GLUE files as distributed
+
+@needs_glue
+@pytest.mark.parametrize("task,text,label,rows,counts", [
+    ("SST-2", "sentence", "label", (67349, 872), ({"0": 29780, "1": 37569}, {"0": 428, "1": 444})),
+    ("CoLA", "3", "1", (8551, 1043), ({"1": 6023, "0": 2528}, {"1": 721, "0": 322})),
+    ("RTE", "sentence1,sentence2", "label", (2490, 277),
+     ({"entailment": 1249, "not_entailment": 1241}, {"entailment": 146, "not_entailment": 131})),
+])
+def test_glue_files_parse_to_known_rows(task, text, label, rows, counts):
+    for split, n, expected in zip(("train", "dev"), rows, counts):
+        table = read_glue(task, split, text, label)
+        assert len(table) == n and all(len(t) == n for t in table.texts)
+        values, freq = np.unique(table.labels, return_counts=True)
+        assert dict(zip(values.tolist(), freq.tolist())) == expected
+    if task == "RTE":  # unbalanced quotes stay inside their field (row 2164 starts with one)
+        assert read_glue(task, "train", text, label).texts[0][2164].startswith('"')
+
+
+# ---------------------------------------------------------------- BERT inputs equal transformers'
+
+def _bert_tokenizer_fast(vocab_file):
+    from transformers import BertTokenizerFast
+
+    with open(vocab_file, encoding="utf-8") as f:
+        vocab = [line.rstrip("\n") for line in f]
+    return BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=False)
+
+
+def _pairs_tsv(path, corpus_file, n=60):
+    with open(corpus_file, encoding="utf-8") as f:
+        lines = [" ".join(line.split()) for line in f if line.strip()][: 2 * n]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("a\tb\tlabel\n")
+        for i in range(n):
+            f.write(f"{lines[2 * i]}\t{lines[2 * i + 1]}\t{'yes' if i % 3 else 'no'}\n")
+    return lines
+
+
+def test_pairs_ids_and_token_types_equal_bert_tokenizer_fast(wordpiece_data, wordpiece_vocab, corpus_files, tmp_path):
+    from spanbert_plugin.data.classification_dataset import ClassificationDataset
+    from spanbert_plugin.data.dictionary import SpanBertDictionary
+
+    _pairs_tsv(tmp_path / "train.tsv", corpus_files[0])
+    dest = str(tmp_path / "cls")
+    assert prepare_main(["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "train.tsv"),
+                         "--tokenizer-from", wordpiece_data, "--destdir", dest, "--text-columns", "a,b",
+                         "--label-column", "label", "--max-seq-length", "24"]) == 0
+    stats = json.load(open(os.path.join(dest, "prepare_stats.json")))
+    assert stats["train"]["truncated"] > 10  # the comparison covers truncation
+    table = read_table(str(tmp_path / "train.tsv"), ReadOptions(["a", "b"], "label"))
+    hf = _bert_tokenizer_fast(wordpiece_vocab)(
+        table.texts[0], table.texts[1], truncation="longest_first", max_length=24)
+    dictionary = SpanBertDictionary.load(os.path.join(dest, "dict.txt"))
+    dataset = ClassificationDataset.load(dest, "train", dictionary)
+    batch = dataset.collater([dataset[i] for i in range(len(dataset))])
+    for i in range(len(dataset)):
+        n = len(hf["input_ids"][i])
+        assert batch["net_input"]["src_tokens"][i, :n].tolist() == hf["input_ids"][i]
+        assert batch["net_input"]["segment_labels"][i, :n].tolist() == hf["token_type_ids"][i]
+        assert not batch["net_input"]["segment_labels"][i, n:].any()  # padding has type 0
+
+
+def test_longest_first_truncation_matches_transformers_for_every_length(wordpiece_data, wordpiece_vocab):
+    """All (len A, len B, max length) up to 9 / 9 / 13 against BertTokenizerFast with one-token words."""
+    from spanbert_plugin.finetune_io import load_tokenizer_folder
+
+    tokenizer, dictionary = load_tokenizer_folder(wordpiece_data)
+    hf = _bert_tokenizer_fast(wordpiece_vocab)
+    word = next(w for w in tokenizer.vocab if w.isalpha() and len(w) > 2 and len(tokenizer.encode_ids([w])[0]) == 1)
+    grid = [(a, b) for a in range(10) for b in range(10)]
+    texts_a, texts_b = [" ".join([word] * a) for a, _ in grid], [" ".join([word] * b) for _, b in grid]
+    for max_len in range(4, 14):
+        table = Table("grid", [texts_a, texts_b], ["x"] * len(grid), None, list(range(len(grid))))
+        features = featurise(table, tokenizer, dictionary, max_len, "grid")
+        expected = hf(texts_a, texts_b, truncation="longest_first", max_length=max_len)
+        assert [f.tolist() for f in features.items] == expected["input_ids"], max_len
+        first_b = [types.index(1) if 1 in types else len(types) for types in expected["token_type_ids"]]
+        assert features.segment_a.tolist() == first_b
+
+
+def test_truncated_lengths_single_and_budget():
+    keep, none = truncated_lengths(np.array([0, 5, 9]), None, 6)
+    assert keep.tolist() == [0, 5, 6] and none is None
+    a, b = truncated_lengths(np.array([10, 2, 7, 7]), np.array([2, 10, 7, 3]), 8)
+    assert a.tolist() == [6, 2, 4, 5] and b.tolist() == [2, 6, 4, 3]
+
+
+# ---------------------------------------------------------------- metrics, by hand and against references
+
+def test_metrics_by_hand_and_degenerate_cases():
+    # gold 1 1 1 0 0 0 0 1 ; predicted 1 0 1 0 1 0 0 1: TP 3, FN 1, FP 1, TN 3
+    confusion = cm.confusion_matrix([1, 1, 1, 0, 0, 0, 0, 1], [1, 0, 1, 0, 1, 0, 0, 1], 2)
+    assert confusion.tolist() == [[3, 1], [1, 3]]
+    m = cm.classification_metrics(confusion)
+    assert m["accuracy"] == pytest.approx(75.0)
+    assert m["f1"] == pytest.approx(100 * 2 * 3 / (2 * 3 + 1 + 1))
+    assert m["mcc"] == pytest.approx(100 * (3 * 3 - 1 * 1) / np.sqrt(4 * 4 * 4 * 4))
+    # everything predicted as one class: MCC 0 (scikit-learn's convention), F1 of the empty class 0
+    constant = cm.confusion_matrix([0, 1, 1, 0], [1, 1, 1, 1], 2)
+    assert cm.matthews_corrcoef(constant) == 0.0
+    assert cm.classification_metrics(constant)["f1"] == pytest.approx(100 * 2 * 2 / (2 * 2 + 2))
+    assert cm.f1_per_class(cm.confusion_matrix([1, 1], [1, 1], 2)).tolist() == [0.0, 1.0]
+    assert cm.matthews_corrcoef(np.zeros((3, 3))) == 0.0 and cm.accuracy(np.zeros((2, 2))) == 0.0
+    assert cm.matthews_corrcoef([[5, 0], [0, 5]]) == 1.0 and cm.matthews_corrcoef([[0, 5], [5, 0]]) == -1.0
+    assert cm.pearson([1, 1, 1], [1, 2, 3]) == 0.0 and cm.spearman([2.0], [1.0]) == 0.0
+
+
+def test_multiclass_mcc_and_f1_equal_sklearn():
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    rng = np.random.default_rng(0)
+    for k in (2, 3, 7):
+        gold = rng.integers(0, k, 500)
+        pred = np.where(rng.random(500) < 0.6, gold, rng.integers(0, k, 500))
+        confusion = cm.confusion_matrix(gold, pred, k)
+        assert cm.matthews_corrcoef(confusion) == pytest.approx(matthews_corrcoef(gold, pred), abs=1e-12)
+        assert cm.f1_per_class(confusion) == pytest.approx(f1_score(gold, pred, average=None, labels=range(k)), abs=1e-12)
+
+
+def test_pearson_spearman_equal_scipy_with_ties():
+    from scipy.stats import pearsonr, rankdata, spearmanr
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 6, 300).astype(float)  # many ties
+    y = x + rng.normal(0, 2, 300)
+    assert cm.average_ranks(x) == pytest.approx(rankdata(x))
+    m = cm.regression_metrics(y, x)
+    assert m["pearson"] == pytest.approx(100 * pearsonr(y, x)[0], abs=1e-9)
+    assert m["spearman"] == pytest.approx(100 * spearmanr(y, x)[0], abs=1e-9)
+    assert m["mse"] == pytest.approx(np.mean((y - x) ** 2))
+
+
+def _reduce(logging_outputs_per_step):
+    """Feed per-step logging outputs through the criterion into one aggregator, as fairseq's validate does."""
+    from fairseq.logging import metrics
+
+    from spanbert_plugin.criterions.sentence_classification import SentenceClassificationCriterion
+
+    with metrics.aggregate(new_root=True) as agg:
+        for outputs in logging_outputs_per_step:
+            with metrics.aggregate():
+                SentenceClassificationCriterion.reduce_metrics(outputs)
+        return agg.get_smoothed_values()
+
+
+def test_validation_metrics_are_exact_over_batches():
+    """Split metrics from uneven batches (and two 'workers' per step) equal the whole-split metrics."""
+    rng = np.random.default_rng(2)
+    k, n = 3, 211
+    gold = rng.integers(0, k, n)
+    pred = np.where(rng.random(n) < 0.5, gold, rng.integers(0, k, n))
+    bounds = [0, 1, 8, 50, 51, 130, 211]
+    steps = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        mid = (lo + hi) // 2
+        steps.append([{"loss": torch.tensor(1.0), "sample_size": b - a, "nsentences": b - a, "ntokens": 10,
+                       "confusion": torch.from_numpy(cm.confusion_matrix(gold[a:b], pred[a:b], k))}
+                      for a, b in ((lo, mid), (mid, hi))])
+    values = _reduce(steps)
+    expected = cm.classification_metrics(cm.confusion_matrix(gold, pred, k))
+    for name in ("accuracy", "macro_f1", "mcc"):
+        assert values[name] == pytest.approx(round(expected[name], 2))
+    per_batch_mcc = np.mean([cm.matthews_corrcoef(sum(s["confusion"] for s in step).numpy()) for step in steps]) * 100
+    assert abs(per_batch_mcc - expected["mcc"]) > 0.5  # averaging batches would have been wrong
+
+    x = rng.normal(size=n)
+    y = x + rng.normal(size=n)
+    steps = [[{"loss": torch.tensor(0.0), "sample_size": hi - lo, "predictions": x[lo:hi], "targets": y[lo:hi]}]
+             for lo, hi in zip(bounds[:-1], bounds[1:])]
+    values = _reduce(steps)
+    expected = cm.regression_metrics(x, y)
+    assert values["pearson"] == pytest.approx(round(expected["pearson"], 2))
+    assert values["spearman"] == pytest.approx(round(expected["spearman"], 2))
+
+
+def test_regression_outputs_are_gathered_not_summed_in_validation():
+    from types import SimpleNamespace
+
+    from spanbert_plugin.criterions.sentence_classification import SentenceClassificationCriterion
+
+    for regression, summable_in_eval in ((True, False), (False, True)):
+        task = SimpleNamespace(cfg=SimpleNamespace(classification_head_name="h"), regression=regression,
+                               num_classes=1 if regression else 2, target_dictionary=None)
+        criterion = SentenceClassificationCriterion(None, task)
+        assert criterion.logging_outputs_can_be_summed()
+        criterion.eval()
+        assert criterion.logging_outputs_can_be_summed() == summable_in_eval
+
+
+# ---------------------------------------------------------------- fine-tuning end to end
+
+@pytest.fixture(scope="module")
+def sst2_slice(tmp_path_factory):
+    """3,000 SST-2 training sentences and the full dev set, with a 2,000-piece WordPiece vocabulary of the slice."""
+    if not os.path.isdir(GLUE):
+        pytest.skip("GLUE files of ../shared/data/glue not present")
+    from tokenizers import BertWordPieceTokenizer
+
+    from spanbert_plugin.prepare import cli_main
+
+    d = tmp_path_factory.mktemp("sst2")
+    with open(os.path.join(GLUE, "SST-2", "train.tsv"), encoding="utf-8") as f:
+        lines = f.readlines()[:3001]
+    (d / "train.tsv").write_text("".join(lines), encoding="utf-8")
+    (d / "text.txt").write_text("".join(line.split("\t")[0] + "\n" for line in lines[1:]), encoding="utf-8")
+    wp = BertWordPieceTokenizer(lowercase=False, strip_accents=False)
+    wp.train([str(d / "text.txt")], vocab_size=2000, min_frequency=2, show_progress=False)
+    wp.save_model(str(d))
+    assert cli_main(["--train", str(d / "text.txt"), "--valid", str(d / "text.txt"), "--destdir", str(d / "tok"),
+                     "--tokenizer", "wordpiece", "--wordpiece-vocab", str(d / "vocab.txt")]) == 0
+    assert prepare_main(["--train", str(d / "train.tsv"), "--valid", os.path.join(GLUE, "SST-2", "dev.tsv"),
+                         "--tokenizer-from", str(d / "tok"), "--destdir", str(d / "cls"), "--text-columns", "sentence",
+                         "--label-column", "label", "--max-seq-length", "64"]) == 0
+    return str(d / "cls")
+
+
+def test_sst2_slice_learns_from_random_init(sst2_slice, tmp_path):
+    """Two epochs over 3,000 sentences, small random-init encoder: dev accuracy far above the majority class.
+
+    The dev majority class is 444/872 = 50.9%; a classifier that learned nothing stays within a few
+    standard errors (sqrt(0.25/872) = 1.7 points) of it, so 60% is more than five standard errors above.
+    """
+    proc = run_cli([bin_path("fairseq-train"), sst2_slice, *TINY_CLS, "--encoder-layers", "1",
+                    "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
+                    "--batch-size", "32", "--lr", "2e-3", "--max-epoch", "2", "--save-dir", str(tmp_path / "ck"),
+                    "--no-epoch-checkpoints", "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric"])
+    records = valid_records(proc.stdout + proc.stderr)
+    assert len(records) == 2
+    assert max(float(r["valid_accuracy"]) for r in records) > 60.0
+    assert {"valid_f1", "valid_mcc"} <= set(records[-1])
+    # the best checkpoint was chosen by accuracy
+    assert float(records[-1]["valid_best_accuracy"]) == max(float(r["valid_accuracy"]) for r in records)
