@@ -31,7 +31,8 @@ OTHER_TYPE = "OTHER"  # any type outside ENTITY_TYPES
 TYPE_ALIASES = {"PER": "PERSON", "ORG": "ORGANIZATION", "LOC": "LOCATION"}
 
 ENTITY_MARKERS = ("ner", "typed_marker", "typed_marker_punct")
-# typed_marker_punct (Zhou & Chen 2021): "@ * person * Bill Gates @", "# ^ city ^ Seattle #"
+# typed_marker_punct (Zhou & Chen 2021): "@ * person * Bill Gates @", "# ^ city ^ Seattle #"; the type
+# is written as lower-case words (table name, or the raw type when outside the table), so no type is lost
 PUNCT_MARKERS = {"SUBJ": ("@", "*"), "OBJ": ("#", "^")}
 
 _UNUSED = re.compile(r"^\[unused(\d+)\]$")

@@ -221,7 +221,7 @@ class RelationEncoder:
         words, marked, previous = [], {}, 0
         for role in roles:
             first_word, last_word = ex.spans[role]
-            before, after = punct_marker_words(role, (ex.types[role] or "").strip() or None)
+            before, after = punct_marker_words(role, _punct_type(ex.types[role]))
             words += ex.words[previous:first_word]
             begin = len(words)
             words += [*before, *ex.words[first_word : last_word + 1], *after]
@@ -231,6 +231,12 @@ class RelationEncoder:
         ids, token_word = self._tokenize(words)
         regions = {role: tuple(int(t) for t in np.searchsorted(token_word, span)) for role, span in marked.items()}
         return ids, {role: lo for role, (lo, _) in regions.items()}, regions
+
+
+def _punct_type(raw) -> Optional[str]:
+    """The type written as words: the table's name (aliases resolved), else the raw type itself."""
+    table_type = normalise_type(raw)
+    return raw.strip() if table_type == OTHER_TYPE else table_type
 
 
 def _split_stats(examples, lengths, cuts):

@@ -1,0 +1,411 @@
+"""Relation extraction: markers, truncation, labels, bad input, metrics, vocabulary growth, training and prediction."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, bin_path, run_cli
+from spanbert_plugin.cli import predict_re, prepare_re
+from spanbert_plugin.data.dictionary import SpanBertDictionary
+from spanbert_plugin.evaluation.relation import relation_counts, relation_scores
+from spanbert_plugin.relation_extraction.markers import (
+    END_MARKERS,
+    MARKER_TABLE,
+    START_MARKERS,
+    assign_marker_ids,
+    normalise_type,
+    start_marker,
+)
+from spanbert_plugin.tokenization import WordPieceTokenizer
+from test_pretrain import TINY
+
+DATA = os.path.join(ROOT, "..", "shared", "data")
+TACRED = os.path.join(DATA, "tacred_sample")
+UNCASED_VOCAB = os.path.join(DATA, "bert_uncased_vocab", "vocab.txt")
+needs_tacred = pytest.mark.skipif(not os.path.isdir(TACRED), reason=f"TACRED sample not found at {TACRED}")
+needs_uncased = pytest.mark.skipif(not os.path.isfile(UNCASED_VOCAB), reason=f"BERT uncased vocab not found at {UNCASED_VOCAB}")
+
+# a hand-written lower-case vocabulary with only three [unused] slots, so markers are both taken from
+# [unusedN] and appended
+TINY_VOCAB = ["[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+              "bill", "gates", "was", "born", "in", "seattle", ".", "@", "*", "#", "^", "person", "city",
+              "company", "microsoft", "founded", "by", "(", ")", "x", "y"]
+
+BORN = {"id": "born", "token": ["Bill", "Gates", "was", "born", "in", "Seattle", "."], "subj_start": 0, "subj_end": 1,
+        "obj_start": 5, "obj_end": 5, "subj_type": "PERSON", "obj_type": "CITY", "relation": "per:city_of_birth"}
+# object first, PTB brackets, a type alias (PER) and a type outside the table (COMPANY)
+FOUNDED = {"id": "founded", "token": ["Microsoft", "-LRB-", "founded", "by", "Bill", "Gates", "-RRB-"],
+           "subj_start": 4, "subj_end": 5, "obj_start": 0, "obj_end": 0, "subj_type": "PER", "obj_type": "COMPANY",
+           "relation": "no_relation"}
+# no types (SemEval style) and no id: its id is its position
+UNTYPED = {"token": ["bill", "was", "in", "seattle"], "subj_start": 0, "subj_end": 0, "obj_start": 3, "obj_end": 3,
+           "relation": "per:city_of_birth"}
+
+EXPECTED = {  # mode -> the three examples token by token, and their (subject, object) start positions
+    "ner": [("[CLS] [unused0] was born in [OBJ-CITY] . [SEP]", [1, 5]),
+            ("[CLS] [OBJ-OTHER] ( founded by [unused0] ) [SEP]", [5, 1]),
+            ("[CLS] [SUBJ] was in [OBJ] [SEP]", [1, 4])],
+    "typed_marker": [
+        ("[CLS] [unused0] bill gates [/SUBJ-PERSON] was born in [OBJ-CITY] seattle [/OBJ-CITY] . [SEP]", [1, 8]),
+        ("[CLS] [OBJ-OTHER] microsoft [/OBJ-OTHER] ( founded by [unused0] bill gates [/SUBJ-PERSON] ) [SEP]", [7, 1]),
+        ("[CLS] [SUBJ] bill [/SUBJ] was in [OBJ] seattle [/OBJ] [SEP]", [1, 6])],
+    "typed_marker_punct": [
+        ("[CLS] @ * person * bill gates @ was born in # ^ city ^ seattle # . [SEP]", [1, 11]),
+        ("[CLS] # ^ company ^ microsoft # ( founded by @ * person * bill gates @ ) [SEP]", [10, 1]),
+        ("[CLS] @ bill @ was in # seattle # [SEP]", [1, 6])],
+}
+
+
+def make_tokenizer_folder(folder, vocab, lowercase=True):
+    """A spanbert-prepare-like tokenizer folder (vocab.txt, tokenizer meta, dict.txt) for a WordPiece vocabulary."""
+    os.makedirs(folder, exist_ok=True)
+    vocab_path = os.path.join(folder, "vocab.txt")
+    with open(vocab_path, "w", encoding="utf-8") as f:
+        f.write("".join(token + "\n" for token in vocab))
+    tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
+    tokenizer.save(folder)
+    SpanBertDictionary.from_tokenizer(tokenizer).save(os.path.join(folder, "dict.txt"))
+    return folder
+
+
+def write_examples(path, examples, jsonl=False):
+    with open(path, "w", encoding="utf-8") as f:
+        if jsonl:
+            f.write("".join(json.dumps(ex) + "\n" for ex in examples))
+        else:
+            json.dump(examples, f)
+    return str(path)
+
+
+def read_split(dest, split):
+    """(token strings per example, entity positions, label indices, examples.jsonl records)."""
+    from fairseq.data import data_utils
+
+    dictionary = SpanBertDictionary.load(os.path.join(dest, "dict.txt"))
+    items = data_utils.load_indexed_dataset(os.path.join(dest, split), dictionary, "mmap")
+    arrays = np.load(os.path.join(dest, split + ".npz"))
+    with open(os.path.join(dest, split + ".examples.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    texts = [" ".join(dictionary.symbols[t] for t in items[i].tolist()) for i in range(len(items))]
+    return texts, arrays["entity_positions"].tolist(), arrays["labels"].tolist(), records
+
+
+def prepare(tmp_path, capsys, train, valid, *extra, test=None, dest="re"):
+    """Run spanbert-prepare-re in-process; (exit status, stderr, destination)."""
+    destdir = str(tmp_path / dest)
+    args = ["--train", train, "--valid", valid, "--tokenizer-from", str(tmp_path / "tok"), "--destdir", destdir, *extra]
+    if test:
+        args += ["--test", test]
+    status = prepare_re.main(args)
+    return status, capsys.readouterr().err, destdir
+
+
+@pytest.fixture
+def tiny_tok(tmp_path):
+    return make_tokenizer_folder(str(tmp_path / "tok"), TINY_VOCAB)
+
+
+@pytest.mark.parametrize("mode", sorted(EXPECTED))
+def test_markers_token_by_token(tmp_path, capsys, tiny_tok, mode):
+    train = write_examples(tmp_path / "train.json", [BORN, FOUNDED, UNTYPED])
+    valid = write_examples(tmp_path / "valid.jsonl", [BORN], jsonl=True)
+    status, err, dest = prepare(tmp_path, capsys, train, valid, "--entity-marker", mode)
+    assert status == 0, err
+    texts, positions, labels, records = read_split(dest, "train")
+    assert list(zip(texts, positions)) == [(text, pos) for text, pos in EXPECTED[mode]]
+    assert labels == [1, 0, 1]  # no_relation first, then the others sorted
+    assert [r["id"] for r in records] == ["born", "founded", 2]
+    assert read_split(dest, "valid")[:2] == ([EXPECTED[mode][0][0]], [EXPECTED[mode][0][1]])
+    with open(os.path.join(dest, "prepare_stats.json")) as f:
+        stats = json.load(f)
+    assert stats["train"]["untyped_mentions"] == 2 and stats["train"]["types_outside_table"] == {"COMPANY": 1}
+    with open(os.path.join(dest, "re_meta.json")) as f:
+        meta = json.load(f)
+    assert meta["labels"] == ["no_relation", "per:city_of_birth"]
+    dictionary = SpanBertDictionary.load(os.path.join(dest, "dict.txt"))
+    if mode == "typed_marker_punct":  # no new vocabulary
+        assert dictionary.symbols == TINY_VOCAB and meta["markers"] == {}
+    else:  # three markers took [unused0..2]; the rest are appended in table order
+        table = START_MARKERS if mode == "ner" else MARKER_TABLE
+        assert dictionary.symbols == TINY_VOCAB + list(table[3:])
+        assert meta["markers_from_unused"] == dict(zip(table[:3], ["[unused0]", "[unused1]", "[unused2]"]))
+
+
+def test_marker_table_is_fixed_and_documented():
+    """The order is part of the checkpoint format: [SUBJ-PERSON] is the first [unused] entry, always."""
+    assert len(START_MARKERS) == len(END_MARKERS) == 46 and MARKER_TABLE == START_MARKERS + END_MARKERS
+    assert START_MARKERS[:3] == ("[SUBJ-PERSON]", "[SUBJ-ORGANIZATION]", "[SUBJ-LOCATION]")
+    assert START_MARKERS[21:26] == ("[SUBJ-OTHER]", "[SUBJ]", "[OBJ-PERSON]", "[OBJ-ORGANIZATION]", "[OBJ-LOCATION]")
+    assert MARKER_TABLE[44:48] == ("[OBJ-OTHER]", "[OBJ]", "[/SUBJ-PERSON]", "[/SUBJ-ORGANIZATION]")
+    assert MARKER_TABLE[-1] == "[/OBJ]"
+    assert normalise_type("per") == "PERSON" and normalise_type("Weapon") == "OTHER" and normalise_type(" ") is None
+    # [unusedN] entries are used in order of N, wherever they sit in the file (BERT uncased: [unused99] at id 104)
+    symbols = ["[PAD]", "[unused10]", "[unused2]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"]
+    vocab = assign_marker_ids(symbols, "ner")
+    assert [vocab.ids[m] for m in START_MARKERS[:4]] == [7, 2, 1, 8]
+    assert vocab.appended == list(START_MARKERS[3:])
+    # a vocabulary that already holds a marker symbol keeps its id
+    assert assign_marker_ids(symbols + ["[SUBJ]"], "ner").ids["[SUBJ]"] == 8
+
+
+@needs_uncased
+def test_unused_order_on_bert_uncased():
+    with open(UNCASED_VOCAB, encoding="utf-8") as f:
+        symbols = [line.rstrip("\n") for line in f]
+    vocab = assign_marker_ids(symbols, "typed_marker")
+    assert not vocab.appended
+    # [unused0..98] are ids 1..99, [unused99..] start at id 104
+    assert [vocab.ids[m] for m in MARKER_TABLE[:3]] == [1, 2, 3]
+    assert vocab.ids["[OBJ]"] == 46 and vocab.ids["[/OBJ]"] == 92
+    assert vocab.from_unused == {m: f"[unused{i}]" for i, m in enumerate(MARKER_TABLE)}
+
+
+def test_marker_ids_do_not_depend_on_data_order(tmp_path, capsys, tiny_tok):
+    examples = [BORN, FOUNDED, UNTYPED, dict(BORN, id="b2", obj_type="DATE")]
+    valid = write_examples(tmp_path / "valid.json", [BORN])
+    metas = []
+    for n, order in enumerate([examples, list(reversed(examples))]):
+        status, err, dest = prepare(tmp_path, capsys, write_examples(tmp_path / f"train{n}.json", order), valid,
+                                    "--entity-marker", "typed_marker", dest=f"re{n}")
+        assert status == 0, err
+        with open(os.path.join(dest, "re_meta.json")) as f:
+            metas.append(json.load(f))
+    assert metas[0]["markers"] == metas[1]["markers"] and metas[0]["labels"] == metas[1]["labels"]
+
+
+def test_truncation_keeps_both_entities(tmp_path, capsys, tiny_tok):
+    words = ["x"] * 60 + ["bill"] + ["y"] * 10 + ["seattle"] + ["x"] * 60
+    long = {"id": "long", "token": words, "subj_start": 60, "subj_end": 60, "obj_start": 71, "obj_end": 71,
+            "subj_type": "PERSON", "obj_type": "CITY", "relation": "per:city_of_birth"}
+    train = write_examples(tmp_path / "train.json", [long, BORN])
+    status, err, dest = prepare(tmp_path, capsys, train, train, "--max-seq-length", "32", "--entity-marker", "typed_marker")
+    assert status == 0, err
+    texts, positions, _, _ = read_split(dest, "train")
+    tokens = texts[0].split()
+    assert len(tokens) == 32 and tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+    # entities with markers take 16 tokens; the other 14 of the 30 are split evenly around them
+    assert tokens[1:8] == ["x"] * 7 and tokens[-8:-1] == ["x"] * 7
+    assert tokens[positions[0][0]] == "[unused0]" and tokens[positions[0][0] + 1] == "bill"
+    assert tokens[positions[0][1]:positions[0][1] + 3] == ["[OBJ-CITY]", "seattle", "[/OBJ-CITY]"]
+    with open(os.path.join(dest, "prepare_stats.json")) as f:
+        stats = json.load(f)["train"]
+    assert stats["truncated"] == 1 and stats["tokens_removed"] == (len(words) + 4 + 2) - 32
+    assert stats["longest_before_truncation"] == len(words) + 6
+    # entities further apart than the window: an error naming the example and the length that fits
+    status, err, dest = prepare(tmp_path, capsys, train, train, "--max-seq-length", "12", "--entity-marker",
+                                "typed_marker", dest="short")
+    assert status == 1 and f"{train}: example long:" in err and "at least 18" in err and not os.path.exists(dest)
+
+
+def _bad(example, **changes):
+    bad = dict(example, **changes)
+    return {k: v for k, v in bad.items() if v is not None}
+
+
+@pytest.mark.parametrize("case, train, valid, message", [
+    ("index out of range", [_bad(BORN, obj_end=7)], [BORN], "example born: obj_start=5, obj_end=7 is not an inclusive word span"),
+    ("negative index", [_bad(BORN, subj_start=-1)], [BORN], "example born: subj_start=-1"),
+    ("index not an integer", [_bad(BORN, subj_start="0")], [BORN], "example born: subj_start='0'"),
+    ("overlap", [_bad(BORN, obj_start=1, obj_end=2)], [BORN], "example born: subject tokens 0-1 overlap object tokens 1-2"),
+    ("missing key", [BORN, _bad(FOUNDED, relation=None)], [BORN], "example founded: missing key 'relation'"),
+    ("no tokens", [_bad(BORN, token=[])], [BORN], "example born: 'token' must be a non-empty list of strings"),
+    ("empty file", "", [BORN], "file is empty"),
+    ("empty list", [], [BORN], "no examples"),
+    ("not JSON", "{not json", [BORN], ":1: not valid JSON"),
+    ("unseen label", [BORN], [BORN, _bad(FOUNDED, relation="org:founded_by")],
+     "example founded: relation 'org:founded_by' does not occur in the training file"),
+])
+def test_bad_input_is_one_line_error(tmp_path, capsys, tiny_tok, case, train, valid, message):
+    paths = []
+    for name, content in (("train.json", train), ("valid.json", valid)):
+        path = tmp_path / name
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+        paths.append(str(path))
+    status, err, dest = prepare(tmp_path, capsys, *paths)
+    bad_file = paths[1] if case == "unseen label" else paths[0]
+    assert status == 1 and message in err, err
+    assert err.startswith(f"spanbert-prepare-re: error: {bad_file}") and err.count("\n") == 1
+    assert not os.path.exists(dest) and not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-tmp")]
+
+
+def test_labels_file_and_existing_destination(tmp_path, capsys, tiny_tok):
+    train = write_examples(tmp_path / "train.json", [BORN])
+    valid = write_examples(tmp_path / "valid.json", [FOUNDED, _bad(BORN, relation="org:founded_by")])
+    labels = tmp_path / "labels.txt"
+    labels.write_text("per:city_of_birth\norg:founded_by\nno_relation\n")
+    status, err, dest = prepare(tmp_path, capsys, train, valid, "--labels", str(labels))
+    assert status == 0, err
+    assert read_split(dest, "valid")[2] == [0, 2]  # negative label first, then the file's order
+    status, err, _ = prepare(tmp_path, capsys, train, valid, "--labels", str(labels))
+    assert status == 1 and "exists" in err and "--force" in err
+
+
+def test_relation_scores_hand_computed():
+    gold = [1, 1, 1, 1, 0, 0, 0, 0]
+    pred = [1, 1, 0, 0, 2, 0, 0, 0]
+    counts = relation_counts(pred, gold, negative_index=0)
+    assert counts == {"re_correct_positive": 2, "re_predicted_positive": 3, "re_gold_positive": 4,
+                      "re_correct": 5, "re_examples": 8}
+    scores = relation_scores(counts)
+    assert scores["precision"] == pytest.approx(200 / 3) and scores["recall"] == pytest.approx(50)
+    assert scores["f1"] == pytest.approx(400 / 7) and scores["accuracy"] == pytest.approx(62.5)
+    # counts of batches add up to the counts of the whole split
+    halves = [relation_counts(pred[a:b], gold[a:b]) for a, b in ((0, 3), (3, 8))]
+    assert {k: halves[0][k] + halves[1][k] for k in counts} == counts
+    # the negative label need not be index 0
+    assert relation_counts([2, 2, 0], [2, 0, 0], negative_index=2)["re_correct_positive"] == 1
+    # only the negative label predicted: F1 0 however high the accuracy
+    only_negative = relation_scores(relation_counts([0] * 8, gold))
+    assert only_negative == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 50.0}
+    assert relation_scores(relation_counts([0, 0], [0, 0]))["f1"] == 0.0
+
+
+def _tiny_model(dictionary):
+    from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+
+    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=128, encoder_ffn_embed_dim=256,
+                         encoder_attention_heads=2, max_positions=64)
+    return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+
+
+def test_vocabulary_growth_keeps_old_rows(spm_data, caplog):
+    torch.manual_seed(0)
+    old_dict = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
+    markers = assign_marker_ids(old_dict.symbols, "typed_marker")
+    assert len(markers.appended) == len(MARKER_TABLE)  # sentencepiece has no [unused] entries
+    new_dict = SpanBertDictionary(old_dict.symbols + markers.appended)
+    pretrained = _tiny_model(old_dict)
+    with torch.no_grad():
+        pretrained.lm_head.bias.normal_()
+        pretrained.sbo_head.bias.normal_()
+    model = _tiny_model(new_dict)
+    model.register_relation_head("relation_head", 3, "entity_start")
+    with caplog.at_level("INFO"):
+        model.load_state_dict(pretrained.state_dict())
+    n, grown = len(old_dict), len(new_dict)
+    assert f"grown from {n} to {grown} symbols" in caplog.text
+    embed = model.encoder.embeddings.word_embeddings.weight.detach()
+    assert torch.equal(embed[:n], pretrained.encoder.embeddings.word_embeddings.weight)
+    assert model.lm_head.weight is model.encoder.embeddings.word_embeddings.weight
+    for head in ("lm_head", "sbo_head"):
+        bias = getattr(model, head).bias.detach()
+        assert torch.equal(bias[:n], getattr(pretrained, head).bias) and not bias[n:].any()
+    # new rows ~ N(0, 0.02): mean and std within 5 standard errors of their estimates
+    new_rows = embed[n:].double().flatten()
+    count = new_rows.numel()
+    assert abs(new_rows.mean().item()) < 5 * 0.02 / count ** 0.5
+    assert abs(new_rows.std().item() - 0.02) < 5 * 0.02 / (2 * count) ** 0.5
+
+
+def test_relation_head_poolings():
+    torch.manual_seed(0)
+    model = _tiny_model(SpanBertDictionary(TINY_VOCAB))
+    model.register_relation_head("cls", 3, "cls")
+    model.register_relation_head("ent", 3, "entity_start")
+    model.eval()
+    tokens = torch.tensor([[5, 1, 8, 9, 10, 2, 13, 6], [5, 2, 22, 1, 8, 6, 0, 0]])
+    positions = torch.tensor([[1, 5], [3, 1]])
+    features, _ = model(tokens, features_only=True)
+    head = model.relation_heads["ent"]
+    pooled = torch.cat([features[[0, 1], positions[:, 0]], features[[0, 1], positions[:, 1]]], dim=-1)
+    expected = head.out_proj(torch.tanh(head.dense(pooled)))
+    assert torch.allclose(model(tokens, relation_head_name="ent", entity_positions=positions)[0], expected, atol=1e-6)
+    cls = model.relation_heads["cls"]
+    expected = cls.out_proj(torch.tanh(cls.dense(features[:, 0])))
+    assert torch.allclose(model(tokens, relation_head_name="cls", entity_positions=positions)[0], expected, atol=1e-6)
+
+
+def test_dataset_batches_every_example():
+    from fairseq.data import ListDataset
+
+    from spanbert_plugin.data.relation_dataset import RelationDataset
+
+    rng = np.random.default_rng(0)
+    items = [torch.arange(int(n)) for n in rng.integers(3, 20, size=21)]
+    tokens = ListDataset(items, sizes=np.array([len(t) for t in items]))
+    dataset = RelationDataset(tokens, np.zeros(21, np.int64), np.ones((21, 2), np.int64), pad_index=0)
+    batches = dataset.batch_by_size(dataset.ordered_indices(), max_sentences=8, required_batch_size_multiple=8)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(21))
+
+
+@needs_tacred
+@needs_uncased
+def test_tacred_sample_with_bert_uncased(tmp_path, capsys):
+    make_tokenizer_folder(str(tmp_path / "tok"), open(UNCASED_VOCAB, encoding="utf-8").read().splitlines())
+    splits = [os.path.join(TACRED, f"{s}.json") for s in ("train", "dev", "test")]
+    # the sample's dev split holds relations its train split lacks
+    status, err, _ = prepare(tmp_path, capsys, splits[0], splits[1], test=splits[2])
+    assert status == 1 and "dev.json: example e7798eaebf3179c706bf: relation 'org:website'" in err
+    raw = {s: json.load(open(p)) for s, p in zip(("train", "valid", "test"), splits)}
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(sorted({ex["relation"] for exs in raw.values() for ex in exs})) + "\n")
+    status, err, dest = prepare(tmp_path, capsys, splits[0], splits[1], "--labels", str(labels), test=splits[2])
+    assert status == 0, err
+    assert SpanBertDictionary.load(os.path.join(dest, "dict.txt")).symbols == open(UNCASED_VOCAB).read().splitlines()
+    for split, examples in raw.items():
+        texts, positions, _, records = read_split(dest, split)
+        assert [r["id"] for r in records] == [ex["id"] for ex in examples]
+        for ex, text, (subj, obj) in zip(examples, texts, positions):
+            tokens = text.split()
+            assert tokens[subj] == f"[unused{START_MARKERS.index(start_marker('SUBJ', normalise_type(ex['subj_type'])))}]"
+            assert tokens[obj] == f"[unused{START_MARKERS.index(start_marker('OBJ', normalise_type(ex['obj_type'])))}]"
+            assert sum(t.startswith("[unused") for t in tokens) == 2 and len(tokens) <= 128
+            if "-LRB-" in ex["token"]:
+                assert "(" in tokens and "lr" not in text
+    with open(os.path.join(dest, "prepare_stats.json")) as f:
+        stats = json.load(f)
+    assert stats["markers"] == {"mode": "ner", "from_vocabulary": 46, "from_unused": 46, "appended": 0}
+    assert [stats[s]["examples"] for s in raw] == [20, 20, 20]
+
+
+def _last_valid(output):
+    records = [json.loads(line.split("| valid | ", 1)[1]) for line in output.splitlines() if "| valid | " in line]
+    assert records, output[-3000:]
+    return records[-1]
+
+
+@needs_tacred
+def test_finetune_from_pretrained_checkpoint_and_predict(spm_data, tmp_path, capsys):
+    """Pre-train a tiny checkpoint, prepare TACRED with appended markers, fine-tune from it, predict."""
+    run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "2", "--save-dir", str(tmp_path / "pt")])
+    splits = [os.path.join(TACRED, f"{s}.json") for s in ("train", "dev", "test")]
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(sorted({ex["relation"] for p in splits for ex in json.load(open(p))})) + "\n")
+    dest = str(tmp_path / "re")
+    assert prepare_re.main(["--train", splits[0], "--valid", splits[1], "--test", splits[2], "--tokenizer-from", spm_data,
+                            "--destdir", dest, "--labels", str(labels), "--entity-marker", "typed_marker"]) == 0
+    assert '"appended": 92' in capsys.readouterr().out
+    proc = run_cli([bin_path("fairseq-train"), dest, "--user-dir", "user_dir", "--task", "relation_extraction",
+                    "--criterion", "relation_extraction", "--arch", "spanbert_tiny", "--re-pooling", "entity_start",
+                    "--finetune-from-model", str(tmp_path / "pt" / "checkpoint_last.pt"), "--batch-size", "8",
+                    "--optimizer", "adam", "--lr", "1e-3", "--max-epoch", "1", "--cpu", "--num-workers", "0",
+                    "--best-checkpoint-metric", "f1", "--maximize-best-checkpoint-metric", "--log-format", "json",
+                    "--no-epoch-checkpoints", "--seed", "1", "--save-dir", str(tmp_path / "ft")])
+    output = proc.stdout + proc.stderr
+    assert "grown from 1001 to 1093 symbols" in output
+    valid = _last_valid(output)
+    # 20 examples in batches of 8 with --required-batch-size-multiple 8: the trailing 4 are evaluated too
+    assert int(valid["valid_re_examples"]) == 20 and (tmp_path / "ft" / "checkpoint_best.pt").exists()
+    out = str(tmp_path / "pred_valid")
+    assert predict_re.main(["--checkpoint", str(tmp_path / "ft" / "checkpoint_last.pt"), "--split", "valid",
+                            "--out", out]) == 0, capsys.readouterr().err
+    with open(os.path.join(out, "eval.json")) as f:
+        scores = json.load(f)
+    # prediction scores equal what validation logged for the same checkpoint
+    for key in ("f1", "precision", "recall", "accuracy"):
+        assert scores[key] == pytest.approx(float(valid[f"valid_{key}"]), abs=1e-3)
+    assert scores["counts"]["correct"] == int(valid["valid_re_correct"]) and scores["counts"]["gold_positive"] == 7
+    out = str(tmp_path / "pred_test")
+    assert predict_re.main(["--checkpoint", str(tmp_path / "ft" / "checkpoint_best.pt"), "--data", dest,
+                            "--split", "test", "--out", out]) == 0
+    with open(os.path.join(out, "predictions.jsonl")) as f:
+        predictions = [json.loads(line) for line in f]
+    with open(labels) as f:
+        known = set(f.read().split())
+    assert [p["id"] for p in predictions] == [ex["id"] for ex in json.load(open(splits[2]))]
+    assert all(p["label"] in known and 0 < p["prob"] <= 1 for p in predictions)
+    # bad options are one-line errors
+    assert predict_re.main(["--checkpoint", str(tmp_path / "pt" / "checkpoint_last.pt"), "--out", str(tmp_path / "x")]) == 1
+    assert "not a relation_extraction checkpoint" in capsys.readouterr().err
