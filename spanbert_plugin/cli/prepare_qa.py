@@ -24,7 +24,8 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--doc-stride", type=int, default=128, help="passage tokens between the starts of consecutive windows")
     parser.add_argument("--max-query-length", type=int, default=64, help="question tokens kept (longer questions are cut)")
     parser.add_argument("--strict", action="store_true",
-                        help="fail on gold answers that do not match the context or cover no token (default: count, warn, leave out of training)")
+                        help="fail on gold answers that do not match the context or cover no token "
+                             "(default: count them, warn, leave their questions out of training)")
     parser.add_argument("--force", action="store_true", help="replace an existing --destdir written by this command")
     return parser
 

@@ -195,6 +195,13 @@ class _Collector:
                       self.mismatches, self.unused_contexts)
 
 
+def _candidate(context: str, start: int, end: int, text: str, ignore_case: bool):
+    """(start, end, text, whether the context holds ``text`` there) for one gold answer."""
+    found = context[start:end] if 0 <= start <= end <= len(context) else None
+    same = found is not None and (found.casefold() == text.casefold() if ignore_case else found == text)
+    return start, end, text, same
+
+
 def _read_squad(path: str, content: dict) -> QAFile:
     version = str(content.get("version", ""))
     collector = _Collector(path)
@@ -224,14 +231,18 @@ def _read_squad(path: str, content: dict) -> QAFile:
                     raise UsageError(f"{where}: 'answers' must be a list of {{text, answer_start}} objects")
                 if not impossible and not gold:
                     raise UsageError(f"{where}: no answers and not is_impossible")
-                spans = [(g["answer_start"], g["answer_start"] + len(g["text"]), g["text"],
-                          context[g["answer_start"]: g["answer_start"] + len(g["text"])] == g["text"]
-                          and g["answer_start"] >= 0)
+                spans = [_candidate(context, g["answer_start"], g["answer_start"] + len(g["text"]), g["text"], False)
                          for g in gold]
                 answers = [] if impossible else [g["text"] for g in gold]
                 collector.add(qid, qa, where, c, answers, impossible, spans)
     squad2 = version.lstrip("v").startswith("2") or has_impossible_key
     return collector.result("squad2" if squad2 else "squad1", squad2)
+
+
+def _is_detected_answer(d) -> bool:
+    """An MRQA detected answer: text and [[start, inclusive end], ...] character spans."""
+    return (isinstance(d, dict) and isinstance(d.get("text"), str) and isinstance(d.get("char_spans"), list)
+            and all(isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) for v in s) for s in d["char_spans"]))
 
 
 def _read_mrqa(path: str, records) -> QAFile:
@@ -257,14 +268,9 @@ def _read_mrqa(path: str, records) -> QAFile:
                 raise UsageError(f"{where}: 'detected_answers' is missing or empty")
             spans = []
             for d in detected:
-                char_spans = d.get("char_spans") if isinstance(d, dict) else None
-                if not isinstance(d.get("text") if isinstance(d, dict) else None, str) or not isinstance(char_spans, list) \
-                        or not all(isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) for v in s) for s in char_spans):
+                if not _is_detected_answer(d):
                     raise UsageError(f"{where}: detected_answers need 'text' and 'char_spans' [[start, end], ...]")
-                for start, last in char_spans:  # inclusive ends
-                    found = context[start: last + 1] if 0 <= start <= last < len(context) else None
-                    spans.append((start, last + 1, d["text"],
-                                  found is not None and found.casefold() == d["text"].casefold()))
+                spans.extend(_candidate(context, start, last + 1, d["text"], True) for start, last in d["char_spans"])
             # SpanBERT trains on the earliest detected span; MRQA spans may differ from the gold text in case
             spans.sort(key=lambda s: (s[0], s[1]))
             collector.add(qid, qa, where, c, answers or [d["text"] for d in detected], False, spans)
