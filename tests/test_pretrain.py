@@ -12,7 +12,7 @@ import torch
 
 from conftest import ROOT, bin_path, run_cli
 
-TINY = ["--user-dir", "user_dir", "--task", "span_masked_lm", "--criterion", "span_bert",
+TINY = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
         "--arch", "spanbert_tiny", "--tokens-per-sample", "128", "--batch-size", "8",
         "--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--lr", "1e-3", "--lr-scheduler", "polynomial_decay",
         "--warmup-updates", "5", "--total-num-update", "200", "--clip-norm", "1.0",

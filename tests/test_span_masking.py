@@ -5,6 +5,7 @@ import torch
 
 from spanbert_plugin.data.span_masked_dataset import SpanMaskedDataset
 from spanbert_plugin.data.span_masking import SpanMasker, geometric_span_probs
+from spanbert_plugin.errors import UsageError
 
 V, BOS, PAD, EOS, UNK, MASK = 30000, 0, 1, 2, 3, 4
 NEVER = np.zeros(V, bool)
@@ -242,15 +243,15 @@ def test_128_token_blocks_never_mask_nothing():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"geometric_p": 0.0}, "geometric p"),
-        ({"geometric_p": 1.5}, "geometric p"),
-        ({"max_span_len": 0}, "max span length"),
-        ({"mask_ratio": 0.0}, "mask ratio"),
-        ({"mask_ratio": 1.0}, "mask ratio"),
+        ({"geometric_p": 0.0}, "--geometric-p"),
+        ({"geometric_p": 1.5}, "--geometric-p"),
+        ({"max_span_len": 0}, "--max-span-len"),
+        ({"mask_ratio": 0.0}, "--mask-ratio"),
+        ({"mask_ratio": 1.0}, "--mask-ratio"),
         ({"mask_prob": 0.8, "random_prob": 0.2, "leave_prob": 0.1}, "sum to 1"),
-        ({"scheme": "entity"}, "unknown masking scheme"),
+        ({"scheme": "entity"}, "--mask-scheme 'entity'"),
     ],
 )
 def test_invalid_parameters(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UsageError, match=message):
         masker(make_vocab(), **kwargs)

@@ -8,6 +8,8 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
+from ..errors import UsageError
+
 
 @dataclass
 class SpanBertCriterionConfig(FairseqDataclass):
@@ -29,7 +31,7 @@ class SpanBertCriterion(FairseqCriterion):
     def __init__(self, task, sbo_weight=1.0):
         super().__init__(task)
         if sbo_weight < 0:
-            raise ValueError(f"--sbo-weight must be >= 0, got {sbo_weight}")
+            raise UsageError(f"--sbo-weight must be >= 0, got {sbo_weight}")
         self.sbo_weight = sbo_weight
         self.padding_idx = task.source_dictionary.pad()
 
@@ -77,12 +79,17 @@ class SpanBertCriterion(FairseqCriterion):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         sample_size, num_masked, num_sbo = total("sample_size"), total("num_masked"), total("num_sbo")
-        # losses logged in base 2, as fairseq's masked_lm does
-        metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3)
-        metrics.log_scalar("mlm_loss", total("mlm_loss") / max(num_masked, 1) / math.log(2), num_masked, round=3)
-        metrics.log_scalar("mlm_acc", 100.0 * total("mlm_correct") / max(num_masked, 1), num_masked, round=2)
         metrics.log_scalar("num_masked", num_masked, priority=900, round=0)
-        metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["mlm_loss"].avg))
+        # Batches without a masked token measure nothing: they log no loss (weight-0 values would still set the
+        # meters' last value, and a whole validation of them would report a loss of 0 and win checkpoint_best).
+        # spanbert_pretraining masks at least one token in every block that has one, and refuses splits without.
+        if sample_size:
+            # losses logged in base 2, as fairseq's masked_lm does
+            metrics.log_scalar("loss", total("loss") / sample_size / math.log(2), sample_size, round=3)
+        if num_masked:
+            metrics.log_scalar("mlm_loss", total("mlm_loss") / num_masked / math.log(2), num_masked, round=3)
+            metrics.log_scalar("mlm_acc", 100.0 * total("mlm_correct") / num_masked, num_masked, round=2)
+            metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["mlm_loss"].avg))
         if num_sbo:
             metrics.log_scalar("sbo_loss", total("sbo_loss") / num_sbo / math.log(2), num_sbo, round=3)
             metrics.log_scalar("sbo_acc", 100.0 * total("sbo_correct") / num_sbo, num_sbo, round=2)

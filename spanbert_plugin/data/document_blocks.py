@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
+from ..errors import UsageError
 from .sized_dataset import SizedDataset
 
 
@@ -18,7 +19,7 @@ class DocumentBlockDataset(SizedDataset):
 
     def __init__(self, documents, doc_sizes, block_size: int, bos: int, eos: int):
         if block_size < 1:
-            raise ValueError(f"block size must be at least 1 token, got {block_size}")
+            raise UsageError(f"block size must be at least 1 token, got {block_size}")
         self.documents = documents
         self.bos, self.eos = bos, eos
         doc_sizes = np.asarray(doc_sizes, dtype=np.int64)

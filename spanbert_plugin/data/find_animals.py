@@ -13,7 +13,9 @@ import numpy as np
 import torch
 from fairseq.data import data_utils
 
+from ..errors import UsageError
 from .sized_dataset import SizedDataset
+from .span_masked_dataset import BatchesEveryExample
 
 LETTERS = string.ascii_lowercase
 DEFAULT_ANIMALS = ("cat", "dog", "cow", "pig", "owl", "bee", "ant", "bat", "elk", "fox", "rat", "eel", "yak", "emu")
@@ -37,11 +39,11 @@ def contains_subsequence(strings: np.ndarray, names: np.ndarray, name_lengths: n
 def generate(num, seq_len, animals, positive_ratio, position_bias, rng):
     """Return animal index, letter ids (num x seq_len), labels and planted positions (-1 for negatives)."""
     if position_bias not in POSITION_BIASES:
-        raise ValueError(f"position bias must be one of {', '.join(POSITION_BIASES)}, got {position_bias!r}")
+        raise UsageError(f"--position-bias must be one of {', '.join(POSITION_BIASES)}, got {position_bias!r}")
     names = [letters_to_ids(a) for a in animals]
     longest = max(len(n) for n in names)
     if seq_len < longest:
-        raise ValueError(f"sequence length {seq_len} is shorter than the animal name of {longest} letters")
+        raise UsageError(f"--seq-len {seq_len} is shorter than the longest animal name ({longest} letters)")
     name_table = np.stack([np.pad(n, (0, longest - len(n))) for n in names])
     name_lengths = np.array([len(n) for n in names])
     animal = rng.integers(0, len(animals), num)
@@ -74,7 +76,7 @@ def generate(num, seq_len, animals, positive_ratio, position_bias, rng):
     return animal, strings, labels, planted
 
 
-class FindAnimalsDataset(SizedDataset):
+class FindAnimalsDataset(BatchesEveryExample, SizedDataset):
     """Items "[CLS] animal [SEP] letters [SEP]" with a binary label; the letters are droppable."""
 
     def __init__(self, dictionary, animals, animal, strings, labels, planted):

@@ -15,6 +15,7 @@ import torch
 from fairseq.data import BaseWrapperDataset
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from ..errors import UsageError
 from .span_masked_dataset import ItemRandom
 
 UNITS = ("token", "chunk", "separator", "explicit")
@@ -24,9 +25,9 @@ MODES = ("drop", "mask")
 def check_span_drop_args(p, gamma=None):
     """Reject invalid SpanDrop settings with a message naming the option."""
     if not 0 <= p < 1:
-        raise ValueError(f"--span-drop-p must be in [0, 1), got {p}")
+        raise UsageError(f"--span-drop-p must be in [0, 1), got {p}")
     if gamma is not None and gamma <= 0:
-        raise ValueError(f"--span-drop-gamma must be > 0 (or unset for Bernoulli SpanDrop), got {gamma}")
+        raise UsageError(f"--span-drop-gamma must be > 0 (or unset for Bernoulli SpanDrop), got {gamma}")
 
 
 def sample_keep_mask(num_spans: int, p: float, gamma: Optional[float], rng: np.random.Generator, protected=None) -> np.ndarray:
@@ -63,7 +64,7 @@ def segment(tokens: np.ndarray, droppable: np.ndarray, unit: str, chunk_size: in
         ends = tokens[positions] == separator
         span_ids[positions] = np.cumsum(ends) - ends  # a separator closes its own unit
     else:
-        raise ValueError(f"unit {unit!r} needs explicit span_ids in the items")
+        raise UsageError(f"--span-drop-unit {unit}: this task's items carry no span_ids; use token, chunk or separator")
     return span_ids
 
 
@@ -86,15 +87,15 @@ class SpanDropDataset(BaseWrapperDataset):
         super().__init__(dataset)
         check_span_drop_args(p, gamma)
         if unit not in UNITS:
-            raise ValueError(f"--span-drop-unit must be one of {', '.join(UNITS)}, got {unit!r}")
+            raise UsageError(f"--span-drop-unit must be one of {', '.join(UNITS)}, got {unit!r}")
         if mode not in MODES:
-            raise ValueError(f"--span-drop-mode must be drop or mask, got {mode!r}")
+            raise UsageError(f"--span-drop-mode must be drop or mask, got {mode!r}")
         if unit == "chunk" and chunk_size < 1:
-            raise ValueError(f"span chunk size k must be >= 1, got {chunk_size}")
+            raise UsageError(f"--span-drop-chunk-size must be >= 1, got {chunk_size}")
         if unit == "separator" and separator is None:
-            raise ValueError("--span-drop-unit separator needs a separator token")
+            raise UsageError("--span-drop-unit separator needs a separator token")
         if mode == "mask" and mask_index is None:
-            raise ValueError("--span-drop-mode mask needs a mask symbol")
+            raise UsageError("--span-drop-mode mask needs a mask symbol")
         self.p, self.gamma, self.unit, self.mode = p, gamma, unit, mode
         self.mask_index, self.chunk_size, self.separator = mask_index, chunk_size, separator
         self.protect_supporting, self.require_supporting = protect_supporting, require_supporting

@@ -58,7 +58,21 @@ def complete_batches(indices, batches):
     return list(batches) + [missing.astype(np.int64)]
 
 
-class SpanMaskedDataset(BaseWrapperDataset):
+class BatchesEveryExample:
+    """Mixin for a FairseqDataset: fairseq's batching, plus any trailing indices it leaves out as one last batch.
+
+    fairseq-fixed's ``batch_by_size`` drops a final group smaller than
+    ``required_batch_size_multiple`` (8 by default: a 50-example test set is
+    evaluated on 48, a 1-block validation set gets no batch at all); a run
+    must never silently drop data. Put it before the dataset's base class.
+    """
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
+        return complete_batches(indices, batches)
+
+
+class SpanMaskedDataset(BatchesEveryExample, BaseWrapperDataset):
     """Items: masked ``source``, ``target`` (pad where unmasked), span boundaries and offsets."""
 
     def __init__(self, dataset, masker: SpanMasker, pad_index: int, seed: int = 1):
@@ -90,16 +104,6 @@ class SpanMaskedDataset(BaseWrapperDataset):
             "span_right": torch.from_numpy(out.span_right),
             "span_offset": torch.from_numpy(out.span_offset),
         }
-
-    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
-        """fairseq's batching, plus any trailing indices it leaves out as one last batch.
-
-        fairseq-fixed's ``batch_by_size`` drops a final group smaller than
-        ``required_batch_size_multiple`` (e.g. a 1-block validation set gives no
-        batch at all); a run must never silently drop data.
-        """
-        batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
-        return complete_batches(indices, batches)
 
     def collater(self, samples):
         if len(samples) == 0:

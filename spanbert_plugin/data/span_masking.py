@@ -35,6 +35,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import UsageError
+
 SCHEMES = ("span", "word", "subword")
 _MASK, _RANDOM, _KEEP = 0, 1, 2
 _NONE = np.iinfo(np.int64).max
@@ -79,17 +81,17 @@ class SpanMasker:
         replacement_weights: Optional[np.ndarray] = None,
     ):
         if scheme not in SCHEMES:
-            raise ValueError(f"unknown masking scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+            raise UsageError(f"--mask-scheme {scheme!r}: expected one of {', '.join(SCHEMES)}")
         if not 0 < geometric_p <= 1:
-            raise ValueError(f"geometric p must be in (0, 1], got {geometric_p}")
+            raise UsageError(f"--geometric-p: the geometric p of span lengths must be in (0, 1], got {geometric_p}")
         if max_span_len < 1:
-            raise ValueError(f"max span length must be at least 1, got {max_span_len}")
+            raise UsageError(f"--max-span-len must be at least 1 word, got {max_span_len}")
         if not 0 < mask_ratio < 1:
-            raise ValueError(f"mask ratio (budget) must be in (0, 1), got {mask_ratio}")
+            raise UsageError(f"--mask-ratio (the masking budget) must be in (0, 1), got {mask_ratio}")
         probs = np.array([mask_prob, random_prob, leave_prob], dtype=float)
         if (probs < 0).any() or abs(probs.sum() - 1) > 1e-6:
-            raise ValueError(
-                f"replacement ratios mask/random/unchanged must be >= 0 and sum to 1, got {mask_prob}/{random_prob}/{leave_prob}"
+            raise UsageError(
+                f"--mask-prob/--random-prob/--leave-prob must be >= 0 and sum to 1, got {mask_prob}/{random_prob}/{leave_prob}"
             )
         self.word_starts = np.asarray(word_starts, dtype=bool)
         self.never_mask = np.asarray(never_mask, dtype=bool)

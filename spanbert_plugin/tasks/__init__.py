@@ -1,1 +1,36 @@
-"""Registered components; see spanbert_plugin/__init__.py."""
+"""Registered tasks (see spanbert_plugin/__init__.py) and what they share."""
+import warnings
+
+from omegaconf import OmegaConf
+
+
+def record_in_run_config(cfg) -> None:
+    """Copy a task's resolved config (e.g. absolute ``data``) into the run's config, which fairseq saves in checkpoints.
+
+    fairseq hands ``setup_task`` a merged copy of the run's ``task`` section, so
+    changes to it would not reach ``checkpoint*.pt``; the copy's parent is the
+    run's config. Configs built outside a run (no parent) are left as they are.
+    """
+    if not OmegaConf.is_config(cfg):
+        return
+    run = cfg._get_parent()
+    if OmegaConf.is_dict(run) and OmegaConf.is_dict(run.get("task")) and run.task.get("_name") == cfg.get("_name"):
+        run.task = cfg
+
+
+def quiet_fairseq_hydra_warnings() -> None:
+    """Silence the hydra deprecation warnings fairseq-train's config conversion prints on every run.
+
+    They are about fairseq's own use of hydra, say nothing a user can act on,
+    and would bury the one-line errors the plugin prints on stderr.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"\s*(hydra\.experimental\.\w+\(\) is no longer experimental|The version_base parameter is not specified"
+        r"|In '\w+': Usage of deprecated keyword in package header|'\w+' is validated against ConfigStore schema"
+        r"|The strict flag in the compose API is deprecated)",
+        category=UserWarning,
+    )
+
+
+quiet_fairseq_hydra_warnings()

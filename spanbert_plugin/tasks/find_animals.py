@@ -16,6 +16,7 @@ from omegaconf import II
 from ..data.dictionary import SpanBertDictionary
 from ..data.find_animals import DEFAULT_ANIMALS, LETTERS, POSITION_BIASES, FindAnimalsDataset, generate
 from ..data.span_drop import SpanDropOptions, apply_span_drop
+from ..errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class FindAnimalsTask(FairseqTask):
         self.animals = [a.strip() for a in cfg.animals.split(",") if a.strip()]
         bad = [a for a in self.animals if not a or any(c not in LETTERS for c in a)]
         if bad or not self.animals:
-            raise ValueError(f"--animals must be lowercase a-z names, got {cfg.animals!r}")
+            raise UsageError(f"--animals {cfg.animals!r}: expected comma-separated lowercase a-z names")
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
@@ -71,6 +72,12 @@ class FindAnimalsTask(FairseqTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
+        model_positions = getattr(model, "max_positions", lambda: None)()
+        if model_positions is not None and self.max_positions() > model_positions:
+            raise UsageError(
+                f"find_animals items are up to {self.max_positions()} tokens ([CLS] animal [SEP] {self.cfg.seq_len} letters "
+                f"[SEP]) but the model has {model_positions} positions: raise --max-positions or lower --seq-len"
+            )
         model.register_classification_head(self.cfg.classification_head_name, num_classes=2)
         return model
 
