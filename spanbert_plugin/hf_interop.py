@@ -252,7 +252,7 @@ def import_hf(hf_dir, out_dir, force=False):
     with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
         tokenizer.save(work)
         SpanBertDictionary.from_tokenizer(tokenizer).save(os.path.join(work, "dict.txt"))
-        cli = [work, "--task", "span_masked_lm", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
+        cli = [work, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
                "--encoder-layers", str(config["num_hidden_layers"]), "--encoder-embed-dim", str(config["hidden_size"]),
                "--encoder-ffn-embed-dim", str(config["intermediate_size"]),
                "--encoder-attention-heads", str(config["num_attention_heads"]),
