@@ -268,3 +268,157 @@ def test_sst2_slice_learns_from_random_init(sst2_slice, tmp_path):
     assert {"valid_f1", "valid_mcc"} <= set(records[-1])
     # the best checkpoint was chosen by accuracy
     assert float(records[-1]["valid_best_accuracy"]) == max(float(r["valid_accuracy"]) for r in records)
+
+
+def _corpus_examples(corpus_file, n, offset=0):
+    """(text, 3-class label by length, regression target) from corpus lines."""
+    with open(corpus_file, encoding="utf-8") as f:
+        lines = [" ".join(line.split()) for line in f if line.strip()][offset: offset + n]
+    return [(line, ("short", "medium", "long")[min(len(line.split()) // 8, 2)], len(line.split()) / 10) for line in lines]
+
+
+def _write_jsonl(path, examples, regression=False):
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (text, label, value) in enumerate(examples):
+            f.write(json.dumps({"uid": f"ex{i}", "text": text, "label": value if regression else label}) + "\n")
+
+
+def _last_checkpoint_state(path):
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def test_finetune_from_pretrained_checkpoint_then_predict_equals_validation(spm_data, corpus_files, tmp_path):
+    from test_pretrain import TINY
+
+    run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "4", "--save-dir", str(tmp_path / "pt")])
+    _write_jsonl(tmp_path / "train.jsonl", _corpus_examples(corpus_files[0], 96))
+    _write_jsonl(tmp_path / "valid.jsonl", _corpus_examples(corpus_files[1], 37))  # 37: uneven last batch
+    cls = str(tmp_path / "cls")
+    assert prepare_main(["--train", str(tmp_path / "train.jsonl"), "--valid", str(tmp_path / "valid.jsonl"),
+                         "--tokenizer-from", spm_data, "--destdir", cls, "--text-columns", "text",
+                         "--label-column", "label", "--id-column", "uid", "--max-seq-length", "48"]) == 0
+    with open(os.path.join(spm_data, "dict.txt")) as a, open(os.path.join(cls, "dict.txt")) as b:
+        assert a.read() == b.read()  # the task's dictionary is the checkpoint's
+    pretrained = str(tmp_path / "pt" / "checkpoint_last.pt")
+    proc = run_cli([bin_path("fairseq-train"), cls, *TINY_CLS, "--finetune-from-model", pretrained,
+                    "--batch-size", "8", "--batch-size-valid", "5", "--lr", "1e-5", "--max-update", "3",
+                    "--save-dir", str(tmp_path / "ft"), "--no-epoch-checkpoints"])
+    before, after = _last_checkpoint_state(pretrained), _last_checkpoint_state(str(tmp_path / "ft" / "checkpoint_last.pt"))
+    encoder = [k for k in before if k.startswith("encoder.")]
+    assert encoder and max((after[k] - before[k]).abs().max().item() for k in encoder) < 1e-3  # 3 Adam steps of 1e-5
+    assert after["classification_heads.sentence_classification_head.out_proj.weight"].shape[0] == 3
+    valid = valid_records(proc.stdout + proc.stderr)[-1]
+
+    out = tmp_path / "pred"
+    run_cli([bin_path("spanbert-predict-classification"), "--checkpoint", str(tmp_path / "ft" / "checkpoint_last.pt"),
+             "--out", str(out), "--batch-size", "16"])
+    scores = json.load(open(out / "eval.json"))
+    assert scores["examples"] == 37 and scores["labels"] == ["long", "medium", "short"]
+    for name in ("accuracy", "macro_f1", "mcc"):
+        assert float(valid[f"valid_{name}"]) == pytest.approx(scores[name], abs=0.006)
+    records = [json.loads(line) for line in open(out / "predictions.jsonl")]
+    assert [r["id"] for r in records] == [f"ex{i}" for i in range(37)] and [r["index"] for r in records] == list(range(37))
+    assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-4 and r["label"] in r["probabilities"] for r in records)
+    assert sum(r["label"] == r["gold"] for r in records) == pytest.approx(scores["accuracy"] * 37 / 100)
+
+
+def test_regression_validation_correlations_equal_prediction(spm_data, corpus_files, tmp_path):
+    _write_jsonl(tmp_path / "train.jsonl", _corpus_examples(corpus_files[0], 64), regression=True)
+    _write_jsonl(tmp_path / "valid.jsonl", _corpus_examples(corpus_files[1], 29), regression=True)
+    cls = str(tmp_path / "cls")
+    assert prepare_main(["--train", str(tmp_path / "train.jsonl"), "--valid", str(tmp_path / "valid.jsonl"),
+                         "--tokenizer-from", spm_data, "--destdir", cls, "--text-columns", "text",
+                         "--label-column", "label", "--regression", "--max-seq-length", "48"]) == 0
+    proc = run_cli([bin_path("fairseq-train"), cls, *TINY_CLS, "--batch-size", "8", "--batch-size-valid", "6",
+                    "--lr", "1e-3", "--max-update", "4", "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints",
+                    "--best-checkpoint-metric", "spearman", "--maximize-best-checkpoint-metric"])
+    valid = valid_records(proc.stdout + proc.stderr)[-1]
+    run_cli([bin_path("spanbert-predict-classification"), "--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"),
+             "--out", str(tmp_path / "pred")])
+    scores = json.load(open(tmp_path / "pred" / "eval.json"))
+    for name in ("pearson", "spearman"):
+        assert float(valid[f"valid_{name}"]) == pytest.approx(scores[name], abs=0.006)
+    assert float(valid["valid_loss"]) == pytest.approx(scores["mse"], rel=1e-3, abs=1e-4)
+    records = [json.loads(line) for line in open(tmp_path / "pred" / "predictions.jsonl")]
+    assert len(records) == 29 and all(isinstance(r["value"], float) for r in records)
+
+
+def test_every_example_is_batched(wordpiece_data, corpus_files, tmp_path):
+    from spanbert_plugin.data.classification_dataset import ClassificationDataset
+    from spanbert_plugin.data.dictionary import SpanBertDictionary
+
+    _write_jsonl(tmp_path / "d.jsonl", _corpus_examples(corpus_files[0], 37))
+    dest = str(tmp_path / "cls")
+    assert prepare_main(["--train", str(tmp_path / "d.jsonl"), "--valid", str(tmp_path / "d.jsonl"), "--tokenizer-from",
+                         wordpiece_data, "--destdir", dest, "--text-columns", "text", "--label-column", "label"]) == 0
+    dataset = ClassificationDataset.load(dest, "valid", SpanBertDictionary.load(os.path.join(dest, "dict.txt")))
+    indices = dataset.ordered_indices()
+    for max_sentences, multiple in ((5, 8), (16, 8), (10, 3)):
+        batches = dataset.batch_by_size(indices, max_sentences=max_sentences, required_batch_size_multiple=multiple)
+        assert sorted(np.concatenate(batches).tolist()) == list(range(37))
+
+
+# ---------------------------------------------------------------- formats and bad input
+
+def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
+    rows = [("A first, short one", "pos"), ('Quotes " stay', "neg"), ("Third text", "pos")]
+    (tmp_path / "d.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in rows), encoding="utf-8")
+    (tmp_path / "noheader.tsv").write_text("".join(f"x\t{l}\t{t}\n" for t, l in rows), encoding="utf-8")
+    (tmp_path / "d.csv").write_text("label,text\n" + "".join(f'{l},"{t.replace(chr(34), 2 * chr(34))}"\n' for t, l in rows),
+                                    encoding="utf-8")
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t, "label": l}) + "\n\n" for t, l in rows), encoding="utf-8")
+    outputs = []
+    for name, text, label in (("d.tsv", "text", "label"), ("noheader.tsv", "2", "1"), ("d.csv", "text", "label"),
+                              ("d.jsonl", "text", "label")):
+        dest = tmp_path / ("out_" + name.replace(".", "_"))
+        assert prepare_main(["--train", str(tmp_path / name), "--valid", str(tmp_path / name), "--tokenizer-from",
+                             wordpiece_data, "--destdir", str(dest), "--text-columns", text, "--label-column", label]) == 0
+        outputs.append((open(dest / "train.bin", "rb").read(), np.load(dest / "train.labels.npy").tolist()))
+    assert all(o == outputs[0] for o in outputs) and outputs[0][1] == [1, 0, 1]
+
+
+BAD_INPUTS = {
+    "missing label column": ("sentence\tlabel\na\t0\n", "sentence\tlabel\nb\t1\n", ["sentence", "lbl"],
+                             r"train\.tsv:1: --label-column 'lbl' is not a column"),
+    "missing text column": ("sentence\tlabel\na\t0\n", "sentence\tlabel\nb\t1\n", ["sentence,other", "label"],
+                            r"train\.tsv:1: --text-columns 'other' is not a column"),
+    "index out of range": ("a\t0\n", "b\t1\n", ["4", "1"], r"train\.tsv: --text-columns 4 does not exist"),
+    "wrong field count": ("sentence\tlabel\na\t0\nb\t1\textra\n", "sentence\tlabel\nb\t1\n", ["sentence", "label"],
+                          r"train\.tsv:3: 3 fields, expected 2"),
+    "empty file": ("", "sentence\tlabel\nb\t1\n", ["sentence", "label"], r"train\.tsv: file is empty"),
+    "header only": ("sentence\tlabel\n", "sentence\tlabel\nb\t1\n", ["sentence", "label"], r"train\.tsv: no data rows"),
+    "unseen label": ("sentence\tlabel\na\t0\nb\t1\n", "sentence\tlabel\nb\t1\nc\t2\n", ["sentence", "label"],
+                     r"valid\.tsv:3: label '2' does not occur in the training file"),
+    "empty label": ("sentence\tlabel\na\t0\nb\t \n", "sentence\tlabel\nb\t1\n", ["sentence", "label"],
+                    r"train\.tsv:3: empty label"),
+    "regression non-number": ("sentence\tlabel\na\t0.5\nb\tx\n", "sentence\tlabel\nb\t1\n", ["sentence", "label", "--regression"],
+                              r"train\.tsv:3: --regression needs a number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_error_and_writes_nothing(case, wordpiece_data, tmp_path, capsys):
+    train, valid, (text, label, *extra), message = BAD_INPUTS[case]
+    (tmp_path / "train.tsv").write_text(train, encoding="utf-8")
+    (tmp_path / "valid.tsv").write_text(valid, encoding="utf-8")
+    dest = tmp_path / "out"
+    status = prepare_main(["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
+                           "--tokenizer-from", wordpiece_data, "--destdir", str(dest), "--text-columns", text,
+                           "--label-column", label, *extra])
+    err = capsys.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith("spanbert-prepare-classification: error: ") and re.search(message, err), err
+    assert sorted(os.listdir(tmp_path)) == ["train.tsv", "valid.tsv"]  # no output, no temporary folder
+
+
+def test_bad_jsonl_and_existing_destination(wordpiece_data, tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text('{"text": "a", "label": "x"}\n{"text": "b"}\n', encoding="utf-8")
+    args = ["--train", str(tmp_path / "t.jsonl"), "--valid", str(tmp_path / "t.jsonl"), "--tokenizer-from", wordpiece_data,
+            "--text-columns", "text", "--label-column", "label"]
+    assert prepare_main([*args, "--destdir", str(tmp_path / "out")]) == 1
+    assert re.search(r"t\.jsonl:2: --label-column 'label' is not a key", capsys.readouterr().err)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's", encoding="utf-8")
+    (tmp_path / "t.jsonl").write_text('{"text": "a", "label": "x"}\n', encoding="utf-8")
+    assert prepare_main([*args, "--destdir", str(tmp_path / "mine")]) == 1
+    assert "exists" in capsys.readouterr().err and os.listdir(tmp_path / "mine") == ["notes.txt"]
