@@ -9,14 +9,13 @@ both sides). The SBO head has no place in ``transformers``; export writes it to
 ``sbo_head.safetensors`` + ``sbo_config.json`` beside the model, and import
 reads it back when present.
 """
-import argparse
 import json
 import os
-import sys
 
 import torch
 
-from .file_utils import OutputError, atomic_directory, check_destination
+from .errors import UsageError
+from .file_utils import atomic_directory, check_destination
 
 SBO_WEIGHTS, SBO_CONFIG = "sbo_head.safetensors", "sbo_config.json"
 TOLERANCE = 1e-4
@@ -26,7 +25,7 @@ SAMPLE_TEXT = (
 )
 
 
-class InteropError(Exception):
+class InteropError(UsageError):
     """Bad input for export/import: the message names the file and the problem."""
 
 
@@ -98,16 +97,20 @@ def unigram_tokenizer_from_spm(model_file):
         raise InteropError(f"{model_file}: only sentencepiece unigram models can be exported")
     tok = Tokenizer(Unigram([(p.piece, p.score) for p in proto.pieces], unk_id=proto.trainer_spec.unk_id,
                             byte_fallback=proto.trainer_spec.byte_fallback))
-    steps = [normalizers.Replace(Regex(" {2,}"), " ")]
-    if proto.normalizer_spec.precompiled_charsmap:
-        steps.insert(0, normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap))
+    spec = proto.normalizer_spec
+    steps = [normalizers.Precompiled(spec.precompiled_charsmap)] if spec.precompiled_charsmap else []
+    if spec.remove_extra_whitespaces:
+        # sentencepiece drops leading and trailing spaces and collapses runs (after its charsmap,
+        # which turns tabs, newlines and other spaces into ' '); a kept trailing space would become a final '▁'
+        steps += [normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(Regex("^ | $"), "")]
     tok.normalizer = normalizers.Sequence(steps)
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    prepend = "always" if spec.add_dummy_prefix else "never"
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend)
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=prepend)
     return tok
 
 
-def save_hf_tokenizer(tokenizer, dictionary, out_dir):
+def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
     """Tokenizer files ``AutoTokenizer`` loads, with ids equal to the fairseq dictionary's."""
     from transformers import BertTokenizerFast, PreTrainedTokenizerFast
 
@@ -131,7 +134,7 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir):
             tokenizer_object=inner, bos_token=bos, eos_token=eos, cls_token=bos, sep_token=eos,
             unk_token=dictionary.unk_word, pad_token=dictionary.pad_word, mask_token=dictionary.mask_word,
         )
-    hf.model_max_length = 512
+    hf.model_max_length = max_length  # the model's positions: longer inputs would fail in transformers
     hf.save_pretrained(out_dir)
     return hf
 
@@ -139,7 +142,7 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir):
 @torch.no_grad()
 def compare_outputs(hub, hf_model, text=SAMPLE_TEXT):
     """Max abs differences of final hidden states and MLM logits for the same text."""
-    tokens = hub.encode(text).unsqueeze(0)
+    tokens = hub.encode(text)[: hub.model.max_positions()].unsqueeze(0)
     ours = hub.model
     ours.eval()
     hf_model.eval()
@@ -159,9 +162,11 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
 
     from .models.hub_interface import load_hub_model
 
-    check_destination(out_dir, "spanbert-export-hf", [checkpoint] + ([data] if data else []), force, "--out")
+    inputs = [checkpoint] + ([data] if data else [])
+    check_destination(out_dir, "spanbert-export-hf", inputs, force, "--out")
     if not os.path.isfile(checkpoint):
         raise InteropError(f"{checkpoint}: no such checkpoint")
+    # a relative --data is relative to the working directory (load_hub_model falls back to the checkpoint's folder)
     hub = load_hub_model(os.path.dirname(os.path.abspath(checkpoint)), os.path.abspath(checkpoint), data)
     model, d = hub.model.float(), hub.dictionary
     config = bert_config_of(model.cfg, d)
@@ -171,9 +176,9 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
                and not k.endswith("position_ids")]
     if missing or unexpected:
         raise InteropError(f"{checkpoint}: weights do not map onto BertForMaskedLM (missing {missing}, unexpected {unexpected})")
-    with atomic_directory(out_dir, "spanbert-export-hf", [checkpoint] + ([data] if data else []), force, "--out") as work:
+    with atomic_directory(out_dir, "spanbert-export-hf", inputs, force, "--out") as work:
         hf_model.save_pretrained(work, safe_serialization=True)
-        save_hf_tokenizer(hub.tokenizer, d, work)
+        save_hf_tokenizer(hub.tokenizer, d, work, model.max_positions())
         sbo = {k: v.contiguous() for k, v in model.sbo_head.state_dict().items() if k != "weight"}
         save_file(sbo, os.path.join(work, SBO_WEIGHTS))
         with open(os.path.join(work, SBO_CONFIG), "w") as f:
@@ -190,12 +195,44 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
     return diffs
 
 
+REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                        "intermediate_size", "max_position_embeddings")
+
+
+def _read_json(path):
+    """A JSON object from a file; malformed JSON is an InteropError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise InteropError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise InteropError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def _read_weights(path):
+    """Tensors of a safetensors or torch file; a damaged or truncated file is an InteropError."""
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            weights = load_file(path)
+        else:
+            weights = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any reader failure means a damaged file
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise InteropError(f"{path}: damaged or truncated weights file ({reason})") from None
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise InteropError(f"{path}: expected a dictionary of tensors (a state dict)")
+    return weights
+
+
 def _read_hf_dir(hf_dir):
     config_path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(config_path):
         raise InteropError(f"{config_path}: no such file (not a HuggingFace model directory?)")
-    with open(config_path) as f:
-        config = json.load(f)
+    config = _read_json(config_path)
     if config.get("model_type") != "bert":
         raise InteropError(f"{config_path}: model_type {config.get('model_type')!r} is not a BERT model (expected 'bert')")
     for key in ("pre_layer_norm", "pre_layernorm", "normalize_before", "pre_norm"):
@@ -205,14 +242,15 @@ def _read_hf_dir(hf_dir):
         raise InteropError(f"{config_path}: position_embedding_type {config['position_embedding_type']!r}; only absolute positions map onto spanbert")
     if config.get("hidden_act", "gelu") not in ("gelu", "gelu_python"):
         raise InteropError(f"{config_path}: hidden_act {config.get('hidden_act')!r}; spanbert uses exact (erf) gelu")
+    for key in REQUIRED_CONFIG_KEYS:
+        if not isinstance(config.get(key), int) or isinstance(config.get(key), bool) or config[key] <= 0:
+            raise InteropError(f"{config_path}: {key} must be a positive integer, found {config.get(key)!r}")
     safetensors_path = os.path.join(hf_dir, "model.safetensors")
     bin_path = os.path.join(hf_dir, "pytorch_model.bin")
     if os.path.isfile(safetensors_path):
-        from safetensors.torch import load_file
-
-        weights = load_file(safetensors_path)
+        weights = _read_weights(safetensors_path)
     elif os.path.isfile(bin_path):
-        weights = torch.load(bin_path, map_location="cpu", weights_only=True)
+        weights = _read_weights(bin_path)
     else:
         raise InteropError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
     vocab_path = os.path.join(hf_dir, "vocab.txt")
@@ -236,7 +274,7 @@ def import_hf(hf_dir, out_dir, force=False):
         lowercase = False
         tok_cfg = os.path.join(hf_dir, "tokenizer_config.json")
         if os.path.isfile(tok_cfg):
-            lowercase = bool(json.load(open(tok_cfg)).get("do_lower_case", False))
+            lowercase = bool(_read_json(tok_cfg).get("do_lower_case", False))
         tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
     except TokenizerError as err:
         raise InteropError(str(err)) from None
@@ -264,7 +302,7 @@ def import_hf(hf_dir, out_dir, force=False):
                "--init-std", str(config.get("initializer_range", 0.02)),
                "--tokens-per-sample", str(min(512, config["max_position_embeddings"]))]
         sbo_config_path = os.path.join(hf_dir, SBO_CONFIG)
-        sbo_config = json.load(open(sbo_config_path)) if os.path.isfile(sbo_config_path) else None
+        sbo_config = _read_json(sbo_config_path) if os.path.isfile(sbo_config_path) else None
         if sbo_config:
             cli += ["--sbo-position-slots", str(sbo_config["position_slots"]), "--sbo-position-dim", str(sbo_config["position_dim"])]
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
@@ -293,41 +331,3 @@ def import_hf(hf_dir, out_dir, force=False):
             os.path.join(work, "model.pt"),
         )
     return {"freshly_initialised": fresh, "ignored_hf_weights": ignored}
-
-
-def export_cli(argv=None):
-    """Console entry point of spanbert-export-hf."""
-    parser = argparse.ArgumentParser(prog="spanbert-export-hf", description="Export a spanbert checkpoint to HuggingFace transformers.")
-    parser.add_argument("--checkpoint", required=True, help="fairseq checkpoint (.pt) of a spanbert model")
-    parser.add_argument("--out", required=True, help="output directory for transformers")
-    parser.add_argument("--data", help="data folder with dict.txt and tokenizer files (default: beside the checkpoint, or the one it was trained on)")
-    parser.add_argument("--force", action="store_true", help="overwrite --out")
-    args = parser.parse_args(argv)
-    try:
-        diffs = export_hf(args.checkpoint, args.out, args.data, args.force)
-    except (InteropError, FileNotFoundError, OutputError) as err:
-        print(f"spanbert-export-hf: error: {err}", file=sys.stderr)
-        return 1
-    print(f"spanbert-export-hf: wrote {args.out}; transformers vs fairseq max |diff|: "
-          f"hidden {diffs['hidden']:.2e}, MLM logits {diffs['mlm_logits']:.2e}")
-    return 0
-
-
-def import_cli(argv=None):
-    """Console entry point of spanbert-import-hf."""
-    parser = argparse.ArgumentParser(prog="spanbert-import-hf", description="Import a HuggingFace BERT checkpoint as a spanbert fairseq checkpoint.")
-    parser.add_argument("--hf", required=True, help="HuggingFace directory: config.json, model.safetensors or pytorch_model.bin, vocab.txt")
-    parser.add_argument("--out", required=True, help="output folder: model.pt, dict.txt and tokenizer files")
-    parser.add_argument("--force", action="store_true", help="overwrite --out")
-    args = parser.parse_args(argv)
-    try:
-        report = import_hf(args.hf, args.out, args.force)
-    except (InteropError, OutputError) as err:
-        print(f"spanbert-import-hf: error: {err}", file=sys.stderr)
-        return 1
-    print(f"spanbert-import-hf: wrote {args.out}/model.pt")
-    if report["freshly_initialised"]:
-        print("freshly initialised (not in the HF checkpoint): " + ", ".join(report["freshly_initialised"]))
-    if report["ignored_hf_weights"]:
-        print("HF weights with no spanbert counterpart (ignored): " + ", ".join(report["ignored_hf_weights"]))
-    return 0

@@ -49,7 +49,9 @@ def test_export_round_trip(which, request, corpus_files, tmp_path):
     mlm = BertForMaskedLM.from_pretrained(str(out)).eval()
     bare = BertModel.from_pretrained(str(out)).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(out))
-    for text in _sample_lines(corpus_files[1]):
+    assert tokenizer.model_max_length == hub.model.max_positions()
+    lines = _sample_lines(corpus_files[1])
+    for text in lines + [lines[0] + " ", "  " + lines[1] + " \t ", lines[2].replace(" ", "   ") + "\n"]:
         ours = hub.encode(text)
         theirs = tokenizer(text, return_tensors="pt")["input_ids"][0]
         assert torch.equal(ours, theirs), text
@@ -86,20 +88,81 @@ def test_hub_interface(spm_checkpoint):
     assert hub.predict("demo", tokens).shape == (1, 3)
     with pytest.raises(ValueError, match="exactly one"):
         hub.fill_mask("no mask here")
+    with pytest.raises(ValueError, match=f"topk={len(hub.dictionary) + 1}: must be between 1 and the vocabulary size {len(hub.dictionary)}"):
+        hub.fill_mask("Return the <mask> of the named attribute.", topk=len(hub.dictionary) + 1)
+    with pytest.raises(ValueError, match=r"no classification head 'other' \(registered: demo\)"):
+        hub.predict("other", tokens)
 
 
-def _random_hf_bert(directory, vocab_file, **overrides):
-    from transformers import BertConfig, BertForPreTraining
+def test_sentencepiece_tokenizer_json_matches_sentencepiece(spm_data):
+    """Same ids as sentencepiece, including leading, trailing and repeated white space of every kind."""
+    import random
+
+    import sentencepiece
+
+    from spanbert_plugin.hf_interop import unigram_tokenizer_from_spm
+
+    model_file = os.path.join(spm_data, "spm.model")
+    reference = sentencepiece.SentencePieceProcessor(model_file=model_file)
+    exported = unigram_tokenizer_from_spm(model_file)
+    texts = ["value ", " value", "the  value   of", "  both ends  ", "tab\t", "line\n", "end \t\n ", " ", "   ", "",
+             "no-break\u00a0space ", "ideographic\u3000space\u3000", "em\u2003space "]
+    rng = random.Random(0)
+    alphabet = list("abcdefgh XYZ.,(é") + [" ", "  ", "\t", "\n", "\r", "\u00a0", "\u3000", "\u2003", "\ufb01"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14))) for _ in range(3000)]
+    for text in texts:
+        assert exported.encode(text).ids == reference.encode(text), repr(text)
+
+
+def test_export_tokenizer_length_follows_model(imported_tiny, tmp_path):
+    """A 64-position model exports a tokenizer with model_max_length 64, so truncation keeps transformers working."""
+    from transformers import AutoTokenizer, BertModel
+
+    from spanbert_plugin.cli.export_hf import main
+
+    assert call(main, ["--checkpoint", imported_tiny / "model.pt", "--out", tmp_path / "hf"])[0] == 0
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert tokenizer.model_max_length == 64
+    batch = tokenizer("word " * 200, truncation=True, return_tensors="pt")
+    assert batch["input_ids"].shape[1] == 64
+    assert BertModel.from_pretrained(str(tmp_path / "hf"))(**batch).last_hidden_state.shape == (1, 64, 64)
+
+
+def random_hf_bert(directory, vocab_file, model_class="BertForPreTraining", **overrides):
+    """A tiny random HF BERT (64 hidden, 2 layers) saved with its vocab.txt; returns the model."""
+    import transformers
+    from transformers import BertConfig
 
     vocab = open(vocab_file, encoding="utf-8").read().splitlines()
-    config = BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=128, max_position_embeddings=128, pad_token_id=vocab.index("[PAD]"),
-                        **overrides)
+    settings = dict(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=128, max_position_embeddings=128, pad_token_id=vocab.index("[PAD]"))
+    config = BertConfig(**{**settings, **overrides})
     torch.manual_seed(0)
-    model = BertForPreTraining(config).eval()
+    model = getattr(transformers, model_class)(config).eval()
     model.save_pretrained(str(directory))
-    shutil.copy(vocab_file, directory / "vocab.txt")
+    shutil.copy(vocab_file, os.path.join(str(directory), "vocab.txt"))
     return model
+
+
+def call(main, args):
+    """Run a console entry point in-process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main([str(a) for a in args])
+    return status, out.getvalue(), err.getvalue()
+
+
+def snapshot(folder):
+    """Every file under folder with its bytes and modification time: to show a command touched nothing."""
+    found = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            found[os.path.relpath(path, folder)] = (open(path, "rb").read(), os.stat(path).st_mtime_ns)
+    return found
 
 
 def test_import_matches_hf_and_exports_back(wordpiece_vocab, corpus_files, tmp_path):
@@ -109,7 +172,7 @@ def test_import_matches_hf_and_exports_back(wordpiece_vocab, corpus_files, tmp_p
     from spanbert_plugin.models.spanbert import SpanBertModel
 
     hf_dir = tmp_path / "hf"
-    hf_model = _random_hf_bert(hf_dir, wordpiece_vocab)
+    hf_model = random_hf_bert(hf_dir, wordpiece_vocab)
     proc = run_cli([bin_path("spanbert-import-hf"), "--hf", str(hf_dir), "--out", str(tmp_path / "imported")])
     assert "freshly initialised" in proc.stdout and "sbo_head" in proc.stdout  # reported
     hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
@@ -136,7 +199,7 @@ def test_import_matches_hf_and_exports_back(wordpiece_vocab, corpus_files, tmp_p
 
 def test_import_usable_for_continued_pretraining(wordpiece_vocab, wordpiece_data, tmp_path):
     hf_dir = tmp_path / "hf"
-    _random_hf_bert(hf_dir, wordpiece_vocab)
+    random_hf_bert(hf_dir, wordpiece_vocab)
     run_cli([bin_path("spanbert-import-hf"), "--hf", str(hf_dir), "--out", str(tmp_path / "imported")])
     args = [a for a in TINY]
     args[args.index("spanbert_tiny")] = "spanbert_base"
@@ -148,49 +211,123 @@ def test_import_usable_for_continued_pretraining(wordpiece_vocab, wordpiece_data
 
 
 def _import_error(hf_dir, out, expect):
-    proc = run_cli([bin_path("spanbert-import-hf"), "--hf", str(hf_dir), "--out", str(out)], check=False)
-    assert proc.returncode == 1 and expect in proc.stderr, proc.stderr[-2000:]
+    from spanbert_plugin.cli.import_hf import main
+
+    status, _, err = call(main, ["--hf", hf_dir, "--out", out])
+    assert status == 1 and expect in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("spanbert-import-hf: error: ")
     assert not out.exists()
 
 
 def test_import_bad_inputs(wordpiece_vocab, tmp_path):
     out = tmp_path / "out"
     hf_dir = tmp_path / "hf"
-    _random_hf_bert(hf_dir, wordpiece_vocab)
+    random_hf_bert(hf_dir, wordpiece_vocab)
     config = json.loads((hf_dir / "config.json").read_text())
 
-    missing_config = tmp_path / "noconfig"
-    shutil.copytree(hf_dir, missing_config)
-    (missing_config / "config.json").unlink()
-    _import_error(missing_config, out, "config.json: no such file")
+    def variant(name, remove=None, **files):
+        bad = tmp_path / name
+        shutil.copytree(hf_dir, bad)
+        if remove:
+            (bad / remove).unlink()
+        for file_name, content in files.items():
+            (bad / file_name.replace("__", ".")).write_bytes(content if isinstance(content, bytes) else content.encode())
+        return bad
 
-    no_weights = tmp_path / "noweights"
-    shutil.copytree(hf_dir, no_weights)
-    (no_weights / "model.safetensors").unlink()
-    _import_error(no_weights, out, "no model.safetensors or pytorch_model.bin")
-
+    _import_error(variant("noconfig", remove="config.json"), out, "config.json: no such file")
+    _import_error(variant("noweights", remove="model.safetensors"), out, "no model.safetensors or pytorch_model.bin")
     for name, change, expect in (
         ("roberta", {"model_type": "roberta"}, "is not a BERT model"),
         ("preln", {"pre_layer_norm": True}, "pre-LayerNorm"),
         ("shape", {"intermediate_size": 256}, "has shape"),
         ("vocab", {"vocab_size": config["vocab_size"] + 5}, "vocab_size"),
+        ("nolayers", {"num_hidden_layers": None}, "num_hidden_layers must be a positive integer"),
     ):
-        bad = tmp_path / name
-        shutil.copytree(hf_dir, bad)
-        (bad / "config.json").write_text(json.dumps({**config, **change}))
-        _import_error(bad, out, expect)
+        _import_error(variant(name, config__json=json.dumps({**config, **change})), out, expect)
+    # malformed JSON, a JSON list, truncated or empty weights: one line naming the file
+    text = json.dumps(config)
+    _import_error(variant("badjson", config__json=text[: len(text) // 2]), out, "config.json: not valid JSON")
+    _import_error(variant("listjson", config__json="[1, 2]"), out, "config.json: expected a JSON object")
+    weights = (hf_dir / "model.safetensors").read_bytes()
+    for name, content in (("truncated", weights[: len(weights) // 2]), ("emptyweights", b""), ("textweights", b"not weights\n")):
+        _import_error(variant(name, model__safetensors=content), out, "model.safetensors: damaged or truncated weights file")
+    bin_dir = variant("truncatedbin", remove="model.safetensors")
+    torch.save(random_hf_bert(tmp_path / "again", wordpiece_vocab).state_dict(), bin_dir / "pytorch_model.bin")
+    (bin_dir / "pytorch_model.bin").write_bytes((bin_dir / "pytorch_model.bin").read_bytes()[:5000])
+    _import_error(bin_dir, out, "pytorch_model.bin: damaged or truncated weights file")
 
-    short_vocab = tmp_path / "shortvocab"
-    shutil.copytree(hf_dir, short_vocab)
-    lines = (short_vocab / "vocab.txt").read_text().splitlines()
-    (short_vocab / "vocab.txt").write_text("\n".join(lines[:-3]) + "\n")
-    (short_vocab / "config.json").write_text(json.dumps({**config, "vocab_size": len(lines) - 3}))
+    lines = (hf_dir / "vocab.txt").read_text().splitlines()
+    short_vocab = variant("shortvocab", vocab__txt="\n".join(lines[:-3]) + "\n",
+                          config__json=json.dumps({**config, "vocab_size": len(lines) - 3}))
     _import_error(short_vocab, out, "word embeddings have")
 
 
-def test_export_bad_inputs(tmp_path, spm_checkpoint):
-    proc = run_cli([bin_path("spanbert-export-hf"), "--checkpoint", str(tmp_path / "none.pt"), "--out", str(tmp_path / "o")], check=False)
-    assert proc.returncode == 1 and "no such checkpoint" in proc.stderr and not (tmp_path / "o").exists()
+def test_export_bad_inputs(tmp_path, imported_tiny):
+    from spanbert_plugin.cli.export_hf import main
+
+    def export_error(checkpoint, expect):
+        status, _, err = call(main, ["--checkpoint", checkpoint, "--out", tmp_path / "o"])
+        assert status == 1 and expect in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "o").exists()
+
+    export_error(tmp_path / "none.pt", "no such checkpoint")
+    (tmp_path / "notes.txt").write_text("these are notes, not a model\n")
+    export_error(tmp_path / "notes.txt", "notes.txt: a text file, not a PyTorch checkpoint")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    export_error(tmp_path / "empty.pt", "empty.pt: empty file (0 bytes)")
+    data = (imported_tiny / "model.pt").read_bytes()
+    (tmp_path / "truncated.pt").write_bytes(data[: len(data) // 2])
+    export_error(tmp_path / "truncated.pt", "truncated.pt: truncated or damaged checkpoint")
+    state = torch.load(imported_tiny / "model.pt", weights_only=True)
+    state["cfg"]["model"]["_name"] = "roberta"
+    torch.save(state, tmp_path / "roberta.pt")
+    export_error(tmp_path / "roberta.pt", "roberta.pt: not a spanbert checkpoint: its model is roberta")
+    torch.save(state["model"], tmp_path / "weights_only.pt")
+    export_error(tmp_path / "weights_only.pt", "a PyTorch file but not a fairseq checkpoint")
     (tmp_path / "exists").mkdir()
-    proc = run_cli([bin_path("spanbert-export-hf"), "--checkpoint", spm_checkpoint, "--out", str(tmp_path / "exists")], check=False)
-    assert proc.returncode == 1 and "--force" in proc.stderr
+    (tmp_path / "exists" / "mine.txt").write_text("a user's file")
+    status, _, err = call(main, ["--checkpoint", imported_tiny / "model.pt", "--out", tmp_path / "exists"])
+    assert status == 1 and "exists" in err and (tmp_path / "exists" / "mine.txt").read_text() == "a user's file"
+
+
+@pytest.fixture(scope="module")
+def imported_tiny(wordpiece_vocab, tmp_path_factory):
+    """spanbert-import-hf of a tiny random BERT with 64 positions: a folder with model.pt and dict.txt."""
+    from spanbert_plugin.hf_interop import import_hf
+
+    root = tmp_path_factory.mktemp("imported_tiny")
+    random_hf_bert(root / "hf", wordpiece_vocab, max_position_embeddings=64)
+    import_hf(str(root / "hf"), str(root / "out"))
+    return root / "out"
+
+
+def test_outputs_never_overwrite_inputs(imported_tiny, tmp_path, monkeypatch):
+    """--out naming the checkpoint's folder, the HF folder or the working directory is refused, even with --force."""
+    from spanbert_plugin.cli.export_hf import main as export_main
+    from spanbert_plugin.cli.import_hf import main as import_main
+
+    ck = tmp_path / "ck"
+    shutil.copytree(imported_tiny, ck)
+    shutil.move(str(ck / "model.pt"), str(ck / "checkpoint_last.pt"))
+    before = snapshot(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for args in (["--checkpoint", "ck/checkpoint_last.pt", "--out", "ck", "--force"],
+                 ["--checkpoint", "ck/checkpoint_last.pt", "--out", ".", "--force"]):
+        status, out, err = call(export_main, args)
+        assert status == 1 and err.startswith("spanbert-export-hf: error: --out"), err
+    assert snapshot(tmp_path) == before
+    exported = tmp_path / "hf_export"
+    assert call(export_main, ["--checkpoint", "ck/checkpoint_last.pt", "--out", "hf_export"])[0] == 0
+    before = snapshot(tmp_path)
+    for args in (["--hf", "hf_export", "--out", "hf_export", "--force"], ["--hf", "hf_export", "--out", ".", "--force"]):
+        status, out, err = call(import_main, args)
+        assert status == 1 and err.startswith("spanbert-import-hf: error: --out"), err
+    assert snapshot(tmp_path) == before
+    # --force replaces an earlier export (and only that)
+    first = snapshot(exported)
+    status, out, _ = call(export_main, ["--checkpoint", "ck/checkpoint_last.pt", "--out", "hf_export", "--force"])
+    assert status == 0 and "max |diff|" in out
+    again = snapshot(exported)
+    assert sorted(again) == sorted(first) and again["model.safetensors"][0] == first["model.safetensors"][0]
+    status, _, _ = call(import_main, ["--hf", "hf_export", "--out", "imported"])
+    assert status == 0 and call(import_main, ["--hf", "hf_export", "--out", "imported", "--force"])[0] == 0

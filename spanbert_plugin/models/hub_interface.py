@@ -6,31 +6,85 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checkpoint_loading import CheckpointError
 from ..tokenization import load_tokenizer
 
 USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "user_dir")
 MASK_PLACEHOLDER = "<mask>"
 
 
+def _model_name(state):
+    """The registered fairseq model name a checkpoint was built with (e.g. 'spanbert', 'roberta')."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    if state.get("cfg") is not None:
+        arch = state["cfg"]["model"]["_name"] if state["cfg"].get("model") is not None else None
+    else:
+        arch = getattr(state.get("args"), "arch", None)
+    model_class = ARCH_MODEL_REGISTRY.get(arch, MODEL_REGISTRY.get(arch))
+    return next((name for name, cls in MODEL_REGISTRY.items() if cls is model_class), arch)
+
+
+def _stored_data(state):
+    """The first data folder the checkpoint's task was given (``data`` may list shards a:b:c)."""
+    if state.get("cfg") is not None:
+        data = state["cfg"]["task"].get("data")
+    else:
+        data = getattr(state.get("args"), "data", None)
+    return str(data).split(":")[0] if data else None
+
+
+def resolve_data_dir(checkpoint, data_name_or_path, state):
+    """The folder with dict.txt and the tokenizer files for a checkpoint, as an absolute path.
+
+    A given path is taken relative to the working directory; a relative one falls back to the
+    checkpoint's folder when that holds dict.txt. Without one: the checkpoint's folder when it holds
+    dict.txt, else the folder recorded at training time (relative to the working directory, then to
+    the checkpoint's folder, for checkpoints that stored a relative path).
+    """
+    checkpoint_dir = os.path.dirname(os.path.abspath(checkpoint))
+    if data_name_or_path is None:
+        if os.path.isfile(os.path.join(checkpoint_dir, "dict.txt")):
+            return checkpoint_dir
+        data_name_or_path, origin = _stored_data(state), "the data folder recorded in the checkpoint"
+        if data_name_or_path is None:
+            raise CheckpointError(checkpoint, "records no data folder; pass data_name_or_path= (--data) with dict.txt")
+    else:
+        origin = f"data folder {data_name_or_path}"
+    candidates = [os.path.abspath(data_name_or_path)]
+    if not os.path.isabs(data_name_or_path):
+        candidates.append(os.path.abspath(os.path.join(checkpoint_dir, data_name_or_path)))
+    for folder in candidates:
+        if os.path.isfile(os.path.join(folder, "dict.txt")):
+            return folder
+    raise CheckpointError(
+        checkpoint, f"{origin} has no dict.txt (tried {', '.join(candidates)}); "
+        "pass data_name_or_path= (--data) with the folder holding dict.txt and the tokenizer files",
+    )
+
+
 def load_hub_model(model_dir, checkpoint_file="checkpoint_best.pt", data_name_or_path=None, **overrides):
     """Load a spanbert checkpoint and its task; the data folder holds dict.txt and the tokenizer files."""
     from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import overwrite_args_by_name
 
     path = checkpoint_file if os.path.isabs(checkpoint_file) else os.path.join(model_dir, checkpoint_file)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such checkpoint")
-    if data_name_or_path is None:
-        if os.path.isfile(os.path.join(model_dir, "dict.txt")):
-            data_name_or_path = model_dir
-        else:  # the data folder recorded at training time
-            state = checkpoint_utils.load_checkpoint_to_cpu(path, {"user_dir": USER_DIR})
-            data_name_or_path = state["cfg"]["task"]["data"].split(":")[0]
-    elif not os.path.isabs(data_name_or_path):
-        data_name_or_path = os.path.join(model_dir, data_name_or_path)
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [path], arg_overrides={"data": data_name_or_path, "user_dir": USER_DIR, **overrides}
-    )
-    return SpanBertHubInterface(cfg, task, models[0], data_name_or_path)
+        raise CheckpointError(path, "no such checkpoint")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    model_name = _model_name(state)
+    if model_name != "spanbert":
+        raise CheckpointError(path, f"not a spanbert checkpoint: its model is {model_name}")
+    data_dir = resolve_data_dir(path, data_name_or_path, state)
+    overrides = {"data": data_dir, "user_dir": USER_DIR, **overrides}
+    # the state is read once; apply the overrides as fairseq's loader would
+    if state.get("args") is not None:
+        for key, value in overrides.items():
+            setattr(state["args"], key, value)
+    if state.get("cfg") is not None:
+        overwrite_args_by_name(state["cfg"], overrides)
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)
+    return SpanBertHubInterface(cfg, task, models[0], data_dir)
 
 
 class SpanBertHubInterface(nn.Module):
@@ -80,6 +134,8 @@ class SpanBertHubInterface(nn.Module):
             raise ValueError(f"fill_mask needs exactly one {MASK_PLACEHOLDER} in the input")
         before, after = masked_input.split(MASK_PLACEHOLDER)
         d = self.dictionary
+        if not 1 <= topk <= len(d):
+            raise ValueError(f"fill_mask topk={topk}: must be between 1 and the vocabulary size {len(d)}")
         ids = ([d.bos()] + self.tokenizer.encode(before.rstrip()).ids.tolist() + [d.mask_index]
                + self.tokenizer.encode(after).ids.tolist() + [d.eos()])
         tokens = torch.tensor(ids, dtype=torch.long)
@@ -99,5 +155,8 @@ class SpanBertHubInterface(nn.Module):
 
     def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False):
         """Log-probabilities (or logits) of a classification head on [CLS]."""
+        if head not in self.model.classification_heads:
+            registered = ", ".join(self.model.classification_heads) or "none"
+            raise ValueError(f"no classification head {head!r} (registered: {registered}); see register_classification_head")
         logits, _ = self.model(self._batch(tokens), classification_head_name=head)
         return logits if return_logits else F.log_softmax(logits, dim=-1)

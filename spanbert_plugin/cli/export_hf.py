@@ -1,0 +1,39 @@
+"""spanbert-export-hf: write a spanbert checkpoint as a HuggingFace transformers directory."""
+import argparse
+import sys
+
+from ..errors import UsageError
+from ..file_utils import OutputError
+
+
+def get_parser():
+    parser = argparse.ArgumentParser(
+        prog="spanbert-export-hf",
+        description="Export a spanbert checkpoint to HuggingFace transformers (BertForMaskedLM and its task heads), "
+        "then reload the output with transformers and compare it with fairseq.",
+    )
+    parser.add_argument("--checkpoint", required=True, help="fairseq checkpoint (.pt) of a spanbert model")
+    parser.add_argument("--out", required=True, help="output folder (created; --force replaces an earlier export)")
+    parser.add_argument("--data", help="folder with dict.txt and the tokenizer files, relative to the working directory "
+                        "(default: the checkpoint's folder when it holds dict.txt, else the folder it was trained on)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier spanbert-export-hf output")
+    return parser
+
+
+def main(argv=None):
+    """Console entry point: exit status 1 and a one-line error on bad input."""
+    from ..hf_interop import export_hf
+
+    args = get_parser().parse_args(argv)
+    try:
+        report = export_hf(args.checkpoint, args.out, args.data, args.force)
+    except (UsageError, OutputError) as err:
+        print(f"spanbert-export-hf: error: {err}", file=sys.stderr)
+        return 1
+    diffs = ", ".join(f"{name} {value:.2e}" for name, value in report.items())
+    print(f"spanbert-export-hf: wrote {args.out}; transformers vs fairseq max |diff|: {diffs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

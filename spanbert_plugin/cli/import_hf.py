@@ -1,0 +1,39 @@
+"""spanbert-import-hf: turn a HuggingFace BERT directory into a spanbert checkpoint and data folder."""
+import argparse
+import sys
+
+from ..errors import UsageError
+from ..file_utils import OutputError
+
+
+def get_parser():
+    parser = argparse.ArgumentParser(
+        prog="spanbert-import-hf",
+        description="Import a HuggingFace BERT directory as a spanbert fairseq checkpoint (model.pt, dict.txt, tokenizer).",
+    )
+    parser.add_argument("--hf", required=True, help="HuggingFace folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt")
+    parser.add_argument("--out", required=True, help="output folder (created; --force replaces an earlier import)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier spanbert-import-hf output")
+    return parser
+
+
+def main(argv=None):
+    """Console entry point: exit status 1 and a one-line error on bad input."""
+    from ..hf_interop import import_hf
+
+    args = get_parser().parse_args(argv)
+    try:
+        report = import_hf(args.hf, args.out, args.force)
+    except (UsageError, OutputError) as err:
+        print(f"spanbert-import-hf: error: {err}", file=sys.stderr)
+        return 1
+    print(f"spanbert-import-hf: wrote {args.out}/model.pt")
+    if report["freshly_initialised"]:
+        print("freshly initialised (not in the HF checkpoint): " + ", ".join(report["freshly_initialised"]))
+    if report["ignored_hf_weights"]:
+        print("HF weights with no spanbert counterpart (ignored): " + ", ".join(report["ignored_hf_weights"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Checkpoint reliability: damaged or foreign files, relative data paths of older checkpoints."""
+import os
+import shutil
+
+import pytest
+import torch
+
+from conftest import bin_path, run_cli
+from test_hf_interop import call, random_hf_bert, snapshot
+from test_pretrain import TINY
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(wordpiece_vocab, tmp_path_factory):
+    """A tiny spanbert checkpoint (spanbert-import-hf of a random BERT) and its data folder."""
+    from spanbert_plugin.hf_interop import import_hf
+
+    root = tmp_path_factory.mktemp("tiny_model")
+    random_hf_bert(root / "hf", wordpiece_vocab)
+    import_hf(str(root / "hf"), str(root / "imported"))
+    return root / "imported"
+
+
+def _layout(tiny_model, root, stored_data):
+    """root/data (dict.txt + tokenizer) and root/ck/checkpoint_last.pt whose task.data is ``stored_data``."""
+    shutil.copytree(tiny_model, root / "data", ignore=shutil.ignore_patterns("model.pt"))
+    (root / "ck").mkdir()
+    state = torch.load(tiny_model / "model.pt", weights_only=True)
+    state["cfg"]["task"]["data"] = stored_data  # as older checkpoints stored a relative --data
+    torch.save(state, root / "ck" / "checkpoint_last.pt")
+    (root / "x" / "y").mkdir(parents=True)
+    return root / "ck" / "checkpoint_last.pt"
+
+
+def test_relative_data_of_old_checkpoints(tiny_model, tmp_path, monkeypatch):
+    from spanbert_plugin.checkpoint_loading import CheckpointError
+    from spanbert_plugin.models.spanbert import SpanBertModel
+
+    checkpoint = _layout(tiny_model, tmp_path, "data")
+    monkeypatch.chdir(tmp_path)  # 'data' relative to the working directory
+    hub = SpanBertModel.from_pretrained("ck", "checkpoint_last.pt")
+    assert hub.cfg.task.data == str(tmp_path / "data")
+    assert hub.decode(hub.encode("the value of an attribute")) == "the value of an attribute"
+    monkeypatch.chdir(tmp_path / "x" / "y")  # neither here nor beside the checkpoint: both paths named
+    with pytest.raises(CheckpointError) as err:
+        SpanBertModel.from_pretrained(str(tmp_path / "ck"), "checkpoint_last.pt")
+    message = str(err.value)
+    assert message.startswith(str(checkpoint)) and "has no dict.txt" in message
+    assert str(tmp_path / "x" / "y" / "data") in message and str(tmp_path / "ck" / "data") in message
+    # '../data' is wrong from here but right from the checkpoint's folder: the fallback finds it
+    state = torch.load(checkpoint, weights_only=True)
+    state["cfg"]["task"]["data"] = "../data"
+    torch.save(state, checkpoint)
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "ck"), "checkpoint_last.pt")
+    assert hub.cfg.task.data == str(tmp_path / "data")
+
+
+def test_given_data_is_relative_to_working_directory(tiny_model, tmp_path, monkeypatch):
+    from spanbert_plugin.cli.export_hf import main
+    from spanbert_plugin.models.spanbert import SpanBertModel
+
+    _layout(tiny_model, tmp_path, "/nonexistent/data")
+    monkeypatch.chdir(tmp_path)
+    hub = SpanBertModel.from_pretrained("ck", "checkpoint_last.pt", data_name_or_path="data")
+    assert hub.cfg.task.data == str(tmp_path / "data")
+    status, out, err = call(main, ["--checkpoint", "ck/checkpoint_last.pt", "--data", "data", "--out", "hf"])
+    assert status == 0 and (tmp_path / "hf" / "config.json").exists(), err
+    # a folder named relative to the checkpoint is used only when the working directory has no such folder
+    shutil.copytree(tmp_path / "data", tmp_path / "ck" / "vocab_dir")
+    hub = SpanBertModel.from_pretrained("ck", "checkpoint_last.pt", data_name_or_path="vocab_dir")
+    assert hub.cfg.task.data == str(tmp_path / "ck" / "vocab_dir")
+    shutil.copytree(tmp_path / "data", tmp_path / "vocab_dir")
+    hub = SpanBertModel.from_pretrained("ck", "checkpoint_last.pt", data_name_or_path="vocab_dir")
+    assert hub.cfg.task.data == str(tmp_path / "vocab_dir")
+    status, _, err = call(main, ["--checkpoint", "ck/checkpoint_last.pt", "--data", "missing", "--out", "hf2"])
+    assert status == 1 and "data folder missing has no dict.txt" in err and not (tmp_path / "hf2").exists()
+
+
+def test_damaged_files_are_named(tmp_path, tiny_model):
+    from fairseq import checkpoint_utils
+
+    from spanbert_plugin.checkpoint_loading import CheckpointError
+
+    data = (tiny_model / "model.pt").read_bytes()
+    cases = {
+        "empty.pt": (b"", "empty file (0 bytes)"),
+        "truncated.pt": (data[: len(data) * 3 // 4], "truncated or damaged checkpoint"),
+        "notes.pt": (b"epoch 3: loss 2.1\n", "a text file, not a PyTorch checkpoint"),
+        "random.pt": (bytes(range(256)) * 4, "not a PyTorch checkpoint (unknown file format)"),
+    }
+    for name, (content, expect) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(CheckpointError) as err:
+            checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / name))
+        assert err.value.path == str(tmp_path / name) and str(err.value).startswith(f"{tmp_path / name}: {expect}")
+    torch.save({"weight": torch.zeros(2)}, tmp_path / "state_dict.pt")
+    with pytest.raises(CheckpointError, match="a PyTorch file but not a fairseq checkpoint"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "state_dict.pt"))
+    assert checkpoint_utils.load_checkpoint_to_cpu(str(tiny_model / "model.pt"))["model"]  # sound files load
+
+
+def test_resume_from_truncated_checkpoint_last(tiny_model, wordpiece_data, tmp_path):
+    """fairseq-train names the damaged file and --restore-file in one line, exit 1, and writes nothing."""
+    save_dir = tmp_path / "ck"
+    save_dir.mkdir()
+    data = (tiny_model / "model.pt").read_bytes()
+    (save_dir / "checkpoint_last.pt").write_bytes(data[: len(data) // 2])
+    (save_dir / "checkpoint_best.pt").write_bytes(data)
+    before = snapshot(save_dir)
+    proc = run_cli([bin_path("fairseq-train"), wordpiece_data, *TINY, "--max-update", "2", "--save-dir", str(save_dir)],
+                   check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {save_dir / 'checkpoint_last.pt'}: truncated or damaged checkpoint"), last
+    assert "--restore-file can name an earlier checkpoint" in last and "checkpoint_best.pt" in last
+    assert snapshot(save_dir) == before
