@@ -358,6 +358,7 @@ def test_tacred_sample_with_bert_uncased(tmp_path, capsys):
         stats = json.load(f)
     assert stats["markers"] == {"mode": "ner", "from_vocabulary": 46, "from_unused": 46, "appended": 0}
     assert [stats[s]["examples"] for s in raw] == [20, 20, 20]
+    assert stats["train"]["relations"] == {"no_relation": 18, "org:city_of_headquarters": 2}
 
 
 def _last_valid(output):

@@ -96,7 +96,8 @@ def _is_int(value) -> bool:
 def _check_example(record, position: int, path: str) -> RelationExample:
     if not isinstance(record, dict):
         raise UsageError(f"{path}: example at position {position}: expected a JSON object, got {type(record).__name__}")
-    ex_id = record.get("id", position)
+    ex_id = record.get("id")
+    ex_id = position if ex_id is None else ex_id
     where = f"{path}: example {ex_id}"
     missing = [key for key in REQUIRED_KEYS if key not in record]
     if missing:
@@ -252,6 +253,7 @@ def _split_stats(examples, lengths, cuts):
         "mean_tokens": round(float(np.mean(lengths)), 2),
         "untyped_mentions": untyped,
         "types_outside_table": dict(sorted(types.items())),
+        "relations": dict(sorted(Counter(ex.relation for ex in examples).items())),
     }
 
 
