@@ -169,7 +169,7 @@ class RelationEncoder:
         lengths = np.fromiter(map(len, words), np.int64, len(words))
         word_starts = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]])
         enc = self.tokenizer.encode(" ".join(words))
-        token_starts = np.array([start for start, _ in enc.offsets], dtype=np.int64)
+        token_starts = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
         return np.asarray(enc.ids, dtype=np.int64), np.searchsorted(word_starts, token_starts, side="right") - 1
 
     def encode(self, ex: RelationExample, where: str):
