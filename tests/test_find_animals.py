@@ -74,3 +74,23 @@ def test_tiny_training_learns_above_chance(tmp_path):
     accuracy = float(valid[-1]["valid_accuracy"])
     # chance is 50%; 2000 held-out examples give a standard error of about 1.1 points
     assert accuracy > 50 + 4 * 100 * np.sqrt(0.25 / 2000), accuracy
+
+
+@pytest.mark.parametrize("test_size", [50, 1, 8])
+def test_whole_test_set_is_batched(test_size):
+    """fairseq drops a last batch that is not a multiple of --required-batch-size-multiple (48 of 50 were evaluated)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin  # noqa: F401
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
+        "--seq-len", "20", "--train-size", "8", "--test-size", str(test_size), "--span-drop-p", "0.2"])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    for split in ("valid", "train"):
+        task.load_dataset(split)
+        batches = task.get_batch_iterator(task.dataset(split), max_sentences=32, required_batch_size_multiple=8,
+                                          max_positions=task.max_positions()).next_epoch_itr(shuffle=False)
+        ids = [i for batch in batches for i in batch["id"].tolist()]
+        assert sorted(ids) == list(range(len(task.dataset(split))))

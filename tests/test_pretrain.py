@@ -110,3 +110,43 @@ def test_memory_efficient_fp16_with_loss_scaling(spm_data, tmp_path):
     scales = [float(r["loss_scale"]) for r in records]
     assert scales[0] == 4 and scales[-1] >= 4 * 2 ** 4 and scales == sorted(scales)
     assert _falls(records, "mlm_loss")
+
+
+def _valid_logs(output):
+    return [json.loads(m.group(1)) for m in re.finditer(r"\| valid \| (\{.*\})", output)]
+
+
+def test_tiny_validation_split_masks_every_epoch(corpus_files, wordpiece_vocab, tmp_path):
+    """A 1-block validation split of two tokens: its budget rounds to 0 seven times in ten, yet every
+    validation masks a token and reports a real loss (it used to log num_masked 0, loss 0, best_loss 0)."""
+    from spanbert_plugin.prepare import cli_main
+
+    documents = open(corpus_files[0], encoding="utf-8").read().split("\n\n")[:3]
+    (tmp_path / "train.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("Return value\n", encoding="utf-8")
+    data = str(tmp_path / "data")
+    assert cli_main(["--train", str(tmp_path / "train.txt"), "--valid", str(tmp_path / "valid.txt"), "--destdir", data,
+                     "--tokenizer", "wordpiece", "--wordpiece-vocab", wordpiece_vocab]) == 0
+    proc = run_cli([bin_path("fairseq-train"), data, *TINY, "--max-epoch", "3", "--save-dir", str(tmp_path / "ck")])
+    valid = _valid_logs(proc.stdout + proc.stderr)
+    assert [int(v["epoch"]) for v in valid] == [1, 2, 3]
+    for record in valid:
+        assert int(float(record["valid_num_masked"])) >= 1 and float(record["valid_loss"]) > 0, record
+
+
+def test_batches_without_masked_tokens_log_no_loss():
+    """No masked token: nothing measured, so no loss (a 0 would win best-checkpoint selection)."""
+    from fairseq import metrics
+
+    from spanbert_plugin.criterions.span_bert import SpanBertCriterion
+
+    empty = {"sample_size": 0, "num_masked": 0, "loss": 0.0, "mlm_loss": 0.0, "mlm_correct": 0, "ntokens": 12, "nsentences": 1}
+    with metrics.aggregate() as agg:
+        SpanBertCriterion.reduce_metrics([empty, empty])
+    values = agg.get_smoothed_values()
+    assert "loss" not in values and "mlm_loss" not in values and "ppl" not in values and values["num_masked"] == 0
+    real = dict(empty, sample_size=4, num_masked=4, loss=8.0, mlm_loss=8.0, mlm_correct=1)
+    with metrics.aggregate() as agg:
+        SpanBertCriterion.reduce_metrics([empty])
+        SpanBertCriterion.reduce_metrics([real])
+    assert agg.get_smoothed_values()["loss"] == pytest.approx(2 / math.log(2), abs=1e-3)

@@ -1,0 +1,89 @@
+"""fairseq-hydra-train reaches every option of the plugin's pre-training task, criterion and model."""
+import dataclasses
+import json
+import os
+import re
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT, bin_path, run_cli
+from spanbert_plugin.criterions.span_bert import SpanBertCriterionConfig
+from spanbert_plugin.models.spanbert import SpanBertConfig
+from spanbert_plugin.tasks.span_masked_lm import SpanBertPretrainingConfig
+
+RECIPES = ["tiny_cpu", "base", "large"]
+MASKING_LOG = re.compile(
+    r"span masking: scheme (\w+), ratio ([\d.]+), geometric p ([\d.]+), max span (\d+) words, "
+    r"mask/random/unchanged ([\d.]+)/([\d.]+)/([\d.]+), random tokens (\w+)"
+)
+MASKING_KEYS = ["mask_scheme", "mask_ratio", "geometric_p", "max_span_len", "mask_prob", "random_prob", "leave_prob",
+                "random_token_source"]
+
+
+def _fields(config_class):
+    return {f.name for f in dataclasses.fields(config_class)} - {"_name", "seed"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipes_list_every_option(recipe):
+    """Every option is in the YAML, so plain `task.X=...` overrides work for all of them (hydra needs `+` otherwise)."""
+    cfg = OmegaConf.load(os.path.join(ROOT, "configs", "pretrain", f"{recipe}.yaml"))
+    assert cfg.task._name == "spanbert_pretraining"
+    assert set(cfg.task) - {"_name"} == _fields(SpanBertPretrainingConfig)
+    assert set(cfg.criterion) - {"_name"} == _fields(SpanBertCriterionConfig)
+    assert set(cfg.model) - {"_name"} == _fields(SpanBertConfig)
+
+
+def _masking_settings(output):
+    """The masking settings the task logged when it built its masker."""
+    found = MASKING_LOG.findall(output)
+    assert len(found) == 1, output[-3000:]
+    scheme, ratio, p, span, mask, rand, leave, source = found[0]
+    return dict(zip(MASKING_KEYS, [scheme, float(ratio), float(p), int(span), float(mask), float(rand), float(leave), source]))
+
+
+def _hydra_train(config_dir, config_name, save_dir, *overrides):
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", config_dir, "--config-name", config_name,
+                    "optimization.max_update=1", "dataset.disable_validation=true", "dataset.batch_size=4",
+                    "common.log_format=json",
+                    f"checkpoint.save_dir={save_dir}", *overrides])
+    state = torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu", weights_only=False)
+    return proc.stdout + proc.stderr, state
+
+
+def test_command_line_overrides_reach_task_criterion_and_model(spm_data, tmp_path):
+    wanted = {"mask_scheme": "word", "mask_ratio": 0.2, "geometric_p": 0.3, "max_span_len": 8, "mask_prob": 0.7,
+              "random_prob": 0.2, "leave_prob": 0.1, "random_token_source": "unigram"}
+    relative_data = os.path.relpath(spm_data, ROOT)  # run_cli runs in ROOT
+    output, state = _hydra_train(
+        "configs/pretrain", "tiny_cpu", tmp_path / "ck", f"task.data={relative_data}", "task.tokens_per_sample=96",
+        *(f"task.{k}={v}" for k, v in wanted.items()),
+        "criterion.sbo_weight=0.5", "model.sbo_position_slots=12", "model.sbo_position_dim=48",
+    )
+    assert _masking_settings(output) == wanted
+    saved = state["cfg"]
+    assert saved["task"]["data"] == os.path.abspath(spm_data)  # relative path stored absolute
+    assert {k: saved["task"][k] for k in wanted} == wanted and saved["task"]["tokens_per_sample"] == 96
+    assert saved["criterion"]["sbo_weight"] == 0.5
+    assert tuple(state["model"]["sbo_head.position_embeddings.weight"].shape) == (12, 48)
+    # the criterion applied the weight: loss = (mlm + w sbo) / masked tokens, sbo_loss per SBO token
+    train = json.loads(re.search(r"\[train\]\[INFO\] - (\{.*\})", output).group(1))
+    loss, mlm, sbo = (float(train[f"train_{k}"]) for k in ("loss", "mlm_loss", "sbo_loss"))
+    masked, with_sbo = int(train["train_num_masked"]), int(train["train_num_sbo"])
+    assert (loss - mlm) * masked / (sbo * with_sbo) == pytest.approx(0.5, abs=0.01)
+
+
+def test_yaml_settings_reach_the_task(spm_data, tmp_path):
+    wanted = {"mask_scheme": "subword", "mask_ratio": 0.25, "geometric_p": 0.5, "max_span_len": 5, "mask_prob": 0.6,
+              "random_prob": 0.3, "leave_prob": 0.1, "random_token_source": "unigram"}
+    recipe = OmegaConf.load(os.path.join(ROOT, "configs", "pretrain", "tiny_cpu.yaml"))
+    recipe.task.data = spm_data
+    for key, value in wanted.items():
+        recipe.task[key] = value
+    recipe.common.user_dir = os.path.join(ROOT, "user_dir")
+    OmegaConf.save(recipe, tmp_path / "mine.yaml")
+    output, state = _hydra_train(str(tmp_path), "mine", tmp_path / "ck")
+    assert _masking_settings(output) == wanted
+    assert {k: state["cfg"]["task"][k] for k in wanted} == wanted

@@ -1,0 +1,148 @@
+"""Bad input to the pre-training and find_animals tasks: one-line UsageErrors, never silent wrong results."""
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+from fairseq import options, tasks
+from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+from conftest import bin_path, run_cli
+from spanbert_plugin.errors import UsageError
+from test_pretrain import TINY
+
+
+def _config(args):
+    return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), args))
+
+
+def pretraining(data, *extra, task="spanbert_pretraining"):
+    """The run config and the task fairseq-train would build from these arguments."""
+    cfg = _config([data, "--task", task, "--criterion", "span_bert", "--arch", "spanbert_tiny",
+                   "--tokens-per-sample", "128", "--cpu", *extra])
+    return cfg, tasks.setup_task(cfg.task)
+
+
+def test_fairseq_train_prints_one_line_and_exits_1(spm_data, tmp_path):
+    proc = run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "1", "--save-dir", str(tmp_path / "ck"),
+                    "--mask-ratio", "1.5"], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == ["error: --mask-ratio (the masking budget) must be in (0, 1), got 1.5"]
+    assert not (tmp_path / "ck").exists() or not os.listdir(tmp_path / "ck")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--mask-ratio", "0"], "--mask-ratio"),
+    (["--mask-prob", "0.5"], "--mask-prob/--random-prob/--leave-prob"),
+    (["--geometric-p", "1.5"], "--geometric-p"),
+    (["--max-span-len", "0"], "--max-span-len"),
+    (["--tokens-per-sample", "2"], "--tokens-per-sample"),
+])
+def test_bad_task_options(spm_data, extra, message):
+    with pytest.raises(UsageError, match=message):
+        pretraining(spm_data, *extra)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--max-span-len", "20"], "--max-span-len 20 words exceeds the model's 15 SBO position slots"),
+    (["--tokens-per-sample", "600"], "--tokens-per-sample 600 exceeds the model's 512 positions"),
+    (["--sbo-weight", "-1"], "--sbo-weight"),
+])
+def test_options_that_conflict_with_model_or_criterion(spm_data, extra, message):
+    cfg, task = pretraining(spm_data, *extra)
+    with pytest.raises(UsageError, match=message):
+        task.build_model(cfg.model)
+        task.build_criterion(cfg.criterion)
+
+
+def test_fairseq_preprocess_folder_is_refused(corpus_files, tmp_path):
+    from fairseq_cli import preprocess
+
+    dest = str(tmp_path / "fairseq-bin")
+    args = options.get_preprocessing_parser().parse_args(
+        ["--only-source", "--trainpref", corpus_files[0], "--destdir", dest, "--workers", "1"])
+    preprocess.main(args)
+    assert os.path.isfile(os.path.join(dest, "dict.txt"))
+    with pytest.raises(UsageError, match=f"{dest}: not a spanbert-prepare folder .*run spanbert-prepare"):
+        pretraining(dest)
+
+
+def test_missing_folder_and_split(spm_data, tmp_path):
+    with pytest.raises(UsageError, match=f"{tmp_path / 'nothing'}: no such data folder"):
+        pretraining(str(tmp_path / "nothing"))
+    _, task = pretraining(spm_data)
+    with pytest.raises(UsageError, match=f"{os.path.join(spm_data, 'test')}.bin/.idx: no such split"):
+        task.load_dataset("test")
+
+
+def test_shards_from_different_tokenizers_are_refused(spm_data, wordpiece_data):
+    with pytest.raises(UsageError, match=f"data shards {spm_data} and {wordpiece_data} were prepared with different tokenizers"):
+        pretraining(f"{spm_data}:{wordpiece_data}")
+
+
+def test_shards_with_different_dictionaries_are_refused(spm_data, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(spm_data, other)
+    lines = (other / "dict.txt").read_text(encoding="utf-8").splitlines()
+    lines[10], lines[11] = lines[11], lines[10]  # same symbols, two ids swapped
+    (other / "dict.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"data shards {spm_data} and {other} have different dictionaries .*id 10 is"):
+        pretraining(f"{spm_data}:{other}")
+
+
+def test_shards_with_the_same_vocabulary_alternate(spm_data, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(spm_data, copy)
+    (copy / "dict.txt").write_text(  # counts differ between corpora; only symbols matter
+        "".join(f"{line.rsplit(' ', 1)[0]} 7\n" for line in (copy / "dict.txt").read_text(encoding="utf-8").splitlines()),
+        encoding="utf-8")
+    _, task = pretraining(f"{spm_data}:{copy}")
+    task.load_dataset("valid", epoch=2)
+    assert task.datasets["valid"] is not None
+
+
+def test_relative_data_is_stored_absolute(spm_data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = os.path.relpath(spm_data, tmp_path)
+    cfg, task = pretraining(relative)
+    assert task.cfg.data == os.path.abspath(spm_data)
+    assert cfg.task.data == os.path.abspath(spm_data)  # the run config, which fairseq saves in checkpoints
+
+
+def test_validation_split_without_maskable_tokens_is_refused(spm_data, tmp_path):
+    data = tmp_path / "specials"
+    shutil.copytree(spm_data, data)
+    _, task = pretraining(str(data))
+    d = task.dictionary
+    builder = MMapIndexedDatasetBuilder(str(data / "valid.bin"), dtype=np.uint16)
+    import torch
+
+    builder.add_item(torch.tensor([d.bos(), d.eos(), d.pad()]))
+    builder.finalize(str(data / "valid.idx"))
+    with pytest.raises(UsageError, match="valid: no token that can be masked"):
+        task.load_dataset("valid")
+    task.load_dataset("train")  # the other split is fine
+
+
+def test_legacy_task_name_still_works_with_fairseq_train_arguments(spm_data, caplog):
+    with caplog.at_level(logging.WARNING):
+        _, task = pretraining(spm_data, "--mask-scheme", "word", task="span_masked_lm")
+    assert task.masker.scheme == "word"
+    assert "deprecated alias of spanbert_pretraining" in caplog.text
+
+
+def test_find_animals_items_longer_than_max_positions():
+    cfg = _config(["--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
+                   "--seq-len", "80", "--max-positions", "64", "--train-size", "8", "--test-size", "8"])
+    task = tasks.setup_task(cfg.task)
+    with pytest.raises(UsageError, match=r"items are up to 86 tokens .* the model has 64 positions: raise --max-positions"):
+        task.build_model(cfg.model)
+
+
+def test_find_animals_bad_animals():
+    cfg = _config(["--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
+                   "--animals", "cat,Dog"])
+    with pytest.raises(UsageError, match="--animals 'cat,Dog'"):
+        tasks.setup_task(cfg.task)
