@@ -18,6 +18,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging.meters import Meter
 
+from ..modules.ad_drop import pseudo_label_span_objective
 
 
 @dataclass
@@ -77,6 +78,10 @@ class ExtractiveQACriterion(FairseqCriterion):
     def __init__(self, task, n_best=20, max_answer_length=30, null_threshold=0.0):
         super().__init__(task)
         self.n_best, self.max_answer_length, self.null_threshold = n_best, max_answer_length, null_threshold
+
+    def ad_drop_objective(self, model, sample):
+        """AD-DROP attribution scalar: minus the cross-entropy of the predicted start and end positions."""
+        return pseudo_label_span_objective(*qa_logits(model, sample))
 
     def forward(self, model, sample, reduce=True):
         start, end = qa_logits(model, sample)

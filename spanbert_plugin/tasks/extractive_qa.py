@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, field
 
 from fairseq.data import data_utils
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
@@ -21,19 +20,20 @@ from ..data.dictionary import SpanBertDictionary
 from ..data.qa_dataset import ExtractiveQADataset
 from ..errors import UsageError
 from ..qa.windows import QASplit
+from .ad_drop import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
 QA_CONFIG = "qa_config.json"
 
 
 @dataclass
-class ExtractiveQAConfig(FairseqDataclass):
+class ExtractiveQAConfig(ADDropConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare-qa output folder"})
     seed: int = II("common.seed")
 
 
 @register_task("extractive_qa", dataclass=ExtractiveQAConfig)
-class ExtractiveQATask(FairseqTask):
+class ExtractiveQATask(ADDropMixin, FairseqTask):
     """Extractive QA fine-tuning (SPEC §1.4): start/end classifiers over the encoder output."""
 
     cfg: ExtractiveQAConfig
