@@ -199,9 +199,11 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
     parent = os.path.dirname(_real(destination))
     os.makedirs(parent, exist_ok=True)
     with _signals_as_interrupt():
-        with signals_held():  # no signal between creating the folder and owning its cleanup
-            work = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
+        work = None
         try:
+            # a signal held back here is raised when the block ends, with ``work`` already set
+            with signals_held():
+                work = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
             os.chmod(work, 0o755)
             yield work
             files = [f for f in _listing(work) if f != MANIFEST]
@@ -214,6 +216,7 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
                 except OSError as err:
                     raise OutputError(f"{flag} {destination}: cannot move the output into place ({err.strerror})") from None
         except BaseException:
-            with signals_held():
-                shutil.rmtree(work, ignore_errors=True)
+            if work is not None:
+                with signals_held():
+                    shutil.rmtree(work, ignore_errors=True)
             raise

@@ -1,14 +1,17 @@
 """spanbert-prepare on generated corpora, both tokenizers, and every bad input."""
+import codecs
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from conftest import bin_path, run_cli
 from spanbert_plugin.data.dictionary import SpanBertDictionary
-from spanbert_plugin.prepare import cli_main
-from spanbert_plugin.tokenization import load_tokenizer
+from spanbert_plugin.prepare import PrepareError, cli_main, hold_out, read_documents
+from spanbert_plugin.tokenization import SPM_WORD_PREFIX, WordPieceTokenizer, load_tokenizer, read_wordpiece_vocab
+from test_file_safety import leftovers, write_wordpiece_corpus
 
 
 def _load_docs(dest, split):
@@ -75,44 +78,147 @@ def test_console_command_and_empty_documents(tmp_path):
     assert "wrote" in proc.stdout
 
 
-def _bad(args, tmp_path, expect):
-    dest = tmp_path / "dest"
-    proc = run_cli([bin_path("spanbert-prepare"), *args, "--destdir", str(dest)], check=False)
-    assert proc.returncode == 1
-    err = proc.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("spanbert-prepare: error:") and expect in err[0], proc.stderr
-    assert not dest.exists()
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-")]
-    return err[0]
+def test_bad_inputs(tmp_path, corpus_files, capsys):
+    """Each bad input: one line naming the file (and line), exit 1, nothing written.
 
-
-def test_bad_inputs(tmp_path, corpus_files):
-    _bad(["--train", str(tmp_path / "missing.txt")], tmp_path, "missing.txt: no such file")
+    In-process through the command's main(); the console wrapper itself is
+    exercised by test_file_safety (each start of it costs seconds of imports).
+    """
     (tmp_path / "empty.txt").write_text("")
-    _bad(["--train", str(tmp_path / "empty.txt")], tmp_path, "empty.txt: file is empty")
     (tmp_path / "blank.txt").write_text("\n  \n\n")
-    _bad(["--train", str(tmp_path / "blank.txt")], tmp_path, "no non-blank line")
     (tmp_path / "latin1.txt").write_bytes("good line\nsecond\ncaf\xe9 au lait\n".encode("latin-1"))
-    _bad(["--train", str(tmp_path / "latin1.txt")], tmp_path, "latin1.txt:3: not valid UTF-8")
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("[PAD]\n[UNK]\n[CLS]\nhello\n")
-    _bad(["--train", corpus_files[0], "--tokenizer", "wordpiece", "--wordpiece-vocab", str(vocab)],
-         tmp_path, "missing required special tokens [SEP] [MASK]")
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\nhello\n")
     (tmp_path / "tiny.txt").write_text("a small text\nwith few pieces\n\nanother doc\n")
-    msg = _bad(["--train", str(tmp_path / "tiny.txt"), "--vocab-size", "5000"], tmp_path, "largest that fits is")
-    assert int(msg.rsplit(" ", 1)[1]) < 5000
+    os.mkfifo(tmp_path / "fifo")
+    cases = [
+        (["--train", str(tmp_path / "missing.txt")], "missing.txt: no such file"),
+        (["--train", str(tmp_path / "empty.txt")], "empty.txt: file is empty"),
+        (["--train", str(tmp_path / "blank.txt")], "no non-blank line"),
+        (["--train", str(tmp_path / "latin1.txt")], "latin1.txt:3: not valid UTF-8 (byte 0xe9 at byte column 4)"),
+        (["--train", str(tmp_path / "fifo")], "fifo: not a regular file"),
+        (["--train", str(tmp_path)], "not a regular file"),
+        (["--train", corpus_files[0], "--wordpiece-vocab", str(tmp_path / "vocab.txt")],
+         "vocab.txt: missing required special tokens [SEP] [MASK]"),
+        (["--train", str(tmp_path / "tiny.txt"), "--vocab-size", "5000"], "largest that fits is"),
+    ]
+    if os.geteuid() != 0:  # root reads a mode-000 file anyway; test_unreadable_corpus_in_process simulates it
+        (tmp_path / "locked.txt").write_text("text\n")
+        os.chmod(tmp_path / "locked.txt", 0)
+        cases.append((["--train", str(tmp_path / "locked.txt")], "locked.txt: cannot read (Permission denied)"))
+    dest = str(tmp_path / "dest")
+    for args, expected in cases:
+        assert cli_main([*args, "--destdir", dest]) == 1, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("spanbert-prepare: error:") and expected in err[0], (expected, err)
+        assert not os.path.exists(dest) and not leftovers(tmp_path)
+        if "largest" in expected:
+            assert int(err[0].rsplit(" ", 1)[1]) < 5000
 
 
-def test_existing_destdir_needs_force(tmp_path, corpus_files):
-    dest = tmp_path / "exists"
-    dest.mkdir()
-    (dest / "keep.txt").write_text("user file")
-    proc = run_cli([bin_path("spanbert-prepare"), "--train", corpus_files[1], "--destdir", str(dest)], check=False)
-    assert proc.returncode == 1 and "pass --force" in proc.stderr
-    assert (dest / "keep.txt").exists()
-    assert cli_main(["--train", corpus_files[0], "--valid", corpus_files[1], "--destdir", str(dest),
-                     "--vocab-size", "500", "--force"]) == 0
-    assert not (dest / "keep.txt").exists() and (dest / "dict.txt").exists()
+def test_unreadable_corpus_in_process(tmp_path, monkeypatch, capsys):
+    """A PermissionError (simulated: the tests may run as root) is a one-line error naming the file."""
+    import builtins
+
+    locked = tmp_path / "locked.txt"
+    locked.write_text("some text\n\nmore text\n")
+    real_open = builtins.open
+
+    def guarded_open(path, *args, **kwargs):
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(locked))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    assert cli_main(["--train", str(locked), "--destdir", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"spanbert-prepare: error: {locked}: cannot read (Permission denied)"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["1", "2", "0", "-0.5", "nan", "inf"])
+def test_valid_fraction_must_be_inside_zero_one(value, tmp_path, corpus_files, capsys):
+    assert cli_main(["--train", corpus_files[1], "--destdir", str(tmp_path / "out"), "--valid-fraction", value]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--valid-fraction must be in (0, 1)" in err[0] and "pass --valid FILE" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_hold_out_keeps_train_and_valid_non_empty():
+    docs = [[f"doc {i}"] for i in range(3)]
+    for fraction, expected_valid in ((0.99, 2), (0.5, 2), (0.01, 1), (0.34, 1)):
+        train, valid = hold_out(docs, "c.txt", fraction)
+        assert len(valid) == expected_valid and len(train) == 3 - expected_valid and train + valid == docs
+    with pytest.raises(PrepareError, match="single document"):
+        hold_out(docs[:1], "c.txt", 0.5)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--tokenizer", "sentencepiece", "--wordpiece-vocab", "V"], "--wordpiece-vocab needs --tokenizer wordpiece"),
+    (["--tokenizer", "wordpiece"], "--tokenizer wordpiece needs --wordpiece-vocab"),
+    (["--wordpiece-vocab", "V", "--vocab-size", "500"], "--vocab-size applies to sentencepiece only"),
+    (["--valid", "V", "--valid-fraction", "0.1"], "--valid-fraction and --valid exclude each other"),
+    (["--vocab-size", "5"], "--vocab-size must be at least 8"),
+])
+def test_conflicting_options(args, expected, tmp_path, corpus_files, capsys):
+    assert cli_main(["--train", corpus_files[1], "--destdir", str(tmp_path / "out"), *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+
+
+def test_wordpiece_vocab_implies_wordpiece_and_bom_is_accepted(tmp_path, capsys):
+    """--wordpiece-vocab alone selects WordPiece; a vocab.txt starting with a byte-order mark reads as without."""
+    corpus, vocab = write_wordpiece_corpus(str(tmp_path), 300)
+    with open(vocab, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    bom_vocab = tmp_path / "bom_vocab.txt"
+    bom_vocab.write_bytes(codecs.BOM_UTF8 + "\n".join(lines).encode("utf-8") + b"\n")
+    assert read_wordpiece_vocab(str(bom_vocab)) == lines
+    tok = WordPieceTokenizer(str(bom_vocab))
+    assert tok.encode("[PAD] w1 w2").tokens == ["[PAD]", "w1", "w2"] and list(tok.encode("[PAD]").ids) == [0]
+    dest = tmp_path / "out"
+    assert cli_main(["--train", corpus, "--wordpiece-vocab", str(bom_vocab), "--destdir", str(dest)]) == 0
+    stats = json.load(open(dest / "prepare_stats.json"))
+    assert stats["tokenizer"] == "wordpiece" and stats["train"]["unk_tokens"] == 0
+    assert SpanBertDictionary.load(str(dest / "dict.txt")).symbols == lines
+    assert load_tokenizer(str(dest)).vocab == lines
+
+
+def test_sentencepiece_lowercase(tmp_path, corpus_files):
+    """--lowercase trains a case-folding model: encoding folds case, offsets index the original text."""
+    dest = tmp_path / "out"
+    assert cli_main(["--train", corpus_files[1], "--destdir", str(dest), "--vocab-size", "300", "--lowercase"]) == 0
+    assert json.load(open(dest / "spanbert_tokenizer.json")) == {"type": "sentencepiece", "lowercase": True}
+    assert json.load(open(dest / "prepare_stats.json"))["lowercase"] is True
+    tok = load_tokenizer(str(dest))
+    assert tok.lowercase and not any(p != p.lower() for p in tok.vocab if not p.startswith("<"))
+    text = "Return THE Value of the Named ATTRIBUTE, if Present."
+    upper, lower = tok.encode(text), tok.encode(text.lower())
+    assert list(upper.ids) == list(lower.ids) and upper.offsets == lower.offsets
+    unk = tok.vocab.index("<unk>")
+    for i, piece, (start, end) in zip(upper.ids, upper.tokens, upper.offsets):
+        if i != unk:
+            assert text[start:end].lower() == piece.lstrip(SPM_WORD_PREFIX), (piece, text[start:end])
+
+
+def test_default_vocab_size_fits_small_corpus(tmp_path, capsys):
+    """Without --vocab-size a small text gets the largest vocabulary it supports, with a warning."""
+    small = tmp_path / "small.txt"
+    small.write_text("".join(f"Line {i} of a small text about span masking.\n" + ("\n" if i % 5 == 4 else "")
+                             for i in range(40)))
+    dest = tmp_path / "out"
+    assert cli_main(["--train", str(small), "--destdir", str(dest)]) == 0
+    warning = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(warning) == 1 and "too small for the default vocabulary of 8000" in warning[0]
+    fitted = int(re.search(r"using (\d+)", warning[0]).group(1))
+    stats = json.load(open(dest / "prepare_stats.json"))
+    assert stats["vocab_size"] == fitted + 1 < 8000  # + the mask symbol sentencepiece lacks
+
+
+def test_corpus_byte_order_mark_is_not_text(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(codecs.BOM_UTF8 + b"First line.\nSecond.\n\nOther document.\n")
+    documents, _ = read_documents(str(path))
+    assert documents == [["First line.", "Second."], ["Other document."]]
 
 
 def test_script_entry_point(tmp_path, corpus_files):

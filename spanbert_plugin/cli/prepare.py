@@ -53,13 +53,18 @@ def main(argv=None):
     return 0
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (main() may run in tests)."""
+
+    stream = property(lambda self: sys.stderr, lambda self, value: None)
+
+
 def _warnings_to_stderr(logger):
     """Show the library's warnings as ``spanbert-prepare: warning: ...`` lines (once per logger)."""
-    if not any(getattr(h, "spanbert_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
         handler.setLevel(logging.WARNING)
         handler.setFormatter(logging.Formatter(f"{PROG}: warning: %(message)s"))
-        handler.spanbert_cli = True
         logger.addHandler(handler)
         logger.propagate = False
 

@@ -1,0 +1,258 @@
+"""Output safety: --force never deletes a user's files, and a stopped run leaves nothing behind.
+
+The refusals are checked through the real ``spanbert-prepare`` console command
+(several at once, since each start imports torch and fairseq); the folder
+shapes of spanbert-export-hf / spanbert-import-hf through ``check_destination``.
+"""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, bin_path
+from spanbert_plugin import file_utils
+from spanbert_plugin.file_utils import MANIFEST, TMP_PREFIX, OutputError, atomic_directory, check_destination
+
+PREPARE = bin_path("spanbert-prepare")
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def snapshot(folder):
+    """Every path under ``folder`` (files, links, folders) with a digest of each file's bytes."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                found[rel] = "link:" + os.readlink(path)
+            elif os.path.isfile(path):
+                found[rel] = hashlib.sha1(open(path, "rb").read()).hexdigest()
+            else:
+                found[rel] = "dir"
+    return found
+
+
+def leftovers(folder):
+    return [os.path.join(r, d) for r, ds, _ in os.walk(folder) for d in ds if d.startswith(TMP_PREFIX)]
+
+
+def run_concurrently(jobs, timeout=300):
+    """Run (args, cwd) console commands side by side; return their CompletedProcess-like results in order."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args, cwd in jobs]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return results
+
+
+def assert_one_line_error(result, expected):
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1, (result.args, result.stdout, result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("spanbert-prepare: error:"), result.stderr
+    assert expected in lines[0], (expected, lines[0])
+
+
+def write_wordpiece_corpus(folder, num_lines, seed=0):
+    """A vocab.txt of 500 words plus BERT's special tokens, and text made of those words (10 lines a document)."""
+    rng = np.random.default_rng(seed)
+    words = np.array([f"w{i}" for i in range(500)])
+    vocab, corpus = os.path.join(folder, "vocab.txt"), os.path.join(folder, "corpus.txt")
+    with open(vocab, "w", encoding="utf-8") as f:
+        f.write("\n".join(SPECIALS + list(words)) + "\n")
+    rows = words[rng.integers(0, len(words), size=(num_lines, 16))]
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write("".join(" ".join(r) + ("\n\n" if i % 10 == 9 else "\n") for i, r in enumerate(rows)))
+    return corpus, vocab
+
+
+@pytest.fixture(scope="module")
+def previous_output(tmp_path_factory):
+    """A real spanbert-prepare output (WordPiece, small), to copy where a test needs one."""
+    folder = tmp_path_factory.mktemp("previous")
+    corpus, vocab = write_wordpiece_corpus(str(folder), 200)
+    dest = str(folder / "out")
+    result = run_concurrently([([PREPARE, "--train", corpus, "--wordpiece-vocab", vocab, "--destdir", dest], ROOT)])[0]
+    assert result.returncode == 0, result.stderr
+    return dest
+
+
+def test_force_refusals_through_console(tmp_path, corpus_files, previous_output):
+    """Every destination the issue reproduced as data loss is refused, one line, exit 1, nothing touched."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    corpus = str(work / "corpus.txt")
+    shutil.copy(corpus_files[1], corpus)
+    (work / "notes.txt").write_text("the user's own notes")
+    (work / "data").mkdir()
+    shutil.copy(corpus, work / "data" / "corpus.txt")
+    (work / "mine").mkdir()
+    (work / "mine" / "keep.txt").write_text("user file")
+    shutil.copytree(previous_output, work / "extra")
+    (work / "extra" / "results.txt").write_text("added by the user after the run")
+    shutil.copytree(previous_output, work / "owned")
+    run = [PREPARE, "--train", corpus, "--force", "--destdir"]
+    cases = [
+        (run + ["data", "--train", "data/corpus.txt"], work, "is or holds the input data/corpus.txt"),
+        (run + [corpus], work, "is or holds the input"),
+        (run + ["."], work, "is the working directory or one of its parents"),
+        (run + [".."], work / "sub", "is the working directory or one of its parents"),
+        (run + ["mine"], work, f"was not written by a spanbert command (no {MANIFEST})"),
+        (run + ["extra"], work, "holds files that spanbert-prepare did not write (results.txt)"),
+        (run + ["notes.txt"], work, "exists and is not a folder"),
+        (run + ["notes.txt/out"], work, "notes.txt is a file, not a folder"),
+        ([PREPARE, "--train", corpus, "--destdir", "owned"], work, "exists (an output of spanbert-prepare); pass --force"),
+    ]
+    before = snapshot(tmp_path)
+    results = run_concurrently([(args, str(cwd)) for args, cwd, _ in cases])
+    for (args, cwd, expected), result in zip(cases, results):
+        assert_one_line_error(result, expected)
+    assert snapshot(tmp_path) == before
+    assert not leftovers(tmp_path)
+
+
+def test_force_replaces_previous_output(tmp_path, previous_output):
+    """--force over an earlier output replaces it whole: files of the old output that the new one lacks go."""
+    dest = tmp_path / "data"
+    shutil.copytree(previous_output, dest)
+    assert (dest / "vocab.txt").exists()
+    corpus, _ = write_wordpiece_corpus(str(tmp_path), 200, seed=1)
+    result = run_concurrently([([PREPARE, "--train", corpus, "--destdir", str(dest), "--vocab-size", "60", "--force"], ROOT)])[0]
+    assert result.returncode == 0, result.stderr
+    manifest = json.load(open(dest / MANIFEST))
+    assert manifest["command"] == "spanbert-prepare"
+    assert sorted(manifest["files"]) == sorted(p for p in os.listdir(dest) if p != MANIFEST)
+    assert not (dest / "vocab.txt").exists() and (dest / "spm.model").exists()
+    assert json.load(open(dest / "prepare_stats.json"))["tokenizer"] == "sentencepiece"
+    assert not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_leaves_no_temporary_folder(tmp_path, previous_output, signum):
+    """A run stopped while binarizing removes its temporary folder and leaves the old output as it was."""
+    corpus, vocab = write_wordpiece_corpus(str(tmp_path), 60_000)
+    dest = tmp_path / "out"
+    shutil.copytree(previous_output, dest)
+    before = snapshot(dest)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([PREPARE, "--train", corpus, "--wordpiece-vocab", vocab, "--destdir", str(dest), "--force"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert leftovers(tmp_path), "the temporary folder never appeared"
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, (proc.returncode, err[-2000:])
+    assert "interrupted" in err.strip().splitlines()[-1]
+    assert not leftovers(tmp_path)
+    assert snapshot(dest) == before
+
+
+@pytest.fixture
+def shapes(tmp_path, monkeypatch):
+    """Folders shaped like the export/import cases: checkpoints, a HuggingFace model, a previous output."""
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for name in ("checkpoint_last.pt", "checkpoint1.pt"):
+        (ck / name).write_bytes(b"weights")
+    bert = tmp_path / "bert_dir"
+    bert.mkdir()
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        (bert / name).write_text(name)
+    export = tmp_path / "hf"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    (export / MANIFEST).write_text(json.dumps({"command": "spanbert-export-hf", "files": ["config.json"]}))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _refused(expected, *args, **kwargs):
+    with pytest.raises(OutputError, match=expected):
+        check_destination(*args, **kwargs)
+
+
+def test_check_destination_export_import_shapes(shapes):
+    before = snapshot(shapes)
+    export = dict(command="spanbert-export-hf", force=True, flag="--out")
+    # spanbert-export-hf --checkpoint ck/checkpoint_last.pt --out ck --force
+    _refused("is or holds the input ck/checkpoint_last.pt", "ck", inputs=["ck/checkpoint_last.pt"], **export)
+    # the checkpoint folder, exporting a checkpoint kept elsewhere: still foreign files
+    _refused("not written by a spanbert command", "ck", inputs=["other.pt"], **export)
+    # spanbert-import-hf --hf bert_dir --out bert_dir --force (and --out bert_dir/. spelled differently)
+    for out in ("bert_dir", "./bert_dir/", str(shapes / "bert_dir")):
+        _refused("is or holds the input", out, "spanbert-import-hf", ["bert_dir"], True, "--out")
+    # --out . and parents of the working directory
+    _refused("working directory", ".", inputs=["ck/checkpoint_last.pt"], **export)
+    os.chdir(shapes / "ck")
+    _refused("working directory", "..", inputs=[], **export)
+    _refused("working directory", "/", inputs=[], **export)
+    os.chdir(shapes)
+    _refused("working directory", str(shapes), inputs=[], **export)
+    # links: to an output, dangling, and an input reached through a link inside the destination
+    os.symlink(shapes / "hf", shapes / "hf_link")
+    _refused("symbolic link", "hf_link", inputs=[], **export)
+    os.symlink(shapes / "missing", shapes / "dangling")
+    _refused("symbolic link", "dangling", inputs=[], **export)
+    os.symlink(shapes / "ck" / "checkpoint_last.pt", shapes / "hf" / "model.pt")
+    _refused("is or holds the input hf/model.pt", "hf", inputs=["hf/model.pt"], **export)
+    os.remove(shapes / "hf" / "model.pt")
+    # a folder made by hand inside an earlier export counts as foreign, even empty
+    (shapes / "hf" / "logs").mkdir()
+    _refused(r"did not write \(logs/\)", "hf", inputs=[], **export)
+    (shapes / "hf" / "logs").rmdir()
+    # an earlier export: replaced only with --force
+    _refused("pass --force", "hf", "spanbert-export-hf", [], False, "--out")
+    check_destination("hf", inputs=["ck/checkpoint_last.pt"], **export)
+    # new and empty folders are fine
+    check_destination("new/deeper", inputs=[], **export)
+    (shapes / "empty").mkdir()
+    check_destination("empty", "spanbert-export-hf", [], False, "--out")
+    for link in ("hf_link", "dangling"):
+        os.remove(shapes / link)
+    assert snapshot(shapes) == dict(before, empty="dir")
+
+
+def test_atomic_directory_failure_keeps_previous_output(shapes):
+    before = snapshot(shapes)
+    with pytest.raises(RuntimeError):
+        with atomic_directory("hf", "spanbert-export-hf", [], True, "--out") as work:
+            open(os.path.join(work, "config.json"), "w").write("new")
+            raise RuntimeError("the export's self-check failed")
+    assert snapshot(shapes) == before and not leftovers(shapes)
+
+
+def test_atomic_directory_restores_previous_when_swap_fails(shapes, monkeypatch):
+    real_replace, calls = os.replace, []
+
+    def failing_replace(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:  # moving the new output in
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    before = snapshot(shapes)
+    monkeypatch.setattr(file_utils.os, "replace", failing_replace)
+    with pytest.raises(OutputError, match="cannot move the output into place"):
+        with atomic_directory("hf", "spanbert-export-hf", [], True, "--out") as work:
+            open(os.path.join(work, "config.json"), "w").write("new")
+    assert snapshot(shapes) == before and not leftovers(shapes)
+
+
+def test_atomic_directory_replaces_and_records_manifest(shapes):
+    with atomic_directory("hf", "spanbert-export-hf", [], True, "--out") as work:
+        os.makedirs(os.path.join(work, "sub"))
+        open(os.path.join(work, "sub", "weights.bin"), "w").write("new")
+    manifest = json.load(open(shapes / "hf" / MANIFEST))
+    assert manifest == {"command": "spanbert-export-hf", "files": ["sub/weights.bin"]}
+    assert not (shapes / "hf" / "config.json").exists() and not leftovers(shapes)
