@@ -15,7 +15,8 @@ window, start/end labels):
   gives BERT's windows (window starts every doc_stride tokens).
 
 The windows are compared one by one (count per question, token ids, labels);
-the timings alternate between the sides and the median is reported. The tokenizer
+the timings alternate between the sides and the medians of wall and CPU seconds
+(all threads) are reported. The tokenizer
 calls of the recipe alone (``transformers-tokenize``, no labels) are timed too.
 
     .venv/bin/python benchmarks/qa_prepare_speed.py [--repeats 3] [--side both|ours|transformers]
@@ -130,32 +131,40 @@ def main():
         if not os.path.isfile(path):
             sys.exit(f"qa_prepare_speed: {path}: not found (see ../shared/data/README.md)")
 
-    tokenizer, dictionary = ours_setup(args.vocab)
-    from transformers import BertTokenizerFast
+    names = ["ours", "transformers", "transformers-tokenize"] if args.side == "both" else [args.side]
+    sides = {}
+    if "ours" in names:  # each side imports only what it needs (whole-process timing with --side)
+        tokenizer, dictionary = ours_setup(args.vocab)
+        sides["ours"] = lambda: ours(args.squad, tokenizer, dictionary, args)
+    if any(name.startswith("transformers") for name in names):
+        from transformers import BertTokenizerFast
 
-    hf_tokenizer = BertTokenizerFast(args.vocab, do_lower_case=True)
-    sides = {"ours": lambda: ours(args.squad, tokenizer, dictionary, args),
-             "transformers": lambda: transformers_recipe(args.squad, hf_tokenizer, args),
-             "transformers-tokenize": lambda: transformers_recipe(args.squad, hf_tokenizer, args, labels=False)}
-    if args.side != "both":
-        sides = {args.side: sides[args.side]}
+        hf_tokenizer = BertTokenizerFast(args.vocab, do_lower_case=True)
+        sides["transformers"] = lambda: transformers_recipe(args.squad, hf_tokenizer, args)
+        sides["transformers-tokenize"] = lambda: transformers_recipe(args.squad, hf_tokenizer, args, labels=False)
+    sides = {name: sides[name] for name in names}
     seconds = {name: [] for name in sides}
+    cpu_seconds = {name: [] for name in sides}  # all threads of the process (tokenizers batches in parallel)
     results = {}
     for _ in range(args.repeats):
         for name, run in sides.items():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             results[name] = run()
             seconds[name].append(time.perf_counter() - start)
+            cpu_seconds[name].append(time.process_time() - cpu_start)
     questions = len(results["ours"].split.questions) if "ours" in results else len({w[0] for w in next(iter(results.values()))})
     report = {"max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride, "repeats": args.repeats}
     for name, times in seconds.items():
         median = statistics.median(times)
         report[name] = {"seconds_median": round(median, 3), "seconds_all": [round(t, 3) for t in times],
+                        "cpu_seconds_median": round(statistics.median(cpu_seconds[name]), 3),
                         "questions_per_second": round(questions / median, 1)}
     if args.side == "both":
         for name in ("transformers", "transformers-tokenize"):
             report[f"speed_ratio_ours_vs_{name}"] = round(
                 statistics.median(seconds[name]) / statistics.median(seconds["ours"]), 2)
+            report[f"cpu_ratio_ours_vs_{name}"] = round(
+                statistics.median(cpu_seconds[name]) / statistics.median(cpu_seconds["ours"]), 2)
         report["agreement"] = compare(results["ours"], results["transformers"])
     print(json.dumps(report, indent=2))
 
