@@ -6,6 +6,16 @@ BIN := $(VENV)/bin
 # pip then keeps it because it satisfies this pin.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# bash with pipefail: a pip whose output goes through PIP_FILTER still fails the recipe when it fails.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# After every install pip re-checks the environment and prints "ERROR: pip's dependency
+# resolver ..." / "fairseq-fixed 0.12.3.1 requires torchaudio ...": torchaudio is left out on
+# purpose (unused here, and pip would replace the pinned torch with the build it wants), so
+# that one report is dropped. Every other line, other conflicts included, is shown.
+PIP_FILTER := 2>&1 | awk '/dependency resolver does not currently take into account/ { held = $$0; next } \
+	/^fairseq-fixed .* requires torchaudio/ { next } \
+	held != "" { print held; held = "" } { print }'
 
 .PHONY: install demo test bench clean
 
@@ -18,7 +28,10 @@ $(STAMP): setup.py requirements.txt Makefile
 	# fairseq compiles Cython extensions against the torch/numpy above; its
 	# declared dependencies include torchaudio, so they are listed by hand.
 	$(BIN)/pip install --quiet --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
-	$(BIN)/pip install --quiet -r requirements.txt
+	@echo "note: fairseq-fixed declares torchaudio, left out on purpose (unused; it would replace the pinned torch): pip's report about it is not shown"
+	# tensorboardX: without it every fairseq command logs "Please install tensorboardX"
+	# at import (and --tensorboard-logdir needs it).
+	$(BIN)/pip install --quiet -r requirements.txt "tensorboardX>=2.6" $(PIP_FILTER)
 	$(BIN)/pip install --quiet --no-build-isolation --no-deps -e .
 	$(BIN)/python -c "import torch, fairseq, spanbert_plugin; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)

@@ -3,6 +3,7 @@
 The refusals are checked through the real ``spanbert-prepare`` console command
 (several at once, since each start imports torch and fairseq); the folder
 shapes of spanbert-export-hf / spanbert-import-hf through ``check_destination``.
+At the end: the install noise of issue 8 (Makefile filter, tensorboardX).
 """
 import hashlib
 import json
@@ -256,3 +257,40 @@ def test_atomic_directory_replaces_and_records_manifest(shapes):
     manifest = json.load(open(shapes / "hf" / MANIFEST))
     assert manifest == {"command": "spanbert-export-hf", "files": ["sub/weights.bin"]}
     assert not (shapes / "hf" / "config.json").exists() and not leftovers(shapes)
+
+
+# Install noise (issue 8): pip's torchaudio report is filtered by the Makefile without hiding
+# failures, and fairseq finds tensorboardX instead of asking for it at every start.
+TORCHAUDIO_REPORT = (
+    "ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. "
+    "This behaviour is the source of the following dependency conflicts.\n"
+    "fairseq-fixed 0.12.3.1 requires torchaudio>=0.8.0, which is not installed.\n"
+)
+OTHER_CONFLICT = "other-pkg 0.1 requires fake-dep>=5, but you have fake-dep 0.1 which is incompatible.\n"
+
+
+def _make_filter(tmp_path, text, status):
+    """Run ``printf TEXT; exit STATUS`` through the Makefile's PIP_FILTER, as its recipes do."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    (tmp_path / "text").write_text(text)
+    (tmp_path / "check.mk").write_text(
+        f"include {ROOT}/Makefile\ncheck:\n\t@(cat {tmp_path}/text; exit {status}) $(PIP_FILTER)\n")
+    return subprocess.run(["make", "-s", "-f", str(tmp_path / "check.mk"), "check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_makefile_drops_only_the_torchaudio_report(tmp_path):
+    quiet = _make_filter(tmp_path, "Successfully installed x\n" + TORCHAUDIO_REPORT, 0)
+    assert quiet.returncode == 0 and quiet.stdout == "Successfully installed x\n", quiet
+    other = _make_filter(tmp_path, TORCHAUDIO_REPORT + OTHER_CONFLICT, 0)
+    assert other.returncode == 0
+    assert other.stdout == TORCHAUDIO_REPORT.splitlines(True)[0] + OTHER_CONFLICT
+    failed = _make_filter(tmp_path, "ERROR: No matching distribution found for x\n", 1)
+    assert failed.returncode != 0 and "No matching distribution" in failed.stdout
+
+
+def test_fairseq_import_does_not_ask_for_tensorboardx():
+    result = subprocess.run([bin_path("python"), "-c", "import fairseq"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "tensorboardX" not in result.stderr + result.stdout
