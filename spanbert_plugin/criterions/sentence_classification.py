@@ -56,7 +56,6 @@ class SentenceClassificationCriterion(FairseqCriterion):
         if self.regression:
             predictions = logits.view(-1).float()
             loss = F.mse_loss(predictions, targets.float(), reduction="sum")
-            logging_output["squared_error"] = loss.detach()
             if not self.training:
                 logging_output["predictions"] = predictions.detach().cpu().numpy()
                 logging_output["targets"] = targets.detach().float().cpu().numpy()
