@@ -15,7 +15,7 @@ setup(
             "spanbert-prepare=spanbert_plugin.cli.prepare:main",
             "spanbert-export-hf=spanbert_plugin.cli.export_hf:main",
             "spanbert-import-hf=spanbert_plugin.cli.import_hf:main",
-            "spanbert-findanimals=spanbert_plugin.findanimals_experiment:main",
+            "spanbert-findanimals=spanbert_plugin.cli.findanimals:main",
             "spanbert-prepare-qa=spanbert_plugin.cli.prepare_qa:main",
             "spanbert-predict-qa=spanbert_plugin.cli.predict_qa:main",
             "spanbert-prepare-re=spanbert_plugin.cli.prepare_re:main",

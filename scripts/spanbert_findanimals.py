@@ -4,7 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from spanbert_plugin.findanimals_experiment import main  # noqa: E402
+from spanbert_plugin.cli.findanimals import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -94,3 +94,18 @@ def test_whole_test_set_is_batched(test_size):
                                           max_positions=task.max_positions()).next_epoch_itr(shuffle=False)
         ids = [i for batch in batches for i in batch["id"].tolist()]
         assert sorted(ids) == list(range(len(task.dataset(split))))
+
+
+def test_findanimals_command_writes_results_and_protects_them(tmp_path):
+    out = tmp_path / "fa"
+    command = [bin_path("spanbert-findanimals"), "--out", str(out), "--methods", "spandrop", "--sizes", "64",
+               "--seeds", "1", "--seq-len", "8", "--max-update", "10", "--test-size", "40", "--jobs", "1"]
+    run_cli(command)
+    rows = (out / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("method,train_size,seed") and [r.split(",")[0] for r in rows[1:]] == ["spandrop"]
+    assert all(0 <= float(r.split(",")[-2]) <= 100 for r in rows[1:])
+    assert (out / "error_vs_train_size.png").stat().st_size > 0
+    again = run_cli(command, check=False)  # refused before any run: the folder exists
+    assert again.returncode == 1 and again.stderr.strip().splitlines()[-1].startswith("spanbert-findanimals: error: --out")
+    bad = run_cli(command + ["--animals", "Cat", "--force"], check=False)
+    assert bad.returncode == 1 and "--animals 'Cat'" in bad.stderr

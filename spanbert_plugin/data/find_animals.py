@@ -22,6 +22,16 @@ DEFAULT_ANIMALS = ("cat", "dog", "cow", "pig", "owl", "bee", "ant", "bat", "elk"
 POSITION_BIASES = ("uniform", "fixed", "first100")
 
 
+def parse_animals(text: str, seq_len: int = None):
+    """The animal names of ``--animals`` (comma-separated, lowercase a-z); UsageError otherwise."""
+    animals = [a.strip() for a in text.split(",") if a.strip()]
+    if not animals or any(c not in LETTERS for a in animals for c in a):
+        raise UsageError(f"--animals {text!r}: expected comma-separated lowercase a-z names")
+    if seq_len is not None and seq_len < max(len(a) for a in animals):
+        raise UsageError(f"--seq-len {seq_len} is shorter than the longest animal name ({max(len(a) for a in animals)} letters)")
+    return animals
+
+
 def letters_to_ids(word):
     return np.array([LETTERS.index(c) for c in word], dtype=np.int64)
 

@@ -14,7 +14,7 @@ from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
 from ..data.dictionary import SpanBertDictionary
-from ..data.find_animals import DEFAULT_ANIMALS, LETTERS, POSITION_BIASES, FindAnimalsDataset, generate
+from ..data.find_animals import DEFAULT_ANIMALS, LETTERS, POSITION_BIASES, FindAnimalsDataset, generate, parse_animals
 from ..data.span_drop import SpanDropOptions, apply_span_drop
 from ..errors import UsageError
 
@@ -45,10 +45,7 @@ class FindAnimalsTask(FairseqTask):
     def __init__(self, cfg, dictionary):
         super().__init__(cfg)
         self.dictionary = dictionary
-        self.animals = [a.strip() for a in cfg.animals.split(",") if a.strip()]
-        bad = [a for a in self.animals if not a or any(c not in LETTERS for c in a)]
-        if bad or not self.animals:
-            raise UsageError(f"--animals {cfg.animals!r}: expected comma-separated lowercase a-z names")
+        self.animals = parse_animals(cfg.animals, cfg.seq_len)
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
