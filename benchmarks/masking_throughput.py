@@ -60,10 +60,10 @@ def main():
 
     from spanbert_plugin.data.document_blocks import DocumentBlockDataset
     from spanbert_plugin.data.span_masked_dataset import SpanMaskedDataset
-    from spanbert_plugin.tasks.span_masked_lm import SpanBertMaskedLMTask, SpanMaskedLMConfig
+    from spanbert_plugin.tasks.span_masked_lm import SpanBertPretrainingConfig, SpanBertPretrainingTask
 
     data = prepared_data(args.out)
-    task = SpanBertMaskedLMTask.setup_task(SpanMaskedLMConfig(data=data, tokens_per_sample=512, seed=1))
+    task = SpanBertPretrainingTask.setup_task(SpanBertPretrainingConfig(data=data, tokens_per_sample=512, seed=1))
     d = task.dictionary
     docs = data_utils.load_indexed_dataset(os.path.join(data, "train"), d, "mmap")
     blocks = DocumentBlockDataset(docs, docs.sizes, 510, d.bos(), d.eos())
