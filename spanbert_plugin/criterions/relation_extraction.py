@@ -8,6 +8,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from ..evaluation.relation import COUNT_KEYS, relation_counts, relation_scores
+from ..modules.ad_drop import pseudo_label_logit_sum
 
 
 def relation_logits(model, sample, head_name: str) -> torch.Tensor:
@@ -24,6 +25,10 @@ class RelationExtractionCriterion(FairseqCriterion):
         super().__init__(task)
         self.head_name = task.cfg.relation_head_name
         self.negative_index = task.negative_index
+
+    def ad_drop_objective(self, model, sample):
+        """AD-DROP attribution scalar: the summed logits of the predicted relations."""
+        return pseudo_label_logit_sum(relation_logits(model, sample, self.head_name))
 
     def forward(self, model, sample, reduce=True):
         logits = relation_logits(model, sample, self.head_name)

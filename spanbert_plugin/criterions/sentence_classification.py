@@ -23,6 +23,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from ..evaluation.classification import classification_metrics, regression_metrics
+from ..modules.ad_drop import pseudo_label_logit_sum
 
 REGRESSION_METRICS = ("pearson", "spearman")
 
@@ -47,6 +48,12 @@ class SentenceClassificationCriterion(FairseqCriterion):
         self.head_name = task.cfg.classification_head_name
         self.regression = task.regression
         self.num_classes = task.num_classes
+
+    def ad_drop_objective(self, model, sample):
+        """AD-DROP attribution scalar: the summed logits of the predicted classes; for regression the loss."""
+        if self.regression:
+            return self(model, sample)[0]
+        return pseudo_label_logit_sum(classification_logits(model, sample, self.head_name))
 
     def forward(self, model, sample, reduce=True):
         logits = classification_logits(model, sample, self.head_name)

@@ -11,7 +11,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
@@ -20,12 +20,13 @@ from ..data.relation_dataset import RelationDataset
 from ..errors import UsageError
 from ..modules.relation_head import RE_POOLINGS
 from ..relation_extraction.prepare import load_re_meta
+from .ad_drop import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class RelationExtractionConfig(FairseqDataclass):
+class RelationExtractionConfig(ADDropConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare-re output folder"})
     re_pooling: ChoiceEnum(RE_POOLINGS) = field(
         default="cls",
@@ -37,7 +38,7 @@ class RelationExtractionConfig(FairseqDataclass):
 
 
 @register_task("relation_extraction", dataclass=RelationExtractionConfig)
-class RelationExtractionTask(FairseqTask):
+class RelationExtractionTask(ADDropMixin, FairseqTask):
     """Relation classification of a marked subject/object pair (SPEC §1.4)."""
 
     cfg: RelationExtractionConfig

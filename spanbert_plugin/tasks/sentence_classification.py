@@ -11,7 +11,6 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
 
@@ -19,12 +18,13 @@ from ..classification.prepare import read_meta
 from ..data.classification_dataset import ClassificationDataset
 from ..data.dictionary import SpanBertDictionary
 from ..errors import UsageError
+from .ad_drop import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SentenceClassificationConfig(FairseqDataclass):
+class SentenceClassificationConfig(ADDropConfig):
     data: str = field(default=MISSING, metadata={"help": "spanbert-prepare-classification output folder"})
     classification_head_name: str = field(
         default="sentence_classification_head", metadata={"help": "name of the [CLS] classification head"}
@@ -33,7 +33,7 @@ class SentenceClassificationConfig(FairseqDataclass):
 
 
 @register_task("sentence_classification", dataclass=SentenceClassificationConfig)
-class SentenceClassificationTask(FairseqTask):
+class SentenceClassificationTask(ADDropMixin, FairseqTask):
     """Single sentences or pairs to one of K labels (or one number with --regression at prepare time)."""
 
     cfg: SentenceClassificationConfig
