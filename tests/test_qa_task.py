@@ -11,8 +11,8 @@ from test_pretrain import TINY
 
 QA_TRAIN = [
     "--user-dir", "user_dir", "--task", "extractive_qa", "--criterion", "extractive_qa",
-    "--arch", "spanbert_tiny", "--max-positions", "128", "--optimizer", "adam", "--lr", "1e-3",
-    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "20", "--batch-size", "16", "--cpu",
+    "--arch", "spanbert_tiny", "--max-positions", "128", "--optimizer", "adam", "--lr", "2e-3",
+    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--batch-size", "32", "--cpu",
     "--num-workers", "0", "--seed", "3", "--no-epoch-checkpoints", "--log-format", "json",
     "--log-interval", "20", "--best-checkpoint-metric", "f1", "--maximize-best-checkpoint-metric",
     "--dropout", "0", "--attention-dropout", "0",
@@ -22,38 +22,38 @@ CITIES = ["Oslo", "Lima", "Kyoto", "Accra", "Quito", "Perth", "Turin", "Dakar", 
 
 
 def synthetic_squad(path, n_contexts, seed, filler_words, version_2=False):
-    """Passages of filler sentences with 'NAME lives in CITY .' facts; questions ask where NAME lives."""
+    """Passages of filler sentences, one 'NAME lives in CITY .' fact and two distractor city mentions.
+
+    The question asks where NAME lives; answering needs the 'lives in' cue, so picking one of the
+    three cities of the passage at random (the trivial baseline) scores about 33.
+    """
     rng = random.Random(seed)
-    articles = [{"title": "synthetic", "paragraphs": []}]
+    paragraphs = []
     for c in range(n_contexts):
-        people = rng.sample(NAMES, 3)
-        sentences = [" ".join(rng.choices(filler_words, k=rng.randint(4, 9))) + " ." for _ in range(6)]
-        facts = {}
-        for person in people:
-            city = rng.choice(CITIES)
-            facts[person] = city
-            sentences.insert(rng.randint(0, len(sentences)), f"{person} lives in {city} .")
+        person = rng.choice(NAMES)
+        city, *distractors = rng.sample(CITIES, 3)
+        sentences = [" ".join(rng.choices(filler_words, k=rng.randint(3, 7))) + " ." for _ in range(3)]
+        for other in distractors:
+            sentences.insert(rng.randint(0, len(sentences)), f"We flew over {other} today .")
+        sentences.insert(rng.randint(0, len(sentences)), f"{person} lives in {city} .")
         context = " ".join(sentences)
-        qas = []
-        for k, person in enumerate(people):
-            answer = facts[person]
-            start = context.index(f"{person} lives in ") + len(f"{person} lives in ")
-            qas.append({"id": f"q{c}_{k}", "question": f"Where does {person} live ?",
-                        "answers": [{"text": answer, "answer_start": start}]})
+        start = context.index(f"{person} lives in ") + len(f"{person} lives in ")
+        qas = [{"id": f"q{c}", "question": f"Where does {person} live ?",
+                "answers": [{"text": city, "answer_start": start}]}]
         if version_2:
-            absent = rng.choice([n for n in NAMES if n not in people])
+            absent = rng.choice([n for n in NAMES if n != person])
             qas.append({"id": f"q{c}_none", "question": f"Where does {absent} live ?", "answers": [], "is_impossible": True})
-        articles[0]["paragraphs"].append({"context": context, "qas": qas})
+        paragraphs.append({"context": context, "qas": qas})
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"version": "v2.0" if version_2 else "1.1", "data": articles}, f)
+        json.dump({"version": "v2.0" if version_2 else "1.1", "data": [{"title": "synthetic", "paragraphs": paragraphs}]}, f)
 
 
 @pytest.fixture(scope="module")
 def qa_data(wordpiece_data, corpus_files, tmp_path_factory):
     d = tmp_path_factory.mktemp("qa")
     words = [w for w in open(corpus_files[0], encoding="utf-8").read().split() if w.isalpha() and w.islower()][:3000]
-    synthetic_squad(d / "train.json", 240, 1, words)
-    synthetic_squad(d / "valid.json", 30, 2, words)
+    synthetic_squad(d / "train.json", 600, 1, words)
+    synthetic_squad(d / "valid.json", 80, 2, words)
     run_cli([bin_path("spanbert-prepare-qa"), "--train", str(d / "train.json"), "--valid", str(d / "valid.json"),
              "--tokenizer-from", wordpiece_data, "--destdir", str(d / "prepared"), "--max-seq-length", "64",
              "--doc-stride", "24", "--max-query-length", "16"])
@@ -71,8 +71,8 @@ def _valid_logs(stdout_and_err):
 @pytest.fixture(scope="module")
 def qa_run(qa_data, tmp_path_factory):
     save = str(tmp_path_factory.mktemp("qa_ck"))
-    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", "300", "--save-dir", save,
-                    "--validate-interval-updates", "150"])
+    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", "400", "--save-dir", save,
+                    "--validate-interval-updates", "200"])
     return save, proc.stdout + proc.stderr
 
 
@@ -83,10 +83,10 @@ def test_qa_training_learns_and_validates_whole_questions(qa_run, qa_data):
     last = logs[-1]
     for key in ("valid_em", "valid_f1", "valid_loss"):
         assert key in last
-    # three candidate cities... ten cities and 3 people per passage: a trivial baseline scores well below this
-    assert float(last["valid_f1"]) > 60, logs
+    # three cities per passage: guessing one of them scores about 33
+    assert float(last["valid_f1"]) > 70, logs
     stats = json.load(open(os.path.join(qa_data, "prepare_stats.json")))
-    assert stats["valid"]["questions"] == 90
+    assert stats["valid"]["questions"] == 80
 
 
 def test_predict_equals_validation(qa_run, qa_data, tmp_path):
@@ -97,7 +97,7 @@ def test_predict_equals_validation(qa_run, qa_data, tmp_path):
              "--data", qa_data, "--split", "valid", "--out", str(out)])
     scores = json.load(open(out / "eval.json"))
     predictions = json.load(open(out / "predictions.json"))
-    assert len(predictions) == scores["total"] == 90
+    assert len(predictions) == scores["total"] == 80
     assert scores["f1"] == pytest.approx(best, abs=1e-3)
     nbest = json.load(open(out / "nbest_predictions.json"))
     for qid, answers in nbest.items():
@@ -109,10 +109,10 @@ def test_resume_continues(qa_run, qa_data):
     import torch
 
     save, _ = qa_run
-    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", "320", "--save-dir", save])
-    assert "@ 300 updates" in proc.stdout + proc.stderr  # resumed from checkpoint_last.pt, not from scratch
+    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", "420", "--save-dir", save])
+    assert "@ 400 updates" in proc.stdout + proc.stderr  # resumed from checkpoint_last.pt, not from scratch
     state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu", weights_only=True)
-    assert state["optimizer_history"][-1]["num_updates"] == 320
+    assert state["optimizer_history"][-1]["num_updates"] == 420
     assert "qa_outputs.weight" in state["model"]
 
 
@@ -134,7 +134,7 @@ def test_squad2_metrics_logged(wordpiece_data, corpus_files, tmp_path):
              "--split", "valid", "--out", str(out)])
     scores = json.load(open(out / "eval.json"))
     odds = json.load(open(out / "null_odds.json"))
-    assert len(odds) == scores["total"] == 40
+    assert len(odds) == scores["total"] == 20
     assert scores["f1"] == pytest.approx(float(last["valid_f1"]), abs=1e-3)
     assert scores["best_f1"] == pytest.approx(float(last["valid_best_f1"]), abs=1e-3)
     for key in ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact", "best_f1_thresh"):

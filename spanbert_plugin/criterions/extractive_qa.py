@@ -110,7 +110,7 @@ class ExtractiveQACriterion(FairseqCriterion):
         records = [r for log in logging_outputs for r in log.get("qa_records", [])]
         if any("qa_records" in log for log in logging_outputs):
             with_negative = any(log.get("qa_with_negative", False) for log in logging_outputs)
-            metrics.log_custom(QARecordsMeter, "_qa_records", records, with_negative)
+            _log_to_this_validation(QARecordsMeter, "_qa_records", records, with_negative)
             keys = ["em", "f1"] + (["has_ans_f1", "no_ans_f1", "best_f1", "best_f1_thresh"] if with_negative else [])
             for key in keys:
                 metrics.log_derived(key, lambda meters, key=key: _summary_value(meters, key))
@@ -120,6 +120,23 @@ class ExtractiveQACriterion(FairseqCriterion):
         return self.training
 
 
+def _log_to_this_validation(meter_cls, key, *args):
+    """Update ``key`` only in the temporary aggregators of the current validation.
+
+    fairseq also keeps a named "valid" aggregator for the whole run and saves it
+    in checkpoints; per-question records there would grow with every validation.
+    """
+    persistent = {id(agg) for agg in getattr(metrics, "_aggregators", {}).values()}
+    for agg in metrics.get_active_aggregators():
+        if id(agg) in persistent:
+            continue
+        if key not in agg:
+            agg.add_meter(key, meter_cls(), 50)
+        agg[key].update(*args)
+
+
 def _summary_value(meters, key):
+    if "_qa_records" not in meters:
+        return float("nan")
     value = meters["_qa_records"].summary().get(key)
     return round(float(value), 4) if value is not None else float("nan")
