@@ -291,6 +291,7 @@ def test_makefile_drops_only_the_torchaudio_report(tmp_path):
 
 
 def test_fairseq_import_does_not_ask_for_tensorboardx():
-    result = subprocess.run([bin_path("python"), "-c", "import fairseq"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "tensorboardX" not in result.stderr + result.stdout
+    """fairseq logs "Please install tensorboardX" at import exactly when this import failed."""
+    from fairseq.tasks import text_to_speech
+
+    assert text_to_speech.SummaryWriter is not None
