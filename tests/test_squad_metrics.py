@@ -152,3 +152,19 @@ def test_squad11_dev_empty_normalising_golds():
     assert v1["exact_match"] == 100.0 and v1["f1"] == pytest.approx(100 * 10567 / 10570)
     v2 = evaluate(questions, predictions, rules="v2")
     assert v2["exact"] == pytest.approx(100 * 10567 / 10570) and v2["f1"] == pytest.approx(100 * 10567 / 10570)
+
+
+def test_question_scores_match_pairwise_maxima():
+    from spanbert_plugin.evaluation.squad import gold_answers, question_scores
+
+    cases = [("Broncos", ["Denver Broncos", "the Denver Broncos"]), ("", ["."]), ("", []),
+             ("dog dog cat", ["dog cat cat", "a dog", "."]), ("in 1999", ["1999", "in 1999!"])]
+    for prediction, answers in cases:
+        for rules in ("v1", "v2"):
+            if rules == "v1" and not answers:
+                with pytest.raises(ValueError):
+                    question_scores(prediction, answers, rules)
+                continue
+            golds = gold_answers(answers, rules)
+            expected = (max(exact_match(prediction, g) for g in golds), max(f1(prediction, g, rules) for g in golds))
+            assert question_scores(prediction, answers, rules) == pytest.approx(expected)

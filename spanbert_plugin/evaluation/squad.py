@@ -23,15 +23,14 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-_PUNCTUATION = set(string.punctuation)
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 RULES = ("v1", "v2")
 
 
 def normalize_answer(s: str) -> str:
     """Lower-case, drop punctuation, drop the articles a/an/the, collapse white space."""
-    s = "".join(ch for ch in s.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", s).split())
+    return " ".join(_ARTICLES.sub(" ", s.lower().translate(_PUNCTUATION)).split())
 
 
 def exact_match(prediction: str, gold: str) -> int:
@@ -39,19 +38,26 @@ def exact_match(prediction: str, gold: str) -> int:
     return int(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def f1(prediction: str, gold: str, rules: str = "v1") -> float:
-    """Token F1 (in [0, 1]) between the normalised texts; empty answers follow ``rules``."""
-    _check_rules(rules)
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
+def _token_f1(pred_tokens: List[str], pred_counts: Counter, gold_tokens: List[str], rules: str) -> float:
     if rules == "v2" and (not pred_tokens or not gold_tokens):
         return float(pred_tokens == gold_tokens)
-    common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    remaining, common = dict(pred_counts), 0  # size of the multiset intersection
+    for token in gold_tokens:
+        if remaining.get(token, 0) > 0:
+            remaining[token] -= 1
+            common += 1
     if common == 0:
         return 0.0
     precision = common / len(pred_tokens)
     recall = common / len(gold_tokens)
     return 2 * precision * recall / (precision + recall)
+
+
+def f1(prediction: str, gold: str, rules: str = "v1") -> float:
+    """Token F1 (in [0, 1]) between the normalised texts; empty answers follow ``rules``."""
+    _check_rules(rules)
+    pred_tokens = normalize_answer(prediction).split()
+    return _token_f1(pred_tokens, Counter(pred_tokens), normalize_answer(gold).split(), rules)
 
 
 def _check_rules(rules: str) -> None:
@@ -67,6 +73,20 @@ def gold_answers(answers: Sequence[str], rules: str) -> List[str]:
     return kept or [""]
 
 
+def question_scores(prediction: str, answers: Sequence[str], rules: str = "v1") -> Tuple[int, float]:
+    """(exact match, F1) of one prediction: the maxima over the question's gold answers under ``rules``."""
+    _check_rules(rules)
+    golds = {normalize_answer(g) for g in answers}  # equal golds score alike
+    if rules == "v2":  # as gold_answers: drop golds that normalise to "", none left: gold ""
+        golds = (golds - {""}) or {""}
+    elif not golds:
+        raise ValueError("no gold answer (v1 rules need at least one)")
+    normalized = normalize_answer(prediction)
+    pred_tokens = normalized.split()
+    pred_counts = Counter(pred_tokens)
+    return int(normalized in golds), max(_token_f1(pred_tokens, pred_counts, g.split(), rules) for g in golds)
+
+
 def raw_scores(questions: Sequence[Mapping], predictions: Mapping[str, str],
                rules: str = "v1") -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per question: (exact, f1, predicted) arrays; exact/f1 in [0, 1], 0 where no prediction."""
@@ -75,15 +95,11 @@ def raw_scores(questions: Sequence[Mapping], predictions: Mapping[str, str],
     token_f1 = np.zeros(len(questions))
     predicted = np.zeros(len(questions), dtype=bool)
     for i, question in enumerate(questions):
-        golds = gold_answers(question["answers"], rules)
-        if not golds:
+        if rules == "v1" and not question["answers"]:
             raise ValueError(f"question {question['id']}: no gold answer (v1 rules need at least one)")
-        if question["id"] not in predictions:
-            continue
-        prediction = predictions[question["id"]]
-        predicted[i] = True
-        exact[i] = max(exact_match(prediction, g) for g in golds)
-        token_f1[i] = max(f1(prediction, g, rules) for g in golds)
+        if question["id"] in predictions:
+            predicted[i] = True
+            exact[i], token_f1[i] = question_scores(predictions[question["id"]], question["answers"], rules)
     return exact, token_f1, predicted
 
 

@@ -8,11 +8,14 @@ original context by character offsets. Candidates of a question's windows are
 ranked by score and deduplicated by text; the first ``n_best`` form the n-best
 list, whose probabilities are a softmax over their scores. With unanswerable
 questions (``split.with_negative``) the null answer "" scores the least
-``start[0] + end[0]`` ([CLS]) over the question's windows, joins the n-best list,
-and wins when ``null_score - best_non_null_score > null_threshold``.
+``start[0] + end[0]`` ([CLS]) over the question's windows, joins the n-best list
+at its place by score (unless an empty text is already there), and wins when
+``null_odds = null_score - best_non_null_score > null_threshold`` (``null_odds``
+is +inf when no span survived). A question without any candidate and without
+negatives gets one empty answer with logits 0. Equal scores rank in any order.
 
 Candidate generation runs over all windows at once in numpy; Python only walks
-each question's few best candidates to deduplicate them.
+each question's few best candidates to deduplicate them and builds the n-best dicts.
 """
 from dataclasses import dataclass, field
 from typing import Dict, List
@@ -71,30 +74,30 @@ def _covered_questions(split: QASplit, window_ids: np.ndarray) -> np.ndarray:
     return questions
 
 
+def _top_positions(logits, inside, k):
+    """[B, k] the k highest positions of each row among ``inside`` ones (padding sorts last)."""
+    width = logits.shape[1]
+    return np.argpartition(np.where(inside, logits, -np.inf), width - k, axis=1)[:, width - k:]
+
+
 def _candidates(split, window_ids, start_logits, end_logits, n_best, max_answer_length):
-    """All surviving (row, start, end, score) pairs over the batch, as flat arrays."""
-    rows, width = start_logits.shape
-    offset = split.passage_offset[window_ids]
-    length = split.passage_lengths()[window_ids]
+    """Surviving pairs over the batch as flat arrays: row, start, end positions and passage token of each."""
+    width = start_logits.shape[1]
+    offset = split.passage_offset[window_ids][:, None]
+    length = split.passage_lengths()[window_ids][:, None]
+    first_token = (split.token_offsets[window_ids][:, None] - offset)  # passage token index of position 0
     # positions past the window's final [SEP] are padding: never among the top n
-    inside = np.arange(width)[None, :] < (offset + length + 1)[:, None]
-    start_masked = np.where(inside, start_logits, -np.inf)
-    end_masked = np.where(inside, end_logits, -np.inf)
+    inside = np.arange(width)[None, :] < offset + length + 1
     k = min(n_best, width)
-    top_start = np.argpartition(-start_masked, k - 1, axis=1)[:, :k]  # [B, k]
-    top_end = np.argpartition(-end_masked, k - 1, axis=1)[:, :k]
-    starts = np.broadcast_to(top_start[:, :, None], (rows, k, k))
-    ends = np.broadcast_to(top_end[:, None, :], (rows, k, k))
-    lo, hi = offset[:, None, None], (offset + length)[:, None, None]
-    keep = ((starts >= lo) & (starts < hi) & (ends >= lo) & (ends < hi)
-            & (ends >= starts) & (ends - starts + 1 <= max_answer_length))
+    top_start, top_end = _top_positions(start_logits, inside, k), _top_positions(end_logits, inside, k)
+    start_ok = (top_start >= offset) & (top_start < offset + length)
+    start_ok[start_ok] = split.max_context[(first_token + top_start)[start_ok]]
+    end_ok = (top_end >= offset) & (top_end < offset + length)
+    # [B, k, k] end - start in [0, max_answer_length): one unsigned comparison (negatives wrap around)
+    span = (top_end[:, None, :].astype(np.int32) - top_start[:, :, None].astype(np.int32)).view(np.uint32)
+    keep = (span < max_answer_length) & start_ok[:, :, None] & end_ok[:, None, :]
     row, i, j = np.nonzero(keep)
-    start, end = top_start[row, i], top_end[row, j]
-    first_token = split.token_offsets[window_ids[row]] - offset[row]  # passage token index of position 0
-    max_context = split.max_context[first_token + start]
-    row, start, end, first_token = row[max_context], start[max_context], end[max_context], first_token[max_context]
-    score = start_logits[row, start] + end_logits[row, end]
-    return row, start, end, score, first_token
+    return row, top_start[row, i], top_end[row, j], first_token[row, 0]
 
 
 def postprocess(split: QASplit, window_ids: np.ndarray, start_logits: np.ndarray, end_logits: np.ndarray,
@@ -112,74 +115,105 @@ def postprocess(split: QASplit, window_ids: np.ndarray, start_logits: np.ndarray
     if not questions.size:
         return QAPredictions(question_indices=questions)
     needed = split.passage_offset[window_ids] + split.passage_lengths()[window_ids] + 1
-    if window_ids.size and needed.max() > start_logits.shape[1]:
+    if needed.max() > start_logits.shape[1]:
         row = int(np.argmax(needed))
         raise ValueError(f"window {int(window_ids[row])} has {int(needed[row])} tokens but the logits only "
                          f"{start_logits.shape[1]} columns")
 
-    row, start, end, score, first_token = _candidates(split, window_ids, start_logits, end_logits,
-                                                      n_best, max_answer_length)
+    row, start, end, first_token = _candidates(split, window_ids, start_logits, end_logits, n_best,
+                                               max_answer_length)
     row_question = split.question_index[window_ids]
-    question = row_question[row]
-    order = np.lexsort((end, start, window_ids[row], -score, question))  # by question, best first
-    row, start, end, question = row[order], start[order], end[order], question[order]
-    char_start = split.char_start[first_token[order] + start]
-    char_end = split.char_end[first_token[order] + end]
-    first = np.searchsorted(question, questions, side="left")
-    last = np.searchsorted(question, questions, side="right")
-    if split.with_negative:
-        # the null answer of a question comes from its window with the least [CLS] score
-        null_scores = start_logits[:, 0] + end_logits[:, 0]
-        by_question = np.lexsort((null_scores, row_question))
-        null_rows = by_question[np.searchsorted(row_question[by_question], questions)]
+    # by question, best first: a quick sort by score, then a stable (radix) sort by question (ties: any order)
+    order = np.argsort(-(start_logits[row, start] + end_logits[row, end]))
+    dense = np.searchsorted(questions, row_question).astype(np.uint16 if len(questions) < 2 ** 16 else np.int64)
+    order = order[np.argsort(dense[row[order]], kind="stable")]
+    row, start, end, first_token = row[order], start[order], end[order], first_token[order]
+    char_start, char_end = split.char_start[first_token + start], split.char_end[first_token + end]
+    kept, texts, count, has_empty = _distinct_texts(split, questions, dense[row], char_start, char_end, n_best)
+    start_logit, end_logit = start_logits[row[kept], start[kept]], end_logits[row[kept], end[kept]]
+    score = start_logit + end_logit
+    owner = np.repeat(np.arange(len(questions)), count)
+    best = np.cumsum(count) - count  # index in ``kept`` of each question's best (non-null) answer
+    answered = count > 0
+    best_score = np.full(len(questions), -np.inf)
+    best_score[answered] = score[best[answered]]
 
-    result = QAPredictions(question_indices=questions)
-    for n, q in enumerate(questions):
-        context = split.contexts[split.questions[q]["context_index"]]
-        entries = []
-        seen = set()
-        for c in range(first[n], last[n]):
-            text = context[char_start[c]:char_end[c]]
-            if text in seen:
-                continue
-            seen.add(text)
-            entries.append(_entry(text, start_logits[row[c], start[c]], end_logits[row[c], end[c]],
-                                  char_start[c], char_end[c]))
-            if len(entries) == n_best:
-                break
-        qid = split.questions[q]["id"]
-        if split.with_negative:
-            null_row = null_rows[n]
-            null = _entry("", start_logits[null_row, 0], end_logits[null_row, 0], -1, -1)
-            answer, result.null_odds[qid] = _null_decision(entries, null, "" in seen, null_threshold)
-        else:
-            answer = entries[0]["text"] if entries else ""
-        if not entries:
-            entries = [_entry("", 0.0, 0.0, -1, -1)]
-        scores = np.array([e["score"] for e in entries])
-        probs = np.exp(scores - scores.max())
-        probs /= probs.sum()
-        for e, p in zip(entries, probs):
-            e["probability"] = float(p)
-            del e["score"]
-        result.ids.append(qid)
-        result.predictions[qid] = answer
-        result.nbest[qid] = entries
+    result = QAPredictions(question_indices=questions, ids=[split.questions[q]["id"] for q in questions.tolist()])
+    says_null = ~answered
+    group_max = best_score  # entries are sorted: the first is each question's largest score
+    if split.with_negative:
+        null_rows = _null_rows(row_question, start_logits, end_logits, questions)
+        null_start, null_end = start_logits[null_rows, 0], end_logits[null_rows, 0]
+        null_score = null_start + null_end
+        null_odds = null_score - best_score
+        says_null |= null_odds > null_threshold
+        result.null_odds = dict(zip(result.ids, null_odds.tolist()))
+        add_null = ~has_empty  # the null answer joins the n-best list unless an empty text is there
+        group_max = np.where(add_null, np.maximum(best_score, null_score), best_score)
+        null_weight = np.where(add_null, np.exp(null_score - group_max), 0.0)
+        # its place: after the entries scoring at least as much
+        null_at = np.bincount(owner, weights=score >= null_score[owner], minlength=len(questions)).astype(np.int64)
+    weights = np.exp(score - group_max[owner])
+    total = np.bincount(owner, weights=weights, minlength=len(questions))
+    if split.with_negative:
+        total = total + null_weight
+        null_probability = (null_weight / total).tolist()
+    probability = weights / total[owner]
+
+    answers = np.where(says_null, -1, best).tolist()
+    result.predictions = {qid: "" if a < 0 else texts[a] for qid, a in zip(result.ids, answers)}
+    rows = list(zip(texts, probability.tolist(), start_logit.tolist(), end_logit.tolist(),
+                    char_start[kept].tolist(), char_end[kept].tolist()))
+    bounds = np.r_[0, np.cumsum(count)].tolist()
+    for n, qid in enumerate(result.ids):
+        nbest = [{"text": text, "probability": p, "start_logit": sl, "end_logit": el, "start": cs, "end": ce}
+                 for text, p, sl, el, cs, ce in rows[bounds[n]:bounds[n + 1]]]
+        if split.with_negative and add_null[n]:
+            nbest.insert(int(null_at[n]), {"text": "", "probability": null_probability[n],
+                                            "start_logit": float(null_start[n]), "end_logit": float(null_end[n]),
+                                            "start": -1, "end": -1})
+        elif not nbest:  # no candidate at all
+            nbest = [{"text": "", "probability": 1.0, "start_logit": 0.0, "end_logit": 0.0, "start": -1, "end": -1}]
+        result.nbest[qid] = nbest
     return result
 
 
-def _entry(text, start_logit, end_logit, start, end):
-    start_logit, end_logit = float(start_logit), float(end_logit)
-    return {"text": text, "probability": 0.0, "start_logit": start_logit, "end_logit": end_logit,
-            "start": int(start), "end": int(end), "score": start_logit + end_logit}
+def _distinct_texts(split, questions, candidate_question, char_start, char_end, n_best):
+    """Each question's first ``n_best`` candidates of distinct text.
+
+    Candidates are sorted by ``candidate_question`` (position in ``questions``), best first.
+    Returns the kept candidates' indices, their texts, and per question how many were kept and
+    whether one of them is the empty text.
+    """
+    bounds = np.searchsorted(candidate_question, np.arange(len(questions) + 1)).tolist()
+    first, last = bounds[:-1], bounds[1:]
+    char_start, char_end = char_start.tolist(), char_end.tolist()
+    kept, texts, count, has_empty = [], [], [], []
+    for q, lo, hi in zip(questions.tolist(), first, last):
+        context = split.contexts[split.questions[q]["context_index"]]
+        top = min(hi, lo + n_best)
+        best_texts = [context[a:b] for a, b in zip(char_start[lo:top], char_end[lo:top])]
+        seen = set(best_texts)
+        if len(seen) == len(best_texts):  # the usual case: the first n_best texts are already distinct
+            kept.extend(range(lo, top))
+            texts.extend(best_texts)
+        else:
+            seen = set()
+            for c in range(lo, hi):
+                text = context[char_start[c]:char_end[c]]
+                if text not in seen:
+                    seen.add(text)
+                    kept.append(c)
+                    texts.append(text)
+                    if len(seen) == n_best:
+                        break
+        count.append(len(seen))
+        has_empty.append("" in seen)
+    return np.array(kept, dtype=np.int64), texts, np.array(count, dtype=np.int64), np.array(has_empty, dtype=bool)
 
 
-def _null_decision(entries, null, empty_text_seen, null_threshold):
-    """Insert the null answer into the n-best list (by score); return (answer, null_odds)."""
-    if not empty_text_seen:
-        entries.insert(sum(e["score"] >= null["score"] for e in entries), null)
-    best_non_null = next((e for e in entries if e is not null), None)
-    if best_non_null is None:
-        return "", float("inf")
-    score_diff = null["score"] - best_non_null["score"]
-    return ("" if score_diff > null_threshold else best_non_null["text"]), float(score_diff)
+def _null_rows(row_question, start_logits, end_logits, questions) -> np.ndarray:
+    """Each question's null answer: the row of its window with the least [CLS] start + end score."""
+    null_scores = start_logits[:, 0] + end_logits[:, 0]
+    by_question = np.lexsort((null_scores, row_question))
+    return by_question[np.searchsorted(row_question[by_question], questions)]
