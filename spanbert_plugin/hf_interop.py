@@ -5,9 +5,14 @@ a prefix change: ``encoder.embeddings.*`` <-> ``bert.embeddings.*``,
 ``encoder.encoder.layer.N.*`` <-> ``bert.encoder.layer.N.*``, and the MLM head
 ``lm_head.{dense,LayerNorm,bias}`` <-> ``cls.predictions.{transform.dense,
 transform.LayerNorm,bias}`` (its decoder is tied to the word embeddings on
-both sides). The SBO head has no place in ``transformers``; export writes it to
-``sbo_head.safetensors`` + ``sbo_config.json`` beside the model, and import
-reads it back when present.
+both sides). Task heads map onto transformers' own: the extractive-QA head
+``qa_outputs`` keeps its name (``BertForQuestionAnswering``), and a
+classification head ``classification_heads.NAME.{dense,out_proj}`` is BERT's
+pooler + classifier, ``bert.pooler.dense`` + ``classifier``
+(``BertForSequenceClassification``: dense -> tanh -> dropout -> linear on the
+first token, as ours). The SBO head has no place in ``transformers``; export
+writes it to ``sbo_head.safetensors`` + ``sbo_config.json`` beside the model,
+and import reads it back when present.
 """
 import json
 import os
@@ -29,9 +34,14 @@ class InteropError(UsageError):
     """Bad input for export/import: the message names the file and the problem."""
 
 
-def to_hf_state_dict(state):
-    """spanbert state dict -> BertForMaskedLM names (SBO and classification heads left out)."""
+IMPORTED_HEAD = "sentence_classification_head"  # the name fairseq's sentence_prediction (and ours) use
+QA_HEAD = "qa"  # --head value selecting the extractive-QA head
+
+
+def to_hf_state_dict(state, classification_head=None):
+    """spanbert state dict -> transformers BERT names: encoder, MLM head, QA head, one classification head."""
     out = {}
+    head_prefix = f"classification_heads.{classification_head}."
     for key, value in state.items():
         if key.startswith("encoder.embeddings.") or key.startswith("encoder.encoder."):
             out["bert." + key[len("encoder."):]] = value
@@ -41,12 +51,21 @@ def to_hf_state_dict(state):
                 out["cls.predictions.bias"] = value
             elif name != "weight":  # tied decoder weight
                 out["cls.predictions.transform." + name] = value
+        elif key.startswith("qa_outputs."):
+            out[key] = value
+        elif classification_head is not None and key.startswith(head_prefix):
+            name = key[len(head_prefix):]
+            if name.startswith("dense."):
+                out["bert.pooler." + name] = value
+            elif name.startswith("out_proj."):
+                out["classifier." + name[len("out_proj."):]] = value
     return out
 
 
 def from_hf_state_dict(hf_state):
-    """BERT (HF) names -> spanbert names; unknown keys (pooler, NSP) are returned separately."""
+    """BERT (HF) names -> spanbert names; unknown keys (NSP, a pooler without classifier) are returned separately."""
     ours, ignored = {}, []
+    has_classifier = "classifier.weight" in hf_state
     for key, value in hf_state.items():
         name = key[len("bert."):] if key.startswith("bert.") else key
         if name.startswith("embeddings.") or name.startswith("encoder.layer."):
@@ -55,6 +74,12 @@ def from_hf_state_dict(hf_state):
             ours["lm_head." + name[len("cls.predictions.transform."):]] = value
         elif name in ("cls.predictions.bias", "cls.predictions.decoder.bias"):
             ours["lm_head.bias"] = value
+        elif name.startswith("qa_outputs."):
+            ours[name] = value
+        elif has_classifier and name.startswith("pooler.dense."):
+            ours[f"classification_heads.{IMPORTED_HEAD}.dense." + name[len("pooler.dense."):]] = value
+        elif name.startswith("classifier."):
+            ours[f"classification_heads.{IMPORTED_HEAD}.out_proj." + name[len("classifier."):]] = value
         elif name == "embeddings.position_ids" or name.endswith("position_ids"):
             continue
         else:
@@ -63,9 +88,52 @@ def from_hf_state_dict(hf_state):
     return ours, ignored
 
 
-def bert_config_of(model_cfg, dictionary):
+def label_names(task, num_labels):
+    """The task's class names in id order when it has them (a ``labels`` list or a fairseq label dictionary), else None."""
+    try:
+        labels = getattr(task, "labels", None)
+        if labels is None and getattr(task, "state", None) is not None:  # as tasks save them in checkpoints
+            labels = task.state.state_dict.get("labels")
+        if labels is None and getattr(task, "label_dictionary", None) is not None:
+            labels = task.label_dictionary.symbols[task.label_dictionary.nspecial:]
+    except Exception:  # noqa: BLE001 - names are optional: a task that cannot say gets transformers' LABEL_i
+        return None
+    if isinstance(labels, (list, tuple)) and len(labels) == num_labels and all(isinstance(x, str) for x in labels):
+        return list(labels)
+    return None
+
+
+def choose_heads(model, head=None):
+    """(export the QA head?, classification head name or None); InteropError when the choice is ambiguous."""
+    names = list(model.classification_heads)
+    has_qa = model.qa_outputs is not None
+    available = ([QA_HEAD] if has_qa else []) + names
+    if head is not None:
+        if head not in available:
+            raise InteropError(f"--head {head}: the checkpoint has no such head (it has: {', '.join(available) or 'none'})")
+        return head == QA_HEAD, None if head == QA_HEAD else head
+    if len(names) > 1:
+        raise InteropError(f"the checkpoint has {len(names)} classification heads ({', '.join(names)}); "
+                           f"choose one with --head (or --head {QA_HEAD})")
+    chosen = names[0] if names else None
+    if has_qa and chosen is not None and model.classification_heads[chosen].out_proj.out_features != 2:
+        # transformers sizes both qa_outputs and classifier by one num_labels
+        raise InteropError(f"the QA head and the {model.classification_heads[chosen].out_proj.out_features}-class head "
+                           f"{chosen} cannot share one transformers config (num_labels); choose one with --head")
+    return has_qa, chosen
+
+
+def bert_config_of(model_cfg, dictionary, architectures=("BertForMaskedLM",), num_labels=2, labels=None,
+                   regression=False):
+    """The transformers ``BertConfig`` of a spanbert model (and of the task head written with it)."""
     from transformers import BertConfig
 
+    if labels:  # transformers derives num_labels from id2label
+        extra = {"id2label": dict(enumerate(labels)), "label2id": {x: i for i, x in enumerate(labels)}}
+    else:
+        extra = {"num_labels": num_labels}
+    if regression:
+        extra["problem_type"] = "regression"
     return BertConfig(
         vocab_size=len(dictionary),
         hidden_size=model_cfg.encoder_embed_dim,
@@ -75,12 +143,14 @@ def bert_config_of(model_cfg, dictionary):
         hidden_act="gelu",
         hidden_dropout_prob=model_cfg.dropout,
         attention_probs_dropout_prob=model_cfg.attention_dropout,
+        classifier_dropout=model_cfg.pooler_dropout,
         max_position_embeddings=model_cfg.max_positions,
         type_vocab_size=model_cfg.type_vocab_size,
         initializer_range=model_cfg.init_std,
         layer_norm_eps=model_cfg.layer_norm_eps,
         pad_token_id=dictionary.pad(),
-        architectures=["BertForMaskedLM"],
+        architectures=list(architectures),
+        **extra,
     )
 
 
@@ -139,26 +209,61 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
     return hf
 
 
+def _max_diff(ours, theirs):
+    return (ours - theirs).abs().max().item()
+
+
 @torch.no_grad()
-def compare_outputs(hub, hf_model, text=SAMPLE_TEXT):
-    """Max abs differences of final hidden states and MLM logits for the same text."""
+def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAMPLE_TEXT):
+    """Reload ``directory`` with transformers; max abs differences from fairseq of every exported output."""
+    from transformers.utils import logging as hf_logging
+
     tokens = hub.encode(text)[: hub.model.max_positions()].unsqueeze(0)
+    inputs = {"input_ids": tokens, "attention_mask": torch.ones_like(tokens)}
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # each class ignores the other heads' weights: expected, not worth a warning
+    hf_logging.disable_progress_bar()  # a bar per reload would bury the command's one-line report
+    try:
+        return _compare(hub, directory, tokens, inputs, qa, classification_head)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _compare(hub, directory, tokens, inputs, qa, classification_head):
+    from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
+
     ours = hub.model
     ours.eval()
-    hf_model.eval()
     features, _ = ours(tokens, features_only=True)
-    ours_logits = ours.lm_head(features)
-    hf_out = hf_model(input_ids=tokens, attention_mask=torch.ones_like(tokens), output_hidden_states=True)
-    return {
-        "hidden": (features - hf_out.hidden_states[-1]).abs().max().item(),
-        "mlm_logits": (ours_logits - hf_out.logits).abs().max().item(),
-    }
+    mlm = _load_checked(BertForMaskedLM, directory)
+    hf_out = mlm(**inputs, output_hidden_states=True)
+    diffs = {"hidden": _max_diff(features, hf_out.hidden_states[-1]),
+             "mlm_logits": _max_diff(ours.lm_head(features), hf_out.logits)}
+    if qa:
+        (start, end), _ = ours(tokens, qa=True)
+        hf_qa = _load_checked(BertForQuestionAnswering, directory)(**inputs)
+        diffs["qa_start_logits"] = _max_diff(start, hf_qa.start_logits)
+        diffs["qa_end_logits"] = _max_diff(end, hf_qa.end_logits)
+    if classification_head is not None:
+        logits, _ = ours(tokens, classification_head_name=classification_head)
+        diffs["class_logits"] = _max_diff(logits, _load_checked(BertForSequenceClassification, directory)(**inputs).logits)
+    return diffs
 
 
-def export_hf(checkpoint, out_dir, data=None, force=False):
-    """Write a transformers directory for a spanbert checkpoint, then check it against fairseq."""
+def _load_checked(model_class, directory):
+    """``model_class.from_pretrained(directory)``; every weight must come from the directory."""
+    model, info = model_class.from_pretrained(directory, output_loading_info=True)
+    missing = [k for k in info["missing_keys"] if not k.endswith("position_ids") and k != "cls.predictions.decoder.weight"]
+    if missing:
+        raise InteropError(f"export check failed: {model_class.__name__} found no weights for {', '.join(missing[:5])}")
+    return model.eval()
+
+
+def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
+    """Write a transformers directory for a spanbert checkpoint (and its task heads), then check it against fairseq."""
     from safetensors.torch import save_file
-    from transformers import BertForMaskedLM
 
     from .models.hub_interface import load_hub_model
 
@@ -169,15 +274,25 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
     # a relative --data is relative to the working directory (load_hub_model falls back to the checkpoint's folder)
     hub = load_hub_model(os.path.dirname(os.path.abspath(checkpoint)), os.path.abspath(checkpoint), data)
     model, d = hub.model.float(), hub.dictionary
-    config = bert_config_of(model.cfg, d)
-    hf_model = BertForMaskedLM(config)
-    missing, unexpected = hf_model.load_state_dict(to_hf_state_dict(model.state_dict()), strict=False)
-    missing = [k for k in missing if k not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-               and not k.endswith("position_ids")]
-    if missing or unexpected:
-        raise InteropError(f"{checkpoint}: weights do not map onto BertForMaskedLM (missing {missing}, unexpected {unexpected})")
+    qa, classification_head = choose_heads(model, head)
+    architectures, num_labels, labels, regression = ["BertForMaskedLM"], 2, None, False
+    if qa:
+        architectures.append("BertForQuestionAnswering")
+    if classification_head is not None:
+        module = model.classification_heads[classification_head]
+        if module.dense.out_features != model.cfg.encoder_embed_dim:
+            raise InteropError(f"{checkpoint}: classification head {classification_head} has inner size "
+                               f"{module.dense.out_features}; transformers' pooler needs the hidden size {model.cfg.encoder_embed_dim}")
+        architectures.append("BertForSequenceClassification")
+        num_labels = module.out_proj.out_features
+        labels = label_names(hub.task, num_labels)
+        regression = bool(getattr(hub.task, "regression", False)) and num_labels == 1
+    config = bert_config_of(model.cfg, d, architectures, num_labels, labels, regression)
+    weights = {k: v.detach().float().contiguous() for k, v in to_hf_state_dict(model.state_dict(), classification_head).items()
+               if qa or not k.startswith("qa_outputs.")}
     with atomic_directory(out_dir, "spanbert-export-hf", inputs, force, "--out") as work:
-        hf_model.save_pretrained(work, safe_serialization=True)
+        config.save_pretrained(work)
+        save_file(weights, os.path.join(work, "model.safetensors"), metadata={"format": "pt"})
         save_hf_tokenizer(hub.tokenizer, d, work, model.max_positions())
         sbo = {k: v.contiguous() for k, v in model.sbo_head.state_dict().items() if k != "weight"}
         save_file(sbo, os.path.join(work, SBO_WEIGHTS))
@@ -188,8 +303,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False):
                        "decoder": "tied to bert.embeddings.word_embeddings.weight",
                        "inputs": "[left boundary state; right boundary state; position embedding of offset-1]"}, f, indent=2)
         # self-check: reload from disk with transformers and compare with fairseq again
-        reloaded = BertForMaskedLM.from_pretrained(work)
-        diffs = compare_outputs(hub, reloaded)
+        diffs = compare_outputs(hub, work, qa, classification_head)
         if max(diffs.values()) > TOLERANCE:
             raise InteropError(f"export check failed: transformers and fairseq differ by {diffs} (tolerance {TOLERANCE})")
     return diffs
@@ -300,6 +414,7 @@ def import_hf(hf_dir, out_dir, force=False):
                "--dropout", str(config.get("hidden_dropout_prob", 0.1)),
                "--attention-dropout", str(config.get("attention_probs_dropout_prob", 0.1)),
                "--init-std", str(config.get("initializer_range", 0.02)),
+               "--pooler-dropout", str(config.get("classifier_dropout") or config.get("hidden_dropout_prob", 0.1)),
                "--tokens-per-sample", str(min(512, config["max_position_embeddings"]))]
         sbo_config_path = os.path.join(hf_dir, SBO_CONFIG)
         sbo_config = _read_json(sbo_config_path) if os.path.isfile(sbo_config_path) else None
@@ -309,9 +424,8 @@ def import_hf(hf_dir, out_dir, force=False):
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
         if sbo_config:
-            from safetensors.torch import load_file
-
-            ours.update({"sbo_head." + k: v for k, v in load_file(os.path.join(hf_dir, SBO_WEIGHTS)).items()})
+            ours.update({"sbo_head." + k: v for k, v in _read_weights(os.path.join(hf_dir, SBO_WEIGHTS)).items()})
+        heads, labels = _register_task_heads(model, ours, config, hf_dir)
         expected = model.state_dict()
         for key, value in ours.items():
             if key not in expected:
@@ -323,11 +437,36 @@ def import_hf(hf_dir, out_dir, force=False):
         cfg.task.data = os.path.abspath(out_dir)
         checkpoint_utils.torch_persistent_save(
             {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict(),
-             "criterion": None, "task_state": {},
+             # class names kept where tasks keep them, so an export gives them back
+             "criterion": None, "task_state": {"labels": labels} if labels else {},
              # a fresh start: no optimizer state, update 0, epoch 1
              "optimizer_history": [{"criterion_name": "SpanBertCriterion", "optimizer_name": "none",
                                     "lr_scheduler_state": {"best": None}, "num_updates": 0}],
              "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}},
             os.path.join(work, "model.pt"),
         )
-    return {"freshly_initialised": fresh, "ignored_hf_weights": ignored}
+    return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads}
+
+
+def _register_task_heads(model, ours, config, hf_dir):
+    """Create the QA / classification heads the HF weights hold: (descriptions for the report, class names or None)."""
+    heads, labels = [], None
+    qa = ours.get("qa_outputs.weight")
+    if qa is not None:
+        if qa.dim() != 2 or qa.shape[0] != 2:
+            raise InteropError(f"{hf_dir}: qa_outputs has {qa.shape[0]} outputs; extractive QA needs 2 (start, end)")
+        model.register_qa_head()
+        heads.append("qa_outputs (extractive QA: start and end logits)")
+    out_proj = ours.get(f"classification_heads.{IMPORTED_HEAD}.out_proj.weight")
+    if out_proj is not None:
+        if f"classification_heads.{IMPORTED_HEAD}.dense.weight" not in ours:
+            raise InteropError(f"{hf_dir}: a classifier without bert.pooler.dense weights; BertForSequenceClassification has both")
+        num_classes, inner = out_proj.shape
+        model.register_classification_head(IMPORTED_HEAD, num_classes=num_classes, inner_dim=inner)
+        id2label = config.get("id2label") or {}
+        names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_classes)]
+        if names != [f"LABEL_{i}" for i in range(num_classes)]:  # transformers' defaults are no names
+            labels = names
+        kind = "regression" if config.get("problem_type") == "regression" else f"{num_classes} classes: {', '.join(names)}"
+        heads.append(f"classification head {IMPORTED_HEAD} (from bert.pooler + classifier; {kind})")
+    return heads, labels

@@ -41,8 +41,11 @@ def test_export_round_trip(which, request, corpus_files, tmp_path):
 
     checkpoint = request.getfixturevalue(f"{which}_checkpoint")
     out = tmp_path / "hf"
-    proc = run_cli([bin_path("spanbert-export-hf"), "--checkpoint", checkpoint, "--out", str(out)])
-    assert "max |diff|" in proc.stdout
+    if which == "spm":  # the console script once; in-process otherwise (saves a start-up)
+        stdout = run_cli([bin_path("spanbert-export-hf"), "--checkpoint", checkpoint, "--out", str(out)]).stdout
+    else:
+        stdout = _export(checkpoint, out)
+    assert "max |diff|" in stdout
     for name in ("config.json", "model.safetensors", "sbo_head.safetensors", "sbo_config.json", "tokenizer_config.json"):
         assert (out / name).exists(), name
     hub = SpanBertModel.from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint))
@@ -173,8 +176,8 @@ def test_import_matches_hf_and_exports_back(wordpiece_vocab, corpus_files, tmp_p
 
     hf_dir = tmp_path / "hf"
     hf_model = random_hf_bert(hf_dir, wordpiece_vocab)
-    proc = run_cli([bin_path("spanbert-import-hf"), "--hf", str(hf_dir), "--out", str(tmp_path / "imported")])
-    assert "freshly initialised" in proc.stdout and "sbo_head" in proc.stdout  # reported
+    stdout = _import(hf_dir, tmp_path / "imported")
+    assert "freshly initialised" in stdout and "sbo_head" in stdout  # reported
     hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
     vocab = open(wordpiece_vocab, encoding="utf-8").read().splitlines()
     hf_tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=False)
@@ -186,7 +189,7 @@ def test_import_matches_hf_and_exports_back(wordpiece_vocab, corpus_files, tmp_p
             theirs = hf_model.bert(input_ids=tokens[None]).last_hidden_state
         assert (ours - theirs).abs().max() <= 1e-4
     # export of the import gives back the same tensors
-    run_cli([bin_path("spanbert-export-hf"), "--checkpoint", str(tmp_path / "imported" / "model.pt"), "--out", str(tmp_path / "back")])
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "back")
     exported = load_file(str(tmp_path / "back" / "model.safetensors"))
     original = hf_model.state_dict()
     compared = 0
@@ -331,3 +334,148 @@ def test_outputs_never_overwrite_inputs(imported_tiny, tmp_path, monkeypatch):
     assert sorted(again) == sorted(first) and again["model.safetensors"][0] == first["model.safetensors"][0]
     status, _, _ = call(import_main, ["--hf", "hf_export", "--out", "imported"])
     assert status == 0 and call(import_main, ["--hf", "hf_export", "--out", "imported", "--force"])[0] == 0
+
+
+def _import(hf_dir, out):
+    from spanbert_plugin.cli.import_hf import main
+
+    status, stdout, err = call(main, ["--hf", hf_dir, "--out", out])
+    assert status == 0, err
+    return stdout
+
+
+def _export(checkpoint, out, *extra):
+    from spanbert_plugin.cli.export_hf import main
+
+    status, stdout, err = call(main, ["--checkpoint", checkpoint, "--out", out, *extra])
+    assert status == 0, err
+    return stdout
+
+
+def _qa_inputs(hub, corpus):
+    """Question + passage pairs of real text, padded into one batch (HF's mask and ours agree on padding)."""
+    lines = _sample_lines(corpus, 6)
+    rows = [hub.encode(lines[i], lines[i + 1])[:128] for i in range(0, 6, 2)]
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=hub.dictionary.pad())
+
+
+def test_qa_head_round_trip(wordpiece_vocab, corpus_files, tmp_path):
+    """BertForQuestionAnswering -> import -> same start/end logits here -> export -> same logits in transformers."""
+    from transformers import BertForQuestionAnswering
+
+    from spanbert_plugin.models.spanbert import SpanBertModel
+
+    hf_model = random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertForQuestionAnswering", initializer_range=0.2)
+    assert "task head kept: qa_outputs" in _import(tmp_path / "hf", tmp_path / "imported")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    tokens = _qa_inputs(hub, corpus_files[1])
+    mask = tokens.ne(hub.dictionary.pad())
+    with torch.no_grad():
+        (start, end), _ = hub.model(tokens, qa=True)
+        reference = hf_model(input_ids=tokens, attention_mask=mask.long())
+    assert start.abs().max() > 0.1  # logits of real size, so 1e-4 is a real bound
+    assert (start - reference.start_logits)[mask].abs().max() <= 1e-4
+    assert (end - reference.end_logits)[mask].abs().max() <= 1e-4
+
+    stdout = _export(tmp_path / "imported" / "model.pt", tmp_path / "back")
+    assert "qa_start_logits" in stdout and "qa_end_logits" in stdout
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert "BertForQuestionAnswering" in config["architectures"] and "BertForMaskedLM" in config["architectures"]
+    back = BertForQuestionAnswering.from_pretrained(str(tmp_path / "back")).eval()
+    assert torch.equal(back.qa_outputs.weight, hf_model.qa_outputs.weight)
+    with torch.no_grad():
+        again = back(input_ids=tokens, attention_mask=mask.long())
+    assert (again.start_logits - reference.start_logits)[mask].abs().max() <= 1e-4
+    assert (again.end_logits - reference.end_logits)[mask].abs().max() <= 1e-4
+
+
+def _classifier_dir(directory, vocab_file):
+    labels = ["negative", "neutral", "positive"]
+    return random_hf_bert(directory, vocab_file, "BertForSequenceClassification", initializer_range=0.2,
+                          id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
+
+
+def test_classification_head_round_trip(wordpiece_vocab, corpus_files, tmp_path):
+    """BertForSequenceClassification -> import -> same logits and labels here -> export -> same in transformers."""
+    from transformers import BertForSequenceClassification
+
+    from spanbert_plugin.hf_interop import IMPORTED_HEAD
+    from spanbert_plugin.models.spanbert import SpanBertModel
+
+    hf_model = _classifier_dir(tmp_path / "hf", wordpiece_vocab)
+    stdout = _import(tmp_path / "hf", tmp_path / "imported")
+    assert f"classification head {IMPORTED_HEAD}" in stdout and "3 classes: negative, neutral, positive" in stdout
+    assert "no spanbert counterpart" not in stdout  # the pooler is kept, not ignored
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    for text in _sample_lines(corpus_files[1], 8):
+        tokens = hub.encode(text)[:128]
+        with torch.no_grad():
+            ours = hub.predict(IMPORTED_HEAD, tokens, return_logits=True)
+            reference = hf_model(input_ids=tokens[None]).logits
+        assert ours.abs().max() > 0.1 and (ours - reference).abs().max() <= 1e-4, text
+
+    stdout = _export(tmp_path / "imported" / "model.pt", tmp_path / "back")
+    assert "class_logits" in stdout
+    back = BertForSequenceClassification.from_pretrained(str(tmp_path / "back")).eval()
+    assert back.config.num_labels == 3 and back.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    assert "BertForSequenceClassification" in back.config.architectures
+    tokens = hub.encode(_sample_lines(corpus_files[1], 1)[0])[None, :128]
+    with torch.no_grad():
+        assert (back(input_ids=tokens).logits - hf_model(input_ids=tokens).logits).abs().max() <= 1e-4
+
+
+def test_export_head_choice(wordpiece_vocab, tmp_path):
+    """Several heads: --head picks one; a QA head and a 3-class head cannot share transformers' num_labels."""
+    from transformers import BertForQuestionAnswering, BertForSequenceClassification
+
+    from spanbert_plugin.cli.export_hf import main
+    from spanbert_plugin.hf_interop import IMPORTED_HEAD
+
+    _classifier_dir(tmp_path / "hf", wordpiece_vocab)
+    _import(tmp_path / "hf", tmp_path / "ck")
+    state = torch.load(tmp_path / "ck" / "model.pt", weights_only=True)
+    weights = state["model"]
+    torch.manual_seed(1)
+    weights["qa_outputs.weight"], weights["qa_outputs.bias"] = torch.randn(2, 64), torch.randn(2)
+    torch.save(state, tmp_path / "ck" / "qa_and_3_classes.pt")
+    for name in ("dense.weight", "dense.bias", "out_proj.weight", "out_proj.bias"):
+        weights[f"classification_heads.other.{name}"] = weights[f"classification_heads.{IMPORTED_HEAD}.{name}"][:2].clone() \
+            if name.startswith("out_proj") else weights[f"classification_heads.{IMPORTED_HEAD}.{name}"].clone()
+    torch.save(state, tmp_path / "ck" / "three_heads.pt")
+
+    for checkpoint, extra, expect in (
+        ("three_heads.pt", [], f"2 classification heads ({IMPORTED_HEAD}, other); choose one with --head"),
+        ("three_heads.pt", ["--head", "missing"], f"--head missing: the checkpoint has no such head (it has: qa, {IMPORTED_HEAD}, other)"),
+        ("qa_and_3_classes.pt", [], f"the QA head and the 3-class head {IMPORTED_HEAD} cannot share one transformers config"),
+    ):
+        status, _, err = call(main, ["--checkpoint", tmp_path / "ck" / checkpoint, "--out", tmp_path / "o", *extra])
+        assert status == 1 and expect in err and not (tmp_path / "o").exists(), err
+    _export(tmp_path / "ck" / "three_heads.pt", tmp_path / "other", "--head", "other")
+    other = BertForSequenceClassification.from_pretrained(str(tmp_path / "other"))
+    assert other.config.num_labels == 2 and other.config.architectures == ["BertForMaskedLM", "BertForSequenceClassification"]
+    assert torch.equal(other.classifier.weight, weights["classification_heads.other.out_proj.weight"])
+    stdout = _export(tmp_path / "ck" / "three_heads.pt", tmp_path / "qa", "--head", "qa")
+    assert "qa_start_logits" in stdout and "class_logits" not in stdout
+    qa = BertForQuestionAnswering.from_pretrained(str(tmp_path / "qa"))
+    assert torch.equal(qa.qa_outputs.weight, weights["qa_outputs.weight"])
+
+
+def test_label_names_from_tasks():
+    """id2label comes from a task's labels, its saved state, or a fairseq label dictionary; else none."""
+    from types import SimpleNamespace
+
+    from fairseq.data import Dictionary
+    from fairseq.tasks.fairseq_task import StatefulContainer
+
+    from spanbert_plugin.hf_interop import label_names
+
+    assert label_names(SimpleNamespace(labels=["a", "b"]), 2) == ["a", "b"]
+    assert label_names(SimpleNamespace(labels=["a", "b"]), 3) is None  # does not fit the head
+    state = StatefulContainer()
+    state.merge_state_dict({"labels": ["x", "y", "z"]})
+    assert label_names(SimpleNamespace(state=state), 3) == ["x", "y", "z"]
+    dictionary = Dictionary()
+    for label in ("entailment", "not_entailment"):
+        dictionary.add_symbol(label)
+    assert label_names(SimpleNamespace(label_dictionary=dictionary), 2) == ["entailment", "not_entailment"]
+    assert label_names(SimpleNamespace(), 2) is None

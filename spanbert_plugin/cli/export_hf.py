@@ -1,5 +1,6 @@
 """spanbert-export-hf: write a spanbert checkpoint as a HuggingFace transformers directory."""
 import argparse
+import logging
 import sys
 
 from ..errors import UsageError
@@ -16,6 +17,8 @@ def get_parser():
     parser.add_argument("--out", required=True, help="output folder (created; --force replaces an earlier export)")
     parser.add_argument("--data", help="folder with dict.txt and the tokenizer files, relative to the working directory "
                         "(default: the checkpoint's folder when it holds dict.txt, else the folder it was trained on)")
+    parser.add_argument("--head", help="task head to export when the checkpoint has several: a classification head's "
+                        "name, or 'qa' (default: the QA head and the only classification head)")
     parser.add_argument("--force", action="store_true", help="replace an earlier spanbert-export-hf output")
     return parser
 
@@ -25,8 +28,9 @@ def main(argv=None):
     from ..hf_interop import export_hf
 
     args = get_parser().parse_args(argv)
+    logging.getLogger().setLevel(logging.WARNING)  # importing fairseq sets the root logger to DEBUG
     try:
-        report = export_hf(args.checkpoint, args.out, args.data, args.force)
+        report = export_hf(args.checkpoint, args.out, args.data, args.force, args.head)
     except (UsageError, OutputError) as err:
         print(f"spanbert-export-hf: error: {err}", file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
 """spanbert-import-hf: turn a HuggingFace BERT directory into a spanbert checkpoint and data folder."""
 import argparse
+import logging
 import sys
 
 from ..errors import UsageError
@@ -22,12 +23,15 @@ def main(argv=None):
     from ..hf_interop import import_hf
 
     args = get_parser().parse_args(argv)
+    logging.getLogger().setLevel(logging.WARNING)  # importing fairseq sets the root logger to DEBUG
     try:
         report = import_hf(args.hf, args.out, args.force)
     except (UsageError, OutputError) as err:
         print(f"spanbert-import-hf: error: {err}", file=sys.stderr)
         return 1
     print(f"spanbert-import-hf: wrote {args.out}/model.pt")
+    for head in report["task_heads"]:
+        print(f"task head kept: {head}")
     if report["freshly_initialised"]:
         print("freshly initialised (not in the HF checkpoint): " + ", ".join(report["freshly_initialised"]))
     if report["ignored_hf_weights"]:
