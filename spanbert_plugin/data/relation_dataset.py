@@ -30,7 +30,8 @@ class RelationDataset(BaseWrapperDataset):
             "net_input": {
                 "src_tokens": RightPadDataset(tokens, pad_idx=pad_index),
                 "src_lengths": NumelDataset(tokens, reduce=False),
-                "entity_positions": RawLabelDataset(np.asarray(entity_positions).tolist()),
+                "entity_positions": entity_positions if isinstance(entity_positions, FairseqDataset)
+                else RawLabelDataset(np.asarray(entity_positions).tolist()),
             },
             "target": RawLabelDataset(np.asarray(labels).tolist()),
             "nsentences": NumSamplesDataset(),
@@ -40,13 +41,19 @@ class RelationDataset(BaseWrapperDataset):
         self._sizes = np.asarray(tokens.sizes, dtype=np.int64)
 
     @classmethod
-    def load(cls, folder: str, split: str, dictionary, shuffle: bool = False, seed: int = 1):
-        """Split ``split`` of a spanbert-prepare-re folder; UsageError names a missing file."""
+    def load(cls, folder: str, split: str, dictionary, shuffle: bool = False, seed: int = 1, transform=None):
+        """Split ``split`` of a spanbert-prepare-re folder; UsageError names a missing file.
+
+        ``transform(tokens, entity_positions) -> (tokens, entity_positions)`` (datasets) changes
+        both together, e.g. SpanDrop on training data.
+        """
         prefix = os.path.join(folder, split)
         if not (os.path.isfile(prefix + ".bin") and os.path.isfile(prefix + ".idx")):
             raise UsageError(f"{prefix}.bin/.idx: no such file (split {split!r} was not prepared in {folder})")
         tokens = data_utils.load_indexed_dataset(prefix, dictionary, "mmap")
         labels, positions, _ = load_split_arrays(folder, split)
+        if transform is not None:
+            tokens, positions = transform(tokens, positions)
         return cls(tokens, labels, positions, dictionary.pad(), shuffle, seed)
 
     @property

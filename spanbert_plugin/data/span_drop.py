@@ -173,16 +173,22 @@ class SpanDropDataset(BaseWrapperDataset):
 
 
 @dataclass
-class SpanDropOptions(FairseqDataclass):
-    """Task options for SpanDrop on training data (``--span-drop-*``)."""
+class SpanDropSampling(FairseqDataclass):
+    """The ``--span-drop-*`` options every task shares: how many spans, Bernoulli or Beta, drop or mask."""
 
     span_drop_p: float = field(default=0.0, metadata={"help": "expected share of spans dropped from training inputs (0: off)"})
     span_drop_gamma: Optional[float] = field(
         default=None, metadata={"help": "Beta-SpanDrop concentration gamma (the paper uses 1); unset: Bernoulli SpanDrop"}
     )
-    span_drop_unit: ChoiceEnum(UNITS) = field(default="token", metadata={"help": "span unit: token, chunk, separator or explicit"})
     span_drop_chunk_size: int = field(default=1, metadata={"help": "tokens per span for --span-drop-unit chunk"})
     span_drop_mode: ChoiceEnum(MODES) = field(default="drop", metadata={"help": "drop (remove spans) or mask (SpanMask baseline)"})
+
+
+@dataclass
+class SpanDropOptions(SpanDropSampling):
+    """Task options for SpanDrop on training data (``--span-drop-*``)."""
+
+    span_drop_unit: ChoiceEnum(UNITS) = field(default="token", metadata={"help": "span unit: token, chunk, separator or explicit"})
     span_drop_require_supporting: bool = field(
         default=False, metadata={"help": "resample (up to 10 times) until every supporting span survives"}
     )

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from ..data.finetune_span_drop import token_sentence_ids
 from ..errors import UsageError
 from ..file_utils import atomic_directory, check_destination
 from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_token_items
@@ -477,7 +478,8 @@ def featurize(qa: QAFile, tokenizer, bos: int, eos: int, config: QAConfig, train
                     end_positions=end_positions.astype(np.int64), passage_offset=passage_offset.astype(np.int64),
                     token_offsets=window_token_offsets, char_start=char_start[token_pos], char_end=char_end[token_pos],
                     max_context=max_context, questions=questions, contexts=list(qa.contexts), format=qa.format,
-                    with_negative=qa.with_negative)
+                    with_negative=qa.with_negative,
+                    sentence_ids=token_sentence_ids(qa.contexts, np.repeat(ctx, length), char_start[token_pos]))
     stats = {
         "format": qa.format,
         "contexts": len(qa.contexts),

@@ -13,17 +13,19 @@ A split ``S`` of a ``spanbert-prepare-qa`` folder is:
 Windows of one question are consecutive and questions keep the input order,
 so ``question_index`` is sorted. Passage tokens of window ``w`` sit at token
 positions ``passage_offset[w] + k`` for ``k < token_offsets[w+1] - token_offsets[w]``;
-their character spans in the context are ``[char_start, char_end)``.
+their character spans in the context are ``[char_start, char_end)``, and ``sentence_ids`` (optional)
+their sentence in the context (SpanDrop's sentence units).
 """
 import json
 import os
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
 ARRAYS = ("question_index", "start_positions", "end_positions", "passage_offset",
           "token_offsets", "char_start", "char_end", "max_context")
+OPTIONAL_ARRAYS = ("sentence_ids",)  # absent from folders prepared before they existed
 
 
 @dataclass
@@ -38,6 +40,7 @@ class QASplit:
     char_start: np.ndarray  # [N] int64 character start of each passage token in its context
     char_end: np.ndarray  # [N] int64 character end (exclusive)
     max_context: np.ndarray  # [N] bool: the token has its maximum context in this window
+    sentence_ids: Optional[np.ndarray] = None  # [N] int64 sentence of each passage token within its context
     questions: List[dict] = field(default_factory=list)
     contexts: List[str] = field(default_factory=list)
     format: str = "squad1"
@@ -67,7 +70,8 @@ class QASplit:
     def save(self, folder: str, split: str) -> None:
         """Write the npz, questions, contexts and meta files of ``split`` (not the token binaries)."""
         prefix = os.path.join(folder, split)
-        np.savez(prefix + ".windows.npz", **{name: getattr(self, name) for name in ARRAYS})
+        arrays = {name: getattr(self, name) for name in ARRAYS + OPTIONAL_ARRAYS if getattr(self, name) is not None}
+        np.savez(prefix + ".windows.npz", **arrays)
         with open(prefix + ".questions.jsonl", "w", encoding="utf-8") as f:
             for q in self.questions:
                 f.write(json.dumps(q, ensure_ascii=False) + "\n")
@@ -85,6 +89,7 @@ class QASplit:
             raise FileNotFoundError(f"{prefix}.windows.npz: no such file (not a spanbert-prepare-qa split {split!r})")
         with np.load(prefix + ".windows.npz") as arrays:
             values = {name: arrays[name] for name in ARRAYS}
+            values.update({name: arrays[name] for name in OPTIONAL_ARRAYS if name in arrays.files})
         with open(prefix + ".questions.jsonl", encoding="utf-8") as f:
             questions = [json.loads(line) for line in f]
         with open(prefix + ".contexts.jsonl", encoding="utf-8") as f:

@@ -17,6 +17,7 @@ from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
 from ..data.dictionary import SpanBertDictionary
+from ..data.finetune_span_drop import QASpanDropConfig, QASpanDropDataset, span_dropper
 from ..data.qa_dataset import ExtractiveQADataset
 from ..errors import UsageError
 from ..qa.windows import QASplit
@@ -27,7 +28,7 @@ QA_CONFIG = "qa_config.json"
 
 
 @dataclass
-class ExtractiveQAConfig(ADDropConfig):
+class ExtractiveQAConfig(ADDropConfig, QASpanDropConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare-qa output folder"})
     seed: int = II("common.seed")
 
@@ -84,9 +85,13 @@ class ExtractiveQATask(ADDropMixin, FairseqTask):
             raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
         qa = self.qa_split(split)
         is_train = split.startswith("train")  # training subsets shuffle windows; others keep questions whole
-        self.datasets[split] = ExtractiveQADataset(
+        dataset = ExtractiveQADataset(
             windows, qa, split, self.dictionary.pad(), group_questions=not is_train, shuffle=is_train, seed=self.cfg.seed
         )
+        dropper = span_dropper(self.cfg, self.dictionary, self.cfg.data, self.cfg.seed) if is_train else None
+        if dropper is not None:  # SpanDrop on training windows only
+            dataset = QASpanDropDataset(dataset, dropper, self.cfg.span_drop_protect_question_overlap)
+        self.datasets[split] = dataset
         logger.info(f"{prefix}: {qa.num_questions} questions, {qa.num_windows} windows ({qa.format})")
 
     @property

@@ -16,6 +16,7 @@ from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
 from ..data.dictionary import SpanBertDictionary
+from ..data.finetune_span_drop import FinetuneSpanDropConfig, relation_span_drop, span_dropper
 from ..data.relation_dataset import RelationDataset
 from ..errors import UsageError
 from ..modules.relation_head import RE_POOLINGS
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class RelationExtractionConfig(ADDropConfig):
+class RelationExtractionConfig(ADDropConfig, FinetuneSpanDropConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare-re output folder"})
     re_pooling: ChoiceEnum(RE_POOLINGS) = field(
         default="cls",
@@ -78,7 +79,10 @@ class RelationExtractionTask(ADDropMixin, FairseqTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         is_train = split.startswith("train")
-        dataset = RelationDataset.load(self.cfg.data, split, self.dictionary, shuffle=is_train, seed=self.cfg.seed)
+        dropper = span_dropper(self.cfg, self.dictionary, self.cfg.data, self.cfg.seed) if is_train else None
+        transform = relation_span_drop(dropper, self.meta, self.cfg.data) if dropper is not None else None
+        dataset = RelationDataset.load(self.cfg.data, split, self.dictionary, shuffle=is_train, seed=self.cfg.seed,
+                                       transform=transform)
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} examples")
         self.datasets[split] = dataset
 

@@ -17,6 +17,7 @@ from omegaconf import II, MISSING
 from ..classification.prepare import read_meta
 from ..data.classification_dataset import ClassificationDataset
 from ..data.dictionary import SpanBertDictionary
+from ..data.finetune_span_drop import ClassificationSpanDropDataset, FinetuneSpanDropConfig, span_dropper
 from ..errors import UsageError
 from .ad_drop import ADDropConfig, ADDropMixin
 
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SentenceClassificationConfig(ADDropConfig):
+class SentenceClassificationConfig(ADDropConfig, FinetuneSpanDropConfig):
     data: str = field(default=MISSING, metadata={"help": "spanbert-prepare-classification output folder"})
     classification_head_name: str = field(
         default="sentence_classification_head", metadata={"help": "name of the [CLS] classification head"}
@@ -59,12 +60,15 @@ class SentenceClassificationTask(ADDropMixin, FairseqTask):
         return cls(cfg, dictionary, meta)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        dataset = ClassificationDataset.load(self.cfg.data.split(os.pathsep)[0], split, self.dictionary,
-                                             shuffle=split == "train", seed=self.cfg.seed)
+        folder = self.cfg.data.split(os.pathsep)[0]
+        dataset = ClassificationDataset.load(folder, split, self.dictionary, shuffle=split == "train", seed=self.cfg.seed)
         if dataset.regression != self.regression:
             raise UsageError(f"{self.cfg.data}: split {split!r} has {'numeric' if dataset.regression else 'class'} labels, "
                              f"but classification.json says regression={self.regression}")
         logger.info(f"sentence_classification {split}: {len(dataset)} examples")
+        dropper = span_dropper(self.cfg, self.dictionary, folder, self.cfg.seed) if split == "train" else None
+        if dropper is not None:  # SpanDrop on training data only
+            dataset = ClassificationSpanDropDataset(dataset, dropper)
         self.datasets[split] = dataset
         return dataset
 
