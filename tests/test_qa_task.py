@@ -139,3 +139,20 @@ def test_squad2_metrics_logged(wordpiece_data, corpus_files, tmp_path):
     assert scores["best_f1"] == pytest.approx(float(last["valid_best_f1"]), abs=1e-3)
     for key in ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact", "best_f1_thresh"):
         assert key in scores
+
+
+def test_hub_answer(qa_run):
+    from spanbert_plugin.models.spanbert import SpanBertModel
+
+    save, _ = qa_run
+    hub = SpanBertModel.from_pretrained(save, "checkpoint_best.pt")
+    # long enough for several 64-token windows: the answer sits in a late one
+    context = "the value of the list is returned . " * 20 + "Dora lives in Perth . We flew over Oslo today ."
+    answers = hub.answer("Where does Dora live ?", context, topk=3)
+    assert len(answers) == 3
+    best = answers[0]
+    assert context[best["start"]:best["end"]] == best["text"]
+    assert best["score"] >= answers[1]["score"] and 0 < best["probability"] <= 1
+    assert best["text"] == "Perth"
+    with pytest.raises(ValueError, match="non-empty context"):
+        hub.answer("Where does Dora live ?", "   ")

@@ -160,3 +160,24 @@ class SpanBertHubInterface(nn.Module):
             raise ValueError(f"no classification head {head!r} (registered: {registered}); see register_classification_head")
         logits, _ = self.model(self._batch(tokens), classification_head_name=head)
         return logits if return_logits else F.log_softmax(logits, dim=-1)
+
+    def answer(self, question: str, context: str, topk: int = 1, **kwargs):
+        """Extractive QA: the ``topk`` answers (text, character start/end, score, probability).
+
+        Long contexts are cut into windows as ``spanbert-prepare-qa`` does (the checkpoint's
+        window settings when it was fine-tuned with extractive_qa).
+        """
+        from ..qa.answer import answer_question
+        from ..qa.prepare import QAConfig
+
+        if getattr(self.model, "qa_outputs", None) is None:
+            raise ValueError("this checkpoint has no QA head; fine-tune it with --task extractive_qa first")
+        qa_config = getattr(self.task, "qa_config", None)
+        if qa_config and "config" not in kwargs:
+            kwargs["config"] = QAConfig(qa_config["max_seq_length"], qa_config["doc_stride"], qa_config["max_query_length"])
+        if "with_negative" not in kwargs and hasattr(self.task, "qa_split"):
+            try:
+                kwargs["with_negative"] = self.task.qa_split("valid").with_negative
+            except FileNotFoundError:
+                pass
+        return answer_question(self.model, self.tokenizer, self.dictionary, question, context, topk, **kwargs)

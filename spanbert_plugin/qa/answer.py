@@ -1,0 +1,61 @@
+"""Answer one question about one context with a QA model (``hub.answer``), windowed like prepared data."""
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from .postprocess import postprocess
+from .prepare import QAConfig, QAFile, featurize
+
+DEFAULT_WINDOWS = QAConfig(max_seq_length=384, doc_stride=128, max_query_length=64)
+
+
+@torch.no_grad()
+def answer_question(model, tokenizer, dictionary, question: str, context: str, topk: int = 1,
+                    config: Optional[QAConfig] = None, with_negative: bool = False, n_best: int = 20,
+                    max_answer_length: int = 30) -> List[dict]:
+    """The ``topk`` best answers: dicts with ``text``, character ``start``/``end``, ``score`` and ``probability``.
+
+    ``score`` is the start plus end logit; with ``with_negative`` (a SQuAD 2.0 model) the empty answer
+    (start = end = -1) competes with its null score.
+    """
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("answer() needs a non-empty question")
+    if not isinstance(context, str) or not context.strip():
+        raise ValueError("answer() needs a non-empty context")
+    if topk < 1:
+        raise ValueError(f"topk must be at least 1, got {topk}")
+    config = config or _fitting_config(model.max_positions())
+    qa = QAFile(path="<answer>", format="squad2" if with_negative else "squad1", with_negative=with_negative,
+                contexts=[context],
+                questions=[{"id": "0", "question": question, "context_index": 0, "answers": [], "is_impossible": False}],
+                where=["<answer>"], answer_start=np.array([-1]), answer_end=np.array([-1]))
+    features = featurize(qa, tokenizer, dictionary.bos(), dictionary.eos(), config, training=False)
+    split, offsets = features.split, features.window_offsets
+    lengths = np.diff(offsets)
+    tokens = torch.full((len(lengths), int(lengths.max())), dictionary.pad(), dtype=torch.long)
+    segments = torch.zeros_like(tokens)
+    for w, (lo, hi) in enumerate(zip(offsets[:-1], offsets[1:])):
+        tokens[w, : hi - lo] = torch.from_numpy(features.tokens[lo:hi])
+        segments[w, int(split.passage_offset[w]): hi - lo] = 1
+    device = next(model.parameters()).device
+    (start, end), _ = model(tokens.to(device), segment_labels=segments.to(device), qa=True)
+    padding = tokens.eq(dictionary.pad()).to(device)
+    fill = torch.finfo(torch.float32).min
+    start = start.float().masked_fill(padding, fill).cpu().numpy()
+    end = end.float().masked_fill(padding, fill).cpu().numpy()
+    result = postprocess(split, np.arange(len(lengths)), start, end, n_best=max(n_best, topk),
+                         max_answer_length=max_answer_length)
+    return [
+        {"text": e["text"], "start": e["start"], "end": e["end"],
+         "score": float(e["start_logit"] + e["end_logit"]), "probability": float(e["probability"])}
+        for e in result.nbest["0"][:topk]
+    ]
+
+
+def _fitting_config(max_positions: int) -> QAConfig:
+    """BERT's usual windows (384 / 128 / 64), shrunk to the model's positions."""
+    length = min(DEFAULT_WINDOWS.max_seq_length, max_positions)
+    query = min(DEFAULT_WINDOWS.max_query_length, max(1, length // 4))
+    stride = min(DEFAULT_WINDOWS.doc_stride, max(1, (length - query - 3) // 2))
+    return QAConfig(max_seq_length=length, doc_stride=stride, max_query_length=query)
