@@ -6,6 +6,7 @@ here equal the ones fairseq-train logged for the same checkpoint.
 """
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -105,7 +106,9 @@ def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=Fa
     if missing:
         raise RuntimeError(f"split {split!r}: {len(missing)} questions got no prediction (first: {missing[0]})")
     predictions = {q["id"]: result.predictions[q["id"]] for q in qa.questions}
-    null_odds = {q["id"]: float(result.null_odds[q["id"]]) for q in qa.questions} if qa.with_negative else None
+    # no surviving span gives infinite odds; JSON has no infinity, so the largest finite float stands in
+    null_odds = ({q["id"]: min(float(result.null_odds[q["id"]]), sys.float_info.max) for q in qa.questions}
+                 if qa.with_negative else None)
     scores = evaluate(qa.questions, predictions, na_probs=null_odds, rules=rules_of(qa))
     with atomic_directory(out, COMMAND, inputs, force, "--out") as work:
         _dump(os.path.join(work, "predictions.json"), predictions)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..evaluation.squad import best_threshold, exact_match, f1, gold_answers, normalize_answer
+from ..evaluation.squad import best_threshold, question_scores
 from .postprocess import postprocess
 from .windows import QASplit
 
@@ -40,12 +40,12 @@ def score_windows(split: QASplit, window_ids, start_logits, end_logits, options:
     for row, q in enumerate(questions):
         question = split.questions[q]
         prediction = result.predictions[question["id"]]
-        golds = gold_answers(question["answers"], rules) or [""]
+        exact, token_f1 = question_scores(prediction, question["answers"], rules)
         records[row] = (
             q,
-            max(exact_match(prediction, g) for g in golds),
-            max(f1(prediction, g, rules=rules) for g in golds),
-            bool(normalize_answer(golds[0])) if rules == "v2" else True,
+            exact,
+            token_f1,
+            bool(question["answers"]),  # the official v2 script's HasAns: any gold answer given
             result.null_odds.get(question["id"], 0.0) if split.with_negative else 0.0,
             bool(prediction),
         )
