@@ -9,6 +9,8 @@ extraction) map character spans through ``Encoding.offsets``.
 import json
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
@@ -167,11 +169,10 @@ class SentencePieceTokenizer(SpanTokenizer):
     def train(cls, text_file, out_dir, vocab_size, character_coverage=0.9995, model_type="unigram",
               lowercase=False):
         """Train a sentencepiece model on ``text_file``; errors say the largest vocabulary that fits."""
-        import sentencepiece as spm
 
         prefix = os.path.join(out_dir, SPM_FILE[: -len(".model")])
         try:
-            spm.SentencePieceTrainer.train(
+            _train_sentencepiece(
                 input=text_file,
                 model_prefix=prefix,
                 vocab_size=vocab_size,
@@ -197,10 +198,10 @@ class SentencePieceTokenizer(SpanTokenizer):
                     int(fits.group(1)),
                 ) from None
             if "smaller than required_chars" in message:
-                need = re.search(r"(\d+) vs", message)
+                need = re.search(r"\d+ vs (\d+)", message)  # "<vocab size> vs <characters + special pieces>"
                 raise TokenizerError(
-                    f"{text_file}: --vocab-size {vocab_size} is smaller than the "
-                    f"{need.group(1) if need else 'required'} characters this text needs"
+                    f"{text_file}: --vocab-size {vocab_size} is too small: this text needs at least "
+                    f"{need.group(1) if need else 'more'} pieces (one per character, plus the special symbols)"
                 ) from None
             raise TokenizerError(f"{text_file}: sentencepiece training failed: {message}") from None
         return cls(prefix + ".model")
@@ -242,6 +243,30 @@ class WordPieceTokenizer(SpanTokenizer):
         with open(os.path.join(directory, WORDPIECE_FILE), "w", encoding="utf-8") as f:
             f.write("".join(p + "\n" for p in self.vocab))
         _write_meta(directory, {"type": self.kind, "lowercase": self.lowercase})
+
+
+_TRAIN_SPM = "import json, sys, sentencepiece as spm; spm.SentencePieceTrainer.train(**json.loads(sys.argv[1]))"
+
+
+def _train_sentencepiece(**options):
+    """sentencepiece training in a child process, killed if this one is interrupted.
+
+    Training is one long C++ call: in this process a SIGTERM would wait for it
+    to end (and a scheduler's SIGKILL after its grace period would leave the
+    temporary output folder behind). Raises RuntimeError with sentencepiece's
+    message on failure.
+    """
+    proc = subprocess.Popen([sys.executable, "-c", _TRAIN_SPM, json.dumps(options)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        lines = err.strip().splitlines() or [f"exit status {proc.returncode}"]
+        raise RuntimeError(lines[-1].split("RuntimeError: ", 1)[-1])
 
 
 def read_wordpiece_vocab(vocab_file: str) -> List[str]:

@@ -137,15 +137,16 @@ def test_force_replaces_previous_output(tmp_path, previous_output):
     assert not leftovers(tmp_path)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_leaves_no_temporary_folder(tmp_path, previous_output, signum):
-    """A run stopped while binarizing removes its temporary folder and leaves the old output as it was."""
+@pytest.mark.parametrize("signum, tokenizer", [(signal.SIGTERM, "sentencepiece"), (signal.SIGINT, "wordpiece")])
+def test_signal_leaves_no_temporary_folder(tmp_path, previous_output, signum, tokenizer):
+    """A run stopped while training sentencepiece / binarizing removes its temporary folder, old output kept."""
     corpus, vocab = write_wordpiece_corpus(str(tmp_path), 60_000)
     dest = tmp_path / "out"
     shutil.copytree(previous_output, dest)
     before = snapshot(dest)
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([PREPARE, "--train", corpus, "--wordpiece-vocab", vocab, "--destdir", str(dest), "--force"],
+    options = ["--wordpiece-vocab", vocab] if tokenizer == "wordpiece" else ["--vocab-size", "300"]
+    proc = subprocess.Popen([PREPARE, "--train", corpus, *options, "--destdir", str(dest), "--force"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:

@@ -100,6 +100,7 @@ def test_bad_inputs(tmp_path, corpus_files, capsys):
         (["--train", corpus_files[0], "--wordpiece-vocab", str(tmp_path / "vocab.txt")],
          "vocab.txt: missing required special tokens [SEP] [MASK]"),
         (["--train", str(tmp_path / "tiny.txt"), "--vocab-size", "5000"], "largest that fits is"),
+        (["--train", corpus_files[1], "--vocab-size", "20"], "--vocab-size 20 is too small: this text needs at least"),
     ]
     if os.geteuid() != 0:  # root reads a mode-000 file anyway; test_unreadable_corpus_in_process simulates it
         (tmp_path / "locked.txt").write_text("text\n")
@@ -113,6 +114,8 @@ def test_bad_inputs(tmp_path, corpus_files, capsys):
         assert not os.path.exists(dest) and not leftovers(tmp_path)
         if "largest" in expected:
             assert int(err[0].rsplit(" ", 1)[1]) < 5000
+        if "too small" in expected:
+            assert int(re.search(r"at least (\d+) pieces", err[0]).group(1)) > 20
 
 
 def test_unreadable_corpus_in_process(tmp_path, monkeypatch, capsys):
