@@ -197,6 +197,11 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
     inputs = list(inputs)
     check_destination(destination, command, inputs, force, flag)
     parent = os.path.dirname(_real(destination))
+    created = []  # parent folders this call makes, deepest first: removed again if the run fails
+    folder = parent
+    while not os.path.lexists(folder):
+        created.append(folder)
+        folder = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     with _signals_as_interrupt():
         work = None
@@ -216,7 +221,12 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
                 except OSError as err:
                     raise OutputError(f"{flag} {destination}: cannot move the output into place ({err.strerror})") from None
         except BaseException:
-            if work is not None:
-                with signals_held():
+            with signals_held():
+                if work is not None:
                     shutil.rmtree(work, ignore_errors=True)
+                for folder in created:
+                    try:
+                        os.rmdir(folder)
+                    except OSError:  # no longer empty: someone else uses it now
+                        break
             raise

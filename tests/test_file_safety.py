@@ -232,6 +232,10 @@ def test_atomic_directory_failure_keeps_previous_output(shapes):
             open(os.path.join(work, "config.json"), "w").write("new")
             raise RuntimeError("the export's self-check failed")
     assert snapshot(shapes) == before and not leftovers(shapes)
+    with pytest.raises(KeyboardInterrupt):  # parent folders made for a new destination go too
+        with atomic_directory("new/deeper/hf", "spanbert-export-hf", [], False, "--out"):
+            raise KeyboardInterrupt
+    assert snapshot(shapes) == before
 
 
 def test_atomic_directory_restores_previous_when_swap_fails(shapes, monkeypatch):
