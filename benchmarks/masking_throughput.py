@@ -60,7 +60,7 @@ def main():
 
     from spanbert_plugin.data.document_blocks import DocumentBlockDataset
     from spanbert_plugin.data.span_masked_dataset import SpanMaskedDataset
-    from spanbert_plugin.tasks.span_masked_lm import SpanBertPretrainingConfig, SpanBertPretrainingTask
+    from spanbert_plugin.tasks.spanbert_pretraining import SpanBertPretrainingConfig, SpanBertPretrainingTask
 
     data = prepared_data(args.out)
     task = SpanBertPretrainingTask.setup_task(SpanBertPretrainingConfig(data=data, tokens_per_sample=512, seed=1))

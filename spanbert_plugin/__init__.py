@@ -24,6 +24,6 @@ from .tasks import extractive_qa as extractive_qa_task  # noqa: F401,E402
 from .tasks import find_animals  # noqa: F401,E402
 from .tasks import relation_extraction as relation_extraction_task  # noqa: F401,E402
 from .tasks import sentence_classification as sentence_classification_task  # noqa: F401,E402
-from .tasks import span_masked_lm  # noqa: F401,E402
+from .tasks import spanbert_pretraining, span_masked_lm  # noqa: F401,E402  (span_masked_lm: its deprecated alias)
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, bin_path, run_cli
 from spanbert_plugin.criterions.span_bert import SpanBertCriterionConfig
 from spanbert_plugin.models.spanbert import SpanBertConfig
-from spanbert_plugin.tasks.span_masked_lm import SpanBertPretrainingConfig
+from spanbert_plugin.tasks.spanbert_pretraining import SpanBertPretrainingConfig
 
 RECIPES = ["tiny_cpu", "base", "large"]
 MASKING_LOG = re.compile(

@@ -9,19 +9,16 @@ must come from the same tokenizer and dictionary.
 The task was first registered as ``span_masked_lm``, the name of fairseq's own
 T5-style task. ``fairseq-hydra-train`` validates the ``task`` section against
 fairseq's registry *before* it imports ``common.user_dir``, so under that name
-hydra saw fairseq's T5 schema and refused the masking options. The old name
-stays as a deprecated alias where the plugin is loaded first (``fairseq-train
---user-dir``, loading old checkpoints).
+hydra saw fairseq's T5 schema and refused the masking options; the old name is
+now a deprecated alias (``span_masked_lm.py``).
 """
-import argparse
 import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
 import numpy as np
-from fairseq import tasks as fairseq_tasks
 from fairseq.data import SortDataset, data_utils
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -38,7 +35,6 @@ from . import record_in_run_config
 
 logger = logging.getLogger(__name__)
 TASK_NAME = "spanbert_pretraining"
-LEGACY_TASK_NAME = "span_masked_lm"
 _WORD_START_RULES = {"sentencepiece": SentencePieceTokenizer, "wordpiece": WordPieceTokenizer}
 
 
@@ -120,13 +116,6 @@ def has_maskable_token(documents, never_mask: np.ndarray, chunk: int = 1 << 20) 
         tokens = np.frombuffer(documents._bin_buffer, dtype=documents._index.dtype)
         return any((~never_mask[tokens[i : i + chunk]]).any() for i in range(0, len(tokens), chunk))
     return any((~never_mask[np.asarray(documents[i])]).any() for i in range(len(documents)))
-
-
-def _release_fairseq_task_name(name):
-    """Free a task name that fairseq registered itself, so the plugin can own it."""
-    if name in fairseq_tasks.TASK_REGISTRY and not fairseq_tasks.TASK_REGISTRY[name].__module__.startswith(__package__.split(".")[0]):
-        fairseq_tasks.TASK_REGISTRY.pop(name)
-        fairseq_tasks.TASK_DATACLASS_REGISTRY.pop(name, None)
 
 
 @register_task(TASK_NAME, dataclass=SpanBertPretrainingConfig)
@@ -213,47 +202,3 @@ class SpanBertPretrainingTask(FairseqTask):
 
     def max_positions(self):
         return self.cfg.tokens_per_sample
-
-
-# --- the deprecated name ---------------------------------------------------------------------------------------
-
-_IGNORED = {"help": argparse.SUPPRESS}
-
-
-@dataclass
-class LegacySpanMaskedLMConfig(SpanBertPretrainingConfig):
-    """The task's config under its old name, plus the keys of fairseq's T5 ``span_masked_lm`` (accepted, ignored).
-
-    A hydra YAML naming ``span_masked_lm`` arrives filled from fairseq's T5
-    schema (hydra fills it before the plugin is imported); accepting those keys
-    keeps such configs and old checkpoints loading.
-    """
-
-    shuffle: bool = field(default=False, metadata=_IGNORED)
-    noise_density: float = field(default=0.15, metadata=_IGNORED)
-    mean_noise_span_length: float = field(default=3.0, metadata=_IGNORED)
-    sample_break_mode: Optional[str] = field(default=None, metadata=_IGNORED)
-    shorten_method: Optional[str] = field(default=None, metadata=_IGNORED)
-    shorten_data_split_list: str = field(default="", metadata=_IGNORED)
-    dataset_impl: Optional[str] = field(default=None, metadata=_IGNORED)
-    max_source_positions: int = field(default=0, metadata=_IGNORED)
-    max_target_positions: int = field(default=0, metadata=_IGNORED)
-    include_target_tokens: bool = field(default=False, metadata=_IGNORED)
-
-
-_release_fairseq_task_name(LEGACY_TASK_NAME)
-
-
-@register_task(LEGACY_TASK_NAME, dataclass=LegacySpanMaskedLMConfig)
-class LegacySpanMaskedLMTask(SpanBertPretrainingTask):
-    """Deprecated alias of ``spanbert_pretraining`` (``fairseq-train --user-dir`` and old checkpoints only)."""
-
-    @classmethod
-    def setup_task(cls, cfg, **kwargs):
-        logger.warning(f"task {LEGACY_TASK_NAME} is a deprecated alias of {TASK_NAME} (fairseq-hydra-train needs {TASK_NAME})")
-        return super().setup_task(cfg, **kwargs)
-
-
-# names before the rename, still imported by scripts
-SpanMaskedLMConfig = SpanBertPretrainingConfig
-SpanBertMaskedLMTask = SpanBertPretrainingTask
