@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -201,28 +202,26 @@ def test_validation_metrics_are_exact_over_batches():
     per_batch_mcc = np.mean([cm.matthews_corrcoef(sum(s["confusion"] for s in step).numpy()) for step in steps]) * 100
     assert abs(per_batch_mcc - expected["mcc"]) > 0.5  # averaging batches would have been wrong
 
+    # regression: batches in any order of the split's indices, two "workers" per step
+    from spanbert_plugin.criterions.sentence_classification import pairs_by_index
+
     x = rng.normal(size=n)
     y = x + rng.normal(size=n)
-    steps = [[{"loss": torch.tensor(0.0), "sample_size": hi - lo, "predictions": x[lo:hi], "targets": y[lo:hi]}]
-             for lo, hi in zip(bounds[:-1], bounds[1:])]
+    order = torch.from_numpy(rng.permutation(n))
+    steps = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        mid = (lo + hi) // 2
+        steps.append([{"loss": torch.tensor(0.0), "sample_size": b - a,
+                       "regression_pairs": pairs_by_index(order[a:b], torch.from_numpy(x)[order[a:b]],
+                                                          torch.from_numpy(y)[order[a:b]], n)}
+                      for a, b in ((lo, mid), (mid, hi))])
     values = _reduce(steps)
     expected = cm.regression_metrics(x, y)
     assert values["pearson"] == pytest.approx(round(expected["pearson"], 2))
     assert values["spearman"] == pytest.approx(round(expected["spearman"], 2))
-
-
-def test_regression_outputs_are_gathered_not_summed_in_validation():
-    from types import SimpleNamespace
-
-    from spanbert_plugin.criterions.sentence_classification import SentenceClassificationCriterion
-
-    for regression, summable_in_eval in ((True, False), (False, True)):
-        task = SimpleNamespace(cfg=SimpleNamespace(classification_head_name="h"), regression=regression,
-                               num_classes=1 if regression else 2, target_dictionary=None)
-        criterion = SentenceClassificationCriterion(None, task)
-        assert criterion.logging_outputs_can_be_summed()
-        criterion.eval()
-        assert criterion.logging_outputs_can_be_summed() == summable_in_eval
+    values = _reduce(steps[:3])  # part of the split (--max-valid-steps): metrics of the examples seen
+    seen = order[: bounds[3]].numpy()
+    assert values["spearman"] == pytest.approx(round(cm.regression_metrics(x[seen], y[seen])["spearman"], 2))
 
 
 # ---------------------------------------------------------------- fine-tuning end to end
@@ -322,17 +321,29 @@ def test_finetune_from_pretrained_checkpoint_then_predict_equals_validation(spm_
     assert sum(r["label"] == r["gold"] for r in records) == pytest.approx(scores["accuracy"] * 37 / 100)
 
 
-def test_regression_validation_correlations_equal_prediction(spm_data, corpus_files, tmp_path):
+def test_regression_correlations_over_two_workers_equal_prediction(spm_data, corpus_files, tmp_path):
     _write_jsonl(tmp_path / "train.jsonl", _corpus_examples(corpus_files[0], 64), regression=True)
     _write_jsonl(tmp_path / "valid.jsonl", _corpus_examples(corpus_files[1], 29), regression=True)
     cls = str(tmp_path / "cls")
     assert prepare_main(["--train", str(tmp_path / "train.jsonl"), "--valid", str(tmp_path / "valid.jsonl"),
                          "--tokenizer-from", spm_data, "--destdir", cls, "--text-columns", "text",
                          "--label-column", "label", "--regression", "--max-seq-length", "48"]) == 0
-    proc = run_cli([bin_path("fairseq-train"), cls, *TINY_CLS, "--batch-size", "8", "--batch-size-valid", "6",
-                    "--lr", "1e-3", "--max-update", "4", "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints",
-                    "--best-checkpoint-metric", "spearman", "--maximize-best-checkpoint-metric"])
-    valid = valid_records(proc.stdout + proc.stderr)[-1]
+    # two gloo workers: each validates part of the split; the correlations must be those of the whole split
+    from test_pretrain import _free_port
+
+    port, procs = _free_port(), []
+    for rank in range(2):
+        procs.append(subprocess.Popen(
+            [bin_path("fairseq-train"), cls, *TINY_CLS, "--batch-size", "8", "--batch-size-valid", "6",
+             "--lr", "1e-3", "--max-update", "4", "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints",
+             "--best-checkpoint-metric", "spearman", "--maximize-best-checkpoint-metric",
+             "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", "--distributed-world-size", "2",
+             "--distributed-rank", str(rank), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+             "--distributed-no-spawn"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs[0][-3000:] + outputs[1][-3000:]
+    valid = valid_records(outputs[0])[-1]
     run_cli([bin_path("spanbert-predict-classification"), "--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"),
              "--out", str(tmp_path / "pred")])
     scores = json.load(open(tmp_path / "pred" / "eval.json"))

@@ -5,17 +5,16 @@ across workers and batches (a ``SumMeter``), and accuracy, F1 (binary) or
 macro F1, and MCC are derived from the total, so the validation figures are
 those of the whole split, not averages of per-batch values. Regression needs
 every (prediction, target) pair for Spearman's rank correlation: in
-validation only, the criterion returns them per example and declares its
-logging outputs not summable, so fairseq gathers them from all workers
-(``all_gather_list``) instead of summing; a concatenating meter collects them
-over the split. fairseq's ``sentence_prediction`` criterion computes these
-metrics with lists of predictions while declaring its outputs summable, which
-breaks with several workers.
+validation, each batch logs a 3 x N array over the split's N examples
+(prediction and target at the example's index, and a count), zero elsewhere.
+Every example occurs once in the split, so summing these arrays over batches
+and workers is exact and the logging outputs stay summable: fairseq's
+gather of non-summable outputs (``all_gather_list``) needs CUDA, and its
+``sentence_prediction`` criterion sums lists of predictions across workers.
 """
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from fairseq.criterions import FairseqCriterion, register_criterion
@@ -64,8 +63,8 @@ class SentenceClassificationCriterion(FairseqCriterion):
             predictions = logits.view(-1).float()
             loss = F.mse_loss(predictions, targets.float(), reduction="sum")
             if not self.training:
-                logging_output["predictions"] = predictions.detach().cpu().numpy()
-                logging_output["targets"] = targets.detach().float().cpu().numpy()
+                logging_output["regression_pairs"] = pairs_by_index(
+                    sample["id"], predictions.detach(), targets.detach(), sample["split_size"])
         else:
             lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
             loss = F.nll_loss(lprobs, targets, reduction="sum")
@@ -90,17 +89,24 @@ class SentenceClassificationCriterion(FairseqCriterion):
                 metrics.log_derived(name, _classification_metric(name))
             return
         metrics.log_scalar("loss", loss_sum / max(sample_size, 1), sample_size, round=4)  # mean squared error
-        predictions = [log["predictions"] for log in logging_outputs if "predictions" in log]
-        if predictions:
-            metrics.log_concat_tensor("_predictions", torch.from_numpy(np.concatenate(predictions)).double())
-            targets = [log["targets"] for log in logging_outputs if "targets" in log]
-            metrics.log_concat_tensor("_targets", torch.from_numpy(np.concatenate(targets)).double())
+        pairs = [log["regression_pairs"] for log in logging_outputs if "regression_pairs" in log]
+        if pairs:
+            metrics.log_scalar_sum("_regression_pairs", sum(p.double().cpu() for p in pairs))
             for name in REGRESSION_METRICS:
                 metrics.log_derived(name, _regression_metric(name))
 
-    def logging_outputs_can_be_summed(self) -> bool:
-        """Not in regression validation: per-example pairs are gathered from workers, not summed."""
-        return self.training or not self.regression
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
+
+
+def pairs_by_index(ids, predictions, targets, split_size):
+    """3 x N float64: prediction, target and 1 at each example's index in the split, 0 elsewhere."""
+    pairs = predictions.new_zeros((3, split_size), dtype=torch.float64)
+    pairs[0, ids] = predictions.double()
+    pairs[1, ids] = targets.double()
+    pairs[2, ids] = 1.0
+    return pairs
 
 
 def _classification_metric(name):
@@ -112,7 +118,8 @@ def _classification_metric(name):
 
 def _regression_metric(name):
     def derive(meters):
-        pairs = meters["_predictions"].tensor.numpy(), meters["_targets"].tensor.numpy()
-        return round(regression_metrics(*pairs)[name], 2)
+        predictions, targets, seen = meters["_regression_pairs"].sum.numpy()
+        evaluated = seen > 0  # a split validated with --max-valid-steps covers part of the examples
+        return round(regression_metrics(predictions[evaluated] / seen[evaluated], targets[evaluated] / seen[evaluated])[name], 2)
 
     return derive

@@ -73,4 +73,5 @@ class ClassificationDataset(SizedDataset):
             "target": torch.from_numpy(targets.astype(np.float32 if self.regression else np.int64)),
             "nsentences": len(samples),
             "ntokens": sum(len(s["source"]) for s in samples),
+            "split_size": len(self),  # regression validation sums per-index arrays over the split
         }
