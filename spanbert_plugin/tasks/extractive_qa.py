@@ -20,6 +20,7 @@ from ..data.dictionary import SpanBertDictionary
 from ..data.finetune_span_drop import QASpanDropConfig, QASpanDropDataset, span_dropper
 from ..data.qa_dataset import ExtractiveQADataset
 from ..errors import UsageError
+from . import record_in_run_config
 from ..qa.windows import QASplit
 from .ad_drop import ADDropConfig, ADDropMixin
 
@@ -50,6 +51,7 @@ class ExtractiveQATask(ADDropMixin, FairseqTask):
         if not cfg.data:
             raise UsageError("extractive_qa needs a data folder (spanbert-prepare-qa --destdir)")
         cfg.data = os.path.abspath(cfg.data)  # checkpoints then work from any directory
+        record_in_run_config(cfg)
         config_path = os.path.join(cfg.data, QA_CONFIG)
         dict_path = os.path.join(cfg.data, "dict.txt")
         for path in (config_path, dict_path):

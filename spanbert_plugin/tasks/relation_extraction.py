@@ -19,6 +19,7 @@ from ..data.dictionary import SpanBertDictionary
 from ..data.finetune_span_drop import FinetuneSpanDropConfig, relation_span_drop, span_dropper
 from ..data.relation_dataset import RelationDataset
 from ..errors import UsageError
+from . import record_in_run_config
 from ..modules.relation_head import RE_POOLINGS
 from ..relation_extraction.prepare import load_re_meta
 from .ad_drop import ADDropConfig, ADDropMixin
@@ -56,6 +57,7 @@ class RelationExtractionTask(ADDropMixin, FairseqTask):
         if not cfg.data:
             raise UsageError("relation_extraction needs a data folder (spanbert-prepare-re --destdir)")
         cfg.data = os.path.abspath(cfg.data)  # checkpoints then work from any directory
+        record_in_run_config(cfg)
         meta = load_re_meta(cfg.data)
         dict_path = os.path.join(cfg.data, "dict.txt")
         if not os.path.isfile(dict_path):
