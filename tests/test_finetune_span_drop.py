@@ -1,0 +1,446 @@
+"""SpanDrop inside fine-tuning: QA, relation extraction and classification (units, protection, labels, rates, runs)."""
+import json
+import math
+import os
+import random
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, bin_path, run_cli
+from spanbert_plugin.cli import prepare_re
+from spanbert_plugin.cli.prepare_classification import main as prepare_classification
+from spanbert_plugin.data.finetune_span_drop import (
+    ClassificationSpanDropDataset,
+    QASpanDropDataset,
+    RelationSpanDrop,
+    SpanDropper,
+    passage_sentence_ids,
+    sentence_starts,
+    token_sentence_ids,
+    unit_ids,
+)
+from spanbert_plugin.data.qa_dataset import ExtractiveQADataset
+from spanbert_plugin.errors import UsageError
+from spanbert_plugin.qa.prepare import QAConfig, prepare_qa
+from spanbert_plugin.tasks.extractive_qa import ExtractiveQAConfig, ExtractiveQATask
+from spanbert_plugin.tasks.relation_extraction import RelationExtractionConfig, RelationExtractionTask
+from spanbert_plugin.tasks.sentence_classification import SentenceClassificationConfig, SentenceClassificationTask
+from spanbert_plugin.tokenization import WordPieceTokenizer
+
+SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
+UNCASED_VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab", "vocab.txt")
+needs_squad = pytest.mark.skipif(not (os.path.isfile(SQUAD_DEV) and os.path.isfile(UNCASED_VOCAB)),
+                                 reason="SQuAD 1.1 dev or the BERT uncased vocabulary not found in ../shared/data")
+UNITS = ("token", "chunk", "word", "sentence")
+P = 0.3
+
+NAMES = ["ada", "bruno", "chen", "dora", "emil", "farah", "goran", "hana"]
+CITIES = ["oslo", "lima", "kyoto", "accra", "quito", "perth", "turin", "dakar"]
+FILLER = ["river", "stone", "bright", "slow", "garden", "music", "winter", "paper", "green", "quiet", "table", "road"]
+VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(100)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + NAMES + CITIES + FILLER
+         + ["##s", "##ed", "##ing", "where", "does", "live", "lives", "in", "we", "flew", "over", "today", "founded",
+            "visited", "saw", "good", "bad", "it", "was", ".", "?", "!", ",", "@", "*", "#", "^", "person", "city"])
+
+
+def make_tokenizer_folder(folder, vocab):
+    from spanbert_plugin.data.dictionary import SpanBertDictionary
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(token + "\n" for token in vocab))
+    tokenizer = WordPieceTokenizer(os.path.join(folder, "vocab.txt"), lowercase=True)
+    tokenizer.save(folder)
+    SpanBertDictionary.from_tokenizer(tokenizer).save(os.path.join(folder, "dict.txt"))
+    return folder
+
+
+def filler_sentence(rng):
+    words = [rng.choice(FILLER) + rng.choice(["", "", "s", "ed", "ing"]) for _ in range(rng.randint(3, 7))]
+    return " ".join(words).capitalize() + " ."
+
+
+def synthetic_qa(path, n, seed):
+    """Capitalised filler sentences, two 'We flew over CITY today .' distractors and the fact 'Name lives in CITY .'."""
+    rng = random.Random(seed)
+    paragraphs = []
+    for c in range(n):
+        name, city, *others = rng.choice(NAMES), *rng.sample(CITIES, 3)
+        sentences = [filler_sentence(rng) for _ in range(3)] + [f"We flew over {o.capitalize()} today ." for o in others]
+        rng.shuffle(sentences)
+        sentences.insert(rng.randint(0, len(sentences)), f"{name.capitalize()} lives in {city.capitalize()} .")
+        context = " ".join(sentences)
+        start = context.index(" lives in ") + len(" lives in ")
+        paragraphs.append({"context": context, "qas": [{"id": f"q{c}", "question": f"Where does {name.capitalize()} live ?",
+                                                        "answers": [{"text": city.capitalize(), "answer_start": start}]}]})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"version": "1.1", "data": [{"title": "synthetic", "paragraphs": paragraphs}]}, f)
+
+
+def synthetic_re(path, n, seed):
+    """The relation is the verb between subject and object: founded / visited / saw (no_relation)."""
+    rng = random.Random(seed)
+    examples = []
+    for i in range(n):
+        verb, relation = rng.choice([("founded", "org:founded"), ("visited", "per:visited"), ("saw", "no_relation")])
+        before, after = filler_sentence(rng).split(), filler_sentence(rng).split()
+        words = before + [rng.choice(NAMES), verb, rng.choice(CITIES), "."] + after
+        s = len(before)
+        examples.append({"id": f"r{i}", "token": words, "subj_start": s, "subj_end": s, "obj_start": s + 2,
+                         "obj_end": s + 2, "subj_type": "PERSON", "obj_type": "CITY", "relation": relation})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(examples, f)
+
+
+def synthetic_pairs(path, n, seed):
+    """Sentence pairs; the label is the cue word (good / bad) hidden among fillers of the second text."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            label = rng.choice(["good", "bad"])
+            b = [filler_sentence(rng) for _ in range(2)]
+            words = b[1].split()
+            words.insert(rng.randint(0, len(words) - 1), label)
+            b[1] = " ".join(words)
+            f.write(json.dumps({"a": filler_sentence(rng), "b": " ".join(b), "label": label}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Prepared synthetic QA, relation (three marker modes) and sentence-pair folders on one small vocabulary."""
+    d = tmp_path_factory.mktemp("finetune_span_drop")
+    tok = make_tokenizer_folder(str(d / "tok"), VOCAB)
+    synthetic_qa(d / "qa_train.json", 300, 1)
+    synthetic_qa(d / "qa_valid.json", 60, 2)
+    prepare_qa({"train": str(d / "qa_train.json"), "valid": str(d / "qa_valid.json")}, tok, str(d / "qa"),
+               QAConfig(48, 16, 12))
+    synthetic_re(d / "re_train.json", 300, 3)
+    synthetic_re(d / "re_valid.json", 60, 4)
+    for mode in ("ner", "typed_marker", "typed_marker_punct"):
+        assert prepare_re.main(["--train", str(d / "re_train.json"), "--valid", str(d / "re_valid.json"),
+                                "--tokenizer-from", tok, "--destdir", str(d / f"re_{mode}"), "--entity-marker", mode]) == 0
+    synthetic_pairs(d / "cls_train.jsonl", 300, 5)
+    synthetic_pairs(d / "cls_valid.jsonl", 60, 6)
+    assert prepare_classification(["--train", str(d / "cls_train.jsonl"), "--valid", str(d / "cls_valid.jsonl"),
+                                   "--tokenizer-from", tok, "--destdir", str(d / "cls"), "--text-columns", "a,b",
+                                   "--label-column", "label", "--max-seq-length", "64"]) == 0
+    return {"qa": str(d / "qa"), "cls": str(d / "cls"), **{mode: str(d / f"re_{mode}") for mode in
+                                                            ("ner", "typed_marker", "typed_marker_punct")}}
+
+
+@pytest.fixture(scope="module")
+def squad(tmp_path_factory):
+    """The first two SQuAD 1.1 dev articles as a training split, BERT uncased WordPiece, 128-token windows."""
+    if not (os.path.isfile(SQUAD_DEV) and os.path.isfile(UNCASED_VOCAB)):
+        pytest.skip("SQuAD 1.1 dev or the BERT uncased vocabulary not found in ../shared/data")
+    d = tmp_path_factory.mktemp("squad_span_drop")
+    with open(UNCASED_VOCAB, encoding="utf-8") as f:
+        tok = make_tokenizer_folder(str(d / "tok"), [line.rstrip("\n") for line in f])
+    with open(SQUAD_DEV, encoding="utf-8") as f:
+        dev = json.load(f)
+    dev["data"] = dev["data"][:2]
+    with open(d / "dev2.json", "w", encoding="utf-8") as f:
+        json.dump(dev, f)
+    prepare_qa({"train": str(d / "dev2.json"), "valid": str(d / "dev2.json")}, tok, str(d / "qa"), QAConfig(128, 64, 32))
+    return str(d / "qa")
+
+
+def task_of(kind, data, **options):
+    """A fine-tuning task with ``--span-drop-*`` options, its train and valid splits loaded."""
+    task_cls, cfg_cls = {"qa": (ExtractiveQATask, ExtractiveQAConfig),
+                         "re": (RelationExtractionTask, RelationExtractionConfig),
+                         "cls": (SentenceClassificationTask, SentenceClassificationConfig)}[kind]
+    task = task_cls.setup_task(cfg_cls(data=data, seed=7, **options))
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+    return task
+
+
+def symbols(task, ids):
+    return [task.dictionary.symbols[i] for i in ids.tolist()]
+
+
+# ----------------------------------------------------------------------------- segmentation
+
+
+def test_sentence_starts_skip_abbreviations_and_initials():
+    text = 'Dr. Smith went to the U.S. Army. He slept! "Then?" J. R. R. Tolkien wrote it... 3 cats ran. end'
+    starts = sentence_starts(text)
+    assert [text[s:s + 6] for s in starts] == [text[:6], "He sle", '"Then?', "J. R. ", "3 cats"]
+    contexts = [text, "One. Two. Three."]
+    token_context = np.array([0, 0, 0, 1, 1, 1, 1])
+    char_start = np.array([0, 33, 60, 0, 5, 10, 14])
+    expected = [int(np.searchsorted(sentence_starts(contexts[c]), s, side="right")) - 1
+                for c, s in zip(token_context, char_start)]
+    assert token_sentence_ids(contexts, token_context, char_start).tolist() == expected == [0, 1, 3, 0, 1, 2, 2]
+
+
+def test_units_never_span_fixed_tokens():
+    droppable = np.array([0, 1, 1, 1, 1, 1, 0, 1, 1, 1, 0], dtype=bool)
+    word_starts = np.array([1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 1], dtype=bool)
+    sentences = np.array([-1, 0, 0, 0, 1, 1, -1, 1, 1, 2, -1])
+    assert unit_ids(droppable, "token").tolist() == [-1, 0, 1, 2, 3, 4, -1, 5, 6, 7, -1]
+    assert unit_ids(droppable, "chunk", 2).tolist() == [-1, 0, 0, 1, 1, 2, -1, 3, 3, 4, -1]
+    assert unit_ids(droppable, "word", word_starts=word_starts).tolist() == [-1, 0, 0, 1, 1, 1, -1, 2, 3, 3, -1]
+    assert unit_ids(droppable, "sentence", sentence_ids=sentences).tolist() == [-1, 0, 0, 0, 1, 1, -1, 2, 2, 3, -1]
+
+
+def test_bad_options_are_usage_errors(folders):
+    for options, message in (({"span_drop_p": 1.0}, "--span-drop-p"), ({"span_drop_p": 0.1, "span_drop_gamma": 0.0},
+                                                                         "--span-drop-gamma"),
+                             ({"span_drop_p": 0.1, "span_drop_unit": "chunk", "span_drop_chunk_size": 0},
+                              "--span-drop-chunk-size")):
+        with pytest.raises(UsageError, match=message):
+            task_of("qa", folders["qa"], **options)
+
+
+# ----------------------------------------------------------------------------- QA
+
+
+def reference_units(pieces, droppable, unit, chunk_size, sentence_ids):
+    """Unit of every token by a plain loop over token strings (-1: fixed), for comparison."""
+    units, current, size = [], -1, 0
+    count = -1
+    for i, piece in enumerate(pieces):
+        if not droppable[i]:
+            units.append(-1)
+            current = -1
+            continue
+        new = (current < 0 or unit == "token" or (unit == "chunk" and size == chunk_size)
+               or (unit == "word" and not piece.startswith("##"))
+               or (unit == "sentence" and sentence_ids[i] != sentence_ids[i - 1]))
+        if new:
+            count, size = count + 1, 0
+        current, size = count, size + 1
+        units.append(current)
+    return np.array(units)
+
+
+@needs_squad
+@pytest.mark.parametrize("unit", UNITS)
+def test_qa_drop_keeps_question_and_answer_and_draws_whole_units(squad, unit):
+    options = {"span_drop_p": P, "span_drop_unit": unit, "span_drop_chunk_size": 3}
+    task = task_of("qa", squad, **options)
+    dropped, mask_task = task.datasets["train"], task_of("qa", squad, span_drop_mode="mask", **options)
+    assert isinstance(dropped, QASpanDropDataset) and isinstance(task.datasets["valid"], ExtractiveQADataset)
+    raw, masked = dropped.dataset, mask_task.datasets["train"]
+    qa = raw.qa
+    sentence_ids = passage_sentence_ids(qa)
+    kept_units = total_units = 0
+    for index in range(len(raw)):
+        before, after, mask_item = raw[index], dropped[index], masked[index]
+        tokens = before["source"].numpy()
+        keep = mask_item["source"].numpy() != task.dictionary.mask_index
+        # drop and mask draw the same units; drop removes exactly what mask masks
+        assert after["source"].tolist() == tokens[keep].tolist()
+        assert mask_item["segment"].tolist() == before["segment"].tolist()
+        lo = int(qa.passage_offset[index])
+        hi = lo + int(qa.token_offsets[index + 1] - qa.token_offsets[index])
+        assert keep[:lo].all() and keep[hi:].all()  # [CLS] question [SEP] and the final [SEP]
+        assert after["segment"].tolist() == [0] * lo + [1] * (len(after["source"]) - lo)
+        start, end = before["start"], before["end"]
+        if start == 0:
+            assert after["start"] == after["end"] == 0
+        else:
+            assert after["source"][after["start"]: after["end"] + 1].tolist() == tokens[start: end + 1].tolist()
+        droppable = np.zeros(len(tokens), bool)
+        droppable[lo:hi] = True
+        ids = np.full(len(tokens), -1)
+        ids[lo:hi] = sentence_ids[qa.token_offsets[index]: qa.token_offsets[index + 1]]
+        units = reference_units(symbols(task, tokens), droppable, unit, 3, ids)
+        for u in range(units.max() + 1):
+            assert len(set(keep[units == u])) == 1, (index, u)  # a unit goes or stays whole
+        if start == 0:  # nothing protected: every unit an independent Bernoulli(1 - p) draw
+            first = np.flatnonzero(units >= 0)
+            kept_units += sum(keep[first[units[first] == u][0]] for u in range(units.max() + 1))
+            total_units += units.max() + 1
+    assert total_units > 300
+    se = math.sqrt(P * (1 - P) / total_units)
+    assert abs(kept_units / total_units - (1 - P)) < 4 * se, (kept_units, total_units)
+
+
+@needs_squad
+def test_qa_sentence_ids_stored_at_prepare_equal_those_found_from_the_text(squad):
+    from spanbert_plugin.qa.windows import QASplit
+
+    qa = QASplit.load(squad, "train")
+    assert qa.sentence_ids is not None and len(qa.sentence_ids) == len(qa.char_start)
+    stored = qa.sentence_ids
+    qa.sentence_ids = None  # a folder prepared before sentence ids were stored
+    assert np.array_equal(passage_sentence_ids(qa), stored)
+    # every passage token's sentence begins at or before it and the next sentence after it
+    context = np.array([q["context_index"] for q in qa.questions])[qa.question_index]
+    token_context = np.repeat(context, qa.passage_lengths())
+    for i in range(0, len(stored), 97):
+        starts = sentence_starts(qa.contexts[token_context[i]])
+        assert starts[stored[i]] <= qa.char_start[i] and (stored[i] + 1 == len(starts) or starts[stored[i] + 1] > qa.char_start[i])
+
+
+@needs_squad
+def test_qa_question_bigrams_protected_and_beta_rate(squad):
+    task = task_of("qa", squad, span_drop_p=0.9, span_drop_protect_question_overlap=True)
+    dropped = task.datasets["train"]
+    masked = task_of("qa", squad, span_drop_p=0.9, span_drop_protect_question_overlap=True,
+                     span_drop_mode="mask").datasets["train"]
+    raw, qa = dropped.dataset, dropped.dataset.qa
+    protected_seen = 0
+    for index in range(len(raw)):
+        tokens = raw[index]["source"].numpy()
+        pieces = symbols(task, tokens)
+        lo = int(qa.passage_offset[index])
+        hi = lo + int(qa.token_offsets[index + 1] - qa.token_offsets[index])
+
+        def words(span):  # (word text, its token positions), joining ## pieces
+            out = []
+            for i in span:
+                if pieces[i].startswith("##") and out:
+                    out[-1] = (out[-1][0] + pieces[i][2:], out[-1][1] + [i])
+                else:
+                    out.append((pieces[i], [i]))
+            return out
+        question, passage = words(range(1, lo - 1)), words(range(lo, hi))
+        bigrams = {(a[0], b[0]) for a, b in zip(question, question[1:])}
+        must_keep = [i for a, b in zip(passage, passage[1:]) if (a[0], b[0]) in bigrams for i in a[1] + b[1]]
+        keep = masked[index]["source"].numpy() != task.dictionary.mask_index
+        assert keep[must_keep].all()  # tokens of matched bigrams survive even at p = 0.9
+        assert dropped[index]["source"].tolist() == tokens[keep].tolist()
+        protected_seen += len(must_keep)
+    assert protected_seen > 100
+    # Beta-SpanDrop: mean drop rate p over windows; one pi ~ Beta(g, g (1-p)/p) per window
+    p, gamma = 0.2, 1.0
+    beta_task = task_of("qa", squad, span_drop_p=p, span_drop_gamma=gamma)
+    shares = []
+    for index in range(len(raw)):
+        if raw[index]["start"] == 0:
+            n = int(qa.token_offsets[index + 1] - qa.token_offsets[index])
+            shares.append((len(raw[index]["source"]) - len(beta_task.datasets["train"][index]["source"])) / n)
+    a, b = gamma, gamma * (1 - p) / p
+    var_pi = a * b / ((a + b) ** 2 * (a + b + 1))
+    se = math.sqrt((var_pi + 0.25 / 20) / len(shares))  # windows hold > 20 passage tokens
+    assert abs(np.mean(shares) - p) < 4 * se, (np.mean(shares), se)
+
+
+def test_qa_epochs_reproducible_p0_untouched_valid_untouched(folders):
+    task = task_of("qa", folders["qa"], span_drop_p=0.3, span_drop_unit="sentence")
+    dropped = task.datasets["train"]
+    dropped.set_epoch(2)
+    first = [dropped[i]["source"].tolist() for i in range(40)]
+    again = task_of("qa", folders["qa"], span_drop_p=0.3, span_drop_unit="sentence").datasets["train"]
+    again.set_epoch(2)
+    assert [again[i]["source"].tolist() for i in range(40)] == first
+    again.set_epoch(3)
+    assert [again[i]["source"].tolist() for i in range(40)] != first
+    plain = task_of("qa", folders["qa"], span_drop_p=0.0)
+    assert isinstance(plain.datasets["train"], ExtractiveQADataset)
+    zero = SpanDropper(plain.cfg, plain.dictionary, np.ones(len(plain.dictionary), bool), seed=1)
+    same = QASpanDropDataset(plain.datasets["train"], zero)
+    for i in range(len(same)):
+        a, b = plain.datasets["train"][i], same[i]
+        assert a["source"].tolist() == b["source"].tolist() and (a["start"], a["end"]) == (b["start"], b["end"])
+    valid_a, valid_b = task.datasets["valid"], plain.datasets["valid"]
+    assert isinstance(valid_a, ExtractiveQADataset)
+    assert all(valid_a[i]["source"].tolist() == valid_b[i]["source"].tolist() for i in range(len(valid_a)))
+
+
+# ----------------------------------------------------------------------------- relation extraction and classification
+
+
+@pytest.mark.parametrize("mode, unit", [("ner", "token"), ("typed_marker", "word"), ("typed_marker_punct", "sentence"),
+                                        ("typed_marker", "chunk")])
+def test_relation_mentions_and_markers_survive(folders, mode, unit):
+    task = task_of("re", folders[mode], span_drop_p=0.5, span_drop_unit=unit, span_drop_chunk_size=2)
+    dataset = task.datasets["train"]
+    tokens_view = dataset.dataset.defn["net_input.src_tokens"].dataset
+    assert isinstance(tokens_view, RelationSpanDrop)
+    raw = tokens_view.dataset
+    original_positions = tokens_view.positions
+    examples = json.load(open(os.path.join(os.path.dirname(folders[mode]), "re_train.json")))
+    dropped_tokens = total = 0
+    for index in range(len(raw)):
+        before = symbols(task, raw[index])
+        item = dataset[index]
+        after = symbols(task, item["net_input.src_tokens"])
+        ex = examples[index]
+        for role, new in enumerate(item["net_input.entity_positions"]):
+            old, mention = original_positions[index][role], ex["token"][ex[("subj_start", "obj_start")[role]]]
+            length = {"ner": 1, "typed_marker": 3, "typed_marker_punct": 6}[mode]  # marker(s) and the one-word mention
+            assert after[new: new + length] == before[old: old + length]
+            assert mode == "ner" or mention in before[old: old + length]
+        assert after[0] == "[CLS]" and after[-1] == "[SEP]"
+        dropped_tokens += len(before) - len(after)
+        total += len(before) - 2
+    assert 0 < dropped_tokens < total
+    # validation examples are untouched
+    valid = task.datasets["valid"]
+    assert not isinstance(valid.dataset.defn["net_input.src_tokens"].dataset, RelationSpanDrop)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_classification_segment_a_follows_and_rate(folders, unit):
+    p = 0.25
+    task = task_of("cls", folders["cls"], span_drop_p=p, span_drop_unit=unit, span_drop_chunk_size=3)
+    dropped = task.datasets["train"]
+    assert isinstance(dropped, ClassificationSpanDropDataset)
+    masked = task_of("cls", folders["cls"], span_drop_p=p, span_drop_unit=unit, span_drop_chunk_size=3,
+                     span_drop_mode="mask").datasets["train"]
+    raw = dropped.dataset
+    kept_units = total_units = 0
+    for index in range(len(raw)):
+        before, after, mask_item = raw[index], dropped[index], masked[index]
+        tokens = before["source"].numpy()
+        keep = mask_item["source"].numpy() != task.dictionary.mask_index
+        assert after["source"].tolist() == tokens[keep].tolist() and after["target"] == before["target"]
+        assert mask_item["segment_a"] == before["segment_a"]
+        seg = before["segment_a"]
+        assert after["segment_a"] == keep[:seg].sum()
+        assert symbols(task, after["source"][after["segment_a"] - 1: after["segment_a"]]) == ["[SEP]"]
+        pieces = symbols(task, tokens)
+        droppable = np.array([t not in ("[CLS]", "[SEP]") for t in pieces])
+        final = np.array([t in (".", "!", "?") for t in pieces])
+        units = reference_units(pieces, droppable, unit, 3, np.cumsum(final) - final)
+        for u in range(units.max() + 1):
+            assert len(set(keep[units == u])) == 1
+            kept_units += keep[units == u][0]
+        total_units += units.max() + 1
+    se = math.sqrt(p * (1 - p) / total_units)
+    assert abs(kept_units / total_units - (1 - p)) < 4 * se
+    assert isinstance(task.datasets["valid"], type(raw))
+
+
+# ----------------------------------------------------------------------------- short runs learn
+
+
+def _valid_records(output):
+    return [json.loads(line[line.index("{"):]) for line in output.splitlines() if "| valid |" in line or
+            ('"valid_' in line and "{" in line)]
+
+
+SMALL = ["--user-dir", "user_dir", "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "64",
+         "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--optimizer", "adam", "--cpu",
+         "--num-workers", "0", "--log-format", "json", "--log-interval", "50", "--seed", "1", "--no-save",
+         "--dropout", "0", "--attention-dropout", "0"]
+
+
+def test_short_runs_with_span_drop_learn(folders):
+    """Each task trains with SpanDrop on (QA with Beta-SpanDrop over sentences, RE with AD-DROP as well) and beats chance.
+
+    Chance: QA picks one of three cities (F1 about 33); RE three balanced classes (accuracy 33%, 60 examples:
+    one standard error 6 points); pairs two balanced classes (50%, one standard error 6.5 points).
+    """
+    runs = {
+        "qa": (["--task", "extractive_qa", "--criterion", "extractive_qa", "--max-positions", "64", "--lr", "3e-3",
+                "--batch-size", "32", "--max-epoch", "12", "--span-drop-p", "0.1", "--span-drop-gamma", "1",
+                "--span-drop-unit", "sentence"], "valid_f1", 60),
+        "ner": (["--task", "relation_extraction", "--criterion", "relation_extraction", "--max-positions", "128",
+                 "--lr", "3e-3", "--batch-size", "16", "--max-epoch", "4", "--span-drop-p", "0.2",
+                 "--span-drop-unit", "word", "--ad-drop-p", "0.3", "--ad-drop-every-epoch"], "valid_accuracy", 70),
+        "cls": (["--task", "sentence_classification", "--criterion", "sentence_classification", "--max-positions", "64",
+                 "--lr", "1e-3", "--batch-size", "16", "--max-epoch", "5", "--span-drop-p", "0.2",
+                 "--span-drop-unit", "chunk", "--span-drop-chunk-size", "2"], "valid_accuracy", 75),
+    }
+    for name, (args, metric, floor) in runs.items():
+        proc = run_cli([bin_path("fairseq-train"), folders[name], *SMALL, *args])
+        output = proc.stdout + proc.stderr
+        records = [r for r in _valid_records(output) if metric in r]
+        assert records, output[-3000:]
+        assert max(float(r[metric]) for r in records) > floor, (name, [r[metric] for r in records])
