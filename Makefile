@@ -29,9 +29,7 @@ $(STAMP): setup.py requirements.txt Makefile
 	# declared dependencies include torchaudio, so they are listed by hand.
 	$(BIN)/pip install --quiet --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
 	@echo "note: fairseq-fixed declares torchaudio, left out on purpose (unused; it would replace the pinned torch): pip's report about it is not shown"
-	# tensorboardX: without it every fairseq command logs "Please install tensorboardX"
-	# at import (and --tensorboard-logdir needs it).
-	$(BIN)/pip install --quiet -r requirements.txt "tensorboardX>=2.6" $(PIP_FILTER)
+	$(BIN)/pip install --quiet -r requirements.txt $(PIP_FILTER)
 	$(BIN)/pip install --quiet --no-build-isolation --no-deps -e .
 	$(BIN)/python -c "import torch, fairseq, spanbert_plugin; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
