@@ -255,24 +255,30 @@ def test_cross_tuning_parity_and_options():
         parse_layers("0,2", 2)
 
 
-def test_ad_drop_on_pretraining_task_is_refused():
+@pytest.mark.parametrize("task", ["spanbert_pretraining", "span_masked_lm"])
+def test_ad_drop_on_pretraining_task_is_refused(task, capsys):
     from fairseq import options
 
     parser = options.get_training_parser()
-    with pytest.raises(SystemExit):
-        options.parse_args_and_arch(parser, ["data", "--user-dir", "user_dir", "--task", "span_masked_lm",
+    with pytest.raises(SystemExit):  # pre-training tasks have no AD-DROP options: argparse names the flag
+        options.parse_args_and_arch(parser, ["data", "--user-dir", "user_dir", "--task", task,
                                              "--arch", "spanbert_tiny", "--ad-drop-p", "0.3"])
+    assert "unrecognized arguments: --ad-drop-p 0.3" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
 def small_qa_data(wordpiece_data, corpus_files, tmp_path_factory):
+    """60 synthetic passages (test_qa_task's generator), prepared in this process."""
+    from spanbert_plugin.cli import prepare_qa
+
     d = tmp_path_factory.mktemp("adqa")
-    words = [w for w in open(corpus_files[0], encoding="utf-8").read().split() if w.isalpha() and w.islower()][:3000]
-    synthetic_squad(d / "train.json", 60, 1, words)
-    synthetic_squad(d / "valid.json", 12, 2, words)
-    run_cli([bin_path("spanbert-prepare-qa"), "--train", str(d / "train.json"), "--valid", str(d / "valid.json"),
-             "--tokenizer-from", wordpiece_data, "--destdir", str(d / "prepared"), "--max-seq-length", "64",
-             "--doc-stride", "24", "--max-query-length", "16"])
+    with open(corpus_files[0], encoding="utf-8") as f:
+        words = [w for w in f.read().split() if w.isalpha() and w.islower()][:3000]
+    for split, contexts, seed in (("train", 60, 1), ("valid", 12, 2)):
+        synthetic_squad(d / f"{split}.json", contexts, seed, words)
+    assert prepare_qa.main(["--train", str(d / "train.json"), "--valid", str(d / "valid.json"), "--tokenizer-from",
+                            wordpiece_data, "--destdir", str(d / "prepared"), "--max-seq-length", "64",
+                            "--doc-stride", "24", "--max-query-length", "16"]) == 0
     return str(d / "prepared")
 
 
