@@ -292,10 +292,14 @@ def test_finetune_from_pretrained_checkpoint_then_predict_equals_validation(spm_
     run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--max-update", "4", "--save-dir", str(tmp_path / "pt")])
     _write_jsonl(tmp_path / "train.jsonl", _corpus_examples(corpus_files[0], 96))
     _write_jsonl(tmp_path / "valid.jsonl", _corpus_examples(corpus_files[1], 37))  # 37: uneven last batch
+    with open(tmp_path / "test.jsonl", "w", encoding="utf-8") as f:  # unlabelled, as GLUE's test files
+        f.writelines(json.dumps({"uid": f"t{i}", "text": text}) + "\n" for i, (text, _, _) in
+                     enumerate(_corpus_examples(corpus_files[1], 5, offset=40)))
     cls = str(tmp_path / "cls")
     assert prepare_main(["--train", str(tmp_path / "train.jsonl"), "--valid", str(tmp_path / "valid.jsonl"),
-                         "--tokenizer-from", spm_data, "--destdir", cls, "--text-columns", "text",
-                         "--label-column", "label", "--id-column", "uid", "--max-seq-length", "48"]) == 0
+                         "--test", str(tmp_path / "test.jsonl"), "--tokenizer-from", spm_data, "--destdir", cls,
+                         "--text-columns", "text", "--label-column", "label", "--id-column", "uid",
+                         "--max-seq-length", "48"]) == 0
     with open(os.path.join(spm_data, "dict.txt")) as a, open(os.path.join(cls, "dict.txt")) as b:
         assert a.read() == b.read()  # the task's dictionary is the checkpoint's
     pretrained = str(tmp_path / "pt" / "checkpoint_last.pt")
@@ -319,6 +323,13 @@ def test_finetune_from_pretrained_checkpoint_then_predict_equals_validation(spm_
     assert [r["id"] for r in records] == [f"ex{i}" for i in range(37)] and [r["index"] for r in records] == list(range(37))
     assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-4 and r["label"] in r["probabilities"] for r in records)
     assert sum(r["label"] == r["gold"] for r in records) == pytest.approx(scores["accuracy"] * 37 / 100)
+
+    from spanbert_plugin.classification.predict import predict_split
+
+    scores = predict_split(str(tmp_path / "ft" / "checkpoint_last.pt"), None, "test", str(tmp_path / "test_pred"))
+    assert scores == {"split": "test", "examples": 5, "labelled": False}
+    records = [json.loads(line) for line in open(tmp_path / "test_pred" / "predictions.jsonl")]
+    assert [r["id"] for r in records] == [f"t{i}" for i in range(5)] and not any("gold" in r for r in records)
 
 
 def test_regression_correlations_over_two_workers_equal_prediction(spm_data, corpus_files, tmp_path):
