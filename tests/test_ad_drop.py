@@ -373,7 +373,8 @@ def test_classification_and_relation_runs_with_ad_drop(wordpiece_data, tmp_path)
               "--num-workers", "0", "--log-format", "json", "--log-interval", "5", "--seed", "1", "--batch-size", "32",
               "--dropout", "0", "--attention-dropout", "0", "--no-save", "--max-epoch", "2",
               "--ad-drop-p", "0.3", "--ad-drop-q", "0.5"]
-    runs = {"sentence_classification": ("cls", ["--ad-drop-attribution", "attention"]),  # cross-tuning: epoch 2 drops
+    # cross-tuning (epoch 2 drops) with SpanDrop on the same data; every epoch with fp16
+    runs = {"sentence_classification": ("cls", ["--ad-drop-attribution", "attention", "--span-drop-p", "0.1"]),
             "relation_extraction": ("re", ["--ad-drop-attribution", "gradient", "--ad-drop-every-epoch",
                                            "--memory-efficient-fp16"])}
     for task, (folder, options) in runs.items():
