@@ -272,7 +272,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
     if not os.path.isfile(checkpoint):
         raise InteropError(f"{checkpoint}: no such checkpoint")
     # a relative --data is relative to the working directory (load_hub_model falls back to the checkpoint's folder)
-    hub = load_hub_model(os.path.dirname(os.path.abspath(checkpoint)), os.path.abspath(checkpoint), data)
+    hub = load_hub_model(os.path.dirname(checkpoint), os.path.basename(checkpoint), data)  # errors name it as given
     model, d = hub.model.float(), hub.dictionary
     qa, classification_head = choose_heads(model, head)
     architectures, num_labels, labels, regression = ["BertForMaskedLM"], 2, None, False
@@ -419,6 +419,9 @@ def import_hf(hf_dir, out_dir, force=False):
         sbo_config_path = os.path.join(hf_dir, SBO_CONFIG)
         sbo_config = _read_json(sbo_config_path) if os.path.isfile(sbo_config_path) else None
         if sbo_config:
+            for key in ("position_slots", "position_dim"):
+                if not isinstance(sbo_config.get(key), int) or sbo_config[key] <= 0:
+                    raise InteropError(f"{sbo_config_path}: {key} must be a positive integer, found {sbo_config.get(key)!r}")
             cli += ["--sbo-position-slots", str(sbo_config["position_slots"]), "--sbo-position-dim", str(sbo_config["position_dim"])]
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
         task = tasks.setup_task(cfg.task)
@@ -463,7 +466,7 @@ def _register_task_heads(model, ours, config, hf_dir):
             raise InteropError(f"{hf_dir}: a classifier without bert.pooler.dense weights; BertForSequenceClassification has both")
         num_classes, inner = out_proj.shape
         model.register_classification_head(IMPORTED_HEAD, num_classes=num_classes, inner_dim=inner)
-        id2label = config.get("id2label") or {}
+        id2label = config.get("id2label") if isinstance(config.get("id2label"), dict) else {}
         names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_classes)]
         if names != [f"LABEL_{i}" for i in range(num_classes)]:  # transformers' defaults are no names
             labels = names
