@@ -1,33 +1,67 @@
 #!/usr/bin/env python
 """SST-2 with a few thousand training sentences: a pre-trained spanbert checkpoint against random initialisation.
 
-Both runs use the checkpoint's encoder size and tokenizer (the data folder it
-was pre-trained on), the same slice of SST-2 train, the full dev set and the
-same hyper-parameters; only ``--finetune-from-model`` differs. Each seed's
-best dev accuracy is written to ``OUT/results.csv`` and the mean and standard
-deviation per initialisation to ``OUT/summary.json``.
+Both arms use the checkpoint's encoder size and tokenizer (the data folder it
+was pre-trained on), the same slice of SST-2 train, the full dev set (872) and
+the same hyper-parameters; only ``--finetune-from-model`` differs. Every run
+records the dev accuracy after each epoch, and the accuracy of its final model
+on the training slice (``spanbert-predict-classification --split train``), so
+the train-dev gap is measured on one model.
 
-    .venv/bin/python benchmarks/sst2_experiment.py --checkpoint demo_out/checkpoints/checkpoint_last.pt \
-        --out benchmarks/sst2_results [--train-size 4000 --seeds 1,2,3 --max-epoch 3 --lr 1e-4]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sst2_experiment.py \
+        --checkpoint demo_out/checkpoints/checkpoint_last.pt --out benchmarks/sst2 --force
+
+Prepared data, checkpoints and one JSON file per finished run go to ``--work``
+(default ``benchmarks/out/glue_work``): an interrupted experiment resumes
+there, and ``benchmarks/glue_ad_drop.py`` reuses runs with the same command
+(its plain SST-2 arm is this script's pre-trained arm at the same settings).
+``--out`` receives ``results.csv`` (one row per run), ``summary.json`` (mean and
+standard deviation per arm), ``commands.txt`` and a plot, written all at once.
+
+The helpers here (prepare a GLUE task, fine-tune, predict, summarise) are
+shared with ``benchmarks/glue_ad_drop.py``.
 """
 import argparse
 import csv
+import hashlib
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
+import time
+from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GLUE = os.path.join(ROOT, "..", "shared", "data", "glue", "SST-2")
+sys.path.insert(0, ROOT)
+GLUE = os.path.join(ROOT, "..", "shared", "data", "glue")
 BIN = os.path.dirname(sys.executable)
+DEFAULT_WORK = os.path.join(ROOT, "benchmarks", "out", "glue_work")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
+# columns of the GLUE files as distributed; RTE's index column becomes the prediction id
+GLUE_COLUMNS = {
+    "SST-2": ["--text-columns", "sentence", "--label-column", "label"],
+    "RTE": ["--text-columns", "sentence1,sentence2", "--label-column", "label", "--id-column", "index"],
+}
+ARMS = ("pretrained", "random")
+
+
+@dataclass
+class FinetuneSettings:
+    """Hyper-parameters shared by every arm of an experiment."""
+
+    max_epoch: int = 6
+    lr: float = 1e-3
+    batch_size: int = 32
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    dropout: float = 0.1
 
 
 def checkpoint_model(checkpoint):
     """(architecture flags, data folder) recorded in a pre-training checkpoint."""
-    sys.path.insert(0, ROOT)
     import spanbert_plugin  # noqa: F401  (safe-loading allowlist)
     import torch
 
@@ -35,73 +69,276 @@ def checkpoint_model(checkpoint):
     flags = ["--arch", cfg["model"]["_name"]]
     for key in SIZE_KEYS:
         flags += ["--" + key.replace("_", "-"), str(cfg["model"][key])]
-    return flags, cfg["task"]["data"].split(os.pathsep)[0]
+    data = cfg["task"]["data"].split(os.pathsep)[0]
+    return flags, data if os.path.isabs(data) else os.path.join(os.path.dirname(os.path.dirname(checkpoint)), data)
 
 
-def prepare(out, tokenizer_folder, train_size):
-    folder = os.path.join(out, "data")
+def run_logged(command, log):
+    """Run ``command`` (a list) from the repository root; append it to ``log``; its output, or exit with its tail."""
+    log.append(shlex.join(command))
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        sys.exit(f"command failed (exit {proc.returncode}): {shlex.join(command)}\n{tail}")
+    return proc.stdout + proc.stderr
+
+
+def prepare_glue(work, task, tokenizer_folder, train_size, max_seq_length, log):
+    """Prepared folder of GLUE ``task``: the first ``train_size`` training rows (all when 0) and the full dev set."""
+    name = f"{task}_{train_size or 'all'}_{max_seq_length}"
+    folder = os.path.join(work, "data", name)
     if os.path.isfile(os.path.join(folder, "classification.json")):
         return folder
-    with open(os.path.join(GLUE, "train.tsv"), encoding="utf-8") as f:
-        lines = f.readlines()
-    train = os.path.join(out, f"train_{train_size}.tsv")
-    with open(train, "w", encoding="utf-8") as f:
-        f.writelines(lines[: train_size + 1])  # header and the first sentences
-    subprocess.run([os.path.join(BIN, "spanbert-prepare-classification"), "--train", train, "--valid",
-                    os.path.join(GLUE, "dev.tsv"), "--tokenizer-from", tokenizer_folder, "--destdir", folder,
-                    "--text-columns", "sentence", "--label-column", "label", "--max-seq-length", "64"], check=True)
+    source = os.path.join(GLUE, task)
+    train = os.path.join(source, "train.tsv")
+    if train_size:
+        with open(train, encoding="utf-8") as f:
+            lines = f.readlines()
+        if train_size > len(lines) - 1:
+            sys.exit(f"--train-size {train_size}: {train} has only {len(lines) - 1} rows")
+        os.makedirs(os.path.join(work, "data"), exist_ok=True)
+        train = os.path.join(work, "data", f"{name}.train.tsv")
+        with open(train, "w", encoding="utf-8") as f:
+            f.writelines(lines[: train_size + 1])  # header and the first rows (the file is shuffled)
+    run_logged([os.path.join(BIN, "spanbert-prepare-classification"), "--train", train,
+                "--valid", os.path.join(source, "dev.tsv"), "--tokenizer-from", tokenizer_folder, "--destdir", folder,
+                *GLUE_COLUMNS[task], "--max-seq-length", str(max_seq_length)], log)
     return folder
 
 
-def best_accuracy(output):
-    accuracies = [float(json.loads(m.group(1))["valid_accuracy"]) for m in re.finditer(r"\| valid \| (\{.*\})", output)]
-    return max(accuracies)
+def train_command(data, arch, checkpoint, seed, settings: FinetuneSettings, train_size, save_dir, extra=()):
+    """fairseq-train arguments of one fine-tuning run (``checkpoint`` None: random initialisation)."""
+    updates = settings.max_epoch * -(-train_size // settings.batch_size)
+    command = [os.path.join(BIN, "fairseq-train"), data, "--user-dir", os.path.join(ROOT, "user_dir"),
+               "--task", "sentence_classification", "--criterion", "sentence_classification", *arch,
+               "--dropout", str(settings.dropout), "--attention-dropout", str(settings.dropout),
+               "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
+               "--weight-decay", str(settings.weight_decay), "--clip-norm", "1.0",
+               "--lr", str(settings.lr), "--lr-scheduler", "polynomial_decay", "--total-num-update", str(updates),
+               "--warmup-updates", str(max(1, round(updates * settings.warmup_ratio))),
+               "--batch-size", str(settings.batch_size), "--max-epoch", str(settings.max_epoch), "--seed", str(seed),
+               "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "1000",
+               "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state",
+               "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", *extra]
+    if checkpoint:
+        command += ["--finetune-from-model", os.path.abspath(checkpoint)]
+    return command
+
+
+def epoch_stats(output, tag):
+    """{epoch: stats} of fairseq's JSON log lines tagged ``tag`` ('train' or 'valid')."""
+    stats = {}
+    for match in re.finditer(r"\| " + tag + r" \| (\{.*\})", output):
+        record = json.loads(match.group(1))
+        stats[int(record["epoch"])] = record
+    return stats
+
+
+def finetune_run(work, name, command, log):
+    """Run (or reuse) one fine-tuning run and score its final model on the training split; a dict of results.
+
+    Runs are cached in ``work/runs`` under a hash of the command, so an
+    interrupted experiment resumes and two scripts share identical runs.
+    """
+    key = hashlib.sha1(json.dumps(command).encode()).hexdigest()[:12]
+    cached = os.path.join(work, "runs", f"{name}-{key}.json")
+    if os.path.isfile(cached):
+        with open(cached) as f:
+            result = json.load(f)
+        log.extend(result["commands"])
+        return result
+    commands = []
+    save_dir = command[command.index("--save-dir") + 1]
+    started = time.time()
+    output = run_logged(command, commands)
+    train_seconds = time.time() - started
+    valid, train = epoch_stats(output, "valid"), epoch_stats(output, "train")
+    predicted = os.path.join(save_dir, "predict_train")
+    run_logged([os.path.join(BIN, "spanbert-predict-classification"), "--checkpoint",
+                os.path.join(save_dir, "checkpoint_last.pt"), "--split", "train", "--out", predicted, "--force",
+                "--batch-size", "128", "--cpu"], commands)
+    with open(os.path.join(predicted, "eval.json")) as f:
+        train_accuracy = json.load(f)["accuracy"]
+    last = max(valid)
+    result = {
+        "dev_accuracy_per_epoch": [float(valid[e]["valid_accuracy"]) for e in sorted(valid)],
+        "ad_drop_rate_per_epoch": [float(train[e].get("train_ad_drop_rate", 0.0)) for e in sorted(train)],
+        "dev_accuracy": float(valid[last]["valid_accuracy"]),
+        "best_dev_accuracy": max(float(v["valid_accuracy"]) for v in valid.values()),
+        "train_accuracy": float(train_accuracy),
+        "train_seconds": round(train_seconds, 1),
+        "commands": commands,
+    }
+    result["train_dev_gap"] = result["train_accuracy"] - result["dev_accuracy"]
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    with open(cached + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(cached + ".tmp", cached)  # a run counts as done only once its file is whole
+    log.extend(commands)
+    for leftover in ("checkpoint_last.pt", "checkpoint_best.pt"):  # 18 MB each, not needed again
+        if os.path.isfile(os.path.join(save_dir, leftover)):
+            os.remove(os.path.join(save_dir, leftover))
+    return result
+
+
+RESULT_COLUMNS = ("dev_accuracy", "best_dev_accuracy", "train_accuracy", "train_dev_gap")
+
+
+def mean_sd(values):
+    """{'mean', 'sd', 'runs'} of a list (sd 0 for a single value)."""
+    return {"mean": round(statistics.mean(values), 2),
+            "sd": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0, "runs": values}
+
+
+def summarise(rows, group_keys):
+    """{group: {column: mean_sd}} over ``rows`` grouped by the values of ``group_keys``."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(" / ".join(str(row[k]) for k in group_keys), []).append(row)
+    return {group: {column: mean_sd([r[column] for r in members]) for column in RESULT_COLUMNS}
+            for group, members in groups.items()}
+
+
+def write_results(out, force, inputs, rows, summary, log, plot, invocation):
+    """results.csv, summary.json, commands.txt and the plot into ``out``, all at once."""
+    from spanbert_plugin.file_utils import atomic_directory
+
+    with atomic_directory(out, os.path.basename(sys.argv[0]), inputs, force, "--out") as folder:
+        with open(os.path.join(folder, "results.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        with open(os.path.join(folder, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        with open(os.path.join(folder, "commands.txt"), "w") as f:
+            f.write("# the experiment\n" + invocation + "\n\n# the commands it ran (cached runs included)\n")
+            f.write("\n".join(dict.fromkeys(log)) + "\n")
+        plot(rows, folder)
+
+
+def result_row(labels, result):
+    """One CSV row: ``labels`` then the run's measurements (percent, two decimals)."""
+    row = dict(labels)
+    row.update({column: round(result[column], 2) for column in RESULT_COLUMNS})
+    row["dev_accuracy_per_epoch"] = " ".join(f"{v:.2f}" for v in result["dev_accuracy_per_epoch"])
+    row["ad_drop_rate_per_epoch"] = " ".join(f"{v:.4f}" for v in result["ad_drop_rate_per_epoch"])
+    row["train_seconds"] = result["train_seconds"]
+    return row
+
+
+def strip_plot(axis, rows, group_key, groups, column, ylabel, reference=None):
+    """Each run as a dot and each group's mean +- sd as a bar, per value of ``group_key``."""
+    for x, group in enumerate(groups):
+        values = [r[column] for r in rows if r[group_key] == group]
+        axis.scatter([x + 0.08 * (i - (len(values) - 1) / 2) for i in range(len(values))], values, s=18, zorder=3)
+        mean = statistics.mean(values)
+        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        axis.errorbar([x + 0.3], [mean], yerr=[sd], fmt="s", color="black", capsize=4)
+    if reference is not None:
+        axis.axhline(reference, color="grey", linestyle="--", linewidth=1)
+    axis.set_xticks(range(len(groups)))
+    axis.set_xticklabels(groups)
+    axis.set_xlim(-0.5, len(groups) - 0.3)
+    axis.set_ylabel(ylabel)
+
+
+def majority_share(task):
+    """Dev accuracy (percent) of always predicting the most frequent dev label."""
+    with open(os.path.join(GLUE, task, "dev.tsv"), encoding="utf-8") as f:
+        labels = [line.rstrip("\n").split("\t")[-1] for line in f.readlines()[1:]]
+    return 100 * max(labels.count(label) for label in set(labels)) / len(labels)
+
+
+def experiment_parser(description, default_out):
+    """Parser with the shared experiment flags: checkpoint, work/out folders, seeds and FinetuneSettings."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = FinetuneSettings()
+    parser.add_argument("--checkpoint", default=os.path.join(ROOT, "demo_out", "checkpoints", "checkpoint_last.pt"),
+                        help="pre-trained spanbert checkpoint (default: the make demo one)")
+    parser.add_argument("--out", default=default_out, help="results folder (written all at once)")
+    parser.add_argument("--work", default=DEFAULT_WORK, help="scratch folder: prepared data, checkpoints, finished runs")
+    parser.add_argument("--force", action="store_true", help="replace an earlier output of this script in --out")
+    parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="tokens per example with [CLS]/[SEP]")
+    parser.add_argument("--max-epoch", type=int, default=defaults.max_epoch, help="fine-tuning epochs")
+    parser.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (linear warm-up and decay)")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="examples per update")
+    return parser
+
+
+def settings_from(args):
+    """FinetuneSettings of the parsed flags."""
+    return FinetuneSettings(max_epoch=args.max_epoch, lr=args.lr, batch_size=args.batch_size)
+
+
+def check_inputs(args, tasks):
+    """Exit with a one-line message when the checkpoint or a GLUE folder is missing or --out may not be written."""
+    from spanbert_plugin.file_utils import OutputError, check_destination
+
+    if not os.path.isfile(args.checkpoint):
+        sys.exit(f"--checkpoint {args.checkpoint}: no such file (run make demo first)")
+    for task in tasks:
+        if not os.path.isdir(os.path.join(GLUE, task)):
+            sys.exit(f"{os.path.join(GLUE, task)}: GLUE {task} files not present")
+    try:
+        check_destination(args.out, os.path.basename(sys.argv[0]), [args.checkpoint], args.force, "--out")
+    except OutputError as err:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: error: {err}")
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only backend, without its debug logging."""
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_sst2(rows, folder):
+    plt = pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    strip_plot(axes[0], rows, "init", ARMS, "dev_accuracy", "dev accuracy (%), final model", majority_share("SST-2"))
+    strip_plot(axes[1], rows, "init", ARMS, "train_dev_gap", "train - dev accuracy (points)")
+    figure.suptitle(f"SST-2, {rows[0]['train_size']} training sentences, dev 872 (dashed: majority class)")
+    save_figure(plt, figure, os.path.join(folder, "sst2_pretrained_vs_random.png"))
+
+
+def save_figure(plt, figure, path):
+    """Lay out, write and close ``figure``."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="pre-trained spanbert checkpoint")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "sst2_results"), help="results folder")
-    parser.add_argument("--train-size", type=int, default=4000, help="first N sentences of SST-2 train")
-    parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds")
-    parser.add_argument("--max-epoch", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser = experiment_parser(__doc__, os.path.join(ROOT, "benchmarks", "sst2"))
+    parser.add_argument("--train-size", type=int, default=2000, help="first N sentences of SST-2 train")
     args = parser.parse_args()
-    if not os.path.isdir(GLUE):
-        sys.exit(f"{GLUE}: SST-2 files not present")
-    os.makedirs(args.out, exist_ok=True)
+    check_inputs(args, ["SST-2"])
+    settings = settings_from(args)
+    log = []
     arch, tokenizer_folder = checkpoint_model(args.checkpoint)
-    data = prepare(args.out, tokenizer_folder, args.train_size)
+    data = prepare_glue(args.work, "SST-2", tokenizer_folder, args.train_size, args.max_seq_length, log)
     rows = []
-    for init in ("pretrained", "random"):
+    for init in ARMS:
         for seed in [int(s) for s in args.seeds.split(",")]:
-            command = [os.path.join(BIN, "fairseq-train"), data, "--user-dir", os.path.join(ROOT, "user_dir"),
-                       "--task", "sentence_classification", "--criterion", "sentence_classification", *arch,
-                       "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--weight-decay", "0.01",
-                       "--lr", str(args.lr), "--lr-scheduler", "polynomial_decay",
-                       "--batch-size", str(args.batch_size), "--max-epoch", str(args.max_epoch), "--seed", str(seed),
-                       "--cpu", "--num-workers", "0", "--log-format", "json", "--no-save"]
-            total = args.max_epoch * -(-args.train_size // args.batch_size)
-            command += ["--total-num-update", str(total), "--warmup-updates", str(max(1, total * 6 // 100))]
-            if init == "pretrained":
-                command += ["--finetune-from-model", os.path.abspath(args.checkpoint)]
-            proc = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
-            rows.append({"init": init, "seed": seed, "best_dev_accuracy": best_accuracy(proc.stdout + proc.stderr)})
-            print(rows[-1], flush=True)
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    summary = {"checkpoint": os.path.abspath(args.checkpoint), "train_size": args.train_size, "dev_size": 872,
-               "max_epoch": args.max_epoch, "lr": args.lr}
-    for init in ("pretrained", "random"):
-        values = [r["best_dev_accuracy"] for r in rows if r["init"] == init]
-        summary[init] = {"mean": statistics.mean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-                         "runs": values}
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    print(json.dumps(summary))
+            save_dir = os.path.join(args.work, "checkpoints", f"SST-2_{init}_{seed}")
+            command = train_command(data, arch, args.checkpoint if init == "pretrained" else None, seed, settings,
+                                    args.train_size, save_dir)
+            result = finetune_run(args.work, f"SST-2_{init}_{seed}", command, log)
+            rows.append(result_row({"init": init, "seed": seed, "train_size": args.train_size}, result))
+            print(json.dumps(rows[-1]), flush=True)
+    summary = {"checkpoint": os.path.abspath(args.checkpoint), "task": "SST-2", "train_size": args.train_size,
+               "dev_size": 872, "max_seq_length": args.max_seq_length, **asdict(settings),
+               "majority_class_dev_accuracy": round(majority_share("SST-2"), 2), "arms": summarise(rows, ["init"])}
+    write_results(args.out, args.force, [args.checkpoint], rows, summary, log, plot_sst2,
+                  "OMP_NUM_THREADS=1 .venv/bin/python " + shlex.join(sys.argv))
+    print(json.dumps(summary["arms"]))
 
 
 if __name__ == "__main__":
