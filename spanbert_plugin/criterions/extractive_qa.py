@@ -3,10 +3,12 @@
 Loss per window: (CE(start) + CE(end)) / 2 over the window's real tokens
 (padding masked), log-softmax in fp32. At validation every batch holds whole
 questions (see ``ExtractiveQADataset``); the criterion answers them exactly as
-``spanbert-predict-qa`` does and logs one record per question, which a meter
-accumulates over the split: ``em`` and ``f1`` (SQuAD 2.0 also ``has_ans_f1``,
-``no_ans_f1``, ``best_f1``, ``best_f1_thresh``) are exact over the whole split,
-across batches and workers.
+``spanbert-predict-qa`` does and logs one record per question, placed at the
+question's index in an array over the whole split (zero elsewhere): summed over
+batches and workers these arrays hold every question once, so ``em`` and ``f1``
+(SQuAD 2.0 also ``has_ans_f1``, ``no_ans_f1``, ``best_f1``, ``best_f1_thresh``)
+are exact over the whole split, and the logging outputs stay summable (fairseq
+gathers non-summable outputs with CUDA tensors only).
 """
 from dataclasses import dataclass, field
 
@@ -16,9 +18,9 @@ import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
-from fairseq.logging.meters import Meter
 
 from ..modules.ad_drop import pseudo_label_span_objective
+from . import log_sum_to_this_validation
 
 
 @dataclass
@@ -36,39 +38,6 @@ def qa_logits(model, sample):
     padding = sample["net_input"]["src_tokens"].eq(model.encoder.padding_idx)
     fill = torch.finfo(torch.float32).min
     return start.float().masked_fill(padding, fill), end.float().masked_fill(padding, fill)
-
-
-class QARecordsMeter(Meter):
-    """Collects per-question records during one validation; summarised at the end."""
-
-    def __init__(self, with_negative=False):
-        self.records, self.with_negative = [], with_negative
-
-    def update(self, records, with_negative):
-        self.records.append(np.asarray(records, dtype=np.float64).reshape(-1, 6))
-        self.with_negative = with_negative
-
-    def reset(self):
-        self.records = []
-
-    def state_dict(self):
-        return {"records": self.all().tolist(), "with_negative": self.with_negative}
-
-    def load_state_dict(self, state_dict):
-        self.records = [np.asarray(state_dict["records"], dtype=np.float64).reshape(-1, 6)]
-        self.with_negative = state_dict["with_negative"]
-
-    def all(self):
-        return np.concatenate(self.records) if self.records else np.zeros((0, 6))
-
-    def summary(self):
-        from ..qa.scoring import summarize
-
-        return summarize(self.all(), self.with_negative)
-
-    @property
-    def smoothed_value(self):
-        return None  # reported through the derived metrics below
 
 
 @register_criterion("extractive_qa", dataclass=ExtractiveQACriterionConfig)
@@ -98,8 +67,8 @@ class ExtractiveQACriterion(FairseqCriterion):
             options = AnswerOptions(self.n_best, self.max_answer_length, self.null_threshold)
             _, records = score_windows(split, sample["id"].cpu().numpy(), start.detach().cpu().numpy(),
                                        end.detach().cpu().numpy(), options)
-            logging_output["qa_records"] = records.tolist()
-            logging_output["qa_with_negative"] = split.with_negative
+            logging_output["qa_records"] = records_by_question(records, split.num_questions)
+            logging_output["qa_with_negative"] = int(split.with_negative)
         return loss, n, logging_output
 
     @staticmethod
@@ -107,36 +76,33 @@ class ExtractiveQACriterion(FairseqCriterion):
         loss = sum(float(log.get("loss", 0)) for log in logging_outputs)
         sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
         metrics.log_scalar("loss", loss / max(sample_size, 1) / np.log(2), sample_size, round=3)
-        records = [r for log in logging_outputs for r in log.get("qa_records", [])]
-        if any("qa_records" in log for log in logging_outputs):
-            with_negative = any(log.get("qa_with_negative", False) for log in logging_outputs)
-            _log_to_this_validation(QARecordsMeter, "_qa_records", records, with_negative)
+        records = [log["qa_records"] for log in logging_outputs if "qa_records" in log]
+        if records:
+            with_negative = any(log.get("qa_with_negative", 0) for log in logging_outputs)
+            log_sum_to_this_validation("_qa_records", sum(torch.as_tensor(r, dtype=torch.float64).cpu() for r in records))
             keys = ["em", "f1"] + (["has_ans_f1", "no_ans_f1", "best_f1", "best_f1_thresh"] if with_negative else [])
             for key in keys:
-                metrics.log_derived(key, lambda meters, key=key: _summary_value(meters, key))
+                metrics.log_derived(key, lambda meters, key=key: _summary_value(meters, key, with_negative))
 
-    def logging_outputs_can_be_summed(self) -> bool:
-        # training logs scalars only; validation logs per-question records, gathered as lists
-        return self.training
-
-
-def _log_to_this_validation(meter_cls, key, *args):
-    """Update ``key`` only in the temporary aggregators of the current validation.
-
-    fairseq also keeps a named "valid" aggregator for the whole run and saves it
-    in checkpoints; per-question records there would grow with every validation.
-    """
-    persistent = {id(agg) for agg in getattr(metrics, "_aggregators", {}).values()}
-    for agg in metrics.get_active_aggregators():
-        if id(agg) in persistent:
-            continue
-        if key not in agg:
-            agg.add_meter(key, meter_cls(), 50)
-        agg[key].update(*args)
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
 
 
-def _summary_value(meters, key):
-    if "_qa_records" not in meters:
-        return float("nan")
-    value = meters["_qa_records"].summary().get(key)
+def records_by_question(records: np.ndarray, num_questions: int) -> torch.Tensor:
+    """[6, num_questions] float64: a 1 and the record's five values at each scored question's index."""
+    table = torch.zeros((6, num_questions), dtype=torch.float64)
+    index = torch.as_tensor(records[:, 0], dtype=torch.long)
+    table[0, index] = 1.0
+    table[1:, index] = torch.as_tensor(records[:, 1:].T, dtype=torch.float64)
+    return table
+
+
+def _summary_value(meters, key, with_negative):
+    from ..qa.scoring import summarize
+
+    table = meters["_qa_records"].sum.numpy()
+    seen = table[0] > 0  # --max-valid-steps may validate part of the split
+    records = np.concatenate([np.flatnonzero(seen)[:, None], (table[1:, seen] / table[0, seen]).T], axis=1)
+    value = summarize(records, with_negative).get(key)
     return round(float(value), 4) if value is not None else float("nan")

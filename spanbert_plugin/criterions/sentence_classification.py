@@ -21,6 +21,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
+from . import log_sum_to_this_validation
 from ..evaluation.classification import classification_metrics, regression_metrics
 from ..modules.ad_drop import pseudo_label_logit_sum
 
@@ -91,7 +92,7 @@ class SentenceClassificationCriterion(FairseqCriterion):
         metrics.log_scalar("loss", loss_sum / max(sample_size, 1), sample_size, round=4)  # mean squared error
         pairs = [log["regression_pairs"] for log in logging_outputs if "regression_pairs" in log]
         if pairs:
-            metrics.log_scalar_sum("_regression_pairs", sum(p.double().cpu() for p in pairs))
+            log_sum_to_this_validation("_regression_pairs", sum(p.double().cpu() for p in pairs))
             for name in REGRESSION_METRICS:
                 metrics.log_derived(name, _regression_metric(name))
 
