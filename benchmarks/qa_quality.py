@@ -106,18 +106,13 @@ def fairseq_run(log, prepared, setup, seed, args, env):
             "train_seconds": round(seconds, 1)}
 
 
-class _SchedulerOptimizer:
-    """The two methods fairseq's lr schedulers call, over a torch optimizer."""
+def _scheduler_view(optimizer):
+    """A FairseqOptimizer over a torch optimizer, so that fairseq's lr schedulers can drive its learning rate."""
+    from fairseq.optim import FairseqOptimizer
 
-    def __init__(self, optimizer):
-        self.optimizer = optimizer
-
-    def set_lr(self, lr):
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-    def get_lr(self):
-        return self.optimizer.param_groups[0]["lr"]
+    view = FairseqOptimizer(None)
+    view._optimizer = optimizer
+    return view
 
 
 def _fairseq_setup(prepared, seed, args):
@@ -171,7 +166,7 @@ def transformers_run(prepared, hf_dir, seed, args):
     betas = tuple(float(x) for x in cfg.optimizer.adam_betas.strip("()").split(","))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optimization.lr[0], betas=betas,
                                   eps=cfg.optimizer.adam_eps, weight_decay=cfg.optimizer.weight_decay)
-    scheduler = build_lr_scheduler(cfg.lr_scheduler, _SchedulerOptimizer(optimizer))
+    scheduler = build_lr_scheduler(cfg.lr_scheduler, _scheduler_view(optimizer))
     scheduler.step_update(0)  # as fairseq's Trainer does before the first update
     updates, epoch, start = 0, 1, time.perf_counter()
     model.train()
