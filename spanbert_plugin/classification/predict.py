@@ -53,6 +53,8 @@ def split_outputs(model, task, cfg, split: str, batch_size=None, max_tokens=None
 
     from ..criterions.sentence_classification import classification_logits
 
+    if hasattr(task.cfg, "span_drop_p"):
+        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
     task.load_dataset(split)
     dataset = task.dataset(split)
     iterator = task.get_batch_iterator(

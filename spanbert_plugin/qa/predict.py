@@ -55,6 +55,8 @@ def split_logits(model, task, cfg, split: str, batch_size=None, max_tokens=None)
     """Run the model over every window of ``split`` in validation batches (whole questions)."""
     from ..criterions.extractive_qa import qa_logits
 
+    if hasattr(task.cfg, "span_drop_p"):
+        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
     task.load_dataset(split)
     dataset = task.dataset(split)
     iterator = task.get_batch_iterator(

@@ -61,6 +61,8 @@ def predict_probabilities(model, task, cfg, split: str, batch_size=None, max_tok
 
     from ..criterions.relation_extraction import relation_logits
 
+    if hasattr(task.cfg, "span_drop_p"):
+        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
     task.load_dataset(split)
     dataset = task.dataset(split)
     head = model.relation_heads[task.cfg.relation_head_name]
