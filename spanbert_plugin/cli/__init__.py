@@ -1,1 +1,86 @@
-"""Console commands: thin wrappers (parse, call the library, report), like fairseq_cli."""
+"""Console commands: thin wrappers (parse, call the library, report), like fairseq_cli.
+
+What every command shares lives here: ``command(prog)`` turns the plugin's
+errors and interruptions into one line and an exit status, and shows library
+log records as ``prog: warning: ...`` lines only; ``add_predict_arguments``
+defines the options common to the three predict commands.
+"""
+import contextlib
+import functools
+import logging
+import sys
+
+from ..errors import UsageError
+from ..file_utils import Interrupted
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (main() may run in tests)."""
+
+    stream = property(lambda self: sys.stderr, lambda self, value: None)
+
+
+class _CommandFormatter(logging.Formatter):
+    """``prog: warning: message``, the shape of the commands' own messages."""
+
+    def __init__(self, prog: str):
+        super().__init__()
+        self.prog = prog
+
+    def format(self, record):
+        return f"{self.prog}: {record.levelname.lower()}: {record.getMessage()}"
+
+
+@contextlib.contextmanager
+def warnings_only(prog: str):
+    """Show only WARNING and above from every logger, as ``prog: warning: ...``; restore logging afterwards.
+
+    Importing fairseq's models runs ``logging.basicConfig(level=DEBUG)``, which
+    would flood stderr with DEBUG/INFO lines; while a handler is installed on
+    the root logger that call does nothing, so the order of imports does not matter.
+    """
+    root = logging.getLogger()
+    handler = _StderrHandler()
+    handler.setFormatter(_CommandFormatter(prog))
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers = [handler]
+    root.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        root.handlers = saved_handlers
+        root.setLevel(saved_level)
+
+
+def command(prog: str, errors=()):
+    """Decorate a ``main(argv)``: UsageError (and ``errors``) -> ``prog: error: message``, status 1;
+    Ctrl-C -> 130, a signal turned into ``Interrupted`` -> 128 + its number; library logging quieted."""
+
+    def decorate(main):
+        @functools.wraps(main)
+        def run(argv=None):
+            with warnings_only(prog):
+                try:
+                    return main(argv)
+                except (UsageError, *errors) as err:
+                    print(f"{prog}: error: {err}", file=sys.stderr)
+                    return 1
+                except KeyboardInterrupt as err:
+                    print(f"{prog}: interrupted; no output written, an earlier one left as it was", file=sys.stderr)
+                    return err.exit_status if isinstance(err, Interrupted) else 130
+
+        return run
+
+    return decorate
+
+
+def add_predict_arguments(parser, prog: str, task: str, prepare_command: str, default_split: str, unit: str = "examples"):
+    """The options shared by the predict commands: checkpoint, data, split, output folder, batching, device."""
+    parser.add_argument("--checkpoint", required=True, help=f"{task} checkpoint (.pt)")
+    parser.add_argument("--data", help=f"{prepare_command} folder (default: the one the checkpoint was trained on)")
+    parser.add_argument("--split", default=default_split, help=f"split to predict (default: {default_split})")
+    parser.add_argument("--out", required=True, help="output folder (created; --force replaces an earlier output)")
+    parser.add_argument("--force", action="store_true", help=f"replace an earlier {prog} output")
+    parser.add_argument("--batch-size", type=int, help=f"{unit} per batch (default: the checkpoint's validation batch size)")
+    parser.add_argument("--max-tokens", type=int, help="tokens per batch (default: the checkpoint's validation setting)")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")

@@ -1,15 +1,15 @@
 """spanbert-export-hf: write a spanbert checkpoint as a HuggingFace transformers directory."""
 import argparse
-import logging
 import sys
 
-from ..errors import UsageError
-from ..file_utils import OutputError
+from . import command
+
+PROG = "spanbert-export-hf"
 
 
 def get_parser():
     parser = argparse.ArgumentParser(
-        prog="spanbert-export-hf",
+        prog=PROG,
         description="Export a spanbert checkpoint to HuggingFace transformers (BertForMaskedLM and its task heads), "
         "then reload the output with transformers and compare it with fairseq.",
     )
@@ -23,19 +23,15 @@ def get_parser():
     return parser
 
 
+@command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
     from ..hf_interop import export_hf
 
     args = get_parser().parse_args(argv)
-    logging.getLogger().setLevel(logging.WARNING)  # importing fairseq sets the root logger to DEBUG
-    try:
-        report = export_hf(args.checkpoint, args.out, args.data, args.force, args.head)
-    except (UsageError, OutputError) as err:
-        print(f"spanbert-export-hf: error: {err}", file=sys.stderr)
-        return 1
+    report = export_hf(args.checkpoint, args.out, args.data, args.force, args.head)
     diffs = ", ".join(f"{name} {value:.2e}" for name, value in report.items())
-    print(f"spanbert-export-hf: wrote {args.out}; transformers vs fairseq max |diff|: {diffs}")
+    print(f"{PROG}: wrote {args.out}; transformers vs fairseq max |diff|: {diffs}")
     return 0
 
 

@@ -9,9 +9,9 @@ import sys
 from tqdm import tqdm
 
 from ..data.find_animals import parse_animals
-from ..errors import UsageError
 from ..file_utils import atomic_directory, check_destination
 from ..findanimals_experiment import METHODS, SETTINGS, RunFailed, RunOptions, run_all, summary_table, write_results
+from . import command
 
 PROG = "spanbert-findanimals"
 
@@ -47,6 +47,7 @@ def get_parser():
     return parser
 
 
+@command(PROG, errors=(RunFailed,))
 def main(argv=None):
     """Console entry point: runs the grid with a progress bar, writes the results, prints the table."""
     parser = get_parser()
@@ -62,21 +63,17 @@ def main(argv=None):
     options = RunOptions(seq_len=args.seq_len or setting["seq_len"], max_update=args.max_update or setting["max_update"],
                          animals=args.animals or setting["animals"], test_size=args.test_size,
                          position_bias=args.position_bias, threads=args.threads)
-    try:
-        parse_animals(options.animals, options.seq_len)
-        check_destination(args.out, PROG, force=args.force, flag="--out")
-        rows = []
-        with tqdm(total=len(sizes) * len(seeds) * len(methods), desc="FINDANIMALS runs", unit="run") as bar:
-            for row in run_all(methods, sizes, seeds, options, args.jobs):
-                rows.append(row)
-                bar.set_postfix_str(f"{row['method']} n={row['train_size']} seed={row['seed']}: {row['error']:.1f}%")
-                bar.update()
-        title = f"FINDANIMALS ({options.animals}), n={options.seq_len}, bias={options.position_bias}, {len(seeds)} seeds"
-        with atomic_directory(args.out, PROG, force=args.force, flag="--out") as work:
-            write_results(rows, work, title)
-    except (UsageError, RunFailed) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 1
+    parse_animals(options.animals, options.seq_len)
+    check_destination(args.out, PROG, force=args.force, flag="--out")
+    rows = []
+    with tqdm(total=len(sizes) * len(seeds) * len(methods), desc="FINDANIMALS runs", unit="run") as bar:
+        for row in run_all(methods, sizes, seeds, options, args.jobs):
+            rows.append(row)
+            bar.set_postfix_str(f"{row['method']} n={row['train_size']} seed={row['seed']}: {row['error']:.1f}%")
+            bar.update()
+    title = f"FINDANIMALS ({options.animals}), n={options.seq_len}, bias={options.position_bias}, {len(seeds)} seeds"
+    with atomic_directory(args.out, PROG, force=args.force, flag="--out") as work:
+        write_results(rows, work, title)
     print("\n" + summary_table(rows, methods, sizes))
     print(f"\nwrote {args.out}/results.csv and error_vs_train_size.png (held-out error %, mean ± sd over seeds)")
     return 0

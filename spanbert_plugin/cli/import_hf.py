@@ -1,15 +1,15 @@
 """spanbert-import-hf: turn a HuggingFace BERT directory into a spanbert checkpoint and data folder."""
 import argparse
-import logging
 import sys
 
-from ..errors import UsageError
-from ..file_utils import OutputError
+from . import command
+
+PROG = "spanbert-import-hf"
 
 
 def get_parser():
     parser = argparse.ArgumentParser(
-        prog="spanbert-import-hf",
+        prog=PROG,
         description="Import a HuggingFace BERT directory as a spanbert fairseq checkpoint (model.pt, dict.txt, tokenizer).",
     )
     parser.add_argument("--hf", required=True, help="HuggingFace folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt")
@@ -18,18 +18,14 @@ def get_parser():
     return parser
 
 
+@command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
     from ..hf_interop import import_hf
 
     args = get_parser().parse_args(argv)
-    logging.getLogger().setLevel(logging.WARNING)  # importing fairseq sets the root logger to DEBUG
-    try:
-        report = import_hf(args.hf, args.out, args.force)
-    except (UsageError, OutputError) as err:
-        print(f"spanbert-import-hf: error: {err}", file=sys.stderr)
-        return 1
-    print(f"spanbert-import-hf: wrote {args.out}/model.pt")
+    report = import_hf(args.hf, args.out, args.force)
+    print(f"{PROG}: wrote {args.out}/model.pt")
     for head in report["task_heads"]:
         print(f"task head kept: {head}")
     if report["freshly_initialised"]:

@@ -1,11 +1,9 @@
 """spanbert-prepare: tokenize and binarize a text corpus for span_masked_lm (the work is in ``spanbert_plugin.prepare``)."""
 import argparse
 import json
-import logging
 import sys
 
-from ..errors import UsageError
-from ..file_utils import Interrupted
+from . import command
 
 PROG = "spanbert-prepare"
 
@@ -35,38 +33,15 @@ def get_parser():
     return parser
 
 
+@command(PROG)
 def main(argv=None):
     """Console entry point: a one-line error and exit status 1 on bad input; 128 + signal number when stopped."""
-    from ..prepare import logger, prepare
+    from ..prepare import prepare
 
     args = get_parser().parse_args(argv)
-    _warnings_to_stderr(logger)
-    try:
-        stats = prepare(args)
-    except UsageError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as err:
-        print(f"{PROG}: interrupted; {args.destdir} left as it was", file=sys.stderr)
-        return err.exit_status if isinstance(err, Interrupted) else 130
+    stats = prepare(args)
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record is emitted (main() may run in tests)."""
-
-    stream = property(lambda self: sys.stderr, lambda self, value: None)
-
-
-def _warnings_to_stderr(logger):
-    """Show the library's warnings as ``spanbert-prepare: warning: ...`` lines (once per logger)."""
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        handler = _StderrHandler()
-        handler.setLevel(logging.WARNING)
-        handler.setFormatter(logging.Formatter(f"{PROG}: warning: %(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
 
 
 if __name__ == "__main__":

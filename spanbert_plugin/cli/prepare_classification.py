@@ -3,16 +3,16 @@ import argparse
 import json
 import sys
 
-from ..errors import UsageError
-from ..file_utils import OutputError
-from ..tokenization import TokenizerError
+from . import command
+
+PROG = "spanbert-prepare-classification"
 
 
 def get_parser():
     from ..classification.prepare import DEFAULT_MAX_SEQ_LENGTH
 
     parser = argparse.ArgumentParser(
-        prog="spanbert-prepare-classification",
+        prog=PROG,
         description="Tokenize sentence or sentence-pair classification data as [CLS] A [SEP] (B [SEP]) "
         "with token types 0/1, for fairseq-train --task sentence_classification.",
     )
@@ -37,25 +37,22 @@ def get_parser():
     return parser
 
 
+@command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
     from ..classification.prepare import PrepareOptions, ReadOptions, parse_columns, prepare_classification
 
     args = get_parser().parse_args(argv)
-    try:
-        read = ReadOptions(
-            text_columns=parse_columns(args.text_columns, "--text-columns"),
-            label_column=parse_columns(args.label_column, "--label-column", most=1)[0],
-            id_column=parse_columns(args.id_column, "--id-column", most=1)[0] if args.id_column else None,
-            file_format=args.format,
-            header=args.header,
-        )
-        options = PrepareOptions(args.tokenizer_from, args.destdir, read, args.regression, args.max_seq_length, args.force)
-        stats = prepare_classification(args.train, args.valid, options, args.test)
-    except (UsageError, TokenizerError, OutputError) as err:
-        print(f"spanbert-prepare-classification: error: {err}", file=sys.stderr)
-        return 1
-    print(f"spanbert-prepare-classification: wrote {args.destdir}: " + json.dumps(stats))
+    read = ReadOptions(
+        text_columns=parse_columns(args.text_columns, "--text-columns"),
+        label_column=parse_columns(args.label_column, "--label-column", most=1)[0],
+        id_column=parse_columns(args.id_column, "--id-column", most=1)[0] if args.id_column else None,
+        file_format=args.format,
+        header=args.header,
+    )
+    options = PrepareOptions(args.tokenizer_from, args.destdir, read, args.regression, args.max_seq_length, args.force)
+    stats = prepare_classification(args.train, args.valid, options, args.test)
+    print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0
 
 

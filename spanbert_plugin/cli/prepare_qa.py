@@ -3,10 +3,8 @@ import argparse
 import json
 import sys
 
-from ..errors import UsageError
-from ..file_utils import OutputError
 from ..qa.prepare import COMMAND, QAConfig, prepare_qa
-from ..tokenization import TokenizerError
+from . import command
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -30,16 +28,13 @@ def get_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(COMMAND)
 def main(argv=None) -> int:
     """Console entry point: exit status 1 and a one-line error on bad input."""
     args = get_parser().parse_args(argv)
     config = QAConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
-    try:
-        stats = prepare_qa({"train": args.train, "valid": args.valid}, args.tokenizer_from, args.destdir, config,
-                           force=args.force, strict=args.strict)
-    except (UsageError, TokenizerError, OutputError) as err:
-        print(f"{COMMAND}: error: {err}", file=sys.stderr)
-        return 1
+    stats = prepare_qa({"train": args.train, "valid": args.valid}, args.tokenizer_from, args.destdir, config,
+                       force=args.force, strict=args.strict)
     print(f"{COMMAND}: wrote {args.destdir}: " + json.dumps(stats))
     return 0
 

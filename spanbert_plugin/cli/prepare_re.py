@@ -3,15 +3,15 @@ import argparse
 import json
 import sys
 
-from ..errors import UsageError
-from ..file_utils import OutputError
 from ..relation_extraction.markers import ENTITY_MARKERS
-from ..tokenization import TokenizerError
+from . import command
+
+PROG = "spanbert-prepare-re"
 
 
 def get_parser():
     parser = argparse.ArgumentParser(
-        prog="spanbert-prepare-re",
+        prog=PROG,
         description="Prepare TACRED-style relation extraction data (JSON list or JSON Lines) for "
         "fairseq-train --task relation_extraction.",
     )
@@ -34,6 +34,7 @@ def get_parser():
     return parser
 
 
+@command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
     from tqdm import tqdm
@@ -41,14 +42,8 @@ def main(argv=None):
     from ..relation_extraction.prepare import prepare_relation_data
 
     args = get_parser().parse_args(argv)
-    try:
-        stats = prepare_relation_data(
-            args, lambda total: tqdm(total=total, desc="encode", unit="example", disable=None)
-        )
-    except (UsageError, OutputError, TokenizerError) as err:
-        print(f"spanbert-prepare-re: error: {err}", file=sys.stderr)
-        return 1
-    print(f"spanbert-prepare-re: wrote {args.destdir}: " + json.dumps(stats))
+    stats = prepare_relation_data(args, lambda total: tqdm(total=total, desc="encode", unit="example", disable=None))
+    print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0
 
 

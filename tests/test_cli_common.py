@@ -1,0 +1,90 @@
+"""The console commands' shared wrapper (errors, interruptions, logging) and the predict commands' shared options."""
+import logging
+import signal
+
+import pytest
+
+from conftest import bin_path, run_cli
+from spanbert_plugin.cli import command, warnings_only
+from spanbert_plugin.cli import predict_classification, predict_qa, predict_re
+from spanbert_plugin.errors import UsageError
+from spanbert_plugin.file_utils import Interrupted, OutputError
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def failing(exc):
+    @command("demo-cmd", errors=(Boom,))
+    def main(argv=None):
+        raise exc
+
+    return main
+
+
+@pytest.mark.parametrize("exc", [UsageError("--x 3: expected an even number"), OutputError("out: not empty"),
+                                 Boom("run 2 failed")])
+def test_user_errors_are_one_line_and_status_1(exc, capsys):
+    assert failing(exc)() == 1
+    assert capsys.readouterr().err == f"demo-cmd: error: {exc}\n"
+
+
+def test_other_errors_propagate():
+    with pytest.raises(KeyError):
+        failing(KeyError("bug"))()
+
+
+@pytest.mark.parametrize("exc, status", [(KeyboardInterrupt(), 130), (Interrupted(signal.SIGTERM), 143),
+                                         (Interrupted(signal.SIGHUP), 129)])
+def test_interruptions_give_the_shell_status(exc, status, capsys):
+    assert failing(exc)() == status
+    err = capsys.readouterr().err
+    assert err.startswith("demo-cmd: interrupted") and err.count("\n") == 1
+
+
+def test_logging_shows_warnings_only_and_is_restored(capsys):
+    root = logging.getLogger()
+    before = (root.handlers[:], root.level)
+    library = logging.getLogger("spanbert_plugin.some_library")
+    with warnings_only("demo-cmd"):
+        logging.basicConfig(level=logging.DEBUG)  # what importing fairseq's models does: must change nothing
+        library.info("step 1 of 3")
+        library.debug("details")
+        library.warning("3 examples were cut")
+    assert capsys.readouterr().err == "demo-cmd: warning: 3 examples were cut\n"
+    assert (root.handlers, root.level) == before
+
+
+def test_success_returns_the_status_of_main(capsys):
+    @command("demo-cmd")
+    def main(argv=None):
+        print("done")
+        return 0
+
+    assert main([]) == 0 and capsys.readouterr().out == "done\n"
+
+
+@pytest.mark.parametrize("module, split", [(predict_qa, "valid"), (predict_re, "test"), (predict_classification, "valid")])
+def test_predict_commands_share_their_options(module, split):
+    parser = module.get_parser()
+    args = parser.parse_args(["--checkpoint", "c.pt", "--out", "o", "--batch-size", "4", "--max-tokens", "99",
+                              "--cpu", "--force", "--data", "d"])
+    assert (args.checkpoint, args.out, args.batch_size, args.max_tokens, args.cpu, args.force, args.data) == \
+        ("c.pt", "o", 4, 99, True, True, "d")
+    assert parser.parse_args(["--checkpoint", "c.pt", "--out", "o"]).split == split
+    assert parser.prog == module.PROG
+
+
+def test_predict_qa_checks_its_own_options(tmp_path, capsys):
+    assert predict_qa.main(["--checkpoint", "c.pt", "--out", str(tmp_path / "o"), "--n-best", "0"]) == 1
+    assert capsys.readouterr().err == "spanbert-predict-qa: error: --n-best must be at least 1\n"
+
+
+def test_console_command_prints_one_line_without_fairseq_logging(tmp_path):
+    """A real process: importing fairseq must not add DEBUG/INFO lines around the error."""
+    proc = run_cli([bin_path("spanbert-predict-re"), "--checkpoint", str(tmp_path / "missing.pt"),
+                    "--out", str(tmp_path / "o")], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == f"spanbert-predict-re: error: --checkpoint {tmp_path / 'missing.pt'}: no such file\n"
+    assert not (tmp_path / "o").exists()
