@@ -28,8 +28,8 @@ from dataclasses import asdict, replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sst2_experiment import (  # noqa: E402  (the shared experiment helpers)
-    ROOT, check_inputs, checkpoint_model, experiment_parser, finetune_run, majority_share, prepare_glue, pyplot,
-    result_row, save_figure, settings_from, strip_plot, summarise, train_command, write_results,
+    ROOT, check_inputs, checkpoint_model, checkpoint_updates, experiment_parser, finetune_run, majority_share,
+    prepare_glue, pyplot, result_row, save_figure, settings_from, strip_plot, summarise, train_command, write_results,
 )
 
 ATTRIBUTION_OF_ARM = {"plain": None, "GA": "gradient", "RD": "random", "AA": "attention"}
@@ -69,6 +69,7 @@ def main():
     parser.add_argument("--sst2-train-size", type=int, default=2000, help="first N sentences of SST-2 train")
     parser.add_argument("--rte-train-size", type=int, default=0, help="first N pairs of RTE train (0: all 2,490)")
     parser.add_argument("--rte-max-seq-length", type=int, help="tokens per RTE pair (default: --max-seq-length)")
+    parser.add_argument("--rte-seeds", help="comma-separated seeds for RTE (default: --seeds)")
     parser.add_argument("--rte-max-epoch", type=int, default=4, help="fine-tuning epochs on RTE (its epochs are longer)")
     parser.add_argument("--ad-drop-p", type=float, default=0.3, help="share of each attention row that are candidates")
     parser.add_argument("--ad-drop-q", type=float, default=0.5, help="drop probability of a candidate")
@@ -95,7 +96,8 @@ def main():
         with open(os.path.join(data, "classification.json")) as f:
             examples = json.load(f)["splits"]["train"]["examples"]
         for arm in arms:
-            for seed in [int(s) for s in args.seeds.split(",")]:
+            seeds = args.rte_seeds if task == "RTE" and args.rte_seeds else args.seeds
+            for seed in [int(s) for s in seeds.split(",")]:
                 # the plain arm's name matches sst2_experiment.py's pre-trained arm, so the run is shared
                 name = f"{task}_pretrained_{seed}" if arm == "plain" else f"{task}_{arm}_{seed}"
                 save_dir = os.path.join(args.work, "checkpoints", name)
@@ -104,7 +106,8 @@ def main():
                 result = finetune_run(args.work, name, command, log)
                 rows.append(result_row({"task": task, "arm": arm, "seed": seed, "train_size": examples}, result))
                 print(json.dumps(rows[-1]), flush=True)
-    summary = {"checkpoint": os.path.abspath(args.checkpoint), "max_seq_length": args.max_seq_length,
+    summary = {"checkpoint": os.path.abspath(args.checkpoint), "checkpoint_updates": checkpoint_updates(args.checkpoint),
+               "max_seq_length": args.max_seq_length,
                "rte_max_seq_length": args.rte_max_seq_length or args.max_seq_length, **asdict(settings),
                "rte_max_epoch": args.rte_max_epoch,
                "ad_drop": {"p": args.ad_drop_p, "q": args.ad_drop_q, "layers": args.ad_drop_layers,

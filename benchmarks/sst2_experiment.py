@@ -73,6 +73,14 @@ def checkpoint_model(checkpoint):
     return flags, data if os.path.isabs(data) else os.path.join(os.path.dirname(os.path.dirname(checkpoint)), data)
 
 
+def checkpoint_updates(checkpoint):
+    """Number of updates the checkpoint was trained for."""
+    import spanbert_plugin  # noqa: F401  (safe-loading allowlist)
+    import torch
+
+    return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["optimizer_history"][-1]["num_updates"])
+
+
 def run_logged(command, log):
     """Run ``command`` (a list) from the repository root; append it to ``log``; its output, or exit with its tail."""
     log.append(shlex.join(command))
@@ -212,7 +220,7 @@ def write_results(out, force, inputs, rows, summary, log, plot, invocation):
             json.dump(summary, f, indent=2)
         with open(os.path.join(folder, "commands.txt"), "w") as f:
             f.write("# the experiment\n" + invocation + "\n\n# the commands it ran (cached runs included)\n")
-            f.write("\n".join(dict.fromkeys(log)) + "\n")
+            f.write("\n".join(line.replace(ROOT + os.sep, "") for line in dict.fromkeys(log)) + "\n")
         plot(rows, folder)
 
 
@@ -333,7 +341,8 @@ def main():
             result = finetune_run(args.work, f"SST-2_{init}_{seed}", command, log)
             rows.append(result_row({"init": init, "seed": seed, "train_size": args.train_size}, result))
             print(json.dumps(rows[-1]), flush=True)
-    summary = {"checkpoint": os.path.abspath(args.checkpoint), "task": "SST-2", "train_size": args.train_size,
+    summary = {"checkpoint": os.path.abspath(args.checkpoint), "checkpoint_updates": checkpoint_updates(args.checkpoint),
+               "task": "SST-2", "train_size": args.train_size,
                "dev_size": 872, "max_seq_length": args.max_seq_length, **asdict(settings),
                "majority_class_dev_accuracy": round(majority_share("SST-2"), 2), "arms": summarise(rows, ["init"])}
     write_results(args.out, args.force, [args.checkpoint], rows, summary, log, plot_sst2,
