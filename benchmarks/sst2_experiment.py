@@ -95,22 +95,26 @@ def prepare_glue(work, task, tokenizer_folder, train_size, max_seq_length, log):
     """Prepared folder of GLUE ``task``: the first ``train_size`` training rows (all when 0) and the full dev set."""
     name = f"{task}_{train_size or 'all'}_{max_seq_length}"
     folder = os.path.join(work, "data", name)
-    if os.path.isfile(os.path.join(folder, "classification.json")):
-        return folder
     source = os.path.join(GLUE, task)
     train = os.path.join(source, "train.tsv")
     if train_size:
-        with open(train, encoding="utf-8") as f:
+        log.append(f"head -n {train_size + 1} {train} > {os.path.join(work, 'data', name + '.train.tsv')}")
+        train = os.path.join(work, "data", f"{name}.train.tsv")
+    command = [os.path.join(BIN, "spanbert-prepare-classification"), "--train", train,
+               "--valid", os.path.join(source, "dev.tsv"), "--tokenizer-from", tokenizer_folder, "--destdir", folder,
+               *GLUE_COLUMNS[task], "--max-seq-length", str(max_seq_length)]
+    if os.path.isfile(os.path.join(folder, "classification.json")):
+        log.append(shlex.join(command))
+        return folder
+    if train_size:
+        with open(os.path.join(source, "train.tsv"), encoding="utf-8") as f:
             lines = f.readlines()
         if train_size > len(lines) - 1:
-            sys.exit(f"--train-size {train_size}: {train} has only {len(lines) - 1} rows")
-        os.makedirs(os.path.join(work, "data"), exist_ok=True)
-        train = os.path.join(work, "data", f"{name}.train.tsv")
+            sys.exit(f"--train-size {train_size}: {source}/train.tsv has only {len(lines) - 1} rows")
+        os.makedirs(os.path.dirname(train), exist_ok=True)
         with open(train, "w", encoding="utf-8") as f:
             f.writelines(lines[: train_size + 1])  # header and the first rows (the file is shuffled)
-    run_logged([os.path.join(BIN, "spanbert-prepare-classification"), "--train", train,
-                "--valid", os.path.join(source, "dev.tsv"), "--tokenizer-from", tokenizer_folder, "--destdir", folder,
-                *GLUE_COLUMNS[task], "--max-seq-length", str(max_seq_length)], log)
+    run_logged(command, log)
     return folder
 
 
