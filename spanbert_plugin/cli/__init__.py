@@ -3,10 +3,14 @@
 What every command shares lives here: ``command(prog)`` turns the plugin's
 errors and interruptions into one line and an exit status, and shows library
 log records as ``prog: warning: ...`` lines only; ``add_predict_arguments``
-defines the options common to the three predict commands.
+defines the options common to the three predict commands, and
+``predict_command`` builds a predict command that has no other options.
 """
+import argparse
 import contextlib
 import functools
+import importlib
+import json
 import logging
 import sys
 
@@ -84,3 +88,30 @@ def add_predict_arguments(parser, prog: str, task: str, prepare_command: str, de
     parser.add_argument("--batch-size", type=int, help=f"{unit} per batch (default: the checkpoint's validation batch size)")
     parser.add_argument("--max-tokens", type=int, help="tokens per batch (default: the checkpoint's validation setting)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
+
+
+def predict_command(prog: str, description: str, task: str, prepare_command: str, default_split: str, library: str,
+                    hidden=()):
+    """(get_parser, main) of a predict command with only the shared options; ``library``.predict_split does the work.
+
+    The library module is imported when the command runs (it imports fairseq); keys in ``hidden`` are left out
+    of the summary line printed on success.
+    """
+
+    def get_parser():
+        parser = argparse.ArgumentParser(prog=prog, description=description)
+        add_predict_arguments(parser, prog, task, prepare_command, default_split)
+        return parser
+
+    @command(prog)
+    def main(argv=None):
+        """Console entry point: exit status 1 and a one-line error on bad input."""
+        predict_split = importlib.import_module(library).predict_split
+        args = get_parser().parse_args(argv)
+        scores = predict_split(args.checkpoint, args.data, args.split, args.out, args.force,
+                               args.batch_size, args.max_tokens, args.cpu)
+        shown = {key: value for key, value in scores.items() if key not in hidden}
+        print(f"{prog}: wrote {args.out}: " + json.dumps(shown))
+        return 0
+
+    return get_parser, main
