@@ -1,13 +1,17 @@
-"""Shared input/output of the fine-tuning data commands (QA, relation extraction, classification).
+"""Shared input/output of the fine-tuning commands (QA, relation extraction, classification).
 
 A fine-tuning data folder starts from a tokenizer folder (``--tokenizer-from``:
 a ``spanbert-prepare`` or ``spanbert-import-hf`` output), whose ``dict.txt``
 and tokenizer files are copied unchanged, so token ids stay the checkpoint's.
+The predict commands load a fine-tuned checkpoint and run it over a split in
+validation batches with the two functions at the end.
 """
 import os
 import shutil
+from typing import Callable, Optional, Tuple, Union
 
 from .data.dictionary import SpanBertDictionary
+from .errors import UsageError
 from .tokenization import META_FILE, SPM_FILE, WORDPIECE_FILE, SpanTokenizer, TokenizerError, load_tokenizer
 
 TOKENIZER_FILES = ("dict.txt", META_FILE, SPM_FILE, WORDPIECE_FILE)
@@ -53,4 +57,77 @@ def write_token_items(items, prefix: str, vocab_size: int) -> None:
     builder.finalize(prefix + ".idx")
 
 
-__all__ = ["SpanTokenizer", "TokenizerError", "copy_tokenizer_files", "load_tokenizer_folder", "write_token_items"]
+def load_finetuned_checkpoint(checkpoint: str, task_name: str, data: Optional[str] = None, cpu: bool = False,
+                              check_data: Optional[Callable[[str, str], None]] = None):
+    """(model, task, cfg) of a checkpoint fine-tuned with ``task_name``; ``data`` replaces its prepared folder.
+
+    ``check_data(data, trained_on)`` may refuse a replacement folder before the model is built.
+    """
+    import torch
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import overwrite_args_by_name
+
+    from .models.hub_interface import USER_DIR
+
+    if not os.path.isfile(checkpoint):
+        raise UsageError(f"--checkpoint {checkpoint}: no such file")
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint, {"user_dir": USER_DIR})
+    found = state["cfg"].task.get("_name")
+    if found != task_name:
+        raise UsageError(f"--checkpoint {checkpoint}: not a {task_name} checkpoint (its task is {found})")
+    if data:
+        if check_data is not None:
+            check_data(data, state["cfg"].task.get("data"))
+        overwrite_args_by_name(state["cfg"], {"data": os.path.abspath(data)})
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
+    model = models[0].eval()
+    if torch.cuda.is_available() and not cpu:
+        model = model.cuda()
+    return model, task, cfg
+
+
+def predict_split_outputs(model, task, cfg, split: str, outputs_of: Callable, shape: Union[Tuple[int, ...], Callable],
+                          dtype="float32", fill=float("nan"), batch_size=None, max_tokens=None):
+    """``outputs_of(sample)`` (B x ``shape``, the last axis possibly shorter) of every example of ``split``, by index.
+
+    ``shape`` may be a function of the loaded dataset (e.g. its longest item).
+    Batches are built as at validation (the checkpoint's validation batch size and
+    token limit unless given), training-only SpanDrop is off, and a split with an
+    example left out is an error. The last axis is filled with ``fill`` past a batch's width.
+    """
+    import numpy as np
+    import torch
+    from fairseq import utils
+    from tqdm import tqdm
+
+    if hasattr(task.cfg, "span_drop_p"):
+        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    iterator = task.get_batch_iterator(
+        dataset=dataset,
+        max_tokens=max_tokens if max_tokens is not None else cfg.dataset.max_tokens_valid,
+        max_sentences=batch_size if batch_size is not None else cfg.dataset.batch_size_valid,
+        max_positions=model.max_positions(),
+        ignore_invalid_inputs=False,
+        required_batch_size_multiple=1,
+        seed=cfg.common.seed,
+    ).next_epoch_itr(shuffle=False)
+    shape = shape(dataset) if callable(shape) else shape
+    outputs = np.full((len(dataset), *shape), fill, dtype=dtype)
+    seen = np.zeros(len(dataset), dtype=bool)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for sample in tqdm(iterator, desc=f"predict {split}", unit="batch", disable=None):
+            sample = utils.apply_to_sample(lambda t: t.to(device), sample)
+            values = outputs_of(sample).float().cpu().numpy()
+            ids = sample["id"].cpu().numpy()
+            outputs[ids, ..., : values.shape[-1]] = values
+            seen[ids] = True
+    if not seen.all():
+        raise RuntimeError(f"split {split!r}: {int((~seen).sum())} of {len(dataset)} examples were not evaluated")
+    return outputs
+
+
+__all__ = ["SpanTokenizer", "TokenizerError", "copy_tokenizer_files", "load_finetuned_checkpoint", "load_tokenizer_folder",
+           "predict_split_outputs", "write_token_items"]

@@ -11,11 +11,11 @@ from typing import Optional
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..errors import UsageError
 from ..evaluation.classification import classification_metrics, confusion_matrix, regression_metrics
 from ..file_utils import atomic_directory, check_destination
+from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
 
 COMMAND = "spanbert-predict-classification"
 TASK_NAME = "sentence_classification"
@@ -23,60 +23,23 @@ TASK_NAME = "sentence_classification"
 
 def load_classifier(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
     """(model, task, cfg) of a sentence_classification checkpoint; ``data`` overrides the prepared folder."""
-    from fairseq import checkpoint_utils
-
-    from ..models.hub_interface import USER_DIR
-
-    if not os.path.isfile(checkpoint):
-        raise UsageError(f"--checkpoint {checkpoint}: no such file")
-    overrides = {"user_dir": USER_DIR}
-    if data:
-        overrides["data"] = os.path.abspath(data)
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint, overrides)
-    task_name = getattr(state["cfg"].task, "_name", None)
-    if task_name != TASK_NAME:
-        raise UsageError(f"--checkpoint {checkpoint}: not a {TASK_NAME} checkpoint (its task is {task_name})")
-    trained = state.get("task_state", {}).get("labels", "unknown")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
-    if trained != "unknown" and trained != task.labels:
+    model, task, cfg = load_finetuned_checkpoint(checkpoint, TASK_NAME, data, cpu)
+    trained = task.state.labels  # the data's, replaced on loading by the checkpoint's when it saved them
+    if trained != task.labels:
         raise UsageError(f"--data {cfg.task.data}: labels {task.labels} differ from the checkpoint's {trained}")
-    model = models[0].eval()
-    if torch.cuda.is_available() and not cpu:
-        model = model.cuda()
     return model, task, cfg
 
 
-@torch.no_grad()
 def split_outputs(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> np.ndarray:
     """Class probabilities (N x K) or regression values (N x 1) of every example, in input order."""
-    from fairseq import utils
-
     from ..criterions.sentence_classification import classification_logits
 
-    if hasattr(task.cfg, "span_drop_p"):
-        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
-    task.load_dataset(split)
-    dataset = task.dataset(split)
-    iterator = task.get_batch_iterator(
-        dataset=dataset,
-        max_tokens=max_tokens if max_tokens is not None else cfg.dataset.max_tokens_valid,
-        max_sentences=batch_size if batch_size is not None else cfg.dataset.batch_size_valid,
-        max_positions=model.max_positions(),
-        ignore_invalid_inputs=False,
-        required_batch_size_multiple=1,
-        seed=cfg.common.seed,
-    ).next_epoch_itr(shuffle=False)
-    outputs = np.full((len(dataset), task.num_classes), np.nan, dtype=np.float64)
-    device = next(model.parameters()).device
-    for sample in tqdm(iterator, desc=f"predict {split}", unit="batch", disable=None):
-        sample = utils.move_to_cuda(sample, device) if device.type == "cuda" else sample
+    def outputs_of(sample):
         logits = classification_logits(model, sample, task.cfg.classification_head_name).float()
-        values = logits if task.regression else torch.softmax(logits, dim=-1)
-        outputs[sample["id"].cpu().numpy()] = values.cpu().numpy()
-    if np.isnan(outputs).any():
-        missing = int(np.isnan(outputs).any(axis=1).sum())
-        raise RuntimeError(f"{missing} examples of {split} were not predicted")
-    return outputs
+        return logits if task.regression else torch.softmax(logits, dim=-1)
+
+    return predict_split_outputs(model, task, cfg, split, outputs_of, (task.num_classes,), dtype="float64",
+                                 batch_size=batch_size, max_tokens=max_tokens)
 
 
 def split_metrics(task, outputs: np.ndarray, gold: np.ndarray) -> dict:

@@ -12,10 +12,9 @@ from typing import Optional
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from ..errors import UsageError
 from ..file_utils import atomic_directory, check_destination
+from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
 from .scoring import AnswerOptions, rules_of
 
 COMMAND = "spanbert-predict-qa"
@@ -23,22 +22,7 @@ COMMAND = "spanbert-predict-qa"
 
 def load_qa_checkpoint(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
     """(model, task, cfg) of an extractive_qa checkpoint; ``data`` overrides the prepared folder."""
-    from fairseq import checkpoint_utils
-
-    from ..models.hub_interface import USER_DIR
-
-    if not os.path.isfile(checkpoint):
-        raise UsageError(f"--checkpoint {checkpoint}: no such file")
-    overrides = {"user_dir": USER_DIR}
-    if data:
-        overrides["data"] = os.path.abspath(data)
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    if getattr(cfg.task, "_name", None) != "extractive_qa":
-        raise UsageError(f"--checkpoint {checkpoint}: not an extractive_qa checkpoint (its task is {cfg.task._name})")
-    model = models[0].eval()
-    if torch.cuda.is_available() and not cpu:
-        model = model.cuda()
-    return model, task, cfg
+    return load_finetuned_checkpoint(checkpoint, "extractive_qa", data, cpu)
 
 
 @dataclass
@@ -50,45 +34,16 @@ class SplitLogits:
     end: np.ndarray
 
 
-@torch.no_grad()
 def split_logits(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> SplitLogits:
     """Run the model over every window of ``split`` in validation batches (whole questions)."""
     from ..criterions.extractive_qa import qa_logits
 
-    if hasattr(task.cfg, "span_drop_p"):
-        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
-    task.load_dataset(split)
-    dataset = task.dataset(split)
-    iterator = task.get_batch_iterator(
-        dataset=dataset,
-        max_tokens=max_tokens if max_tokens is not None else cfg.dataset.max_tokens_valid,
-        max_sentences=batch_size if batch_size is not None else cfg.dataset.batch_size_valid,
-        max_positions=model.max_positions(),
-        ignore_invalid_inputs=False,
-        required_batch_size_multiple=1,
-        seed=cfg.common.seed,
-    ).next_epoch_itr(shuffle=False)
-    width = int(dataset.sizes.max()) if len(dataset) else 0
-    start = np.full((len(dataset), width), np.finfo(np.float32).min, dtype=np.float32)
-    end = start.copy()
-    seen = np.zeros(len(dataset), dtype=bool)
-    device = next(model.parameters()).device
-    for sample in tqdm(iterator, desc=f"predict {split}", unit="batch", disable=None):
-        sample = _to(sample, device)
-        s, e = qa_logits(model, sample)
-        ids = sample["id"].cpu().numpy()
-        start[ids, : s.size(1)] = s.cpu().numpy()
-        end[ids, : e.size(1)] = e.cpu().numpy()
-        seen[ids] = True
-    if not seen.all():
-        raise RuntimeError(f"split {split!r}: {int((~seen).sum())} windows were not evaluated")
-    return SplitLogits(np.arange(len(dataset)), start, end)
-
-
-def _to(sample, device):
-    from fairseq import utils
-
-    return utils.apply_to_sample(lambda t: t.to(device), sample)
+    logits = predict_split_outputs(
+        model, task, cfg, split, lambda sample: torch.stack(qa_logits(model, sample), dim=1),
+        lambda dataset: (2, int(dataset.sizes.max()) if len(dataset) else 0), fill=np.finfo(np.float32).min,
+        batch_size=batch_size, max_tokens=max_tokens,
+    )
+    return SplitLogits(np.arange(len(logits)), logits[:, 0], logits[:, 1])
 
 
 def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=False, batch_size=None,

@@ -10,11 +10,11 @@ from typing import Optional
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..errors import UsageError
 from ..evaluation.relation import relation_counts, relation_scores
 from ..file_utils import atomic_directory, check_destination
+from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
 from .prepare import load_re_meta, load_split_arrays
 
 COMMAND = "spanbert-predict-re"
@@ -23,24 +23,7 @@ TASK = "relation_extraction"
 
 def load_re_checkpoint(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
     """(model, task, cfg) of a relation_extraction checkpoint; ``data`` overrides the prepared folder."""
-    from fairseq import checkpoint_utils
-
-    from ..models.hub_interface import USER_DIR
-
-    if not os.path.isfile(checkpoint):
-        raise UsageError(f"--checkpoint {checkpoint}: no such file")
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint, {"user_dir": USER_DIR})
-    trained_on = state["cfg"]["task"].get("data")
-    if state["cfg"]["task"].get("_name") != TASK:
-        raise UsageError(f"--checkpoint {checkpoint}: not a {TASK} checkpoint (its task is {state['cfg']['task'].get('_name')})")
-    if data:
-        _check_same_labels(data, trained_on)
-    overrides = {"user_dir": USER_DIR, **({"data": os.path.abspath(data)} if data else {})}
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides, state=state)
-    model = models[0].eval()
-    if torch.cuda.is_available() and not cpu:
-        model = model.cuda()
-    return model, task, cfg
+    return load_finetuned_checkpoint(checkpoint, TASK, data, cpu, check_data=_check_same_labels)
 
 
 def _check_same_labels(data: str, trained_on: Optional[str]) -> None:
@@ -54,37 +37,19 @@ def _check_same_labels(data: str, trained_on: Optional[str]) -> None:
             raise UsageError(f"--data {data}: its {key} differ from those of {trained_on}, which the checkpoint was trained on")
 
 
-@torch.no_grad()
 def predict_probabilities(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> np.ndarray:
     """N x labels probabilities of every example of ``split``, in input order."""
-    from fairseq import utils
-
     from ..criterions.relation_extraction import relation_logits
 
-    if hasattr(task.cfg, "span_drop_p"):
-        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
-    task.load_dataset(split)
-    dataset = task.dataset(split)
     head = model.relation_heads[task.cfg.relation_head_name]
     if head.out_proj.out_features != len(task.labels):
         raise UsageError(f"{task.cfg.data}: {len(task.labels)} labels, but the checkpoint's head has {head.out_proj.out_features}")
-    iterator = task.get_batch_iterator(
-        dataset=dataset,
-        max_tokens=max_tokens if max_tokens is not None else cfg.dataset.max_tokens_valid,
-        max_sentences=batch_size if batch_size is not None else cfg.dataset.batch_size_valid,
-        max_positions=model.max_positions(),
-        required_batch_size_multiple=1,
-        seed=cfg.common.seed,
-    ).next_epoch_itr(shuffle=False)
-    probs = np.full((len(dataset), len(task.labels)), np.nan, dtype=np.float32)
-    device = next(model.parameters()).device
-    for sample in tqdm(iterator, desc=f"predict {split}", unit="batch", disable=None):
-        sample = utils.apply_to_sample(lambda t: t.to(device), sample)
-        logits = relation_logits(model, sample, task.cfg.relation_head_name)
-        probs[sample["id"].cpu().numpy()] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
-    if np.isnan(probs).any():
-        raise RuntimeError(f"split {split!r}: {int(np.isnan(probs).any(axis=1).sum())} examples were not evaluated")
-    return probs
+
+    def outputs_of(sample):
+        return torch.softmax(relation_logits(model, sample, task.cfg.relation_head_name).float(), dim=-1)
+
+    return predict_split_outputs(model, task, cfg, split, outputs_of, (len(task.labels),),
+                                 batch_size=batch_size, max_tokens=max_tokens)
 
 
 def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False) -> dict:
