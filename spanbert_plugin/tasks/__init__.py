@@ -1,7 +1,35 @@
 """Registered tasks (see spanbert_plugin/__init__.py) and what they share."""
+import os
 import warnings
 
 from omegaconf import OmegaConf
+
+from ..errors import UsageError
+
+
+class OneDictionaryTask:
+    """Listed before ``FairseqTask``: source and target dictionary are the task's ``self.dictionary`` (encoder-only models)."""
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+
+def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_files=("dict.txt",)) -> str:
+    """``cfg.data`` made absolute and recorded in the run's config; UsageError when missing or lacking a required file."""
+    if not cfg.data:
+        raise UsageError(f"{task_name} needs a data folder ({prepare_command} --destdir)")
+    cfg.data = os.path.abspath(cfg.data)  # checkpoints then work from any directory
+    record_in_run_config(cfg)
+    for name in required_files:
+        path = os.path.join(cfg.data, name)
+        if not os.path.isfile(path):
+            raise UsageError(f"{path}: no such file; {cfg.data} is not a {prepare_command} folder")
+    return cfg.data
 
 
 def record_in_run_config(cfg) -> None:

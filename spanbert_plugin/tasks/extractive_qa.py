@@ -20,7 +20,7 @@ from ..data.dictionary import SpanBertDictionary
 from ..data.finetune_span_drop import QASpanDropConfig, QASpanDropDataset, span_dropper
 from ..data.qa_dataset import ExtractiveQADataset
 from ..errors import UsageError
-from . import record_in_run_config
+from . import OneDictionaryTask, prepared_data_folder
 from ..qa.windows import QASplit
 from .ad_drop import ADDropConfig, ADDropMixin
 
@@ -35,7 +35,7 @@ class ExtractiveQAConfig(ADDropConfig, QASpanDropConfig):
 
 
 @register_task("extractive_qa", dataclass=ExtractiveQAConfig)
-class ExtractiveQATask(ADDropMixin, FairseqTask):
+class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
     """Extractive QA fine-tuning (SPEC §1.4): start/end classifiers over the encoder output."""
 
     cfg: ExtractiveQAConfig
@@ -48,18 +48,10 @@ class ExtractiveQATask(ADDropMixin, FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs):
-        if not cfg.data:
-            raise UsageError("extractive_qa needs a data folder (spanbert-prepare-qa --destdir)")
-        cfg.data = os.path.abspath(cfg.data)  # checkpoints then work from any directory
-        record_in_run_config(cfg)
-        config_path = os.path.join(cfg.data, QA_CONFIG)
-        dict_path = os.path.join(cfg.data, "dict.txt")
-        for path in (config_path, dict_path):
-            if not os.path.isfile(path):
-                raise UsageError(f"{path}: no such file; {cfg.data} is not a spanbert-prepare-qa folder")
-        with open(config_path) as f:
+        data = prepared_data_folder(cfg, "extractive_qa", "spanbert-prepare-qa", (QA_CONFIG, "dict.txt"))
+        with open(os.path.join(data, QA_CONFIG)) as f:
             qa_config = json.load(f)
-        return cls(cfg, SpanBertDictionary.load(dict_path), qa_config)
+        return cls(cfg, SpanBertDictionary.load(os.path.join(data, "dict.txt")), qa_config)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
@@ -95,14 +87,6 @@ class ExtractiveQATask(ADDropMixin, FairseqTask):
             dataset = QASpanDropDataset(dataset, dropper, self.cfg.span_drop_protect_question_overlap)
         self.datasets[split] = dataset
         logger.info(f"{prefix}: {qa.num_questions} questions, {qa.num_windows} windows ({qa.format})")
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
 
     def max_positions(self):
         return int(self.qa_config.get("max_seq_length", 512))

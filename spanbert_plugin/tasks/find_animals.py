@@ -17,6 +17,7 @@ from ..data.dictionary import SpanBertDictionary
 from ..data.find_animals import DEFAULT_ANIMALS, LETTERS, POSITION_BIASES, FindAnimalsDataset, generate, parse_animals
 from ..data.span_drop import SpanDropOptions, apply_span_drop
 from ..errors import UsageError
+from . import OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class FindAnimalsConfig(SpanDropOptions):
 
 
 @register_task("find_animals", dataclass=FindAnimalsConfig)
-class FindAnimalsTask(FairseqTask):
+class FindAnimalsTask(OneDictionaryTask, FairseqTask):
     """Binary classification: does the animal occur in the letters as a subsequence?"""
 
     cfg: FindAnimalsConfig
@@ -85,11 +86,3 @@ class FindAnimalsTask(FairseqTask):
     def label_dictionary(self):
         """Labels are 0 (absent) and 1 (present); fairseq's sentence_prediction asks for this."""
         return None
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary

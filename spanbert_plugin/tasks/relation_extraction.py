@@ -19,7 +19,7 @@ from ..data.dictionary import SpanBertDictionary
 from ..data.finetune_span_drop import FinetuneSpanDropConfig, relation_span_drop, span_dropper
 from ..data.relation_dataset import RelationDataset
 from ..errors import UsageError
-from . import record_in_run_config
+from . import OneDictionaryTask, prepared_data_folder
 from ..modules.relation_head import RE_POOLINGS
 from ..relation_extraction.prepare import load_re_meta
 from .ad_drop import ADDropConfig, ADDropMixin
@@ -40,7 +40,7 @@ class RelationExtractionConfig(ADDropConfig, FinetuneSpanDropConfig):
 
 
 @register_task("relation_extraction", dataclass=RelationExtractionConfig)
-class RelationExtractionTask(ADDropMixin, FairseqTask):
+class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
     """Relation classification of a marked subject/object pair (SPEC §1.4)."""
 
     cfg: RelationExtractionConfig
@@ -54,15 +54,9 @@ class RelationExtractionTask(ADDropMixin, FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: RelationExtractionConfig, **kwargs):
-        if not cfg.data:
-            raise UsageError("relation_extraction needs a data folder (spanbert-prepare-re --destdir)")
-        cfg.data = os.path.abspath(cfg.data)  # checkpoints then work from any directory
-        record_in_run_config(cfg)
-        meta = load_re_meta(cfg.data)
-        dict_path = os.path.join(cfg.data, "dict.txt")
-        if not os.path.isfile(dict_path):
-            raise UsageError(f"{dict_path}: no such file; {cfg.data} is not a spanbert-prepare-re folder")
-        dictionary = SpanBertDictionary.load(dict_path)
+        data = prepared_data_folder(cfg, "relation_extraction", "spanbert-prepare-re")
+        meta = load_re_meta(data)
+        dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
         logger.info(f"{cfg.data}: {len(meta['labels'])} labels, {meta['entity_marker']} markers, "
                     f"{len(dictionary)} symbols")
         return cls(cfg, dictionary, meta)
@@ -87,14 +81,6 @@ class RelationExtractionTask(ADDropMixin, FairseqTask):
                                        transform=transform)
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} examples")
         self.datasets[split] = dataset
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
 
     def max_positions(self):
         return int(self.meta["max_seq_length"])

@@ -19,6 +19,7 @@ from ..data.classification_dataset import ClassificationDataset
 from ..data.dictionary import SpanBertDictionary
 from ..data.finetune_span_drop import ClassificationSpanDropDataset, FinetuneSpanDropConfig, span_dropper
 from ..errors import UsageError
+from . import OneDictionaryTask
 from .ad_drop import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class SentenceClassificationConfig(ADDropConfig, FinetuneSpanDropConfig):
 
 
 @register_task("sentence_classification", dataclass=SentenceClassificationConfig)
-class SentenceClassificationTask(ADDropMixin, FairseqTask):
+class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
     """Single sentences or pairs to one of K labels (or one number with --regression at prepare time)."""
 
     cfg: SentenceClassificationConfig
@@ -82,11 +83,3 @@ class SentenceClassificationTask(ADDropMixin, FairseqTask):
 
     def max_positions(self):
         return self.meta["max_seq_length"]
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary

@@ -31,7 +31,7 @@ from ..data.span_masked_dataset import SpanMaskedDataset
 from ..data.span_masking import SCHEMES, SpanMasker
 from ..errors import UsageError
 from ..tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
-from . import record_in_run_config
+from . import OneDictionaryTask, record_in_run_config
 
 logger = logging.getLogger(__name__)
 TASK_NAME = "spanbert_pretraining"
@@ -119,7 +119,7 @@ def has_maskable_token(documents, never_mask: np.ndarray, chunk: int = 1 << 20) 
 
 
 @register_task(TASK_NAME, dataclass=SpanBertPretrainingConfig)
-class SpanBertPretrainingTask(FairseqTask):
+class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
     """SpanBERT pre-training: span-masked single segments for MLM + SBO."""
 
     cfg: SpanBertPretrainingConfig
@@ -191,14 +191,6 @@ class SpanBertPretrainingTask(FairseqTask):
         with data_utils.numpy_seed(self.cfg.seed + epoch):
             shuffle = np.random.permutation(len(dataset))
         self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, blocks.sizes])
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
 
     def max_positions(self):
         return self.cfg.tokens_per_sample
