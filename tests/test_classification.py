@@ -282,6 +282,42 @@ def _write_jsonl(path, examples, regression=False):
             f.write(json.dumps({"uid": f"ex{i}", "text": text, "label": value if regression else label}) + "\n")
 
 
+def test_classification_head_with_another_class_count_starts_fresh(spm_data, caplog):
+    """--finetune-from-model of a 3-class checkpoint into a 2-class task: the encoder loads, the head is re-created."""
+    from spanbert_plugin.data.dictionary import SpanBertDictionary
+    from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+
+    dictionary = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
+    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=64, encoder_ffn_embed_dim=128,
+                         encoder_attention_heads=2, max_positions=64)
+    torch.manual_seed(0)
+    trained = SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+    trained.register_classification_head("sentence_classification_head", num_classes=3)
+    trained.register_classification_head("other_head", num_classes=4)
+    model = SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+    model.register_classification_head("sentence_classification_head", num_classes=2)
+    fresh = {k: v.clone() for k, v in model.classification_heads.state_dict().items()}
+    with caplog.at_level("WARNING"):
+        model.load_state_dict(trained.state_dict())
+    assert "has 3 outputs, this model's 2" in caplog.text
+    head = model.classification_heads["sentence_classification_head"]
+    assert head.out_proj.weight.shape == (2, 64)
+    for key, value in head.state_dict().items():  # fresh weights kept, not the checkpoint's
+        assert torch.equal(value, fresh[f"sentence_classification_head.{key}"]), key
+    assert torch.equal(model.encoder.embeddings.word_embeddings.weight, trained.encoder.embeddings.word_embeddings.weight)
+    # a head the task did not register is taken from the checkpoint as it is
+    assert torch.equal(model.classification_heads["other_head"].out_proj.weight,
+                       trained.classification_heads["other_head"].out_proj.weight)
+    # the same shape loads the checkpoint's head, silently
+    caplog.clear()
+    again = SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+    again.register_classification_head("sentence_classification_head", num_classes=3)
+    again.load_state_dict(trained.state_dict())
+    assert torch.equal(again.classification_heads["sentence_classification_head"].out_proj.weight,
+                       trained.classification_heads["sentence_classification_head"].out_proj.weight)
+    assert "outputs" not in caplog.text
+
+
 def _last_checkpoint_state(path):
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
 

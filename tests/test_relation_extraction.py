@@ -270,6 +270,17 @@ def _tiny_model(dictionary):
     return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
 
 
+def test_checkpoint_with_a_larger_vocabulary_is_a_one_line_error(spm_data):
+    """A checkpoint whose vocabulary has more symbols than the data's dict.txt: UsageError naming both sizes."""
+    from spanbert_plugin.errors import UsageError
+
+    full = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
+    smaller = SpanBertDictionary(full.symbols[:-10])
+    model = _tiny_model(smaller)
+    with pytest.raises(UsageError, match=f"has {len(full)} symbols but the data's dict.txt has {len(full) - 10}"):
+        model.load_state_dict(_tiny_model(full).state_dict())
+
+
 def test_vocabulary_growth_keeps_old_rows(spm_data, caplog):
     torch.manual_seed(0)
     old_dict = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))

@@ -13,6 +13,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderModel, register_model, register_model_architecture
 from torch import nn
 
+from ..errors import UsageError
 from ..modules.bert_layers import (
     BertEmbeddings,
     BertStack,
@@ -182,7 +183,12 @@ class SpanBertModel(FairseqEncoderModel):
         if prefix + embed not in state_dict:
             return
         old, new = state_dict[prefix + embed].size(0), own[embed].size(0)
-        if old >= new:
+        if old > new:
+            raise UsageError(
+                f"the checkpoint's vocabulary has {old} symbols but the data's dict.txt has {new}: prepare the data "
+                "with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
+            )
+        if old == new:
             return
         for key in (embed, "lm_head.weight", "sbo_head.weight", "lm_head.bias", "sbo_head.bias"):
             saved = state_dict.get(prefix + key)
@@ -215,9 +221,27 @@ class SpanBertModel(FairseqEncoderModel):
                 if head not in self.classification_heads:
                     num_classes, inner = state_dict[key].shape
                     self.register_classification_head(head, num_classes, inner)
+                else:
+                    self._drop_reshaped_head(state_dict, f"{prefix}classification_heads.{head}.", head)
         for head, module in self.classification_heads.items():
             for sub, value in module.state_dict().items():
                 state_dict.setdefault(f"{prefix}classification_heads.{head}.{sub}", value)
+
+    def _drop_reshaped_head(self, state_dict, head_prefix, head):
+        """Forget a saved classification head whose shape differs from this model's (e.g. a new number of classes).
+
+        As RoBERTa does: the head registered by the task keeps its fresh weights.
+        """
+        own = self.classification_heads[head].state_dict()
+        saved = {k[len(head_prefix):]: v for k, v in state_dict.items() if k.startswith(head_prefix)}
+        if all(sub in own and own[sub].shape == value.shape for sub, value in saved.items()):
+            return
+        for sub in saved:
+            del state_dict[head_prefix + sub]
+        logger.warning(
+            f"classification head {head!r}: the checkpoint's has {saved['out_proj.weight'].size(0)} outputs, this model's "
+            f"{own['out_proj.weight'].size(0)}; the checkpoint's head is left out and the new one starts from fresh weights"
+        )
 
     def max_positions(self):
         return self.cfg.max_positions
