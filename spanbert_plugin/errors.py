@@ -13,10 +13,24 @@ class UsageError(ValueError):
     """Bad input or options; the message alone is shown to the user."""
 
 
+def _shown_usage_error(value):
+    """The UsageError behind an uncaught exception, or None.
+
+    fairseq's ``Trainer.load_checkpoint`` re-raises whatever loading the weights
+    raised as a bare ``Exception`` ("please ensure that the architectures match").
+    """
+    if isinstance(value, UsageError):
+        return value
+    if type(value) is Exception and isinstance(value.__context__, UsageError):
+        return value.__context__
+    return None
+
+
 def _hook(previous):
     def excepthook(kind, value, tb):
-        if isinstance(value, UsageError):
-            print(f"error: {value}", file=sys.stderr)
+        error = _shown_usage_error(value)
+        if error is not None:
+            print(f"error: {error}", file=sys.stderr)
             return
         previous(kind, value, tb)
 

@@ -88,3 +88,23 @@ def test_console_command_prints_one_line_without_fairseq_logging(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr == f"spanbert-predict-re: error: --checkpoint {tmp_path / 'missing.pt'}: no such file\n"
     assert not (tmp_path / "o").exists()
+
+
+def test_usage_error_rewrapped_by_fairseq_is_still_one_line(capsys):
+    """fairseq's Trainer.load_checkpoint re-raises a UsageError from loading weights as a bare Exception."""
+    from spanbert_plugin.errors import _hook
+
+    try:
+        try:
+            raise UsageError("the checkpoint's vocabulary has 30 symbols but the data's dict.txt has 20")
+        except Exception:
+            raise Exception("Cannot load model parameters from checkpoint x.pt")
+    except Exception as err:  # noqa: BLE001 - the shape fairseq raises
+        wrapped = err
+    shown = []
+    _hook(lambda *exc_info: shown.append(exc_info))(type(wrapped), wrapped, wrapped.__traceback__)
+    assert capsys.readouterr().err == "error: the checkpoint's vocabulary has 30 symbols but the data's dict.txt has 20\n"
+    assert not shown
+    other = RuntimeError("a bug")
+    _hook(lambda *exc_info: shown.append(exc_info))(RuntimeError, other, None)
+    assert shown and shown[0][1] is other  # anything else keeps its traceback
