@@ -70,8 +70,12 @@ class CommandLog:
     def __init__(self):
         self.lines = []
 
+    @staticmethod
+    def quote(argv):
+        return " ".join(shlex.quote(a) for a in argv)
+
     def run(self, argv, what, env=None):
-        self.lines.append((what, " ".join(shlex.quote(a) for a in argv)))
+        self.lines.append((what, self.quote(argv)))
         print(f"== {what}: {self.lines[-1][1]}", flush=True)
         proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0:
@@ -90,11 +94,18 @@ def finetune_args(args):
             "--validate-interval", "1000000", "--no-save", "--log-format", "json", "--log-interval", "50"]
 
 
-def fairseq_run(log, prepared, setup, seed, args, env):
-    """Fine-tune with fairseq-train; EM/F1 from the validation it runs after the last update."""
+def run_argv(prepared, setup, seed, args):
+    """The command line of one run (transformers: this script, which trains it in-process)."""
+    if setup == "transformers":
+        return [os.path.join(BIN, "python"), os.path.relpath(os.path.abspath(__file__), ROOT), *sys.argv[1:]]
     argv = [os.path.join(BIN, "fairseq-train"), prepared, *finetune_args(args), "--seed", str(seed)]
     if setup == "pretrained":
         argv += ["--finetune-from-model", os.path.abspath(args.checkpoint)]
+    return argv
+
+
+def fairseq_run(log, argv, setup, seed, env):
+    """Fine-tune with fairseq-train; EM/F1 from the validation it runs after the last update."""
     start = time.perf_counter()
     output = log.run(argv, f"{setup}, seed {seed}", env)
     seconds = time.perf_counter() - start
@@ -225,7 +236,7 @@ def summarize(rows, settings, results):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    table = ["| set-up | seeds | EM | F1 | F1 per seed | fine-tuning seconds (median) |", "| --- | --- | --- | --- | --- | --- |"]
+    table = ["| set-up | seeds | EM | F1 | F1 per seed | wall seconds per run (median) |", "| --- | --- | --- | --- | --- | --- |"]
     present = [s for s in SETUPS if any(r["setup"] == s for r in rows)]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for i, setup in enumerate(present):
@@ -250,7 +261,10 @@ def summarize(rows, settings, results):
     plt.close(fig)
     settings_lines = [f"- `{k}`: {v}" for k, v in settings.items()]
     write_atomic(os.path.join(results, "summary.md"),
-                 "Mean ± sample standard deviation over seeds (`results.csv` has every run).\n\n" + "\n".join(table)
+                 "Mean ± sample standard deviation over seeds (`results.csv` has every run). Wall seconds "
+                 "(`train_seconds`) are the whole fairseq-train process for the fairseq set-ups (start-up, training, "
+                 "the final validation) and only the training loop for transformers, on a shared machine: not a speed "
+                 "comparison (see qa_step_time.py for that).\n\n" + "\n".join(table)
                  + "\n\nSettings:\n\n" + "\n".join(settings_lines) + "\n")
     print("\n".join(table))
 
@@ -314,19 +328,27 @@ def main():
 
     for seed in args.seeds:
         for setup in args.setups:
+            argv = run_argv(prepared, setup, seed, args)
             if any(r["setup"] == setup and int(r["seed"]) == seed for r in rows):
+                log.lines.append((f"{setup}, seed {seed} (result kept from an earlier run)", log.quote(argv)))
                 continue
             if setup == "transformers":
-                argv = [os.path.join(BIN, "python"), os.path.relpath(__file__, ROOT), *sys.argv[1:]]
-                log.lines.append((f"transformers, seed {seed} (in this process)", " ".join(shlex.quote(a) for a in argv)))
+                log.lines.append((f"transformers, seed {seed} (trained in this script's process)", log.quote(argv)))
                 result = transformers_run(prepared, hf_dir, seed, args)
             else:
-                result = fairseq_run(log, prepared, setup, seed, args, env)
+                result = fairseq_run(log, argv, setup, seed, env)
             rows.append({"setup": setup, "seed": seed, "questions": settings["eval_questions"], **result})
             print(f"   -> {setup} seed {seed}: EM {result['em']:.2f} F1 {result['f1']:.2f} "
                   f"({result['train_seconds']} s)", flush=True)
             write_rows(csv_path, rows)
-    summarize(rows, settings, args.results)
+            write_report(rows, settings, args, log)  # after every run: an interrupted experiment keeps its summary
+    write_report(rows, settings, args, log)
+
+
+def write_report(rows, settings, args, log):
+    """summary.md, em_f1.png and commands.md of the rows so far."""
+    if rows:
+        summarize(rows, settings, args.results)
     commands = ["# Commands of the last `benchmarks/qa_quality.py` run", "", "Run from the repository root; "
                 f"`OMP_NUM_THREADS={args.threads}` for every command.", ""]
     for what, line in log.lines:
