@@ -1,6 +1,7 @@
 """The console commands' shared wrapper (errors, interruptions, logging) and the predict commands' shared options."""
 import logging
 import signal
+import warnings
 
 import pytest
 
@@ -54,6 +55,15 @@ def test_logging_shows_warnings_only_and_is_restored(capsys):
         library.warning("3 examples were cut")
     assert capsys.readouterr().err == "demo-cmd: warning: 3 examples were cut\n"
     assert (root.handlers, root.level) == before
+
+
+def test_cpu_pinned_memory_warning_is_hidden_others_kept():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with warnings_only("demo-cmd"):
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device pinned memory won't be used.")
+            warnings.warn("something a user can act on")
+    assert [str(w.message) for w in caught] == ["something a user can act on"]
 
 
 def test_success_returns_the_status_of_main(capsys):

@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import sys
+import warnings
 
 from ..errors import UsageError
 from ..file_utils import Interrupted
@@ -39,6 +40,8 @@ class _CommandFormatter(logging.Formatter):
 def warnings_only(prog: str):
     """Show only WARNING and above from every logger, as ``prog: warning: ...``; restore logging afterwards.
 
+    torch's pinned-memory warning on CPU-only hosts is hidden too.
+
     Importing fairseq's models runs ``logging.basicConfig(level=DEBUG)``, which
     would flood stderr with DEBUG/INFO lines; while a handler is installed on
     the root logger that call does nothing, so the order of imports does not matter.
@@ -50,7 +53,10 @@ def warnings_only(prog: str):
     root.handlers = [handler]
     root.setLevel(logging.WARNING)
     try:
-        yield
+        with warnings.catch_warnings():
+            # fairseq's batch iterator always asks for pinned memory; on a CPU-only host torch says so on every run
+            warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true but no accelerator")
+            yield
     finally:
         root.handlers = saved_handlers
         root.setLevel(saved_level)
