@@ -28,8 +28,9 @@ from dataclasses import asdict, replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sst2_experiment import (  # noqa: E402  (the shared experiment helpers)
-    ROOT, check_inputs, checkpoint_model, checkpoint_updates, experiment_parser, finetune_run, majority_share,
-    prepare_glue, pyplot, result_row, save_figure, settings_from, strip_plot, summarise, train_command, write_results,
+    RESULT_COLUMNS, ROOT, check_inputs, checkpoint_model, checkpoint_updates, experiment_parser, finetune_run,
+    majority_share, mean_sd, prepare_glue, pyplot, result_row, save_figure, settings_from, strip_plot, summarise,
+    train_command, write_results,
 )
 
 ATTRIBUTION_OF_ARM = {"plain": None, "GA": "gradient", "RD": "random", "AA": "attention"}
@@ -44,6 +45,20 @@ def ad_drop_flags(arm, args):
     flags = ["--ad-drop-p", str(args.ad_drop_p), "--ad-drop-q", str(args.ad_drop_q),
              "--ad-drop-layers", args.ad_drop_layers, "--ad-drop-attribution", attribution]
     return flags + (["--ad-drop-every-epoch"] if args.ad_drop_every_epoch else [])
+
+
+def paired_differences(rows):
+    """{task / arm: {column: mean_sd}} of (arm - plain) per seed: the seed fixes data order and head initialisation."""
+    plain = {(r["task"], r["seed"]): r for r in rows if r["arm"] == "plain"}
+    differences = {}
+    for row in rows:
+        base = plain.get((row["task"], row["seed"]))
+        if row["arm"] == "plain" or base is None:
+            continue
+        group = differences.setdefault(f"{row['task']} / {row['arm']} - plain", {c: [] for c in RESULT_COLUMNS})
+        for column in RESULT_COLUMNS:
+            group[column].append(round(row[column] - base[column], 2))
+    return {group: {c: mean_sd(v) for c, v in columns.items()} for group, columns in differences.items()}
 
 
 def plot_glue(rows, folder):
@@ -113,7 +128,7 @@ def main():
                "ad_drop": {"p": args.ad_drop_p, "q": args.ad_drop_q, "layers": args.ad_drop_layers,
                            "cross_tuning": not args.ad_drop_every_epoch},
                "majority_class_dev_accuracy": {task: round(majority_share(task), 2) for task in tasks},
-               "arms": summarise(rows, ["task", "arm"])}
+               "arms": summarise(rows, ["task", "arm"]), "paired_differences": paired_differences(rows)}
     write_results(args.out, args.force, [args.checkpoint], rows, summary, log, plot_glue,
                   "OMP_NUM_THREADS=1 .venv/bin/python " + shlex.join(sys.argv))
     print(json.dumps(summary["arms"]))
