@@ -19,7 +19,7 @@ from ..data.classification_dataset import ClassificationDataset
 from ..data.dictionary import SpanBertDictionary
 from ..data.finetune_span_drop import ClassificationSpanDropDataset, FinetuneSpanDropConfig, span_dropper
 from ..errors import UsageError
-from . import OneDictionaryTask
+from . import OneDictionaryTask, prepared_data_folder
 from .ad_drop import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
-        data = cfg.data.split(os.pathsep)[0]
+        data = prepared_data_folder(cfg, "sentence_classification", "spanbert-prepare-classification")
         meta = read_meta(data)
         dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
         kind = "regression" if meta["regression"] else f"{meta['num_classes']} classes"
@@ -61,7 +61,7 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         return cls(cfg, dictionary, meta)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        folder = self.cfg.data.split(os.pathsep)[0]
+        folder = self.cfg.data
         dataset = ClassificationDataset.load(folder, split, self.dictionary, shuffle=split == "train", seed=self.cfg.seed)
         if dataset.regression != self.regression:
             raise UsageError(f"{self.cfg.data}: split {split!r} has {'numeric' if dataset.regression else 'class'} labels, "
