@@ -9,7 +9,7 @@ on the training slice (``spanbert-predict-classification --split train``), so
 the train-dev gap is measured on one model.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sst2_experiment.py \
-        --checkpoint demo_out/checkpoints/checkpoint_last.pt --out benchmarks/sst2 --force
+        --checkpoint demo_out/checkpoints/checkpoint_last.pt --out benchmarks/sst2/demo_1200 --force
 
 Prepared data, checkpoints and one JSON file per finished run go to ``--work``
 (default ``benchmarks/out/glue_work``): an interrupted experiment resumes
@@ -328,7 +328,7 @@ def save_figure(plt, figure, path):
 
 
 def main():
-    parser = experiment_parser(__doc__, os.path.join(ROOT, "benchmarks", "sst2"))
+    parser = experiment_parser(__doc__, os.path.join(ROOT, "benchmarks", "sst2", "demo_1200"))
     parser.add_argument("--train-size", type=int, default=2000, help="first N sentences of SST-2 train")
     args = parser.parse_args()
     check_inputs(args, ["SST-2"])
