@@ -8,6 +8,8 @@ import logging
 
 # fairseq logs an install hint for an unused speech task at import; keep CLIs' output clean
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+# one of fairseq's model modules calls logging.basicConfig(level=DEBUG) at import: keep the caller's level
+_root_level = logging.getLogger().level
 
 from . import checkpoint_loading  # noqa: F401,E402  (first: safe-loading allowlist)
 from .errors import install_excepthook  # noqa: E402
@@ -25,5 +27,7 @@ from .tasks import find_animals  # noqa: F401,E402
 from .tasks import relation_extraction as relation_extraction_task  # noqa: F401,E402
 from .tasks import sentence_classification as sentence_classification_task  # noqa: F401,E402
 from .tasks import spanbert_pretraining, span_masked_lm  # noqa: F401,E402  (span_masked_lm: its deprecated alias)
+
+logging.getLogger().setLevel(_root_level)
 
 __version__ = "0.1.0"
