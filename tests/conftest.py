@@ -19,6 +19,30 @@ def run_cli(args, timeout=600, check=True, env=None):
     return proc
 
 
+def free_port():
+    """A TCP port free on localhost right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_gloo_ranks(command, world_size=2, timeout=600):
+    """Run ``command(rank)`` once per rank as CPU gloo workers (one process each); return their outputs."""
+    port, procs = free_port(), []
+    for rank in range(world_size):
+        args = [*command(rank), "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+                "--distributed-world-size", str(world_size), "--distributed-rank", str(rank),
+                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"]
+        procs.append(subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-4000:]
+    return outputs
+
+
 def bin_path(name):
     return os.path.join(BIN, name)
 

@@ -1,5 +1,4 @@
 """Checkpoint reliability: damaged or foreign files, relative data paths of older checkpoints."""
-import os
 import shutil
 
 import pytest

@@ -2,13 +2,12 @@
 import json
 import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
 from spanbert_plugin.classification.prepare import (
     ReadOptions,
     Table,
@@ -376,20 +375,10 @@ def test_regression_correlations_over_two_workers_equal_prediction(spm_data, cor
                          "--tokenizer-from", spm_data, "--destdir", cls, "--text-columns", "text",
                          "--label-column", "label", "--regression", "--max-seq-length", "48"]) == 0
     # two gloo workers: each validates part of the split; the correlations must be those of the whole split
-    from test_pretrain import _free_port
-
-    port, procs = _free_port(), []
-    for rank in range(2):
-        procs.append(subprocess.Popen(
-            [bin_path("fairseq-train"), cls, *TINY_CLS, "--batch-size", "8", "--batch-size-valid", "6",
-             "--lr", "1e-3", "--max-update", "4", "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints",
-             "--best-checkpoint-metric", "spearman", "--maximize-best-checkpoint-metric",
-             "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", "--distributed-world-size", "2",
-             "--distributed-rank", str(rank), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
-             "--distributed-no-spawn"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")))
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outputs[0][-3000:] + outputs[1][-3000:]
+    outputs = run_gloo_ranks(lambda rank: [
+        bin_path("fairseq-train"), cls, *TINY_CLS, "--batch-size", "8", "--batch-size-valid", "6",
+        "--lr", "1e-3", "--max-update", "4", "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints",
+        "--best-checkpoint-metric", "spearman", "--maximize-best-checkpoint-metric"])
     valid = valid_records(outputs[0])[-1]
     run_cli([bin_path("spanbert-predict-classification"), "--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"),
              "--out", str(tmp_path / "pred")])

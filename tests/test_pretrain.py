@@ -1,16 +1,13 @@
 """Pre-training end to end with fairseq-train and fairseq-hydra-train on the CPU."""
 import json
 import math
-import os
 import re
-import socket
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import bin_path, run_cli, run_gloo_ranks
 
 TINY = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
         "--arch", "spanbert_tiny", "--tokens-per-sample", "128", "--batch-size", "8",
@@ -68,26 +65,10 @@ def test_resume_sees_same_data_and_masks(spm_data, tmp_path):
     assert len(train_logs(first.stdout + first.stderr)) == 12
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_process_gloo_training(spm_data, tmp_path):
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        args = [sys.executable, "tests/_train_and_dump.py", str(tmp_path / f"rank{rank}.pt"), spm_data, *TINY,
-                "--max-update", "30", "--save-dir", str(tmp_path / "ck"),
-                "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", "--distributed-world-size", "2",
-                "--distributed-rank", str(rank), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
-                "--distributed-no-spawn"]
-        procs.append(subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-4000:]
+    outputs = run_gloo_ranks(lambda rank: [
+        sys.executable, "tests/_train_and_dump.py", str(tmp_path / f"rank{rank}.pt"), spm_data, *TINY,
+        "--max-update", "30", "--save-dir", str(tmp_path / "ck")])
     records = train_logs(outputs[0])
     assert len(records) == 30 and _falls(records, "loss")
     assert int(float(records[-1]["bsz"])) == 16  # 8 per rank, summed over 2 ranks

@@ -2,13 +2,10 @@
 import json
 import os
 import random
-import subprocess
 
-import numpy as np
 import pytest
 
-from conftest import ROOT, bin_path, run_cli
-from test_pretrain import TINY
+from conftest import bin_path, run_cli, run_gloo_ranks
 
 QA_TRAIN = [
     "--user-dir", "user_dir", "--task", "extractive_qa", "--criterion", "extractive_qa",
@@ -126,18 +123,9 @@ def test_squad2_metrics_logged(wordpiece_data, corpus_files, tmp_path):
              "--tokenizer-from", wordpiece_data, "--destdir", data, "--max-seq-length", "64", "--doc-stride", "24",
              "--max-query-length", "16"])
     # two gloo workers: each validates part of the questions; the metrics must be those of the whole split
-    from test_pretrain import _free_port
-
-    save, port, procs = str(tmp_path / "ck"), _free_port(), []
-    for rank in range(2):
-        procs.append(subprocess.Popen(
-            [bin_path("fairseq-train"), data, *QA_TRAIN, "--max-update", "20", "--save-dir", save, "--batch-size-valid", "6",
-             "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", "--distributed-world-size", "2",
-             "--distributed-rank", str(rank), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
-             "--distributed-no-spawn"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")))
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outputs[0][-3000:] + outputs[1][-3000:]
+    save = str(tmp_path / "ck")
+    outputs = run_gloo_ranks(lambda rank: [bin_path("fairseq-train"), data, *QA_TRAIN, "--max-update", "20",
+                                           "--save-dir", save, "--batch-size-valid", "6"])
     last = _valid_logs(outputs[0])[-1]
     for key in ("valid_em", "valid_f1", "valid_has_ans_f1", "valid_no_ans_f1", "valid_best_f1", "valid_best_f1_thresh"):
         assert key in last, last
