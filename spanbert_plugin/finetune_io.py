@@ -44,6 +44,27 @@ def copy_tokenizer_files(src: str, dst: str) -> None:
             shutil.copyfile(path, os.path.join(dst, name))
 
 
+def write_json(path: str, value) -> None:
+    """Write a metadata or statistics file of a prepared folder (UTF-8, indented)."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
+
+
+def read_prepared_json(folder: str, name: str, command: str) -> dict:
+    """``name`` of a folder written by ``command``; UsageError when the folder is not such an output."""
+    import json
+
+    from .errors import UsageError
+
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file; {folder} is not a {command} folder")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def write_token_items(items, prefix: str, vocab_size: int) -> None:
     """Write sequences of token ids as one fairseq mmap item each (``prefix``.bin/.idx)."""
     import numpy as np

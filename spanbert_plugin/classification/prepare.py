@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from ..errors import UsageError
 from ..file_utils import atomic_directory, check_destination
-from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_token_items
+from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
 
 COMMAND = "spanbert-prepare-classification"
 META_FILE = "classification.json"
@@ -380,17 +380,11 @@ def prepare_classification(train: str, valid: str, options: PrepareOptions, test
             labelled = table.labels is not None
             meta["splits"][split] = {"source": os.path.abspath(table.path), "examples": len(table), "labelled": labelled}
             stats[split] = {**features.stats, "labels": _label_counts(labels[split], label_list) if labelled else None}
-        with open(os.path.join(work, META_FILE), "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2, ensure_ascii=False)
-        with open(os.path.join(work, STATS_FILE), "w", encoding="utf-8") as f:
-            json.dump(stats, f, indent=2, ensure_ascii=False)
+        write_json(os.path.join(work, META_FILE), meta)
+        write_json(os.path.join(work, STATS_FILE), stats)
     return stats
 
 
 def read_meta(folder: str) -> dict:
     """``classification.json`` of a prepared folder; UsageError when it is not one."""
-    path = os.path.join(folder, META_FILE)
-    if not os.path.isfile(path):
-        raise UsageError(f"{folder}: no {META_FILE} (expected a {COMMAND} output)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_prepared_json(folder, META_FILE, COMMAND)

@@ -2,7 +2,6 @@
 import math
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion

@@ -57,7 +57,6 @@ def generate(num, seq_len, animals, positive_ratio, position_bias, rng):
     name_table = np.stack([np.pad(n, (0, longest - len(n))) for n in names])
     name_lengths = np.array([len(n) for n in names])
     animal = rng.integers(0, len(animals), num)
-    rows = np.arange(num)
     lengths = name_lengths[animal]
     last_letter = name_table[animal, lengths - 1]
     strings = np.empty((num, seq_len), dtype=np.int64)

@@ -1,6 +1,6 @@
 """A fairseq-style hub interface for spanbert checkpoints (like ``RobertaHubInterface``)."""
 import os
-from typing import List, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from ..data.finetune_span_drop import token_sentence_ids
 from ..errors import UsageError
 from ..file_utils import atomic_directory, check_destination
-from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_token_items
+from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_json, write_token_items
 from ..tokenization import TokenizerError, WordPieceTokenizer
 from .windows import QASplit
 
@@ -581,8 +581,6 @@ def prepare_qa(inputs: Dict[str, str], tokenizer_from: str, destdir: str, config
                      "lowercase": bool(getattr(tokenizer, "lowercase", False)),
                      "splits": {split: {"file": os.path.abspath(path), "format": files[split].format}
                                 for split, path in inputs.items()}}
-        with open(os.path.join(work, "qa_config.json"), "w") as f:
-            json.dump(qa_config, f, indent=2)
-        with open(os.path.join(work, "prepare_stats.json"), "w") as f:
-            json.dump(stats, f, indent=2)
+        write_json(os.path.join(work, "qa_config.json"), qa_config)
+        write_json(os.path.join(work, "prepare_stats.json"), stats)
     return stats

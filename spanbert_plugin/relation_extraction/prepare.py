@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..file_utils import atomic_directory, check_destination
-from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_token_items
+from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
 from .markers import (
     OTHER_TYPE,
     ROLES,
@@ -321,20 +321,14 @@ def prepare_relation_data(args, progress_factory=None) -> dict:
             with open(prefix + ".examples.jsonl", "w", encoding="utf-8") as f:
                 for ex in examples[split]:
                     f.write(json.dumps({"id": ex.id, "relation": ex.relation}, ensure_ascii=False) + "\n")
-        with open(os.path.join(work, RE_META), "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2, ensure_ascii=False)
-        with open(os.path.join(work, STATS_FILE), "w", encoding="utf-8") as f:
-            json.dump(stats, f, indent=2, ensure_ascii=False)
+        write_json(os.path.join(work, RE_META), meta)
+        write_json(os.path.join(work, STATS_FILE), stats)
     return stats
 
 
 def load_re_meta(folder: str) -> dict:
     """``re_meta.json`` of a spanbert-prepare-re folder (UsageError when it is not one)."""
-    path = os.path.join(folder, RE_META)
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file; {folder} is not a spanbert-prepare-re folder")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_prepared_json(folder, RE_META, "spanbert-prepare-re")
 
 
 def load_split_arrays(folder: str, split: str):
