@@ -435,7 +435,8 @@ def import_hf(hf_dir, out_dir, force=False):
                 raise InteropError(f"{hf_dir}: weight {key} has no counterpart in spanbert")
             if tuple(value.shape) != tuple(expected[key].shape):
                 raise InteropError(f"{hf_dir}: weight {key} has shape {tuple(value.shape)}, config implies {tuple(expected[key].shape)}")
-        fresh = sorted(k for k in expected if k not in ours and k not in ("lm_head.weight", "sbo_head.weight"))
+        fresh = sorted(k for k in expected if k not in ours and k not in ("lm_head.weight", "sbo_head.weight")
+                       and not k.startswith("vocabulary."))  # the vocabulary record is vocab.txt's, not a weight
         model.load_state_dict({**expected, **{k: v.float() for k, v in ours.items()}})
         cfg.task.data = os.path.abspath(out_dir)
         checkpoint_utils.torch_persistent_save(

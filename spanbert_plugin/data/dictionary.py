@@ -5,10 +5,14 @@ has [PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103. To keep token ids
 identical to the tokenizer's (and to HuggingFace checkpoints), ``dict.txt``
 here lists *every* symbol in id order, and control symbols are found by name.
 """
+import hashlib
+import json
+import os
+
 import numpy as np
 from fairseq.data import Dictionary
 
-from ..tokenization import SPECIAL_SYMBOLS, SpanTokenizer
+from ..tokenization import META_FILE, SPECIAL_SYMBOLS, SPM_FILE, WORDPIECE_FILE, SentencePieceTokenizer, SpanTokenizer
 
 
 class SpanBertDictionary(Dictionary):
@@ -92,3 +96,29 @@ class SpanBertDictionary(Dictionary):
                 return self.save(fd)
         for symbol, count in zip(self.symbols, self.count):
             print(f"{symbol} {count}", file=f)
+
+
+def symbol_hashes(symbols) -> np.ndarray:
+    """One signed 64-bit BLAKE2b hash per symbol, in id order: a compact record of a vocabulary.
+
+    A checkpoint keeps these so that a data dictionary can be checked symbol by
+    symbol (is it the checkpoint's vocabulary, or that vocabulary with symbols
+    appended?) without storing the symbols themselves.
+    """
+    digests = b"".join(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest() for s in symbols)
+    return np.frombuffer(digests, dtype="<i8").copy()
+
+
+def describe_tokenizer(dictionary) -> str:
+    """'KIND (FILE)' of the tokenizer a dictionary was prepared with, for messages that compare two vocabularies."""
+    source = getattr(dictionary, "source", None)
+    if not source or not os.path.isfile(source):
+        return f"an in-memory dictionary of {len(dictionary)} symbols"
+    folder = os.path.dirname(os.path.abspath(source))
+    try:
+        with open(os.path.join(folder, META_FILE), encoding="utf-8") as f:
+            kind = json.load(f).get("type")
+    except (OSError, ValueError, AttributeError):
+        return f"the dictionary {os.path.abspath(source)}"
+    tokenizer_file = SPM_FILE if kind == SentencePieceTokenizer.kind else WORDPIECE_FILE
+    return f"{kind} ({os.path.join(folder, tokenizer_file)})"

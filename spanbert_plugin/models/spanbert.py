@@ -13,6 +13,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderModel, register_model, register_model_architecture
 from torch import nn
 
+from ..data.dictionary import describe_tokenizer, symbol_hashes
 from ..errors import UsageError
 from ..modules.bert_layers import (
     BertEmbeddings,
@@ -75,6 +76,25 @@ class SpanBertEncoder(FairseqEncoder):
         return self.max_positions_
 
 
+class VocabularyRecord(nn.Module):
+    """The vocabulary the embeddings belong to, saved with the weights: one hash per symbol and the tokenizer's name.
+
+    Buffers, so every checkpoint (fairseq-train's, the hub's, an import's) carries
+    them; integer dtypes, so fp16/bf16 conversion leaves them alone. Loading a
+    checkpoint into a model built over another dictionary compares the two
+    (``SpanBertModel._check_vocabulary``).
+    """
+
+    def __init__(self, dictionary):
+        super().__init__()
+        self.register_buffer("symbol_hashes", torch.from_numpy(symbol_hashes(dictionary.symbols)))
+        self.register_buffer("tokenizer", torch.tensor(list(describe_tokenizer(dictionary).encode("utf-8")), dtype=torch.uint8))
+
+    @staticmethod
+    def tokenizer_of(state_dict, prefix):
+        return bytes(state_dict[prefix + "tokenizer"].tolist()).decode("utf-8", "replace")
+
+
 @register_model("spanbert", dataclass=SpanBertConfig)
 class SpanBertModel(FairseqEncoderModel):
     """SpanBERT: encoder, tied MLM head and SBO head, optional classification heads."""
@@ -90,6 +110,7 @@ class SpanBertModel(FairseqEncoderModel):
         self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
         self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
         self.apply(lambda m: init_bert_weights(m, cfg.init_std))
+        self.vocabulary = VocabularyRecord(encoder.dictionary)
 
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=None, **kwargs):
@@ -172,23 +193,51 @@ class SpanBertModel(FairseqEncoderModel):
         head.apply(lambda m: init_bert_weights(m, self.cfg.init_std))
         self.relation_heads[name] = head
 
+    def _check_vocabulary(self, state_dict, prefix, old, new):
+        """UsageError unless the data's dictionary is the checkpoint's, possibly with symbols appended.
+
+        Checkpoints written before the vocabulary record existed are checked by size only.
+        """
+        record = prefix + "vocabulary."
+        ours = f"{describe_tokenizer(self.encoder.dictionary)}; {new} symbols"
+        if record + "symbol_hashes" not in state_dict:
+            if old > new:
+                raise UsageError(
+                    f"the checkpoint's vocabulary has {old} symbols but the data's dict.txt has {new} ({ours}): prepare "
+                    "the data with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
+                )
+            return
+        theirs = f"{VocabularyRecord.tokenizer_of(state_dict, record)}; {old} symbols"
+        saved = state_dict[record + "symbol_hashes"]
+        if old > new:
+            problem = f"the checkpoint's vocabulary has {old} symbols but the data's dict.txt has {new}"
+        else:
+            differs = (saved != self.vocabulary.symbol_hashes[:old].to(saved)).nonzero()
+            if not len(differs):
+                return
+            first = int(differs[0])
+            problem = (f"the data's dict.txt does not start with the checkpoint's vocabulary (symbol {first} is "
+                       f"{self.encoder.dictionary.symbols[first]!r} in the data, another in the checkpoint)")
+        raise UsageError(
+            f"{problem}: the checkpoint was trained with {theirs}, the data was prepared with {ours}; prepare the "
+            "data with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
+        )
+
     def _grow_vocabulary(self, state_dict, prefix):
         """Give a checkpoint rows for symbols appended to the dictionary since (e.g. entity markers).
 
         Old rows stay; new embedding rows keep this model's fresh N(0, init_std)
         values and the MLM/SBO biases fresh zeros, as BERT initialises them.
+        The data's vocabulary must extend the checkpoint's (``_check_vocabulary``).
         """
         own = self.state_dict()
         embed = "encoder.embeddings.word_embeddings.weight"
-        if prefix + embed not in state_dict:
-            return
-        old, new = state_dict[prefix + embed].size(0), own[embed].size(0)
-        if old > new:
-            raise UsageError(
-                f"the checkpoint's vocabulary has {old} symbols but the data's dict.txt has {new}: prepare the data "
-                "with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
-            )
-        if old == new:
+        if prefix + embed in state_dict:
+            old, new = state_dict[prefix + embed].size(0), own[embed].size(0)
+            self._check_vocabulary(state_dict, prefix, old, new)
+        for key in ("vocabulary.symbol_hashes", "vocabulary.tokenizer"):  # the record follows the grown vocabulary
+            state_dict[prefix + key] = own[key]
+        if prefix + embed not in state_dict or old == new:
             return
         for key in (embed, "lm_head.weight", "sbo_head.weight", "lm_head.bias", "sbo_head.bias"):
             saved = state_dict.get(prefix + key)
