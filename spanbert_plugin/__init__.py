@@ -30,4 +30,8 @@ from .tasks import spanbert_pretraining, span_masked_lm  # noqa: F401,E402  (spa
 
 logging.getLogger().setLevel(_root_level)
 
+from .models.spanbert import SpanBertModel  # noqa: E402  (public surface)
+
+__all__ = ["SpanBertModel"]
+
 __version__ = "0.1.0"
