@@ -230,3 +230,14 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
                     except OSError:  # no longer empty: someone else uses it now
                         break
             raise
+
+
+def read_text(path: str) -> str:
+    """The whole UTF-8 text of an input file; UsageError (one line naming it) when missing or not UTF-8."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None

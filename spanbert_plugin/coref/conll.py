@@ -1,0 +1,330 @@
+"""Coreference documents from CoNLL-2012 files or c2f-coref JSON lines (the format is read from the content).
+
+CoNLL-2012: ``#begin document (NAME); part N`` ... ``#end document``, several
+parts per file, one token per line (columns separated by white space), word in
+column 4, speaker in column 10 when a line has at least 11 columns,
+coreference in the last column (``(n``, ``n)``, ``(n)``, ``|``-joined; ``-`` or
+``_`` for none); a blank line ends a sentence. Each part is one document whose
+key is the text after ``#begin document`` (what the reference scorer matches).
+
+JSON lines (e2e/c2f-coref): one document per line with ``doc_key``,
+``sentences`` (lists of words), optional ``speakers`` (same shape) and
+``clusters`` (lists of inclusive ``[start, end]`` word spans over the whole document).
+
+Every document keeps its CoNLL lines (synthesised for JSON lines), so a
+prediction can be written as the input with the last column replaced.
+"""
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import UsageError
+from ..file_utils import read_text
+
+Span = Tuple[int, int]
+# OntoNotes genres (the first path element of its document names); anything else is "other"
+GENRES = ("bc", "bn", "mz", "nw", "pt", "tc", "wb", "other")
+_BEGIN = re.compile(r"^#\s*begin document (.*)$")
+_END = re.compile(r"^#\s*end document")
+_PART = re.compile(r"^(\S+) *(\S*)")
+_SINGLE = re.compile(r"\((\d+)\)")
+_OPEN = re.compile(r"\((\d+)")
+_CLOSE = re.compile(r"(\d+)\)")
+_LAST_FIELD = re.compile(r"\S+(\s*)$")
+
+
+@dataclass
+class CorefDocument:
+    """One document: words, sentence of each word, speakers, gold clusters (inclusive word spans)."""
+
+    doc_key: str
+    words: List[str]
+    sentence_ids: np.ndarray  # sentence index of every word
+    speakers: List[str]
+    clusters: List[List[Span]]
+    source: str  # "file:line" of the document's first line
+    lines: List[str] = field(default_factory=list)  # CoNLL lines, #begin ... #end
+    token_lines: Optional[np.ndarray] = None  # index into ``lines`` of every word
+
+    @property
+    def genre(self) -> str:
+        name = self.doc_key.strip().lstrip("(").split("/")[0]
+        return name if name in GENRES else "other"
+
+
+def genre_index(genre: str) -> int:
+    return GENRES.index(genre if genre in GENRES else "other")
+
+
+def _coref_field(value: str, where: str) -> Tuple[List[int], List[int], List[int]]:
+    """(single-word mentions, opened, closed) cluster ids of a coreference column, read as the reference scorer does.
+
+    The scorer takes ``(n)`` first, then ``(n``, then ``n)``, so ``(0(12`` reads like ``(0|(12``.
+    """
+    if value in ("", "-", "_"):
+        return [], [], []
+    singles = [int(n) for n in _SINGLE.findall(value)]
+    rest = _SINGLE.sub("", value)
+    opens = [int(n) for n in _OPEN.findall(rest)]
+    rest = _OPEN.sub("", rest)
+    closes = [int(n) for n in _CLOSE.findall(rest)]
+    if _CLOSE.sub("", rest).replace("|", ""):
+        raise UsageError(f"{where}: malformed coreference field {value!r} (expected parts like (3, 3) or (3), "
+                         "joined by |)")
+    return singles, opens, closes
+
+
+class _ConllDocumentBuilder:
+    def __init__(self, doc_key: str, path: str, line_no: int, header: str):
+        self.doc_key, self.path, self.begin_line = doc_key, path, line_no
+        self.lines = [header]
+        self.words, self.sentence_ids, self.speakers, self.token_lines = [], [], [], []
+        self.sentence = 0
+        self.open: Dict[int, List[Tuple[int, int]]] = {}  # cluster id -> stack of (word, line number)
+        self.clusters: Dict[int, List[Span]] = {}  # in order of first mention
+
+    def blank(self, line: str):
+        self.lines.append(line)
+        if self.words and self.sentence_ids[-1] == self.sentence:
+            self.sentence += 1
+
+    def token(self, line: str, line_no: int):
+        where = f"{self.path}:{line_no}"
+        columns = line.split("\t") if "\t" in line else line.split()
+        if len(columns) < 5:
+            raise UsageError(f"{where}: a token line needs at least 5 columns (word in column 4, coreference last), "
+                             f"got {len(columns)}")
+        word = len(self.words)
+        self.token_lines.append(len(self.lines))
+        self.lines.append(line)
+        self.words.append(columns[3].strip())
+        self.sentence_ids.append(self.sentence)
+        self.speakers.append(columns[9].strip() if len(columns) >= 11 else "-")
+        singles, opens, closes = _coref_field(columns[-1].strip(), where)
+        for cluster in singles:
+            self.clusters.setdefault(cluster, []).append((word, word))
+        for cluster in opens:
+            self.open.setdefault(cluster, []).append((word, line_no))
+        for cluster in closes:
+            if not self.open.get(cluster):
+                raise UsageError(f"{where}: unbalanced brackets: mention of cluster {cluster} closes but was "
+                                 f"never opened in document {self.doc_key}")
+            self.clusters.setdefault(cluster, []).append((self.open[cluster].pop()[0], word))
+
+    def finish(self, line: str, line_no: int) -> CorefDocument:
+        for cluster, stack in self.open.items():
+            if stack:
+                raise UsageError(
+                    f"{self.path}:{stack[-1][1]}: unbalanced brackets: mention of cluster {cluster} is not closed "
+                    f"before the end of document {self.doc_key} (line {line_no}); a mention may not cross a part"
+                )
+        if not self.words:
+            raise UsageError(f"{self.path}:{self.begin_line}: empty document {self.doc_key} (no token lines)")
+        self.lines.append(line)
+        clusters = sorted((sorted(set(spans)) for spans in self.clusters.values()), key=lambda c: c[0])
+        return CorefDocument(self.doc_key, self.words, np.asarray(self.sentence_ids, dtype=np.int64), self.speakers,
+                             clusters, f"{self.path}:{self.begin_line}", self.lines,
+                             np.asarray(self.token_lines, dtype=np.int64))
+
+
+def read_conll(path: str, text: str) -> List[CorefDocument]:
+    """Every document part of a CoNLL-2012 file's text."""
+    documents, current = [], None
+    for line_no, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip("\r")
+        begin = _BEGIN.match(line)
+        if begin:
+            if current is not None:
+                raise UsageError(f"{path}:{line_no}: #begin document inside document {current.doc_key} "
+                                 f"(line {current.begin_line}) without its #end document")
+            current = _ConllDocumentBuilder(begin.group(1).strip(), path, line_no, line)
+        elif _END.match(line):
+            if current is None:
+                raise UsageError(f"{path}:{line_no}: #end document without #begin document")
+            documents.append(current.finish(line, line_no))
+            current = None
+        elif not line.strip():
+            if current is not None:
+                current.blank(line)
+        elif line.startswith("#"):
+            if current is not None:
+                current.lines.append(line)  # comments are copied to the prediction unchanged
+        else:
+            if current is None:
+                raise UsageError(f"{path}:{line_no}: token line outside a document (expected #begin document first)")
+            current.token(line, line_no)
+    if current is not None:
+        raise UsageError(f"{path}: document {current.doc_key} (line {current.begin_line}) has no #end document")
+    if not documents:
+        raise UsageError(f"{path}: no documents (expected #begin document ... #end document)")
+    return documents
+
+
+def _synthesised_lines(doc_key: str, sentences: Sequence[Sequence[str]], speakers, clusters) -> Tuple[List[str], np.ndarray]:
+    """CoNLL-2012 lines for a JSON-lines document (word, speaker and the gold coreference column)."""
+    n_words = sum(len(s) for s in sentences)
+    marks = [[] for _ in range(n_words)]
+    for cluster_id, cluster in enumerate(clusters):
+        for start, end in cluster:
+            if start == end:
+                marks[start].append(f"({cluster_id})")
+            else:
+                marks[start].append(f"({cluster_id}")
+                marks[end].append(f"{cluster_id})")
+    lines, token_lines, word = [f"#begin document ({doc_key}); part 000"], [], 0
+    for s, sentence in enumerate(sentences):
+        for i, w in enumerate(sentence):
+            speaker = speakers[s][i] if speakers else "-"
+            token_lines.append(len(lines))
+            lines.append("\t".join([doc_key, "0", str(i), w, "-", "-", "-", "-", "-", speaker, "*", "*",
+                                    "|".join(marks[word]) or "-"]))
+            word += 1
+        lines.append("")
+    lines.append("#end document")
+    return lines, np.asarray(token_lines, dtype=np.int64)
+
+
+def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
+    """Every document of a c2f-coref JSON-lines file's text."""
+    documents = []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            raise UsageError(f"{where}: not valid JSON ({err})") from None
+        if not isinstance(record, dict) or "doc_key" not in record or "sentences" not in record:
+            raise UsageError(f"{where}: a JSON-lines document needs doc_key and sentences")
+        sentences = record["sentences"]
+        if not isinstance(sentences, list) or not all(isinstance(s, list) for s in sentences):
+            raise UsageError(f"{where}: sentences must be a list of lists of words")
+        words = [str(w) for s in sentences for w in s]
+        doc_key = str(record["doc_key"])
+        if not words:
+            raise UsageError(f"{where}: empty document {doc_key} (no words)")
+        speakers = record.get("speakers")
+        if speakers is not None and [len(s) for s in speakers] != [len(s) for s in sentences]:
+            raise UsageError(f"{where}: speakers must have the shape of sentences")
+        clusters = []
+        for cluster in record.get("clusters", []):
+            spans = []
+            for span in cluster:
+                if (not isinstance(span, list) or len(span) != 2 or not all(isinstance(i, int) for i in span)
+                        or not 0 <= span[0] <= span[1] < len(words)):
+                    raise UsageError(f"{where}: cluster span {span} is outside document {doc_key} of "
+                                     f"{len(words)} words (expected [start, end], inclusive word indices)")
+                spans.append((span[0], span[1]))
+            if spans:
+                clusters.append(sorted(set(spans)))
+        clusters.sort(key=lambda c: c[0])
+        sentence_ids = np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])
+        lines, token_lines = _synthesised_lines(doc_key, sentences, speakers, clusters)
+        documents.append(CorefDocument(doc_key, words, sentence_ids,
+                                       [str(w) for s in speakers for w in s] if speakers else ["-"] * len(words),
+                                       clusters, where, lines, token_lines))
+    if not documents:
+        raise UsageError(f"{path}: no documents")
+    return documents
+
+
+def read_documents(path: str) -> List[CorefDocument]:
+    """Documents of one CoNLL-2012 or JSON-lines file, the format detected from its first non-blank line."""
+    text = read_text(path)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if first.startswith("{"):
+        return read_jsonlines(path, text)
+    if _BEGIN.match(first):
+        return read_conll(path, text)
+    raise UsageError(f"{path}: neither CoNLL-2012 (#begin document ...) nor JSON lines ({{\"doc_key\": ...}})")
+
+
+def expand_inputs(spec: str, flag: str) -> List[str]:
+    """Files of an input option: a file, a folder (its *.conll, *.gold_conll, *.jsonlines, *.jsonl), a glob, or a list file.
+
+    A list file is a text file of paths (relative to the list file), one per line, as LitBank's fold lists.
+    """
+    import glob
+
+    if os.path.isdir(spec):
+        found = sorted(p for ext in ("conll", "gold_conll", "v4_gold_conll", "jsonlines", "jsonl")
+                       for p in glob.glob(os.path.join(spec, f"*.{ext}")))
+        if not found:
+            raise UsageError(f"{flag} {spec}: a folder without .conll or .jsonlines files")
+        return found
+    if any(c in spec for c in "*?["):
+        found = sorted(glob.glob(spec))
+        if not found:
+            raise UsageError(f"{flag} {spec}: the pattern matches no file")
+        return found
+    if not os.path.isfile(spec):
+        raise UsageError(f"{flag} {spec}: no such file or folder")
+    with open(spec, encoding="utf-8", errors="replace") as f:
+        head = [line.strip() for line in f.read(65536).splitlines() if line.strip()]
+    if head and not head[0].startswith(("#", "{")):  # a list of document files
+        base = os.path.dirname(os.path.abspath(spec))
+        with open(spec, encoding="utf-8") as f:
+            entries = [(n, line.strip()) for n, line in enumerate(f, 1) if line.strip()]
+        paths = []
+        for n, entry in entries:
+            path = entry if os.path.isabs(entry) else os.path.join(base, entry)
+            if not os.path.isfile(path):
+                raise UsageError(f"{spec}:{n}: {entry}: no such file (list files name one document file per line)")
+            paths.append(path)
+        return paths
+    return [spec]
+
+
+def read_split(spec: str, flag: str) -> List[CorefDocument]:
+    """Documents of every file of an input option; duplicate document keys are an error."""
+    documents, seen = [], {}
+    for path in expand_inputs(spec, flag):
+        for doc in read_documents(path):
+            if doc.doc_key in seen:
+                raise UsageError(f"{doc.source}: duplicate document {doc.doc_key} (first at {seen[doc.doc_key]})")
+            seen[doc.doc_key] = doc.source
+            documents.append(doc)
+    return documents
+
+
+def coref_column(n_words: int, clusters: Iterable[Iterable[Span]]) -> List[str]:
+    """The CoNLL coreference column of a document for the given clusters (cluster ids in the given order)."""
+    opens = [[] for _ in range(n_words)]
+    singles = [[] for _ in range(n_words)]
+    closes = [[] for _ in range(n_words)]
+    for cluster_id, cluster in enumerate(clusters):
+        for start, end in cluster:
+            if start == end:
+                singles[start].append(cluster_id)
+            else:
+                opens[start].append((end, cluster_id))
+                closes[end].append((start, cluster_id))
+    column = []
+    for w in range(n_words):
+        # longer mentions open first and close last, so nested brackets read back as written
+        parts = [f"({c}" for _, c in sorted(opens[w], key=lambda x: -x[0])]
+        parts += [f"({c})" for c in singles[w]]
+        parts += [f"{c})" for _, c in sorted(closes[w], key=lambda x: -x[0])]
+        column.append("|".join(parts) or "-")
+    return column
+
+
+def _replace_last_column(line: str, value: str) -> str:
+    if "\t" in line:  # tab-separated (LitBank): the last field, even an empty one after a trailing tab
+        fields = line.split("\t")
+        fields[-1] = value
+        return "\t".join(fields)
+    return _LAST_FIELD.sub(lambda m: value + m.group(1), line, count=1)
+
+
+def with_coref_column(doc: CorefDocument, clusters: Sequence[Sequence[Span]]) -> List[str]:
+    """The document's CoNLL lines with the last column of every token line replaced by ``clusters``."""
+    lines = list(doc.lines)
+    for line_index, value in zip(doc.token_lines, coref_column(len(doc.words), clusters)):
+        lines[line_index] = _replace_last_column(lines[line_index], value)
+    return lines

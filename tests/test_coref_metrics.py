@@ -1,0 +1,194 @@
+"""CoNLL-2012 metrics against the reference scorer's published test cases, and the CoNLL reader/writer.
+
+The cases below are the key/response pairs of the reference scorer's
+``test/TestCases.README`` and ``test/CorefMetricTestConfig.pm``
+(conll/reference-coreference-scorers), written as clusters of one-letter
+mentions. A capital letter there is a mention overlapping its lower-case twin
+(a different span), except in A7-A9 where it repeats the same span: those
+duplicates are written here as the lower-case letter, which the scorer drops.
+Expected values are (recall, precision, F1).
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+from spanbert_plugin.coref.conll import coref_column, read_conll, read_jsonlines, with_coref_column
+from spanbert_plugin.coref.metrics import COUNT_KEYS, add_counts, coref_counts, coref_scores, corpus_scores
+from spanbert_plugin.errors import UsageError
+
+
+def clusters(text):
+    """'{a} {bc}' -> [['a'], ['b', 'c']]; 'x10' inside a cluster repeats the previous mention ten times."""
+    out = []
+    for group in text.split():
+        body, mentions = group.strip("{}"), []
+        i = 0
+        while i < len(body):
+            if body[i] == "x" and body[i + 1:i + 3] == "10":
+                mentions += [mentions[-1]] * 9
+                i += 3
+                continue
+            mentions.append(body[i])
+            i += 1
+        out.append(mentions)
+    return out
+
+
+A_KEY = "{a} {bc} {def}"
+DEC = {  # B-cubed 4-decimal expectations of the README, written as fractions where it gives them
+    "A4": ((3 + 1 / 3) / 6, (1 + 4 / 3 + 1 / 2) / 7),
+}
+CASES = [
+    # id, key, response, {metric: (recall, precision, f1)}
+    ("A1", A_KEY, "{a} {bc} {def}", {"muc": (1, 1, 1), "bcub": (1, 1, 1), "ceafe": (1, 1, 1)}),
+    ("A2", A_KEY, "{a} {de}", {"muc": (1 / 3, 1, 0.5), "bcub": ((7 / 3) / 6, 1, 14 / 25), "ceafe": (0.6, 0.9, 0.72)}),
+    ("A3", A_KEY, "{a} {bcx} {defy} {z}", {"muc": (1, 3 / 5, 0.75), "bcub": (1, (4 + 7 / 12) / 9, 110 / 163),
+                                          "ceafe": (0.88571, 0.66429, 0.75918)}),
+    ("A4", A_KEY, "{a} {bcx} {dy} {z}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
+                                        "ceafe": (0.73333, 0.55, 0.62857)}),
+    ("A5", A_KEY, "{a} {bcxB} {dy} {z}", {"muc": (1 / 3, 1 / 4, 2 / 7), "bcub": (5 / 9, 2.5 / 8, None),
+                                         "ceafe": (0.68889, 0.51667, 0.59048)}),
+    ("A6", A_KEY, "{a} {bcx} {dy} {Bz}", {"muc": (1 / 3, 1 / 4, 2 / 7), "bcub": (5 / 9, 17 / 48, None),
+                                         "ceafe": (0.73333, 0.55, 0.62857)}),
+    ("A7", A_KEY, "{a} {bcxb} {dy} {z}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
+                                         "ceafe": (0.73333, 0.55, 0.62857)}),
+    ("A8", A_KEY, "{a} {bcx} {dy} {bz}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
+                                         "ceafe": (0.73333, 0.55, 0.62857)}),
+    ("A9", A_KEY, "{a} {bcx} {dy} {bx10z}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
+                                            "ceafe": (0.73333, 0.55, 0.62857)}),
+    ("A10", A_KEY, "{a} {b} {c} {d} {e} {f}", {"muc": (0, 0, 0), "bcub": (3 / 6, 1, 2 / 3)}),
+    ("A11", A_KEY, "{abcdef}", {"muc": (1, 3 / 5, 0.75), "bcub": (1, 7 / 18, 14 / 25)}),
+    ("A12", A_KEY, "{a} {x} {y} {c} {d} {e} {z}", {"muc": (0, 0, 0), "bcub": (13 / 36, 4 / 7, None)}),
+    ("A13", A_KEY, "{axycdez}", {"muc": (1 / 3, 1 / 6, 2 / 9), "bcub": (17 / 36, 6 / 49, None)}),
+    ("D1", "{12345} {67} {89ABC}", "{12345} {6789ABC}", {"muc": (1, 9 / 10, None), "bcub": (1, 16 / 21, None)}),
+    ("E1", "{12345} {67} {89ABC}", "{1234589ABC} {67}", {"muc": (1, 9 / 10, None), "bcub": (1, 7 / 12, None)}),
+    ("F1", "{ABCD}", "{AB} {CD}", {"muc": (2 / 3, 1, None)}),
+    ("G1", "{AB} {CD}", "{ABCD}", {"muc": (1, 2 / 3, None)}),
+    ("H1", "{ABCD}", "{ABCD}", {"muc": (1, 1, 1)}),
+    ("I1", "{ABCD}", "{AB} {CD}", {"muc": (2 / 3, 1, None)}),
+    ("J1", "{ABC}", "{AC}", {"muc": (1 / 2, 1, None)}),
+    ("K1", "{BCDEGHJ}", "{ABC} {DEF} {GHI}", {"muc": (3 / 6, 3 / 6, 3 / 6)}),
+    ("L1", "{ABC} {DEFG}", "{AB} {CD} {FGH}", {"muc": (2 / 5, 2 / 4, None)}),
+    ("M1", "{abcdef}", "{abcdef}", {"muc": (1, 1, 1), "bcub": (1, 1, 1), "ceafe": (1, 1, 1)}),
+    ("M2", "{abcdef}", "{a} {b} {c} {d} {e} {f}", {"muc": (0, 0, 0)}),
+    ("M5", "{abcdef}", "{a} {b} {c} {x} {y} {z}", {"muc": (0, 0, 0)}),
+    ("N1", "{a} {b} {c} {d} {e} {f}", "{a} {b} {c} {d} {e} {f}", {"muc": (0, 0, 0), "bcub": (1, 1, 1),
+                                                                  "ceafe": (1, 1, 1)}),
+    ("N2", "{a} {b} {c} {d} {e} {f}", "{abcdef}", {"muc": (0, 0, 0)}),
+    ("N4", "{a} {b} {c} {d} {e} {f}", "{a} {b} {c} {x} {y} {z}", {"muc": (0, 0, 0)}),
+]
+
+
+def f1_of(recall, precision):
+    return 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+
+
+@pytest.mark.parametrize("case_id,key,response,expected", CASES, ids=[c[0] for c in CASES])
+def test_reference_scorer_cases(case_id, key, response, expected):
+    scores = coref_scores(coref_counts(clusters(key), clusters(response)))
+    assert len(expected) >= 1
+    for metric, (recall, precision, f1) in expected.items():
+        f1 = f1_of(recall, precision) if f1 is None else f1
+        # the published CEAF values are rounded to 5 decimals
+        tolerance = 1e-5 if metric == "ceafe" else 1e-9
+        assert scores[f"{metric}_r"] / 100 == pytest.approx(recall, abs=tolerance), metric
+        assert scores[f"{metric}_p"] / 100 == pytest.approx(precision, abs=tolerance), metric
+        assert scores[f"{metric}_f1"] / 100 == pytest.approx(f1, abs=tolerance), metric
+
+
+def test_readme_bcubed_and_ceafe_fractions():
+    """TestCases.README's own fractions: A3 B-cubed precision 55/108, A3 CEAF-e common 1 + 4/5 + 6/7."""
+    counts = coref_counts(clusters(A_KEY), clusters("{a} {bcx} {defy} {z}"))
+    assert counts["bcub_p_num"] / counts["bcub_p_den"] == pytest.approx(55 / 108)
+    assert counts["ceafe_r_num"] == pytest.approx(1 + 4 / 5 + 6 / 7)
+    assert (counts["ceafe_r_den"], counts["ceafe_p_den"]) == (3, 4)
+    assert (counts["muc_r_num"], counts["muc_r_den"], counts["muc_p_den"]) == (3, 3, 5)
+
+
+def test_corpus_scores_sum_counts_not_scores():
+    """Two documents: their counts add up; the corpus score is not the mean of the documents' scores."""
+    doc1 = (clusters(A_KEY), clusters("{a} {de}"))
+    doc2 = (clusters("{ABCD}"), clusters("{AB} {CD}"))
+    total = add_counts(coref_counts(*doc1), coref_counts(*doc2))
+    assert set(total) == set(COUNT_KEYS)
+    corpus = corpus_scores([doc1[0], doc2[0]], [doc1[1], doc2[1]])
+    assert corpus == coref_scores(total)
+    # MUC: (1 + 2) / (3 + 3) recall, (1 + 2) / (1 + 2) precision
+    assert corpus["muc_r"] == pytest.approx(50.0)
+    assert corpus["muc_p"] == pytest.approx(100.0)
+    mean_of_docs = (coref_scores(coref_counts(*doc1))["muc_f1"] + coref_scores(coref_counts(*doc2))["muc_f1"]) / 2
+    assert corpus["muc_f1"] != pytest.approx(mean_of_docs)
+    assert corpus["conll_f1"] == pytest.approx((corpus["muc_f1"] + corpus["bcub_f1"] + corpus["ceafe_f1"]) / 3)
+
+
+def test_ceafe_alignment_is_optimal():
+    """A greedy alignment would pair {abcd} with {abx}; the optimum pairs it with {cd..} and gains more."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        mentions = list(range(12))
+        key = [list(g) for g in np.array_split(rng.permutation(mentions), 4)]
+        response = [list(g) for g in np.array_split(rng.permutation(mentions), 3)]
+        counts = coref_counts(key, response)
+        best = 0.0
+        for perm in itertools.permutations(range(4), 3):
+            best = max(best, sum(2 * len(set(key[k]) & set(response[r])) / (len(key[k]) + len(response[r]))
+                                 for r, k in enumerate(perm)))
+        assert counts["ceafe_r_num"] == pytest.approx(best)
+
+
+CONLL = """#begin document (doc_a); part 000
+doc_a\t0\t0\tAlice\t_\t_\t_\t_\t_\tspk1\t_\t_\t(0)
+doc_a\t0\t1\tsaw\t_\t_\t_\t_\t_\tspk1\t_\t_\t
+doc_a\t0\t2\ther\t_\t_\t_\t_\t_\tspk1\t_\t_\t(1(3)
+doc_a\t0\t3\tsister\t_\t_\t_\t_\t_\tspk1\t_\t_\t1)
+
+doc_a\t0\t0\tShe\t_\t_\t_\t_\t_\tspk2\t_\t_\t(0)
+doc_a\t0\t1\tthe\t_\t_\t_\t_\t_\tspk2\t_\t_\t(4(5
+doc_a\t0\t2\tman\t_\t_\t_\t_\t_\tspk2\t_\t_\t5)
+doc_a\t0\t3\t's\t_\t_\t_\t_\t_\tspk2\t_\t_\t4)
+#end document
+"""
+
+
+def test_conll_reader_nested_same_start_and_empty_last_column():
+    """Read as the reference scorer does: "(1(3)" is a one-word mention of 3 and an opening of 1."""
+    (doc,) = read_conll("x.conll", CONLL)
+    assert doc.words == ["Alice", "saw", "her", "sister", "She", "the", "man", "'s"]
+    assert doc.sentence_ids.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert doc.speakers == ["spk1"] * 4 + ["spk2"] * 4
+    assert doc.clusters == [[(0, 0), (4, 4)], [(2, 2)], [(2, 3)], [(5, 6)], [(5, 7)]]  # by first mention
+
+
+def test_conll_writer_round_trip():
+    (doc,) = read_conll("x.conll", CONLL)
+    predicted = [[(0, 0), (2, 2)], [(2, 3), (4, 4)], [(0, 3)], [(5, 7), (5, 6)]]
+    lines = with_coref_column(doc, predicted)
+    assert lines[1].split("\t")[:12] == doc.lines[1].split("\t")[:12]
+    (again,) = read_conll("y.conll", "\n".join(lines) + "\n")
+    assert sorted(map(sorted, again.clusters)) == sorted(map(sorted, predicted))
+    assert coref_column(3, [[(0, 2), (0, 0)], [(0, 1)]]) == ["(0|(1|(0)", "1)", "0)"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ 3)\n#end document\n", "x.conll:2: unbalanced brackets"),
+    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (3\n#end document\n#begin document (d); part 1\n"
+     "d 1 0 w _ _ _ _ _ _ _ _ 3)\n#end document\n", "x.conll:2: unbalanced brackets: mention of cluster 3 is not closed"),
+    ("#begin document (d); part 0\n\n#end document\n", "x.conll:1: empty document"),
+    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ 3\n#end document\n", "malformed coreference field"),
+    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ -\n", "has no #end document"),
+])
+def test_conll_reader_errors(text, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        read_conll("x.conll", text)
+
+
+def test_jsonlines_reader_and_errors():
+    line = '{"doc_key": "nw/x", "sentences": [["A", "b"], ["c"]], "clusters": [[[0, 0], [2, 2]]]}'
+    (doc,) = read_jsonlines("x.jsonlines", line)
+    assert doc.genre == "nw" and doc.sentence_ids.tolist() == [0, 0, 1]
+    assert doc.clusters == [[(0, 0), (2, 2)]]
+    (again,) = read_conll("y.conll", "\n".join(doc.lines))
+    assert again.clusters == doc.clusters and again.words == doc.words
+    with pytest.raises(UsageError, match=r"x.jsonlines:1: cluster span \[2, 3\] is outside document nw/x"):
+        read_jsonlines("x.jsonlines", line.replace("[2, 2]", "[2, 3]"))
