@@ -1,6 +1,7 @@
 """Fine-tuning safeguards: vocabulary checks on loading, scores that agree with predictions, resumable randomness."""
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -67,3 +68,121 @@ def test_checkpoint_without_vocabulary_record_is_checked_by_size(spm_data, wordp
     smaller = SpanBertDictionary(spm_dict.symbols[:-5])
     with pytest.raises(UsageError, match=f"has {len(spm_dict)} symbols but the data's dict.txt has {len(smaller)}"):
         _tiny_model(smaller).load_state_dict(dict(old_style))
+
+
+# --- SQuAD 2.0: eval.json and validation score the predictions as written ------------------------------------------
+
+def _answerable_random_split(seed):
+    """random_split's questions, every other one given gold answers from its passage that keep a word when normalised.
+
+    (A gold answer of only articles and punctuation is where the official script's null override, which counts a
+    HasAns question wrong, and scoring "" against gold "" part ways; the script's rule is followed: see the next test.)
+    """
+    from test_qa_postprocess import random_split
+
+    from spanbert_plugin.evaluation.squad import normalize_answer
+
+    rng = np.random.default_rng(seed)
+    split = random_split(rng, num_questions=40, with_negative=True)
+    for i, question in enumerate(split.questions):
+        words = [w for w in split.contexts[question["context_index"]].split() if normalize_answer(w)]
+        if i % 2 and words:
+            question["answers"] = words[:2]
+    return split, rng
+
+
+@pytest.mark.parametrize("null_threshold", [-1.0, 0.0, 1.0, 100.0])
+def test_squad2_scores_agree_with_written_predictions(null_threshold):
+    """exact/f1/HasAns/NoAns (eval.json) and em/f1 (validation) score the predictions as written; best_* unchanged."""
+    from spanbert_plugin.evaluation.squad import evaluate
+    from spanbert_plugin.qa.scoring import AnswerOptions, score_windows, summarize
+
+    split, rng = _answerable_random_split(7)
+    width = int((split.passage_offset + split.passage_lengths()).max()) + 4
+    start, end = rng.normal(size=(2, split.num_windows, width)) * 3
+    start[:, 0] += 4  # [CLS] logits raised: null odds spread around 0..10, so the thresholds matter
+    end[:, 0] += 4
+    result, records = score_windows(split, np.arange(split.num_windows), start, end,
+                                    AnswerOptions(null_threshold=null_threshold))
+    predictions = {q["id"]: result.predictions[q["id"]] for q in split.questions}
+    as_written = evaluate(split.questions, predictions, rules="v2")  # no null-odds file: the texts alone
+    with_odds = evaluate(split.questions, predictions, na_probs=result.null_odds, na_prob_thresh=null_threshold,
+                         rules="v2")
+    for key in ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"):
+        assert with_odds[key] == pytest.approx(as_written[key]), key
+    summary = summarize(records, with_negative=True)
+    assert summary["em"] == pytest.approx(as_written["exact"]) and summary["f1"] == pytest.approx(as_written["f1"])
+    assert summary["has_ans_f1"] == pytest.approx(as_written["HasAns_f1"])
+    assert summary["no_ans_f1"] == pytest.approx(as_written["NoAns_f1"])
+    # the threshold search is over the null odds, whatever threshold the predictions used
+    default = evaluate(split.questions, predictions, na_probs=result.null_odds, rules="v2")
+    assert with_odds["best_f1"] == default["best_f1"] and summary["best_f1"] == pytest.approx(default["best_f1"])
+    if null_threshold == 100.0:  # every question answered with text: an unanswerable one scores only if it normalises to ""
+        from spanbert_plugin.evaluation.squad import normalize_answer
+
+        assert all(predictions.values())
+        no_answer = [q["id"] for q in split.questions if not q["answers"]]
+        empty = sum(not normalize_answer(predictions[i]) for i in no_answer)
+        assert with_odds["NoAns_exact"] == pytest.approx(100 * empty / len(no_answer)) and empty < len(no_answer)
+        assert default["exact"] != with_odds["exact"]  # the official script's default -t 1.0 disagreed with the texts
+    assert 0 < np.count_nonzero(records[:, 6]) < len(records) or null_threshold == 100.0
+
+
+def test_null_override_follows_the_official_script_for_empty_normalising_golds():
+    """Official v2.0: a HasAns question scored as "no answer" (na_prob > -t) counts 0, even when its golds normalise to ""."""
+    from spanbert_plugin.evaluation.squad import evaluate
+
+    questions = [{"id": "a", "answers": ["the"]}, {"id": "b", "answers": []}]
+    predictions = {"a": "", "b": ""}
+    as_null = evaluate(questions, predictions, na_probs={"a": 5.0, "b": 5.0}, na_prob_thresh=1.0, rules="v2")
+    assert as_null["HasAns_exact"] == 0.0 and as_null["NoAns_exact"] == 100.0
+    as_text = evaluate(questions, predictions, na_probs={"a": 0.0, "b": 0.0}, na_prob_thresh=1.0, rules="v2")
+    assert as_text["HasAns_exact"] == 100.0  # "" against the gold "" left after dropping "the"
+
+
+# --- is_impossible as the official v2.0 script reads it ----------------------------------------------------------
+
+def _squad_file(path, qas, version=None):
+    import json
+
+    content = {"data": [{"title": "t", "paragraphs": [{"context": "Ada lives in Paris with her cat.", "qas": qas}]}]}
+    if version:
+        content["version"] = version
+    path.write_text(json.dumps(content), encoding="utf-8")
+    return str(path)
+
+
+def test_is_impossible_with_answers_is_answerable(tmp_path):
+    """The answers decide, as the official v2.0 script's has_ans: is_impossible true with answers is answerable."""
+    from spanbert_plugin.evaluation.squad import evaluate
+    from spanbert_plugin.qa.prepare import read_qa_file
+
+    qa = read_qa_file(_squad_file(tmp_path / "v2.json", [
+        {"id": "contradictory", "question": "Where?", "is_impossible": True,
+         "answers": [{"text": "Paris", "answer_start": 13}]},
+        {"id": "unanswerable", "question": "Why?", "is_impossible": True, "answers": []},
+    ], version="v2.0"))
+    assert qa.with_negative and qa.format == "squad2"
+    by_id = {q["id"]: q for q in qa.questions}
+    assert by_id["contradictory"]["answers"] == ["Paris"] and not by_id["contradictory"]["is_impossible"]
+    assert by_id["unanswerable"]["is_impossible"] and by_id["unanswerable"]["answers"] == []
+    assert (qa.answer_start[0], qa.answer_end[0]) == (13, 18)  # trained towards its answer, not [CLS]
+    scores = evaluate(qa.questions, {"contradictory": "Paris", "unanswerable": ""}, rules="v2")
+    assert scores["HasAns_total"] == 1 and scores["exact"] == 100.0
+
+
+def test_squad11_file_with_is_impossible_keys_keeps_v1_rules(tmp_path):
+    """is_impossible keys alone (every question answered) do not switch a SQuAD 1.1 file to 2.0 rules."""
+    from spanbert_plugin.qa.prepare import read_qa_file
+    from spanbert_plugin.qa.scoring import rules_of
+
+    qa = read_qa_file(_squad_file(tmp_path / "v1.json", [
+        {"id": "a", "question": "Where?", "is_impossible": False, "answers": [{"text": "Paris", "answer_start": 13}]},
+        {"id": "b", "question": "Who?", "is_impossible": True, "answers": [{"text": "Ada", "answer_start": 0}]},
+    ], version="1.1"))
+    assert not qa.with_negative and qa.format == "squad1" and rules_of(qa) == "v1"
+    assert all(q["answers"] for q in qa.questions)
+    # a file without a version holding an unanswerable question follows 2.0 rules
+    qa = read_qa_file(_squad_file(tmp_path / "noversion.json", [
+        {"id": "c", "question": "Why?", "is_impossible": True, "answers": []}]))
+    assert qa.with_negative and rules_of(qa) == "v2"

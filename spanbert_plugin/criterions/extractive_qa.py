@@ -90,8 +90,8 @@ class ExtractiveQACriterion(FairseqCriterion):
 
 
 def records_by_question(records: np.ndarray, num_questions: int) -> torch.Tensor:
-    """[6, num_questions] float64: a 1 and the record's five values at each scored question's index."""
-    table = torch.zeros((6, num_questions), dtype=torch.float64)
+    """[fields, num_questions] float64: a 1 and the record's other values at each scored question's index."""
+    table = torch.zeros((records.shape[1], num_questions), dtype=torch.float64)
     index = torch.as_tensor(records[:, 0], dtype=torch.long)
     table[0, index] = 1.0
     table[1:, index] = torch.as_tensor(records[:, 1:].T, dtype=torch.float64)

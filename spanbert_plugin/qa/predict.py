@@ -66,7 +66,9 @@ def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=Fa
     # no surviving span gives infinite odds; JSON has no infinity, so the largest finite float stands in
     null_odds = ({q["id"]: min(float(result.null_odds[q["id"]]), sys.float_info.max) for q in qa.questions}
                  if qa.with_negative else None)
-    scores = evaluate(qa.questions, predictions, na_probs=null_odds, rules=rules_of(qa))
+    # -t --null-threshold, as the official v2.0 script would be run: exact/f1 then score predictions.json as written
+    scores = evaluate(qa.questions, predictions, na_probs=null_odds, na_prob_thresh=options.null_threshold,
+                      rules=rules_of(qa))
     with atomic_directory(out, COMMAND, inputs, force, "--out") as work:
         _dump(os.path.join(work, "predictions.json"), predictions)
         if null_odds is not None:

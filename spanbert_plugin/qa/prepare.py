@@ -206,7 +206,7 @@ def _candidate(context: str, start: int, end: int, text: str, ignore_case: bool)
 def _read_squad(path: str, content: dict) -> QAFile:
     version = str(content.get("version", ""))
     collector = _Collector(path)
-    has_impossible_key = False
+    any_unanswerable = False
     for a, article in enumerate(content["data"]):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
@@ -223,7 +223,6 @@ def _read_squad(path: str, content: dict) -> QAFile:
             context = collector.contexts[c]
             for qa in paragraph["qas"]:
                 qid, where = collector.question(qa, "id", path)
-                has_impossible_key |= "is_impossible" in qa
                 impossible = bool(qa.get("is_impossible", False))
                 gold = qa.get("answers", [])
                 if not isinstance(gold, list) or not all(
@@ -234,9 +233,11 @@ def _read_squad(path: str, content: dict) -> QAFile:
                     raise UsageError(f"{where}: no answers and not is_impossible")
                 spans = [_candidate(context, g["answer_start"], g["answer_start"] + len(g["text"]), g["text"], False)
                          for g in gold]
-                answers = [] if impossible else [g["text"] for g in gold]
-                collector.add(qid, qa, where, c, answers, impossible, spans)
-    squad2 = version.lstrip("v").startswith("2") or has_impossible_key
+                # as the official v2.0 script: the answers decide (is_impossible: true with answers is answerable),
+                # and a file follows 2.0 rules when it says so or holds an unanswerable question
+                any_unanswerable |= not gold
+                collector.add(qid, qa, where, c, [g["text"] for g in gold], not gold, spans)
+    squad2 = version.lstrip("v").startswith("2") or any_unanswerable
     return collector.result("squad2" if squad2 else "squad1", squad2)
 
 

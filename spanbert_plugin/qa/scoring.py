@@ -13,9 +13,9 @@ from ..evaluation.squad import best_threshold, question_scores
 from .postprocess import postprocess
 from .windows import QASplit
 
-# Official v2.0 script default: a question whose na-prob exceeds this is scored as "no answer".
-OFFICIAL_NA_PROB_THRESHOLD = 1.0
-RECORD_FIELDS = ("question", "exact", "f1", "has_answer", "null_odds", "nonempty")
+# ``says_null``: null_odds > --null-threshold, the official v2.0 script's "no answer" override when it is run
+# with ``-n null_odds.json -t <null threshold>``, so that em/f1 score the predictions as written.
+RECORD_FIELDS = ("question", "exact", "f1", "has_answer", "null_odds", "nonempty", "says_null")
 
 
 @dataclass
@@ -41,27 +41,33 @@ def score_windows(split: QASplit, window_ids, start_logits, end_logits, options:
         question = split.questions[q]
         prediction = result.predictions[question["id"]]
         exact, token_f1 = question_scores(prediction, question["answers"], rules)
+        null_odds = result.null_odds.get(question["id"], 0.0) if split.with_negative else 0.0
         records[row] = (
             q,
             exact,
             token_f1,
             bool(question["answers"]),  # the official v2 script's HasAns: any gold answer given
-            result.null_odds.get(question["id"], 0.0) if split.with_negative else 0.0,
+            null_odds,
             bool(prediction),
+            split.with_negative and null_odds > options.null_threshold,
         )
     return result, records
 
 
 def summarize(records: np.ndarray, with_negative: bool) -> dict:
-    """Validation metrics (percent) from the records of every question of a split."""
+    """Validation metrics (percent) from the records of every question of a split.
+
+    ``em``/``f1`` (and ``has_ans_f1``/``no_ans_f1``) score the answers as predicted, with the
+    official v2.0 script's threshold at --null-threshold; ``best_*`` come from its threshold search.
+    """
     if len(records) == 0:
         return {}
     records = records[np.argsort(records[:, 0], kind="stable")]  # question order, as the official search
-    exact, f1_, has_answer, null_odds, nonempty = (records[:, i] for i in range(1, 6))
+    exact, f1_, has_answer, null_odds, nonempty, says_null = (records[:, i] for i in range(1, 7))
     if not with_negative:
         return {"em": 100 * exact.mean(), "f1": 100 * f1_.mean()}
     has_answer = has_answer.astype(bool)
-    as_null = null_odds > OFFICIAL_NA_PROB_THRESHOLD
+    as_null = says_null.astype(bool)
     exact = np.where(as_null, ~has_answer, exact).astype(float)
     f1_ = np.where(as_null, ~has_answer, f1_).astype(float)
     out = {"em": 100 * exact.mean(), "f1": 100 * f1_.mean()}
