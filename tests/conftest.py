@@ -1,4 +1,5 @@
-"""Shared fixtures: a small real-text corpus and prepared data directories."""
+"""Shared fixtures: a small real-text corpus, prepared data directories, the shared data sets and gloo workers."""
+import functools
 import os
 import subprocess
 import sys
@@ -7,7 +8,70 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Every child process runs single-threaded whatever the caller's environment says: 2 cores are shared by
+# the whole suite, and thread counts change float summation order, hence results.
+THREAD_PINS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+os.environ.update(THREAD_PINS)
+
+
+# ---------------------------------------------------------------- ../shared/data
+def _origin_shared_data():
+    """<origin>/../shared/data when this checkout is a clone of a local repository (a CI clone in /tmp)."""
+    try:
+        origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if origin.startswith("file://"):
+        origin = origin[len("file://"):]
+    if not origin or "://" in origin or ":" in origin.split("/")[0]:  # a URL or scp-like host:path
+        return None
+    origin = os.path.join(ROOT, origin) if not os.path.isabs(origin) else origin
+    return os.path.join(os.path.dirname(os.path.abspath(origin.rstrip("/"))), "shared", "data")
+
+
+@functools.lru_cache(maxsize=None)
+def shared_data_dir():
+    """The shared data folder: $SPANBERT_SHARED_DATA, else <repo>/../shared/data, else <origin>/../shared/data
+    for a clone of a local repository, else /work/shared/data; None when none exists."""
+    if os.environ.get("SPANBERT_SHARED_DATA"):
+        return os.environ["SPANBERT_SHARED_DATA"]  # taken as given: a wrong setting must show, not fall through
+    for candidate in (os.path.join(ROOT, "..", "shared", "data"), _origin_shared_data(), "/work/shared/data"):
+        if candidate and os.path.isdir(candidate):
+            return os.path.normpath(candidate)
+    return None
+
+
+def shared_path(*parts):
+    """Path of a shared data set (it may be absent: `needs_shared_data` / `require_shared_data` check)."""
+    return os.path.join(shared_data_dir() or os.path.join(ROOT, "..", "shared", "data"), *parts)
+
+
+def require_shared_data(*relpaths):
+    """Inside a test: each path (relative to the shared data folder) must exist. A missing one skips the test,
+    or fails it when REQUIRE_SHARED_DATA=1 (CI: a test that cannot run must not pass as skipped)."""
+    missing = [p for p in relpaths if not os.path.exists(shared_path(p))]
+    if not missing:
+        return
+    where = shared_data_dir() or "no shared data folder found (set SPANBERT_SHARED_DATA)"
+    message = f"shared data missing: {', '.join(missing)} under {where}"
+    if os.environ.get("REQUIRE_SHARED_DATA") == "1":
+        pytest.fail(message + " (REQUIRE_SHARED_DATA=1)", pytrace=False)
+    pytest.skip(message)
+
+
+def needs_shared_data(*relpaths):
+    """Decorator: the test runs only with these shared data paths (see `require_shared_data`)."""
+    return pytest.mark.shared_data(*relpaths)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "shared_data(*paths): needs these paths under the shared data folder")
+
+
+def pytest_runtest_setup(item):
+    for marker in item.iter_markers("shared_data"):
+        require_shared_data(*marker.args)
 
 
 def run_cli(args, timeout=600, check=True, env=None):

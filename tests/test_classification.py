@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
+from conftest import bin_path, needs_shared_data, require_shared_data, run_cli, run_gloo_ranks, shared_path
 from spanbert_plugin.classification.prepare import (
     ReadOptions,
     Table,
@@ -19,8 +19,8 @@ from spanbert_plugin.classification.prepare import (
 from spanbert_plugin.cli.prepare_classification import main as prepare_main
 from spanbert_plugin.evaluation import classification as cm
 
-GLUE = os.path.join(ROOT, "..", "shared", "data", "glue")
-needs_glue = pytest.mark.skipif(not os.path.isdir(GLUE), reason="GLUE files of ../shared/data/glue not present")
+GLUE = shared_path("glue")
+needs_glue = needs_shared_data("glue")
 TINY_CLS = ["--user-dir", "user_dir", "--task", "sentence_classification", "--criterion", "sentence_classification",
             "--arch", "spanbert_tiny", "--optimizer", "adam", "--cpu", "--num-workers", "0",
             "--log-format", "json", "--log-interval", "10", "--seed", "1"]
@@ -228,8 +228,7 @@ def test_validation_metrics_are_exact_over_batches():
 @pytest.fixture(scope="module")
 def sst2_slice(tmp_path_factory):
     """3,000 SST-2 training sentences and the full dev set, with a 2,000-piece WordPiece vocabulary of the slice."""
-    if not os.path.isdir(GLUE):
-        pytest.skip("GLUE files of ../shared/data/glue not present")
+    require_shared_data("glue")
     from tokenizers import BertWordPieceTokenizer
 
     from spanbert_plugin.prepare import cli_main

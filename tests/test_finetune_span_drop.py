@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import bin_path, needs_shared_data, require_shared_data, run_cli, shared_path
 from spanbert_plugin.cli import prepare_re
 from spanbert_plugin.cli.prepare_classification import main as prepare_classification
 from spanbert_plugin.data.finetune_span_drop import (
@@ -28,10 +28,9 @@ from spanbert_plugin.tasks.relation_extraction import RelationExtractionConfig, 
 from spanbert_plugin.tasks.sentence_classification import SentenceClassificationConfig, SentenceClassificationTask
 from spanbert_plugin.tokenization import WordPieceTokenizer
 
-SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
-UNCASED_VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab", "vocab.txt")
-needs_squad = pytest.mark.skipif(not (os.path.isfile(SQUAD_DEV) and os.path.isfile(UNCASED_VOCAB)),
-                                 reason="SQuAD 1.1 dev or the BERT uncased vocabulary not found in ../shared/data")
+SQUAD_DEV = shared_path("squad", "dev-v1.1.json")
+UNCASED_VOCAB = shared_path("bert_uncased_vocab", "vocab.txt")
+needs_squad = needs_shared_data("squad/dev-v1.1.json", "bert_uncased_vocab/vocab.txt")
 UNITS = ("token", "chunk", "word", "sentence")
 P = 0.3
 
@@ -131,8 +130,7 @@ def folders(tmp_path_factory):
 @pytest.fixture(scope="module")
 def squad(tmp_path_factory):
     """The first two SQuAD 1.1 dev articles as a training split, BERT uncased WordPiece, 128-token windows."""
-    if not (os.path.isfile(SQUAD_DEV) and os.path.isfile(UNCASED_VOCAB)):
-        pytest.skip("SQuAD 1.1 dev or the BERT uncased vocabulary not found in ../shared/data")
+    require_shared_data("squad/dev-v1.1.json", "bert_uncased_vocab/vocab.txt")
     d = tmp_path_factory.mktemp("squad_span_drop")
     with open(UNCASED_VOCAB, encoding="utf-8") as f:
         tok = make_tokenizer_folder(str(d / "tok"), [line.rstrip("\n") for line in f])

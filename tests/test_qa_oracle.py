@@ -1,17 +1,13 @@
 """Oracle round trip on the real SQuAD 1.1 dev set: gold token spans through post-processing and the metrics."""
-import os
-
 import numpy as np
-import pytest
 
-from conftest import ROOT
+from conftest import needs_shared_data, shared_path
 from spanbert_plugin.evaluation.squad import evaluate
 from spanbert_plugin.qa.postprocess import postprocess
 from spanbert_plugin.qa.prepare import QAConfig, featurize, read_qa_file
 
-DATA = os.path.join(ROOT, "..", "shared", "data")
-BERT_VOCAB = os.path.join(DATA, "bert_uncased_vocab", "vocab.txt")
-SQUAD_DEV = os.path.join(DATA, "squad", "dev-v1.1.json")
+BERT_VOCAB = shared_path("bert_uncased_vocab", "vocab.txt")
+SQUAD_DEV = shared_path("squad", "dev-v1.1.json")
 
 
 def oracle_scores(max_answer_length):
@@ -37,8 +33,7 @@ def oracle_scores(max_answer_length):
     return scores, misses, split
 
 
-@pytest.mark.skipif(not (os.path.isfile(SQUAD_DEV) and os.path.isfile(BERT_VOCAB)),
-                    reason="../shared/data (SQuAD 1.1 dev, BERT uncased vocab) not installed")
+@needs_shared_data("squad/dev-v1.1.json", "bert_uncased_vocab/vocab.txt")
 def test_oracle_round_trip_on_squad_dev():
     scores, misses, split = oracle_scores(max_answer_length=1000)
     assert scores["total"] == 10570 and scores["missing"] == 0

@@ -8,14 +8,13 @@ import random
 import numpy as np
 import pytest
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import bin_path, require_shared_data, run_cli, shared_path
 from spanbert_plugin.cli.prepare_qa import main
 from spanbert_plugin.qa.prepare import QAConfig, featurize, load_tokenizer, read_qa_file
 from spanbert_plugin.qa.windows import QASplit
 
-DATA = os.path.join(ROOT, "..", "shared", "data")
-BERT_VOCAB = os.path.join(DATA, "bert_uncased_vocab", "vocab.txt")
-SQUAD_DEV = os.path.join(DATA, "squad", "dev-v1.1.json")
+BERT_VOCAB = shared_path("bert_uncased_vocab", "vocab.txt")
+SQUAD_DEV = shared_path("squad", "dev-v1.1.json")
 
 # words with accents, CJK, ligatures and punctuation; separators with tabs, newlines and unicode spaces
 WORDS = ["river", "bank", "Zürich", "café", "naïve", "東京", "straße", "résumé", "Ærøskøbing", "ﬁnal", "1,234",
@@ -134,8 +133,7 @@ def assert_one_max_context_per_token(split, doc_stride):
 @pytest.fixture(scope="module")
 def bert_uncased(tmp_path_factory):
     """A tokenizer folder with Google's BERT uncased vocabulary (lower-casing WordPiece)."""
-    if not os.path.isfile(BERT_VOCAB):
-        pytest.skip(f"{BERT_VOCAB} absent (shared data not installed)")
+    require_shared_data("bert_uncased_vocab/vocab.txt")
     from spanbert_plugin.data.dictionary import SpanBertDictionary
     from spanbert_plugin.tokenization import WordPieceTokenizer
 
@@ -379,8 +377,7 @@ def test_console_command_and_force(wordpiece_data, squad_file, tmp_path, capsys)
 
 def test_squad_dev_with_bert_uncased(bert_uncased, tmp_path):
     """All 10,570 questions of the real SQuAD 1.1 dev set, 384-token windows every 128 tokens."""
-    if not os.path.isfile(SQUAD_DEV):
-        pytest.skip(f"{SQUAD_DEV} absent (shared data not installed)")
+    require_shared_data("squad/dev-v1.1.json")
     dest = tmp_path / "squad"
     assert main(["--valid", SQUAD_DEV, "--tokenizer-from", bert_uncased, "--destdir", str(dest),
                  "--max-seq-length", "384", "--doc-stride", "128", "--max-query-length", "64"]) == 0

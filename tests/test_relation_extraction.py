@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import bin_path, needs_shared_data, run_cli, shared_path
 from spanbert_plugin.cli import predict_re, prepare_re
 from spanbert_plugin.data.dictionary import SpanBertDictionary
 from spanbert_plugin.evaluation.relation import relation_counts, relation_scores
@@ -21,11 +21,10 @@ from spanbert_plugin.relation_extraction.markers import (
 from spanbert_plugin.tokenization import WordPieceTokenizer
 from test_pretrain import TINY
 
-DATA = os.path.join(ROOT, "..", "shared", "data")
-TACRED = os.path.join(DATA, "tacred_sample")
-UNCASED_VOCAB = os.path.join(DATA, "bert_uncased_vocab", "vocab.txt")
-needs_tacred = pytest.mark.skipif(not os.path.isdir(TACRED), reason=f"TACRED sample not found at {TACRED}")
-needs_uncased = pytest.mark.skipif(not os.path.isfile(UNCASED_VOCAB), reason=f"BERT uncased vocab not found at {UNCASED_VOCAB}")
+TACRED = shared_path("tacred_sample")
+UNCASED_VOCAB = shared_path("bert_uncased_vocab", "vocab.txt")
+needs_tacred = needs_shared_data("tacred_sample")
+needs_uncased = needs_shared_data("bert_uncased_vocab/vocab.txt")
 
 # a hand-written lower-case vocabulary with only three [unused] slots, so markers are both taken from
 # [unusedN] and appended
@@ -256,9 +255,9 @@ def test_relation_scores_hand_computed():
     assert {k: halves[0][k] + halves[1][k] for k in counts} == counts
     # the negative label need not be index 0
     assert relation_counts([2, 2, 0], [2, 0, 0], negative_index=2)["re_correct_positive"] == 1
-    # only the negative label predicted: F1 0 however high the accuracy
+    # only the negative label predicted: F1 0 however high the accuracy (precision 100: the TACRED scorer's definition)
     only_negative = relation_scores(relation_counts([0] * 8, gold))
-    assert only_negative == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 50.0}
+    assert only_negative == {"precision": 100.0, "recall": 0.0, "f1": 0.0, "accuracy": 50.0}
     assert relation_scores(relation_counts([0, 0], [0, 0]))["f1"] == 0.0
 
 

@@ -1,14 +1,13 @@
 """SQuAD v1.1 / v2.0 metrics on cases worked out by hand, and the real SQuAD 1.1 dev quirks."""
 import json
-import os
 
 import numpy as np
 import pytest
 
+from conftest import needs_shared_data, shared_path
 from spanbert_plugin.evaluation.squad import best_threshold, evaluate, exact_match, f1, normalize_answer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
+SQUAD_DEV = shared_path("squad", "dev-v1.1.json")
 
 
 def test_normalize_answer():
@@ -137,7 +136,7 @@ def test_best_threshold_ties_keep_question_order():
     assert best_threshold([0.5, 0.5], [0.0, 1.0], [False, True], [True, True]) == pytest.approx((50.0, 0.0))
 
 
-@pytest.mark.skipif(not os.path.isfile(SQUAD_DEV), reason="../shared/data/squad/dev-v1.1.json not available")
+@needs_shared_data("squad/dev-v1.1.json")
 def test_squad11_dev_empty_normalising_golds():
     with open(SQUAD_DEV, encoding="utf-8") as f:
         data = json.load(f)["data"]
