@@ -8,8 +8,6 @@ from conftest import bin_path, run_cli
 from test_hf_interop import call, random_hf_bert, snapshot
 from test_pretrain import TINY
 
-pytest.importorskip("transformers")
-
 
 @pytest.fixture(scope="module")
 def tiny_model(wordpiece_vocab, tmp_path_factory):

@@ -5,11 +5,10 @@ import shutil
 
 import pytest
 import torch
+import transformers
 
 from conftest import bin_path, run_cli
 from test_pretrain import TINY
-
-transformers = pytest.importorskip("transformers")
 
 
 def _train(data, save_dir, updates=20):
