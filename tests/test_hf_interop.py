@@ -131,7 +131,6 @@ def test_export_tokenizer_length_follows_model(imported_tiny, tmp_path):
 
 def random_hf_bert(directory, vocab_file, model_class="BertForPreTraining", **overrides):
     """A tiny random HF BERT (64 hidden, 2 layers) saved with its vocab.txt; returns the model."""
-    import transformers
     from transformers import BertConfig
 
     vocab = open(vocab_file, encoding="utf-8").read().splitlines()
