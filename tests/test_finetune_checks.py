@@ -186,3 +186,68 @@ def test_squad11_file_with_is_impossible_keys_keeps_v1_rules(tmp_path):
     qa = read_qa_file(_squad_file(tmp_path / "noversion.json", [
         {"id": "c", "question": "Why?", "is_impossible": True, "answers": []}]))
     assert qa.with_negative and rules_of(qa) == "v2"
+
+
+# --- relation extraction: the TACRED scorer's definitions; a negative label that exists -------------------------------
+
+def _tacred_score(predicted, gold, negative):
+    """The TACRED scorer's micro P/R/F1 (Zhang et al. 2017), written as its per-relation loops, in percent."""
+    from collections import Counter
+
+    correct, guessed, gold_count = Counter(), Counter(), Counter()
+    for p, g in zip(predicted, gold):
+        if g == negative and p == negative:
+            continue
+        if g == negative:
+            guessed[p] += 1
+        elif p == negative:
+            gold_count[g] += 1
+        else:
+            guessed[p] += 1
+            gold_count[g] += 1
+            if p == g:
+                correct[p] += 1
+    precision = sum(correct.values()) / sum(guessed.values()) if sum(guessed.values()) > 0 else 1.0
+    recall = sum(correct.values()) / sum(gold_count.values()) if sum(gold_count.values()) > 0 else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return {"precision": 100 * precision, "recall": 100 * recall, "f1": 100 * f1}
+
+
+@pytest.mark.parametrize("case", ["random", "nothing predicted", "no gold positive", "all negative"])
+def test_relation_scores_follow_the_tacred_scorer(case):
+    from spanbert_plugin.evaluation.relation import relation_counts, relation_scores
+
+    rng = np.random.default_rng(3)
+    gold, predicted = rng.integers(0, 4, 200), rng.integers(0, 4, 200)
+    if case in ("nothing predicted", "all negative"):
+        predicted[:] = 0
+    if case in ("no gold positive", "all negative"):
+        gold[:] = 0
+    scores = relation_scores(relation_counts(predicted, gold))
+    expected = _tacred_score(predicted.tolist(), gold.tolist(), negative=0)
+    assert {k: scores[k] for k in expected} == pytest.approx(expected)
+    if case == "nothing predicted":
+        assert scores["precision"] == 100.0 and scores["recall"] == 0.0 and scores["f1"] == 0.0
+
+
+def test_negative_label_absent_from_every_split_is_refused(tmp_path, capsys):
+    import json
+
+    from test_relation_extraction import BORN, TINY_VOCAB, make_tokenizer_folder
+
+    from spanbert_plugin.cli import prepare_re
+
+    make_tokenizer_folder(str(tmp_path / "tok"), TINY_VOCAB)
+    other = dict(BORN, id="other", relation="org:founded_by")
+    paths = []
+    for name in ("train.json", "valid.json"):
+        (tmp_path / name).write_text(json.dumps([BORN, other]))
+        paths.append(str(tmp_path / name))
+    args = ["--train", paths[0], "--valid", paths[1], "--tokenizer-from", str(tmp_path / "tok"),
+            "--destdir", str(tmp_path / "re"), "--negative-label", "Other"]
+    assert prepare_re.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("spanbert-prepare-re: error: --negative-label Other: no example of") and err.count("\n") == 1
+    assert not (tmp_path / "re").exists()
+    # naming a label the data has works, and that label is index 0
+    assert prepare_re.main(args[:-1] + ["org:founded_by"]) == 0, capsys.readouterr().err

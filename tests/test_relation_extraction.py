@@ -178,7 +178,7 @@ def test_truncation_keeps_both_entities(tmp_path, capsys, tiny_tok):
     words = ["x"] * 60 + ["bill"] + ["y"] * 10 + ["seattle"] + ["x"] * 60
     long = {"id": "long", "token": words, "subj_start": 60, "subj_end": 60, "obj_start": 71, "obj_end": 71,
             "subj_type": "PERSON", "obj_type": "CITY", "relation": "per:city_of_birth"}
-    train = write_examples(tmp_path / "train.json", [long, BORN])
+    train = write_examples(tmp_path / "train.json", [long, BORN, FOUNDED])  # FOUNDED: the negative label occurs
     status, err, dest = prepare(tmp_path, capsys, train, train, "--max-seq-length", "32", "--entity-marker", "typed_marker")
     assert status == 0, err
     texts, positions, _, _ = read_split(dest, "train")

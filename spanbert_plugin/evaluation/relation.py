@@ -28,10 +28,14 @@ def relation_counts(predicted, gold, negative_index: int = 0) -> Dict[str, int]:
 
 
 def relation_scores(counts: Dict[str, float]) -> Dict[str, float]:
-    """Precision, recall, F1 and accuracy in percent (0 where a denominator is 0)."""
+    """Precision, recall, F1 and accuracy in percent, as the TACRED scorer defines them.
+
+    With no positive prediction precision is 100 (the scorer's definition: nothing claimed, nothing
+    wrong); recall is 0 without gold positives, F1 0 when precision and recall are both 0.
+    """
     hits = counts["re_correct_positive"]
     predicted, gold = counts["re_predicted_positive"], counts["re_gold_positive"]
-    precision = hits / predicted if predicted else 0.0
+    precision = hits / predicted if predicted else 1.0
     recall = hits / gold if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     accuracy = counts["re_correct"] / counts["re_examples"] if counts["re_examples"] else 0.0

@@ -285,6 +285,9 @@ def prepare_relation_data(args, progress_factory=None) -> dict:
     labels = build_label_list(examples["train"], args.negative_label, args.labels)
     source = f"--labels {args.labels}" if args.labels else f"the training file {args.train} (list every label with --labels FILE)"
     targets = {split: check_labels(exs, labels, splits[split], source) for split, exs in examples.items()}
+    if not any((t == 0).any() for t in targets.values()):  # else that relation would be scored as "no relation"
+        raise UsageError(f"--negative-label {args.negative_label}: no example of {', '.join(splits.values())} has this "
+                         "relation; give the label your data uses for 'no relation'")
     encoder = RelationEncoder(tokenizer, dictionary, args.entity_marker, args.max_seq_length)
     for marker in encoder.markers.appended:
         dictionary.add_symbol(marker, n=0)
