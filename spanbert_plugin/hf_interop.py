@@ -12,7 +12,9 @@ pooler + classifier, ``bert.pooler.dense`` + ``classifier``
 (``BertForSequenceClassification``: dense -> tanh -> dropout -> linear on the
 first token, as ours). The SBO head has no place in ``transformers``; export
 writes it to ``sbo_head.safetensors`` + ``sbo_config.json`` beside the model,
-and import reads it back when present.
+and import reads it back when present; relation-extraction heads (no
+transformers class either) go to ``relation_heads.safetensors`` +
+``relation_config.json`` the same way.
 """
 import json
 import os
@@ -23,6 +25,7 @@ from .errors import UsageError
 from .file_utils import atomic_directory, check_destination
 
 SBO_WEIGHTS, SBO_CONFIG = "sbo_head.safetensors", "sbo_config.json"
+RELATION_WEIGHTS, RELATION_CONFIG = "relation_heads.safetensors", "relation_config.json"
 TOLERANCE = 1e-4
 SAMPLE_TEXT = (
     "SpanBERT masks contiguous random spans rather than random tokens, and trains the span "
@@ -214,7 +217,7 @@ def _max_diff(ours, theirs):
 
 
 @torch.no_grad()
-def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAMPLE_TEXT):
+def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAMPLE_TEXT, relation_heads=False):
     """Reload ``directory`` with transformers; max abs differences from fairseq of every exported output."""
     from transformers.utils import logging as hf_logging
 
@@ -224,14 +227,14 @@ def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAM
     hf_logging.set_verbosity_error()  # each class ignores the other heads' weights: expected, not worth a warning
     hf_logging.disable_progress_bar()  # a bar per reload would bury the command's one-line report
     try:
-        return _compare(hub, directory, tokens, inputs, qa, classification_head)
+        return _compare(hub, directory, tokens, inputs, qa, classification_head, relation_heads)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
 
 
-def _compare(hub, directory, tokens, inputs, qa, classification_head):
+def _compare(hub, directory, tokens, inputs, qa, classification_head, relation_heads=False):
     from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
 
     ours = hub.model
@@ -241,6 +244,8 @@ def _compare(hub, directory, tokens, inputs, qa, classification_head):
     hf_out = mlm(**inputs, output_hidden_states=True)
     diffs = {"hidden": _max_diff(features, hf_out.hidden_states[-1]),
              "mlm_logits": _max_diff(ours.lm_head(features), hf_out.logits)}
+    if relation_heads:
+        diffs.update(_compare_relation_heads(ours, directory, features, hf_out.hidden_states[-1]))
     if qa:
         (start, end), _ = ours(tokens, qa=True)
         hf_qa = _load_checked(BertForQuestionAnswering, directory)(**inputs)
@@ -250,6 +255,57 @@ def _compare(hub, directory, tokens, inputs, qa, classification_head):
         logits, _ = ours(tokens, classification_head_name=classification_head)
         diffs["class_logits"] = _max_diff(logits, _load_checked(BertForSequenceClassification, directory)(**inputs).logits)
     return diffs
+
+
+def _compare_relation_heads(model, directory, features, hidden):
+    """Relation heads rebuilt from the exported files, on transformers' hidden states, against fairseq's logits."""
+    entity_positions = torch.tensor([[1, min(2, features.size(1) - 1)]])  # any two positions test the gather
+    diffs = {}
+    for name, head in read_relation_heads(directory, model.cfg.encoder_embed_dim).items():
+        ours = model.relation_heads[name].eval()(features, entity_positions)
+        diffs[f"relation_logits:{name}"] = _max_diff(ours, head.eval()(hidden, entity_positions))
+    return diffs
+
+
+def write_relation_heads(model, directory, labels=None):
+    """``relation_heads.safetensors`` (NAME.dense.*, NAME.out_proj.*) and ``relation_config.json`` (pooling, classes)."""
+    from safetensors.torch import save_file
+
+    weights = {f"{name}.{k}": v.detach().float().contiguous()
+               for name, head in model.relation_heads.items() for k, v in head.state_dict().items()}
+    save_file(weights, os.path.join(directory, RELATION_WEIGHTS))
+    heads = {name: {"pooling": head.pooling, "num_classes": head.out_proj.out_features,
+                    **({"labels": labels} if labels and len(labels) == head.out_proj.out_features else {})}
+             for name, head in model.relation_heads.items()}
+    with open(os.path.join(directory, RELATION_CONFIG), "w") as f:
+        json.dump({"heads": heads, "layer": "dense -> tanh -> dropout -> out_proj",
+                   "inputs": "cls: the first token's final hidden state; entity_start: [subject start marker; "
+                             "object start marker] final hidden states"}, f, indent=2)
+
+
+def read_relation_heads(directory, hidden):
+    """The relation heads an export wrote, as ``RelationHead`` modules by name; InteropError on a bad file."""
+    from .modules.relation_head import RE_POOLINGS, RelationHead
+
+    config_path = os.path.join(directory, RELATION_CONFIG)
+    heads = _read_json(config_path).get("heads")
+    if not isinstance(heads, dict) or not heads:
+        raise InteropError(f"{config_path}: expected a non-empty 'heads' object")
+    weights = _read_weights(os.path.join(directory, RELATION_WEIGHTS))
+    modules = {}
+    for name, spec in heads.items():
+        if not isinstance(spec, dict) or spec.get("pooling") not in RE_POOLINGS or not isinstance(spec.get("num_classes"), int):
+            raise InteropError(f"{config_path}: head {name!r} needs a pooling ({', '.join(RE_POOLINGS)}) and num_classes")
+        head = RelationHead(hidden, spec["num_classes"], spec["pooling"], dropout=0.0)
+        own = {k: v for k, v in weights.items() if k.startswith(name + ".")}
+        state = {k[len(name) + 1:]: v for k, v in own.items()}
+        expected = head.state_dict()
+        if set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in expected):
+            raise InteropError(f"{os.path.join(directory, RELATION_WEIGHTS)}: head {name!r} does not match "
+                               f"{config_path} ({spec['pooling']} pooling, {spec['num_classes']} classes, hidden {hidden})")
+        head.load_state_dict(state)
+        modules[name] = head
+    return modules
 
 
 def _load_checked(model_class, directory):
@@ -302,8 +358,10 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
                        "layer_norm_eps": model.cfg.layer_norm_eps,
                        "decoder": "tied to bert.embeddings.word_embeddings.weight",
                        "inputs": "[left boundary state; right boundary state; position embedding of offset-1]"}, f, indent=2)
+        if len(model.relation_heads):
+            write_relation_heads(model, work, getattr(hub.task, "labels", None))
         # self-check: reload from disk with transformers and compare with fairseq again
-        diffs = compare_outputs(hub, work, qa, classification_head)
+        diffs = compare_outputs(hub, work, qa, classification_head, relation_heads=bool(len(model.relation_heads)))
         if max(diffs.values()) > TOLERANCE:
             raise InteropError(f"export check failed: transformers and fairseq differ by {diffs} (tolerance {TOLERANCE})")
     return diffs
@@ -455,6 +513,12 @@ def import_hf(hf_dir, out_dir, force=False):
 def _register_task_heads(model, ours, config, hf_dir):
     """Create the QA / classification heads the HF weights hold: (descriptions for the report, class names or None)."""
     heads, labels = [], None
+    if os.path.isfile(os.path.join(hf_dir, RELATION_CONFIG)):  # written by spanbert-export-hf
+        for name, head in read_relation_heads(hf_dir, config["hidden_size"]).items():
+            model.register_relation_head(name, head.out_proj.out_features, head.pooling)
+            ours.update({f"relation_heads.{name}.{k}": v for k, v in head.state_dict().items()})
+            heads.append(f"relation head {name} ({head.pooling} pooling, {head.out_proj.out_features} classes; "
+                         f"from {RELATION_WEIGHTS})")
     qa = ours.get("qa_outputs.weight")
     if qa is not None:
         if qa.dim() != 2 or qa.shape[0] != 2:

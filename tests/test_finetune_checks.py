@@ -251,3 +251,48 @@ def test_negative_label_absent_from_every_split_is_refused(tmp_path, capsys):
     assert not (tmp_path / "re").exists()
     # naming a label the data has works, and that label is index 0
     assert prepare_re.main(args[:-1] + ["org:founded_by"]) == 0, capsys.readouterr().err
+
+
+# --- relation heads through spanbert-export-hf and spanbert-import-hf ---------------------------------------------
+
+def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files, tmp_path):
+    """A checkpoint with relation heads (both poolings) -> export (own files, self-checked) -> import: equal logits."""
+    import json
+
+    from test_hf_interop import _export, _import, _sample_lines, random_hf_bert
+
+    from spanbert_plugin.hf_interop import RELATION_CONFIG, RELATION_WEIGHTS
+    from spanbert_plugin.models.spanbert import SpanBertModel
+
+    random_hf_bert(tmp_path / "hf", wordpiece_vocab)
+    _import(tmp_path / "hf", tmp_path / "imported")
+    checkpoint = torch.load(tmp_path / "imported" / "model.pt", weights_only=False)
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    torch.manual_seed(5)
+    hub.model.register_relation_head("relation_head", 5, "entity_start")
+    hub.model.register_relation_head("cls_head", 3, "cls")
+    with torch.no_grad():
+        for p in hub.model.relation_heads.parameters():
+            p.normal_(0, 0.3)  # logits of real size, so the tolerance is a real bound
+    hub.model.eval()  # the new heads were created in training mode (dropout)
+    checkpoint["model"] = hub.model.state_dict()
+    (tmp_path / "re").mkdir()
+    torch.save(checkpoint, tmp_path / "re" / "checkpoint_best.pt")
+
+    stdout = _export(tmp_path / "re" / "checkpoint_best.pt", tmp_path / "back", "--data", tmp_path / "imported")
+    assert "relation_logits:relation_head" in stdout and "relation_logits:cls_head" in stdout
+    config = json.loads((tmp_path / "back" / RELATION_CONFIG).read_text())
+    assert config["heads"]["relation_head"] == {"pooling": "entity_start", "num_classes": 5}
+    assert config["heads"]["cls_head"] == {"pooling": "cls", "num_classes": 3}
+    assert (tmp_path / "back" / RELATION_WEIGHTS).is_file()
+
+    stdout = _import(tmp_path / "back", tmp_path / "again")
+    assert "relation head relation_head (entity_start pooling, 5 classes" in stdout
+    restored = SpanBertModel.from_pretrained(str(tmp_path / "again"), "model.pt")
+    tokens = hub.encode(_sample_lines(corpus_files[1], 1)[0])[None, :64]
+    positions = torch.tensor([[3, 9]])
+    with torch.no_grad():
+        for name in ("relation_head", "cls_head"):
+            before, _ = hub.model(tokens, relation_head_name=name, entity_positions=positions)
+            after, _ = restored.model(tokens, relation_head_name=name, entity_positions=positions)
+            assert before.abs().max() > 0.1 and (before - after).abs().max() <= 1e-5, name
