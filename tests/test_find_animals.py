@@ -44,7 +44,7 @@ def test_task_items_and_span_drop_only_on_letters():
 
     args = options.parse_args_and_arch(options.get_training_parser(), [
         "--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
-        "--train-size", "64", "--test-size", "64", "--span-drop-p", "0.3", "--span-drop-gamma", "1"])
+        "--train-size", "640", "--test-size", "64", "--span-drop-p", "0.3", "--span-drop-gamma", "1"])
     task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
     task.load_dataset("train")
     task.load_dataset("valid")
@@ -55,8 +55,15 @@ def test_task_items_and_span_drop_only_on_letters():
         item = train[i]
         src = item["source"].numpy()
         assert src[0] == d.bos() and src[-1] == d.eos() and (src == d.eos()).sum() == 2
-    lengths = np.array([len(train[i]["source"]) for i in range(64)])
-    assert lengths.max() <= 306 and lengths.mean() < 306 - 30  # about 30% of the letters dropped
+    lengths = np.array([len(train[i]["source"]) for i in range(len(train))])
+    # Beta-SpanDrop: per example a drop rate pi ~ Beta(1, 1 * 0.7 / 0.3), then each of the 300 letters is
+    # dropped with probability pi: the dropped share has mean 0.3 and variance Var(pi) + E[pi (1 - pi)] / 300
+    a, b = 1.0, 0.7 / 0.3
+    var_pi = a * b / ((a + b) ** 2 * (a + b + 1))
+    var_share = var_pi + (0.3 - (var_pi + 0.3 ** 2)) / 300
+    dropped_share = (306 - lengths) / 300
+    assert lengths.max() <= 306 and lengths.min() >= 6
+    assert abs(dropped_share.mean() - 0.3) < 5 * np.sqrt(var_share / len(lengths)), dropped_share.mean()
     assert all(len(valid[i]["source"]) == 306 for i in range(64)), "no SpanDrop on held-out data"
     batch = train.collater([train[i] for i in range(4)])
     assert batch["target"].dtype == torch.long and batch["net_input"]["src_tokens"].shape[0] == 4

@@ -1,5 +1,8 @@
 """SQuAD v1.1 / v2.0 metrics on cases worked out by hand, and the real SQuAD 1.1 dev quirks."""
+import collections
 import json
+import re
+import string
 
 import numpy as np
 import pytest
@@ -153,17 +156,85 @@ def test_squad11_dev_empty_normalising_golds():
     assert v2["exact"] == pytest.approx(100 * 10567 / 10570) and v2["f1"] == pytest.approx(100 * 10567 / 10570)
 
 
-def test_question_scores_match_pairwise_maxima():
-    from spanbert_plugin.evaluation.squad import gold_answers, question_scores
+# ---- the official scripts' definitions, written out here independently of the module under test
+OFFICIAL_PUNCTUATION = set(string.punctuation)
 
-    cases = [("Broncos", ["Denver Broncos", "the Denver Broncos"]), ("", ["."]), ("", []),
-             ("dog dog cat", ["dog cat cat", "a dog", "."]), ("in 1999", ["1999", "in 1999!"])]
-    for prediction, answers in cases:
+
+def official_normalize(s):
+    """evaluate-v1.1.py / evaluate-v2.0.py: lower, remove punctuation, remove articles, fix white space
+    (applied in that order, as the scripts nest them)."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in OFFICIAL_PUNCTUATION)
+    s = re.sub(r"\b(a|an|the)\b", " ", s, flags=re.UNICODE)
+    return " ".join(s.split())
+
+
+def official_f1_v1(prediction, gold):
+    prediction_tokens, gold_tokens = official_normalize(prediction).split(), official_normalize(gold).split()
+    num_same = sum((collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)).values())
+    if num_same == 0:
+        return 0
+    precision, recall = num_same / len(prediction_tokens), num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def official_f1_v2(prediction, gold):
+    gold_tokens, prediction_tokens = official_normalize(gold).split(), official_normalize(prediction).split()
+    if not gold_tokens or not prediction_tokens:
+        return int(gold_tokens == prediction_tokens)
+    return official_f1_v1(prediction, gold)
+
+
+def official_question_scores(prediction, answers, rules):
+    """metric_max_over_ground_truths (v1.1) / get_raw_scores' gold list (v2.0: golds normalising to "" dropped,
+    none left: [""])."""
+    if rules == "v2":
+        answers = [a for a in answers if official_normalize(a)] or [""]
+    score_f1 = official_f1_v1 if rules == "v1" else official_f1_v2
+    return (max(int(official_normalize(prediction) == official_normalize(a)) for a in answers),
+            max(score_f1(prediction, a) for a in answers))
+
+
+HAND_CASES = [("Broncos", ["Denver Broncos", "the Denver Broncos"]), ("", ["."]), ("", []),
+              ("dog dog cat", ["dog cat cat", "a dog", "."]), ("in 1999", ["1999", "in 1999!"]),
+              ("The  THE an", ["the"]), ("co-operate", ["cooperate"]), ("Théâtre, a b", ["théâtre b", "an a"])]
+
+
+def test_question_scores_match_the_official_definitions_on_hand_cases():
+    from spanbert_plugin.evaluation.squad import question_scores
+
+    for prediction, answers in HAND_CASES:
         for rules in ("v1", "v2"):
             if rules == "v1" and not answers:
                 with pytest.raises(ValueError):
                     question_scores(prediction, answers, rules)
                 continue
-            golds = gold_answers(answers, rules)
-            expected = (max(exact_match(prediction, g) for g in golds), max(f1(prediction, g, rules) for g in golds))
-            assert question_scores(prediction, answers, rules) == pytest.approx(expected)
+            assert question_scores(prediction, answers, rules) == pytest.approx(
+                official_question_scores(prediction, answers, rules)), (prediction, answers, rules)
+            golds = [a for a in answers if rules == "v1" or official_normalize(a)] or [""]
+            assert [official_normalize(a) for a in golds] == [normalize_answer(a) for a in golds]
+
+
+@needs_shared_data("squad/dev-v1.1.json")
+def test_question_scores_match_the_official_definitions_on_squad_dev():
+    """Every SQuAD 1.1 dev question against a random stretch of words around its first answer (often
+    overlapping it in part, sometimes empty or punctuation only), under both rules."""
+    from spanbert_plugin.evaluation.squad import question_scores
+
+    with open(SQUAD_DEV, encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    rng = np.random.default_rng(0)
+    compared = 0
+    for article in data:
+        for paragraph in article["paragraphs"]:
+            words = paragraph["context"].split(" ")
+            for qa in paragraph["qas"]:
+                answers = [a["text"] for a in qa["answers"]]
+                at = len(paragraph["context"][: qa["answers"][0]["answer_start"]].split(" ")) - 1
+                start = max(0, at + int(rng.integers(-3, 4)))
+                prediction = " ".join(words[start: start + int(rng.integers(0, 6))])
+                for rules in ("v1", "v2"):
+                    assert question_scores(prediction, answers, rules) == pytest.approx(
+                        official_question_scores(prediction, answers, rules)), (qa["id"], prediction, rules)
+                compared += 1
+    assert compared == 10570

@@ -98,9 +98,19 @@ def test_shards_with_the_same_vocabulary_alternate(spm_data, tmp_path):
     (copy / "dict.txt").write_text(  # counts differ between corpora; only symbols matter
         "".join(f"{line.rsplit(' ', 1)[0]} 7\n" for line in (copy / "dict.txt").read_text(encoding="utf-8").splitlines()),
         encoding="utf-8")
-    _, task = pretraining(f"{spm_data}:{copy}")
-    task.load_dataset("valid", epoch=2)
-    assert task.datasets["valid"] is not None
+    for name in ("valid.bin", "valid.idx"):  # the second shard's valid split holds other documents
+        shutil.copyfile(os.path.join(spm_data, name.replace("valid", "train")), copy / name)
+
+    def block_sizes(data, epoch):
+        _, task = pretraining(data)
+        task.load_dataset("valid", epoch=epoch)
+        return np.sort(task.datasets["valid"].sizes)
+
+    first, second = block_sizes(spm_data, 1), block_sizes(str(copy), 1)
+    assert not np.array_equal(first, second)
+    # epoch e reads shard (e - 1) mod 2, each exactly as that folder alone
+    for epoch, expected in [(1, first), (2, second), (3, first), (4, second)]:
+        assert np.array_equal(block_sizes(f"{spm_data}:{copy}", epoch), expected), epoch
 
 
 def test_relative_data_is_stored_absolute(spm_data, tmp_path, monkeypatch):
