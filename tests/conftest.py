@@ -83,27 +83,51 @@ def run_cli(args, timeout=600, check=True, env=None):
     return proc
 
 
-def free_port():
-    """A TCP port free on localhost right now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_gloo_ranks(command, world_size=2, timeout=600):
-    """Run ``command(rank)`` once per rank as CPU gloo workers (one process each); return their outputs."""
-    port, procs = free_port(), []
-    for rank in range(world_size):
-        args = [*command(rank), "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
-                "--distributed-world-size", str(world_size), "--distributed-rank", str(rank),
-                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"]
-        procs.append(subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
-    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-4000:]
+    """Run ``command(rank)`` once per rank as CPU gloo workers (one process each); return their outputs.
+
+    The workers meet through a file in a fresh temporary folder (``file://`` init method), so there is no
+    port to race for. When a worker exits with an error the others are killed at once (they would wait for
+    it until gloo's timeout), and all are killed when ``timeout`` seconds pass."""
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="gloo-rendezvous-") as rendezvous:
+        init_method = "file://" + os.path.join(rendezvous, "init")
+        logs, procs = [], []
+        try:
+            for rank in range(world_size):
+                args = [*command(rank), "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+                        "--distributed-world-size", str(world_size), "--distributed-rank", str(rank),
+                        "--distributed-init-method", init_method, "--distributed-no-spawn"]
+                # output to files, not pipes: an unread pipe that fills up would block a worker
+                logs.append(tempfile.TemporaryFile("w+", encoding="utf-8"))
+                procs.append(subprocess.Popen(args, cwd=ROOT, stdout=logs[-1], stderr=subprocess.STDOUT,
+                                              env=dict(os.environ, PYTHONUNBUFFERED="1", **THREAD_PINS)))
+            deadline, stop_reason = time.monotonic() + timeout, None
+            while stop_reason is None and None in [p.poll() for p in procs]:  # a list: poll every worker
+                failed = [rank for rank, p in enumerate(procs) if p.returncode not in (None, 0)]
+                if failed:
+                    stop_reason = f"worker {failed[0]} failed"
+                elif time.monotonic() > deadline:
+                    stop_reason = f"the time limit of {timeout} s passed"
+                else:
+                    time.sleep(0.2)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+            outputs = []
+            for log in logs:
+                log.seek(0)
+                outputs.append(log.read())
+                log.close()
+    failures = [f"gloo worker {rank} of {world_size} exited with {p.returncode}:\n{out[-4000:]}"
+                for rank, (p, out) in enumerate(zip(procs, outputs)) if p.returncode > 0]
+    failures += [f"gloo worker {rank} of {world_size} killed ({stop_reason})"
+                 for rank, p in enumerate(procs) if p.returncode < 0]
+    assert not failures, "\n".join(failures)
     return outputs
 
 

@@ -44,15 +44,17 @@ def leftovers(folder):
     return [os.path.join(r, d) for r, ds, _ in os.walk(folder) for d in ds if d.startswith(TMP_PREFIX)]
 
 
-def run_concurrently(jobs, timeout=300):
-    """Run (args, cwd) console commands side by side; return their CompletedProcess-like results in order."""
+def run_concurrently(jobs, timeout=300, at_once=2):
+    """Run (args, cwd) console commands, ``at_once`` side by side (the suite shares 2 cores); return their
+    CompletedProcess-like results in order."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for args, cwd in jobs]
     results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
-        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    for first in range(0, len(jobs), at_once):
+        procs = [subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for args, cwd in jobs[first:first + at_once]]
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     return results
 
 

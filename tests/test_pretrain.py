@@ -131,3 +131,20 @@ def test_batches_without_masked_tokens_log_no_loss():
         SpanBertCriterion.reduce_metrics([empty])
         SpanBertCriterion.reduce_metrics([real])
     assert agg.get_smoothed_values()["loss"] == pytest.approx(2 / math.log(2), abs=1e-3)
+
+
+def test_gloo_helper_kills_the_others_when_a_worker_fails():
+    """A worker that dies stops the run at once: its peer (which would wait for it) is killed, not awaited."""
+    waiting, dying = "import time; time.sleep(600)", "import sys; sys.exit(3)"
+    with pytest.raises(AssertionError) as failure:
+        run_gloo_ranks(lambda rank: [sys.executable, "-c", dying if rank == 1 else waiting], timeout=300)
+    message = str(failure.value)
+    assert "gloo worker 1 of 2 exited with 3" in message
+    assert "gloo worker 0 of 2 killed (worker 1 failed)" in message
+
+
+def test_gloo_helper_kills_every_worker_at_the_time_limit():
+    with pytest.raises(AssertionError) as failure:
+        run_gloo_ranks(lambda rank: [sys.executable, "-c", "import time; time.sleep(600)"], timeout=1)
+    for rank in range(2):
+        assert f"gloo worker {rank} of 2 killed (the time limit of 1 s passed)" in str(failure.value)
