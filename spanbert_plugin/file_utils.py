@@ -4,7 +4,8 @@ Every command that writes a folder goes through ``atomic_directory``: the
 output is built in a temporary folder beside the destination and moved into
 place only when everything succeeded. A manifest (``MANIFEST``) inside the
 output names the command that wrote it and the files it wrote; ``--force``
-replaces only such a folder, and only when it holds nothing else. A
+replaces only such a folder, only when the same command wrote it, and only
+when it holds nothing else. A
 destination that is the working directory or one of its parents, that is or
 contains one of the command's inputs, that is a link, or that holds foreign
 files is refused before any work starts. An existing empty folder is used as
@@ -15,14 +16,17 @@ Ctrl-C) inside ``atomic_directory`` so the temporary folder is removed; the
 final swap into place runs with those signals held back, so a signal never
 lands between moving the old output aside and moving the new one in.
 """
+import gzip
 import json
 import os
+import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from contextlib import contextmanager
-from typing import Iterable, List
+from typing import Iterable, List, Optional
 
 from .errors import UsageError
 
@@ -121,13 +125,18 @@ def check_destination(destination: str, command: str, inputs: Iterable[str] = ()
             f"{where}: exists and was not written by a spanbert command (no {MANIFEST}); it is never "
             "replaced, even with --force: choose a new folder, or move it away yourself"
         )
-    writer = manifest.get("command", "a spanbert command")
+    writer = manifest.get("command")
+    writer = writer if isinstance(writer, str) and writer else "a spanbert command"
     foreign = sorted(set(listing) - set(manifest["files"]) - {MANIFEST})
     if foreign:
         raise OutputError(
             f"{where}: holds files that {writer} did not write ({_shown(foreign)}); it is never replaced, "
             "even with --force: move them away first"
         )
+    if writer != command:
+        # --force replaces the command's own earlier output, never another command's (an input of this one, maybe)
+        raise OutputError(f"{where}: is an output of {writer}, not of {command}; it is never replaced by {command}, "
+                          "even with --force: choose another folder")
     if not force:
         raise OutputError(f"{where}: exists (an output of {writer}); pass --force to replace it")
 
@@ -232,12 +241,108 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
             raise
 
 
-def read_text(path: str) -> str:
-    """The whole UTF-8 text of an input file; UsageError (one line naming it) when missing or not UTF-8."""
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
+def checkpoint_inputs(checkpoint: str, data: Optional[str] = None) -> List[str]:
+    """Every path a command reading ``checkpoint`` reads: the checkpoint and its data folder(s).
+
+    Without ``data`` the data folder comes from the checkpoint (the ``task.data``
+    it was trained on, possibly several folders joined by ``:``), so it counts as
+    an input like a given one. A relative stored folder is taken both from the
+    working directory and from the checkpoint's folder, as the loaders do. An
+    unreadable checkpoint adds nothing here: its loader reports it in one line.
+    """
+    if data:
+        return [checkpoint, data]
+    stored = _stored_data(checkpoint)
+    found = [checkpoint]
+    for folder in (stored.split(os.pathsep) if stored else []):
+        if folder:
+            found.append(folder)
+            if not os.path.isabs(folder):
+                found.append(os.path.join(os.path.dirname(checkpoint), folder))
+    return found
+
+
+def _stored_data(checkpoint: str) -> Optional[str]:
+    """The ``data`` a fairseq checkpoint's task was given, or None (read without building anything)."""
+    if not os.path.isfile(checkpoint):
+        return None
+    import torch
+
+    from . import checkpoint_loading  # noqa: F401 - registers the safe-loading allowlist
+
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+    except Exception:  # noqa: BLE001 - damaged or foreign: the real loader names the problem later
+        return None
+    if not isinstance(state, dict):
+        return None
+    cfg = state.get("cfg")
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    data = task.get("data") if hasattr(task, "get") else getattr(state.get("args"), "data", None)
+    return str(data) if data else None
+
+
+def read_text(path: str, flag: str = "", allow_gzip: bool = False) -> str:
+    """The whole text of a UTF-8 input file (a leading byte-order mark dropped, as everywhere).
+
+    UsageError, one line naming the file (and ``flag``), when it is missing, not a
+    file, a damaged gzip file or not UTF-8. ``allow_gzip``: a gzip-compressed file is
+    decompressed first.
+    """
+    shown = f"{flag} {path}" if flag else path
+    if not os.path.exists(path):
+        raise UsageError(f"{shown}: no such file")
+    if not os.path.isfile(path):
+        raise UsageError(f"{shown}: not a regular file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as err:
+        raise UsageError(f"{shown}: cannot be read ({err.strerror})") from None
+    if allow_gzip and raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as err:
+            raise UsageError(f"{shown}: damaged gzip file ({err})") from None
+    try:
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+        line = raw[: err.start].count(b"\n") + 1
+        raise UsageError(f"{shown}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
+
+
+# \uD800-\uDFFF escapes: a high one followed by a low one is a pair (one character), any other is lone;
+# other escapes (\\ in particular) are consumed so that an escaped backslash before "u" is not taken for one
+_ESCAPES = re.compile(r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}|u([dD][89a-fA-F][0-9a-fA-F]{2})|.)",
+                      re.DOTALL)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def parse_json(text: str, where: str):
+    """``json.loads(text)`` for an input file; ``where`` (file or file:line) names it in errors.
+
+    JSON may spell lone UTF-16 surrogates (``"\\ud800"``), which are no text: every
+    tokenizer fails on them later, so they are refused here, with their line. Nesting
+    deeper than Python's recursion limit is refused too. A syntax error is left to the
+    caller (``json.JSONDecodeError``), whose message says what the file should be.
+    """
+    if _SURROGATE_ESCAPE.search(text):
+        for match in _ESCAPES.finditer(text):
+            if match.group(2):
+                line = text.count("\n", 0, match.start())
+                shown = f"{where}:{line + 1}" if line or "\n" in text else where
+                raise UsageError(f"{shown}: \\u{match.group(2)} is a lone UTF-16 surrogate escape, not a character "
+                                 "(a string cut in the middle of a pair?)")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise UsageError(f"{where}: JSON nested too deeply (more than about {sys.getrecursionlimit()} levels)") from None
+
+
+def read_json(path: str, flag: str = ""):
+    """The JSON value of an input or metadata file; UsageError (one line naming it) when it is not JSON."""
+    shown = f"{flag} {path}" if flag else path
+    try:
+        return parse_json(read_text(path, flag), shown)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{shown}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno})") from None

@@ -22,7 +22,7 @@ import os
 import torch
 
 from .errors import UsageError
-from .file_utils import atomic_directory, check_destination
+from .file_utils import atomic_directory, check_destination, checkpoint_inputs
 
 SBO_WEIGHTS, SBO_CONFIG = "sbo_head.safetensors", "sbo_config.json"
 RELATION_WEIGHTS, RELATION_CONFIG = "relation_heads.safetensors", "relation_config.json"
@@ -323,7 +323,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
 
     from .models.hub_interface import load_hub_model
 
-    inputs = [checkpoint] + ([data] if data else [])
+    inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint was trained on counts too
     check_destination(out_dir, "spanbert-export-hf", inputs, force, "--out")
     if not os.path.isfile(checkpoint):
         raise InteropError(f"{checkpoint}: no such checkpoint")

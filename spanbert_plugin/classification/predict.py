@@ -14,7 +14,7 @@ import torch
 
 from ..errors import UsageError
 from ..evaluation.classification import classification_metrics, confusion_matrix, regression_metrics
-from ..file_utils import atomic_directory, check_destination
+from ..file_utils import atomic_directory, check_destination, checkpoint_inputs
 from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
 
 COMMAND = "spanbert-predict-classification"
@@ -75,7 +75,7 @@ def prediction_records(task, outputs: np.ndarray, gold: np.ndarray, ids):
 def predict_split(checkpoint: str, data: Optional[str], split: str, out: str, force: bool = False,
                   batch_size=None, max_tokens=None, cpu: bool = False) -> dict:
     """Write ``predictions.jsonl`` and ``eval.json`` for ``split`` into ``out``; return the metrics."""
-    inputs = [checkpoint] + ([data] if data else [])
+    inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint names counts too
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, cfg = load_classifier(checkpoint, data, cpu)
     outputs = split_outputs(model, task, cfg, split, batch_size, max_tokens)

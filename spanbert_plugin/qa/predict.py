@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..file_utils import atomic_directory, check_destination
+from ..file_utils import atomic_directory, check_destination, checkpoint_inputs
 from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
 from .scoring import AnswerOptions, rules_of
 
@@ -52,7 +52,7 @@ def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=Fa
     from ..evaluation.squad import evaluate
     from .postprocess import postprocess
 
-    inputs = [checkpoint] + ([data] if data else [])
+    inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint names counts too
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, cfg = load_qa_checkpoint(checkpoint, data, cpu)
     qa = task.qa_split(split)

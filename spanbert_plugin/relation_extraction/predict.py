@@ -13,7 +13,7 @@ import torch
 
 from ..errors import UsageError
 from ..evaluation.relation import relation_counts, relation_scores
-from ..file_utils import atomic_directory, check_destination
+from ..file_utils import atomic_directory, check_destination, checkpoint_inputs
 from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
 from .prepare import load_re_meta, load_split_arrays
 
@@ -54,7 +54,7 @@ def predict_probabilities(model, task, cfg, split: str, batch_size=None, max_tok
 
 def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False) -> dict:
     """Write ``predictions.jsonl`` (id, label, prob per example, input order) and ``eval.json`` to ``out``."""
-    inputs = [checkpoint] + ([data] if data else [])
+    inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint names counts too
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, cfg = load_re_checkpoint(checkpoint, data, cpu)
     gold, _, examples = load_split_arrays(task.cfg.data, split)
