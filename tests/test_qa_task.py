@@ -2,7 +2,9 @@
 import json
 import os
 import random
+import sys
 
+import numpy as np
 import pytest
 
 from conftest import bin_path, run_cli, run_gloo_ranks
@@ -114,7 +116,10 @@ def test_resume_continues(qa_run, qa_data):
     assert "qa_outputs.weight" in state["model"]
 
 
-def test_squad2_metrics_logged(wordpiece_data, corpus_files, tmp_path):
+@pytest.fixture(scope="module")
+def squad2_run(wordpiece_data, corpus_files, tmp_path_factory):
+    """SQuAD 2.0-style data and a checkpoint trained 20 updates by two gloo workers: (data, save dir, rank-0 log)."""
+    tmp_path = tmp_path_factory.mktemp("squad2")
     words = [w for w in open(corpus_files[0], encoding="utf-8").read().split() if w.isalpha() and w.islower()][:3000]
     synthetic_squad(tmp_path / "train.json", 40, 5, words, version_2=True)
     synthetic_squad(tmp_path / "valid.json", 10, 6, words, version_2=True)
@@ -126,7 +131,12 @@ def test_squad2_metrics_logged(wordpiece_data, corpus_files, tmp_path):
     save = str(tmp_path / "ck")
     outputs = run_gloo_ranks(lambda rank: [bin_path("fairseq-train"), data, *QA_TRAIN, "--max-update", "20",
                                            "--save-dir", save, "--batch-size-valid", "6"])
-    last = _valid_logs(outputs[0])[-1]
+    return data, save, outputs[0]
+
+
+def test_squad2_metrics_logged(squad2_run, tmp_path):
+    data, save, log = squad2_run
+    last = _valid_logs(log)[-1]
     for key in ("valid_em", "valid_f1", "valid_has_ans_f1", "valid_no_ans_f1", "valid_best_f1", "valid_best_f1_thresh"):
         assert key in last, last
     out = tmp_path / "pred"
@@ -139,6 +149,80 @@ def test_squad2_metrics_logged(wordpiece_data, corpus_files, tmp_path):
     assert scores["best_f1"] == pytest.approx(float(last["valid_best_f1"]), abs=1e-3)
     for key in ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact", "best_f1_thresh"):
         assert key in scores
+
+
+def _predict(save, out, *options):
+    """spanbert-predict-qa on the valid split; (predictions, null_odds, nbest, eval) as written."""
+    run_cli([bin_path("spanbert-predict-qa"), "--checkpoint", os.path.join(save, "checkpoint_last.pt"),
+             "--split", "valid", "--out", str(out), *options])
+
+    def strict(name):  # JSON as the official script reads it: no Infinity / NaN
+        with open(out / name, encoding="utf-8") as f:
+            return json.load(f, parse_constant=lambda c: pytest.fail(f"{name} holds {c}"))
+
+    return tuple(strict(n) for n in ("predictions.json", "null_odds.json", "nbest_predictions.json", "eval.json"))
+
+
+def test_predict_null_threshold_and_max_answer_length_options(squad2_run, tmp_path):
+    from test_squad_metrics import official_question_scores
+
+    data, save, _ = squad2_run
+    predictions, odds, nbest, _ = _predict(save, tmp_path / "default")
+    golds = {q["id"]: q["answers"] for q in map(json.loads, open(os.path.join(data, "valid.questions.jsonl")))}
+
+    # --null-threshold: "" exactly where the null odds exceed it, else the best non-null candidate; eval.json
+    # scores predictions.json as written (the official v2.0 definitions)
+    threshold = sorted(odds.values())[len(odds) // 2]
+    thresholded, same_odds, _, scores = _predict(save, tmp_path / "threshold", "--null-threshold", repr(threshold))
+    assert same_odds == odds
+    assert 0 < sum(o > threshold for o in odds.values()) < len(odds)
+    for qid, o in odds.items():
+        best_text = next((e["text"] for e in nbest[qid] if e["start"] >= 0), "")
+        assert thresholded[qid] == ("" if o > threshold else best_text), qid
+    expected = [official_question_scores(thresholded[qid], golds[qid], "v2") for qid in golds]
+    assert scores["exact"] == pytest.approx(100 * sum(e for e, _ in expected) / len(expected))
+    assert scores["f1"] == pytest.approx(100 * sum(f for _, f in expected) / len(expected))
+
+    # --max-answer-length 1: every candidate is one WordPiece token, so one word
+    assert any(" " in e["text"] for entries in nbest.values() for e in entries)  # the limit has work to do
+    _, _, short_nbest, _ = _predict(save, tmp_path / "short", "--max-answer-length", "1")
+    assert any(e["text"] for entries in short_nbest.values() for e in entries)
+    assert all(" " not in e["text"] for entries in short_nbest.values() for e in entries)
+
+    # --n-best 1: the top start and end rarely make a span; a question left with no span at all gets the
+    # largest finite float as its null odds (the official script reads no Infinity) and the answer ""
+    top, top_odds, top_nbest, _ = _predict(save, tmp_path / "top1", "--n-best", "1")
+    no_span = [qid for qid, entries in top_nbest.items() if all(e["start"] < 0 for e in entries)]
+    assert no_span
+    for qid in no_span:
+        assert top_odds[qid] == sys.float_info.max and top[qid] == ""
+    assert all(abs(o) < 1e6 for qid, o in top_odds.items() if qid not in no_span)
+
+
+def test_question_with_more_windows_than_a_batch_stays_whole():
+    from spanbert_plugin.data.qa_dataset import question_batches
+
+    rng = np.random.default_rng(0)
+    windows_per_question = np.array([2, 7, 1, 3, 5, 1, 4, 2])
+    question_index = np.repeat(np.arange(len(windows_per_question)), windows_per_question)
+    sizes = rng.integers(10, 64, len(question_index))
+    for limits in ({"max_sentences": 4}, {"max_tokens": 4 * 64}, {"max_sentences": 3, "max_tokens": 200}):
+        indices = rng.permutation(len(question_index))
+        batches = question_batches(question_index, sizes, indices, **limits)
+        assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(len(question_index)))  # each window once
+        owner = {}
+        for b, batch in enumerate(batches):
+            questions = np.unique(question_index[batch])
+            for q in questions:
+                assert q not in owner, (limits, q)  # all windows of a question in one batch
+                owner[q] = b
+            fits = len(batch) <= limits.get("max_sentences", len(batch)) and \
+                len(batch) * sizes[batch].max() <= limits.get("max_tokens", np.inf)
+            # only a question too big for any batch may break the limits, and then it is alone
+            assert fits or len(questions) == 1, (limits, batch)
+        oversize = [q for q, n in enumerate(windows_per_question)
+                    if n > limits.get("max_sentences", n) or n * sizes[question_index == q].max() > limits.get("max_tokens", np.inf)]
+        assert oversize and all(len(np.unique(question_index[batches[owner[q]]])) == 1 for q in oversize)
 
 
 def test_hub_answer(qa_run):
