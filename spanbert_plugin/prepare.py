@@ -1,4 +1,4 @@
-"""spanbert-prepare: raw text -> a fairseq data directory for span_masked_lm.
+"""spanbert-prepare: raw text -> a fairseq data directory for spanbert_pretraining.
 
 Input: UTF-8 text, one sentence or paragraph per line, a blank line between
 documents. Output (``--destdir``): ``dict.txt`` (every symbol in id order, with
@@ -60,7 +60,7 @@ def resolve_options(args):
             raise PrepareError("--valid-fraction and --valid exclude each other: the valid split is either held out or given")
         if not 0 < args.valid_fraction < 1:  # also false for nan
             raise PrepareError(
-                f"--valid-fraction must be in (0, 1), got {args.valid_fraction}; span_masked_lm needs a valid "
+                f"--valid-fraction must be in (0, 1), got {args.valid_fraction}; spanbert_pretraining needs a valid "
                 "split, so pass --valid FILE or a fraction in (0, 1)"
             )
     return args

@@ -6,6 +6,7 @@ character offsets of every token, and whether each token starts a word, which
 span masking needs (spans are whole words). Later tasks (QA, relation
 extraction) map character spans through ``Encoding.offsets``.
 """
+import io
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 from .errors import UsageError
+from .file_utils import read_json, read_text
 
 META_FILE = "spanbert_tokenizer.json"
 SPM_FILE = "spm.model"
@@ -271,15 +273,12 @@ def _train_sentencepiece(**options):
 
 def read_wordpiece_vocab(vocab_file: str) -> List[str]:
     """Read a BERT vocab.txt (one token per line, UTF-8 with or without a byte-order mark) and check it."""
-    if not os.path.isfile(vocab_file):
-        raise TokenizerError(f"{vocab_file}: no such file")
     try:
-        with open(vocab_file, encoding="utf-8-sig") as f:
-            vocab = [line.rstrip("\n").rstrip("\r") for line in f]
-    except UnicodeDecodeError as err:
-        raise TokenizerError(f"{vocab_file}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
-    except OSError as err:
-        raise TokenizerError(f"{vocab_file}: cannot read ({err.strerror})") from None
+        text = read_text(vocab_file)
+    except UsageError as err:
+        raise TokenizerError(str(err)) from None
+    # universal newlines, as a file opened in text mode reads them
+    vocab = [line.rstrip("\n") for line in io.StringIO(text, newline=None)]
     if vocab and vocab[-1] == "":
         vocab.pop()
     missing = [s for s in WORDPIECE_REQUIRED if s not in set(vocab)]
@@ -305,8 +304,12 @@ def load_tokenizer(directory: str) -> SpanTokenizer:
     meta_path = os.path.join(directory, META_FILE)
     if not os.path.isfile(meta_path):
         raise TokenizerError(f"{meta_path}: no such file (not a spanbert-prepare directory?)")
-    with open(meta_path) as f:
-        meta = json.load(f)
+    try:
+        meta = read_json(meta_path)
+    except UsageError as err:
+        raise TokenizerError(f"{err} (a damaged {META_FILE}: copy it again from the spanbert-prepare output)") from None
+    if not isinstance(meta, dict):
+        raise TokenizerError(f"{meta_path}: expected a JSON object with the tokenizer's type")
     if meta.get("type") == SentencePieceTokenizer.kind:
         return SentencePieceTokenizer(os.path.join(directory, SPM_FILE))
     if meta.get("type") == WordPieceTokenizer.kind:

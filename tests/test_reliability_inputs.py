@@ -124,3 +124,175 @@ def test_default_data_folder_is_an_input(tmp_path, monkeypatch, capsys, main, pr
     assert main(["--checkpoint", ck, "--out", out, "--force"]) == 1
     one_line_error(capsys, prog, "is or holds the input data/squad")
     assert contents(tmp_path / "data" / "squad") == before
+
+
+# ----------------------------------------------------------------------------- malformed inputs: one line each
+
+
+def squad(qas, context="Ada lives in Oslo ."):
+    return {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
+
+
+def question(qid="q1", text="Where does Ada live ?", **extra):
+    return {"id": qid, "question": text, "answers": [{"text": "Oslo", "answer_start": 13}], **extra}
+
+
+def write_text(path, text, bom=False):
+    with open(path, "w", encoding="utf-8-sig" if bom else "utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
+DEEP = "[" * 50_000 + "]" * 50_000
+LONE = "Ada \\ud800 lives"  # as JSON source: a lone high surrogate escape
+
+
+@pytest.mark.parametrize("text, expected", [
+    (json.dumps(squad([question()])).replace("Ada lives", LONE, 1), "lone UTF-16 surrogate escape"),
+    (json.dumps(squad([question(text="Where \\udc00 ?")])).replace("\\\\udc00", "\\udc00"), "lone UTF-16 surrogate"),
+    ('{"version": "v2.0", "data": ' + DEEP + "}", "nested too deeply"),
+    (json.dumps(squad([question(text="  ")])), "question id q1: empty question"),
+    (json.dumps(squad([question(qid=7)])), "'id' must be a string, got 7"),
+    (json.dumps(squad([question(is_impossible="yes")])), "question id q1: 'is_impossible' must be true or false, got \"yes\""),
+    (json.dumps(squad([question(is_impossible=1)])), "'is_impossible' must be true or false, got 1"),
+])
+def test_qa_file_errors_are_one_line(tmp_path, text, expected):
+    from spanbert_plugin.qa.prepare import read_qa_file
+
+    with pytest.raises(UsageError, match=None) as err:
+        read_qa_file(write_text(tmp_path / "train.json", text))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_qa_mrqa_lines_name_the_line_of_a_lone_surrogate(tmp_path):
+    from spanbert_plugin.qa.prepare import read_qa_file
+
+    header = json.dumps({"header": {"dataset": "x"}})
+    record = {"context": "Ada lives in Oslo .", "qas": [{"qid": "q", "question": "Where ?", "answers": ["Oslo"],
+                                                          "detected_answers": [{"text": "Oslo", "char_spans": [[13, 16]]}]}]}
+    bad = json.dumps(record).replace("Where", "Where \\udfff")
+    path = write_text(tmp_path / "train.jsonl", "\n".join([header, json.dumps(record), bad]) + "\n")
+    with pytest.raises(UsageError, match=r"train.jsonl:3: \\udfff is a lone UTF-16 surrogate"):
+        read_qa_file(path)
+
+
+def test_valid_surrogate_pairs_and_escaped_backslashes_are_text(tmp_path):
+    assert parse_json('["\\ud83d\\ude00", "\\\\ud800"]', "x") == ["\U0001F600", "\\ud800"]
+    with pytest.raises(UsageError, match="x: JSON nested too deeply"):
+        parse_json(DEEP, "x")
+
+
+def re_example(ex_id, relation="no_relation"):
+    record = {"token": ["Ada", "met", "Bo", "."], "subj_start": 0, "subj_end": 0, "obj_start": 2, "obj_end": 2,
+              "relation": relation}
+    return record if ex_id is None else {"id": ex_id, **record}
+
+
+@pytest.mark.parametrize("text, expected", [
+    (json.dumps([re_example("a")]).replace("met", "met \\ud800"), "lone UTF-16 surrogate escape"),
+    (DEEP, "nested too deeply"),
+    (json.dumps(re_example("a")) + "\n" + DEEP + "\n", "examples.json:2: JSON nested too deeply"),
+    (json.dumps([re_example("a"), re_example("b"), re_example("a")]), "example a: duplicate id (at positions 0 and 2)"),
+    (json.dumps([re_example(7), re_example("7")]), "example 7: duplicate id"),
+])
+def test_relation_file_errors_are_one_line(tmp_path, text, expected):
+    from spanbert_plugin.relation_extraction.prepare import read_examples
+
+    with pytest.raises(UsageError) as err:
+        read_examples(write_text(tmp_path / "examples.json", text))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_relation_examples_without_ids_are_not_duplicates(tmp_path):
+    from spanbert_plugin.relation_extraction.prepare import read_examples
+
+    assert [ex.id for ex in read_examples(write_text(tmp_path / "e.json", json.dumps([re_example(None)] * 3)))] == [0, 1, 2]
+
+
+def classification_options(text_columns=("text",), label="label", file_format="auto"):
+    from spanbert_plugin.classification.prepare import ReadOptions
+
+    return ReadOptions(list(text_columns), label, file_format=file_format)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"text": "good \\udbff film", "label": "pos"}\n', "rows.jsonl:1: \\udbff is a lone UTF-16 surrogate"),
+    ('{"text": "ok", "label": "pos"}\n{"text": ' + DEEP + ', "label": "neg"}\n', "rows.jsonl:2: JSON nested too deeply"),
+])
+def test_classification_jsonl_errors_are_one_line(tmp_path, text, expected):
+    from spanbert_plugin.classification.prepare import read_table
+
+    with pytest.raises(UsageError) as err:
+        read_table(write_text(tmp_path / "rows.jsonl", text), classification_options())
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_label_column_may_not_be_a_text_column(tmp_path):
+    from spanbert_plugin.classification.prepare import read_table
+
+    with pytest.raises(UsageError, match="--label-column label: also given in --text-columns"):
+        classification_options(("text", "label"), "label")
+    # the same column, once by name and once by index
+    path = write_text(tmp_path / "rows.tsv", "sentence\tlabel\ngood film\t1\n")
+    with pytest.raises(UsageError, match="--label-column 1 is the column 1 that --text-columns also reads"):
+        read_table(path, classification_options(("sentence", "label")[1:], 1))
+
+
+# ----------------------------------------------------------------------------- the byte-order mark, everywhere
+
+
+def test_byte_order_mark_is_dropped_by_every_reader(tmp_path):
+    from spanbert_plugin.classification.prepare import read_table
+    from spanbert_plugin.qa.prepare import read_qa_file
+    from spanbert_plugin.relation_extraction.prepare import build_label_list, read_examples
+    from spanbert_plugin.tokenization import read_wordpiece_vocab
+
+    assert read_text(write_text(tmp_path / "plain.txt", "a\n", bom=True)) == "a\n"
+    qa = read_qa_file(write_text(tmp_path / "qa.json", json.dumps(squad([question()])), bom=True))
+    assert [q["id"] for q in qa.questions] == ["q1"]
+    examples = read_examples(write_text(tmp_path / "re.json", json.dumps([re_example("a", "per:x")]), bom=True))
+    assert [ex.relation for ex in examples] == ["per:x"]
+    examples = read_examples(write_text(tmp_path / "re.jsonl", json.dumps(re_example("a")) + "\n", bom=True))
+    assert [ex.id for ex in examples] == ["a"]
+    labels_file = write_text(tmp_path / "labels.txt", "no_relation\nper:x\n", bom=True)
+    assert build_label_list(examples, "no_relation", labels_file) == ["no_relation", "per:x"]
+    table = read_table(write_text(tmp_path / "rows.jsonl", '{"text": "ok", "label": "pos"}\n', bom=True),
+                       classification_options())
+    assert table.labels == ["pos"]
+    table = read_table(write_text(tmp_path / "rows.csv", "text,label\nok,pos\n", bom=True), classification_options())
+    assert table.texts == [["ok"]] and table.labels == ["pos"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]
+    assert read_wordpiece_vocab(write_text(tmp_path / "vocab.txt", "\n".join(vocab) + "\n", bom=True)) == vocab
+
+
+# ----------------------------------------------------------------------------- tokenizer folder, missing split
+
+
+def test_damaged_tokenizer_meta_is_one_line(tmp_path, wordpiece_data, capsys, monkeypatch):
+    import shutil
+
+    tokenizer = tmp_path / "tok"
+    shutil.copytree(wordpiece_data, tokenizer)
+    (tokenizer / "spanbert_tokenizer.json").write_text('{"type": "wordpi')
+    squad_file = write_text(tmp_path / "train.json", json.dumps(squad([question()])))
+    monkeypatch.chdir(tmp_path)
+    assert prepare_qa.main(["--train", squad_file, "--tokenizer-from", str(tokenizer), "--destdir", "out"]) == 1
+    one_line_error(capsys, "spanbert-prepare-qa", "spanbert_tokenizer.json:1: not valid JSON")
+    assert not (tmp_path / "out").exists()
+
+
+def test_qa_folder_without_valid_split_names_the_fix(tmp_path, wordpiece_data):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    qas = [question(f"q{i}") for i in range(4)]
+    squad_file = write_text(tmp_path / "train.json", json.dumps(squad(qas)))
+    assert prepare_qa.main(["--train", squad_file, "--tokenizer-from", wordpiece_data, "--destdir", str(tmp_path / "qa"),
+                            "--max-seq-length", "64", "--doc-stride", "16", "--max-query-length", "16"]) == 0
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(tmp_path / "qa"), "--user-dir", os.path.join(ROOT, "spanbert_plugin"), "--task", "extractive_qa",
+        "--criterion", "extractive_qa", "--arch", "spanbert_tiny", "--cpu"])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    task.load_dataset("train")
+    with pytest.raises(UsageError, match="no split 'valid' .* --valid FILE, or train with --disable-validation"):
+        task.load_dataset("valid")

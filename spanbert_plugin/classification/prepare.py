@@ -29,7 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import UsageError
-from ..file_utils import atomic_directory, check_destination
+from ..file_utils import atomic_directory, check_destination, parse_json, read_text
 from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
 
 COMMAND = "spanbert-prepare-classification"
@@ -80,6 +80,9 @@ class ReadOptions:
     def __post_init__(self):
         columns = [*self.text_columns, self.label_column, self.id_column]
         self.by_name = any(isinstance(c, str) for c in columns)
+        if self.label_column in self.text_columns:
+            raise UsageError(f"--label-column {self.label_column}: also given in --text-columns; the model "
+                             "would read the answer in its input")
 
 
 def detect_format(path: str, file_format: str) -> str:
@@ -92,15 +95,7 @@ def detect_format(path: str, file_format: str) -> str:
 
 
 def _read_text(path: str) -> str:
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
+    text = read_text(path)
     if not text.strip():
         raise UsageError(f"{path}: file is empty")
     return text
@@ -150,6 +145,9 @@ def _read_delimited(path: str, text: str, kind: str, options: ReadOptions, label
     label_index = None
     if label_required or _column_exists(options.label_column, header, width):
         label_index = index_of(options.label_column, "--label-column")
+        if label_index in text_index:  # one given by name, the other by index
+            raise UsageError(f"{path}: --label-column {options.label_column} is the column {label_index} that "
+                             "--text-columns also reads; the model would read the answer in its input")
     id_index = index_of(options.id_column, "--id-column") if options.id_column is not None else None
     for line, row in materialised:
         if len(row) != width:
@@ -176,8 +174,8 @@ def _read_jsonl(path: str, text: str, options: ReadOptions, label_required: bool
         if not raw.strip():
             continue  # blank lines hold no record
         try:
-            record = json.loads(raw)
-        except ValueError as err:
+            record = parse_json(raw, f"{path}:{line}")
+        except json.JSONDecodeError as err:
             raise UsageError(f"{path}:{line}: not a JSON object ({err})") from None
         if not isinstance(record, dict):
             raise UsageError(f"{path}:{line}: expected a JSON object, got {type(record).__name__}")

@@ -1,4 +1,4 @@
-"""spanbert-prepare: tokenize and binarize a text corpus for span_masked_lm (the work is in ``spanbert_plugin.prepare``)."""
+"""spanbert-prepare: tokenize and binarize a text corpus for spanbert_pretraining (the work is in ``spanbert_plugin.prepare``)."""
 import argparse
 import json
 import sys
@@ -12,7 +12,7 @@ def get_parser():
     """The command's options; defaults left as None are filled in (or checked) by ``prepare.resolve_options``."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Tokenize and binarize a text corpus for span_masked_lm pre-training.",
+        description="Tokenize and binarize a text corpus for the spanbert_pretraining task (pre-training).",
     )
     parser.add_argument("--train", required=True, help="training text: one sentence/paragraph per line, blank line between documents")
     parser.add_argument("--valid", help="validation text (same format); default: hold out the last --valid-fraction of training documents")

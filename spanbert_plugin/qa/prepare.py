@@ -10,7 +10,6 @@ until one reaches the passage end, the max-context rule, and labels from the
 tokenizer's character offsets. Every distinct context is tokenized once, and
 everything after tokenization is numpy over flat arrays.
 """
-import gzip
 import json
 import os
 import sys
@@ -22,7 +21,7 @@ from tqdm import tqdm
 
 from ..data.finetune_span_drop import token_sentence_ids
 from ..errors import UsageError
-from ..file_utils import atomic_directory, check_destination
+from ..file_utils import atomic_directory, check_destination, parse_json, read_text
 from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_json, write_token_items
 from ..tokenization import TokenizerError, WordPieceTokenizer
 from .windows import QASplit
@@ -83,38 +82,18 @@ class QAConfig:
 # ----------------------------------------------------------------------------- reading
 
 
-def _read_text(path: str) -> str:
-    """The decoded content of a (possibly gzip-compressed) UTF-8 file; UsageError otherwise."""
-    if not os.path.exists(path):
-        raise UsageError(f"{path}: no such file")
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: not a regular file")
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as err:
-            raise UsageError(f"{path}: damaged gzip file ({err})") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
-
-
 def _parse(path: str, text: str):
     """('json', object) or ('jsonl', [(line_no, object)]); UsageError for anything else."""
     if not text.strip():
         raise UsageError(f"{path}: file is empty")
     try:
-        return "json", json.loads(text)
+        return "json", parse_json(text, path)
     except json.JSONDecodeError as whole_error:
         lines = [(no, line) for no, line in enumerate(text.split("\n"), 1) if line.strip()]
         records = []
         for no, line in lines:
             try:
-                records.append((no, json.loads(line)))
+                records.append((no, parse_json(line, f"{path}:{no}")))
             except json.JSONDecodeError as err:
                 if not records:  # not even the first line is JSON: report the file as broken JSON
                     raise UsageError(f"{path}:{whole_error.lineno}: not JSON or JSON lines ({whole_error.msg})") from None
@@ -124,7 +103,7 @@ def _parse(path: str, text: str):
 
 def read_qa_file(path: str) -> QAFile:
     """Read a SQuAD 1.1/2.0 JSON or MRQA JSONL(.gz) file; UsageError names the file, line or question."""
-    kind, content = _parse(path, _read_text(path))
+    kind, content = _parse(path, read_text(path, allow_gzip=True))
     if kind == "json" and isinstance(content, dict) and isinstance(content.get("data"), list):
         return _read_squad(path, content)
     if kind == "json" and isinstance(content, dict) and "header" in content:
@@ -161,13 +140,18 @@ class _Collector:
         qid = qa.get(qid_key)
         if qid is None or (isinstance(qid, str) and not qid.strip()):
             raise UsageError(f"{location}: question {number} of the file has no {qid_key!r}")
-        qid = str(qid)
+        if not isinstance(qid, str):
+            # predictions.json is keyed by id strings: 7 and "7" would be one question there
+            raise UsageError(f"{location}: question {number} of the file: {qid_key!r} must be a string, "
+                             f"got {json.dumps(qid)[:40]}")
         where = f"{location}: question id {qid}"
         if qid in self.first_seen:
             raise UsageError(f"{where}: duplicate question id (first seen {self.first_seen[qid]})")
         self.first_seen[qid] = f"on line {line}" if line else f"as question {number} of the file"
         if not isinstance(qa.get("question"), str):
             raise UsageError(f"{where}: 'question' is missing or not a string")
+        if not qa["question"].strip():
+            raise UsageError(f"{where}: empty question")
         return qid, where
 
     def add(self, qid, qa, where, context_index, answers, impossible, spans):
@@ -223,7 +207,9 @@ def _read_squad(path: str, content: dict) -> QAFile:
             context = collector.contexts[c]
             for qa in paragraph["qas"]:
                 qid, where = collector.question(qa, "id", path)
-                impossible = bool(qa.get("is_impossible", False))
+                impossible = qa.get("is_impossible", False)
+                if not isinstance(impossible, bool):
+                    raise UsageError(f"{where}: 'is_impossible' must be true or false, got {json.dumps(impossible)[:40]}")
                 gold = qa.get("answers", [])
                 if not isinstance(gold, list) or not all(
                         isinstance(g, dict) and isinstance(g.get("text"), str) and isinstance(g.get("answer_start"), int)

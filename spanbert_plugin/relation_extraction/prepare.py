@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..errors import UsageError
-from ..file_utils import atomic_directory, check_destination
+from ..file_utils import atomic_directory, check_destination, parse_json, read_text
 from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
 from .markers import (
     OTHER_TYPE,
@@ -59,18 +59,12 @@ class RelationExample:
 
 def _load_records(path: str) -> list:
     """The JSON objects of a JSON list or JSON Lines file."""
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    text = read_text(path)
     if not text.strip():
         raise UsageError(f"{path}: file is empty")
     if text.lstrip().startswith("["):
         try:
-            records = json.loads(text)
+            records = parse_json(text, path)
         except json.JSONDecodeError as err:
             raise UsageError(f"{path}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno})") from None
     else:
@@ -78,7 +72,7 @@ def _load_records(path: str) -> list:
         for line_no, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(parse_json(line, f"{path}:{line_no}"))
                 except json.JSONDecodeError as err:
                     raise UsageError(
                         f"{path}:{line_no}: not valid JSON ({err.msg}); expected a JSON list of examples "
@@ -128,7 +122,17 @@ def _check_example(record, position: int, path: str) -> RelationExample:
 
 def read_examples(path: str) -> List[RelationExample]:
     """Read and check every example of a TACRED JSON or JSON Lines file (UsageError names the example)."""
-    return [_check_example(record, i, path) for i, record in enumerate(_load_records(path))]
+    records = _load_records(path)
+    examples = [_check_example(record, i, path) for i, record in enumerate(records)]
+    first = {}
+    for position, example in enumerate(examples):
+        if records[position].get("id") is None:
+            continue  # identified by its position, which is unique
+        key = str(example.id)  # predictions.jsonl is matched by id: 7 and "7" would be confused
+        if key in first:
+            raise UsageError(f"{path}: example {example.id}: duplicate id (at positions {first[key]} and {position})")
+        first[key] = position
+    return examples
 
 
 def build_label_list(train: List[RelationExample], negative_label: str, labels_file: Optional[str] = None) -> List[str]:
@@ -136,10 +140,7 @@ def build_label_list(train: List[RelationExample], negative_label: str, labels_f
     if labels_file is None:
         others = sorted({ex.relation for ex in train} - {negative_label})
     else:
-        if not os.path.isfile(labels_file):
-            raise UsageError(f"--labels {labels_file}: no such file")
-        with open(labels_file, encoding="utf-8") as f:
-            listed = [line.strip() for line in f if line.strip()]
+        listed = [line.strip() for line in read_text(labels_file, "--labels").splitlines() if line.strip()]
         if len(set(listed)) != len(listed):
             dup = next(label for label, n in Counter(listed).items() if n > 1)
             raise UsageError(f"--labels {labels_file}: label {dup!r} listed twice")

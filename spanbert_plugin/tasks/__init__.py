@@ -32,6 +32,13 @@ def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_fil
     return cfg.data
 
 
+def missing_split_error(folder: str, split: str, prepare_command: str) -> UsageError:
+    """The one-line error for a split that was not prepared (fairseq-train validates on ``valid`` by default)."""
+    hint = (f"; prepare the folder again with --valid FILE, or train with --disable-validation"
+            if split == "valid" else f"; give a split that {prepare_command} wrote")
+    return UsageError(f"{folder}: no split {split!r} ({prepare_command} wrote none){hint}")
+
+
 def record_in_run_config(cfg) -> None:
     """Copy a task's resolved config (e.g. absolute ``data``) into the run's config, which fairseq saves in checkpoints.
 

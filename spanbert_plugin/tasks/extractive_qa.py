@@ -20,7 +20,7 @@ from ..data.dictionary import SpanBertDictionary
 from ..data.finetune_span_drop import QASpanDropConfig, QASpanDropDataset, span_dropper
 from ..data.qa_dataset import ExtractiveQADataset
 from ..errors import UsageError
-from . import OneDictionaryTask, prepared_data_folder
+from . import OneDictionaryTask, missing_split_error, prepared_data_folder
 from ..qa.windows import QASplit
 from .ad_drop import ADDropConfig, ADDropMixin
 
@@ -74,6 +74,8 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         prefix = os.path.join(self.cfg.data, split)
+        if not os.path.isfile(prefix + ".windows.npz"):
+            raise missing_split_error(self.cfg.data, split, "spanbert-prepare-qa")
         windows = data_utils.load_indexed_dataset(prefix, self.dictionary, "mmap")
         if windows is None:
             raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
