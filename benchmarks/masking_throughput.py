@@ -12,6 +12,7 @@ boundaries from one draw. The headline compares one training example each;
 the single MaskTokensDataset (source only) is printed too.
 
     .venv/bin/python benchmarks/masking_throughput.py [--epochs 6]
+    .venv/bin/python benchmarks/masking_throughput.py --quick   # smoke run (the test suite): no meaningful numbers
 """
 import argparse
 import os
@@ -25,15 +26,15 @@ import torch  # noqa: E402
 
 
 
-def prepared_data(out):
-    data = os.path.join(out, "data")
+def prepared_data(out, max_docs=None):
+    data = os.path.join(out, "data" if max_docs is None else f"data-{max_docs}-docs")
     if not os.path.isfile(os.path.join(data, "dict.txt")):
         from spanbert_plugin.data.default_corpus import write_default_corpus
         from spanbert_plugin.prepare import cli_main
 
         os.makedirs(out, exist_ok=True)
         train, valid = os.path.join(out, "train.txt"), os.path.join(out, "valid.txt")
-        write_default_corpus(train, valid)
+        write_default_corpus(train, valid, max_docs=max_docs)
         assert cli_main(["--train", train, "--valid", valid, "--destdir", data, "--force"]) == 0
     return data
 
@@ -53,7 +54,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=6, help="passes over the ~590 blocks")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out"), help="work folder")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run that checks the script works: 40 documents, 1 epoch; the numbers mean nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.epochs = 1
     torch.set_num_threads(1)
 
     from fairseq.data import MaskTokensDataset, data_utils
@@ -62,7 +67,7 @@ def main():
     from spanbert_plugin.data.span_masked_dataset import SpanMaskedDataset
     from spanbert_plugin.tasks.spanbert_pretraining import SpanBertPretrainingConfig, SpanBertPretrainingTask
 
-    data = prepared_data(args.out)
+    data = prepared_data(args.out, max_docs=40 if args.quick else None)
     task = SpanBertPretrainingTask.setup_task(SpanBertPretrainingConfig(data=data, tokens_per_sample=512, seed=1))
     d = task.dictionary
     docs = data_utils.load_indexed_dataset(os.path.join(data, "train"), d, "mmap")
@@ -94,7 +99,9 @@ def main():
         def __len__(self):
             return len(source)
 
-    print(f"{len(full)} blocks of 512 tokens x {args.epochs} epochs, 1 thread")
+    if not full:
+        sys.exit("masking_throughput: the corpus has no document of 510 tokens or more")
+    print(f"{len(full)} blocks of 512 tokens x {args.epochs} epochs, 1 thread" + (" (--quick: not a measurement)" if args.quick else ""))
     results = {}
     for name, ds in (
         ("fairseq MaskTokensDataset, source only", MaskTokensDataset(source, d, **kwargs)),

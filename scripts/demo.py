@@ -3,6 +3,10 @@
 
 Works offline with no user data: the corpus is generated from the standard
 library's docstrings. Pass --train/--valid to use your own text instead.
+
+The output folder is the demo's own: a second run starts over in it, removing only the
+files an earlier demo run wrote there (its manifest lists them); a folder holding anything
+else is refused with one line and left as it is.
 """
 import argparse
 import json
@@ -16,6 +20,51 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 BIN = os.path.dirname(sys.executable)
+COMMAND = "demo"
+# what the demo writes inside --out: everything under these belongs to it
+OWN_ENTRIES = ("corpus.train.txt", "corpus.valid.txt", "data", "checkpoints")
+
+
+def claim_output(out, inputs):
+    """Make ``out`` the demo's (an earlier demo output is emptied), or exit with one line, nothing touched."""
+    from spanbert_plugin.file_utils import MANIFEST, OutputError, check_destination, read_manifest
+
+    try:
+        check_destination(out, COMMAND, inputs, force=True, flag="--out")
+    except OutputError as err:
+        sys.exit(f"demo: error: {err}")
+    manifest = read_manifest(out)
+    if manifest is not None:
+        print(f"== {out} holds an earlier demo run: starting over (removing the {len(manifest['files'])} files it wrote)")
+        for name in manifest["files"]:
+            path = os.path.join(out, name)
+            if os.path.isdir(path):
+                os.rmdir(path)  # an empty folder check_destination listed
+            else:
+                os.remove(path)
+        os.remove(os.path.join(out, MANIFEST))
+        for root, _, _ in os.walk(out, topdown=False):  # the folders those files were in, deepest first
+            if root != out and not os.listdir(root):
+                os.rmdir(root)
+    os.makedirs(out, exist_ok=True)
+    record_output(out)  # from now on the folder is the demo's, also if this run is interrupted
+
+
+def record_output(out):
+    """Write the manifest: every file under the demo's own entries (what fairseq wrote into checkpoints/ too)."""
+    from spanbert_plugin.file_utils import MANIFEST
+
+    files = []
+    for entry in OWN_ENTRIES:
+        path = os.path.join(out, entry)
+        if os.path.isfile(path):
+            files.append(entry)
+        for root, dirs, names in os.walk(path):
+            files += [os.path.relpath(os.path.join(root, n), out) for n in names]
+            if not dirs and not names:
+                files.append(os.path.relpath(root, out) + os.sep)
+    with open(os.path.join(out, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump({"command": COMMAND, "files": sorted(files)}, f, indent=2)
 
 
 def show_masked_examples(data_dir, n=2, width=60):
@@ -52,7 +101,18 @@ def main(argv=None):
     parser.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary size")
     parser.add_argument("--max-update", type=int, default=1200, help="pre-training updates (about 2-3 minutes on 2 cores)")
     args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    if args.max_update < 1:
+        parser.error(f"--max-update must be at least 1, got {args.max_update}")
+    claim_output(args.out, [p for p in (args.train, args.valid) if p])
+    try:
+        run_demo(args)
+    except KeyboardInterrupt:
+        sys.exit(f"demo: interrupted; {args.out} keeps what was written so far (a new run starts over)")
+    finally:
+        record_output(args.out)
+
+
+def run_demo(args):
 
     train, valid = args.train, args.valid
     if train is None:
@@ -75,7 +135,9 @@ def main(argv=None):
                  "--config-name", "tiny_cpu", f"task.data={os.path.abspath(data)}",
                  f"checkpoint.save_dir={os.path.abspath(save_dir)}", f"common.user_dir={os.path.join(ROOT, 'user_dir')}",
                  f"optimization.max_update={args.max_update}", f"lr_scheduler.total_num_update={args.max_update}",
-                 "common.log_format=json", "common.log_interval=50", "checkpoint.save_interval_updates=400"]
+                 # at least 8 loss records however short the run (a run shorter than the interval logged none)
+                 "common.log_format=json", f"common.log_interval={max(1, min(50, args.max_update // 8))}",
+                 "checkpoint.save_interval_updates=400"]
     print("\n== Pre-training spanbert_tiny on the CPU:\n" + " ".join(train_cmd) + "\n")
     records = []
     with subprocess.Popen(train_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
@@ -86,18 +148,22 @@ def main(argv=None):
                 records.append(json.loads(match.group(1)))
     if proc.returncode != 0:
         sys.exit(f"demo: training failed with exit status {proc.returncode}")
+    if not records:
+        sys.exit("demo: error: fairseq-hydra-train logged no update (see its output above)")
 
     print("\n== Losses (bits per masked token) over training:")
     print(f"{'update':>7} {'mlm_loss':>9} {'sbo_loss':>9} {'mlm_acc':>8} {'sbo_acc':>8}")
-    for r in records[:: max(1, len(records) // 8)] + records[-1:]:
+    shown = records[:: max(1, len(records) // 8)]
+    for r in shown + records[-1:] * (shown[-1] is not records[-1]):
         print(f"{r['num_updates']:>7} {r['mlm_loss']:>9} {r['sbo_loss']:>9} {r['mlm_acc']:>8} {r['sbo_acc']:>8}")
     first, last = records[0], records[-1]
     print(f"\nMLM loss {first['mlm_loss']} -> {last['mlm_loss']}, SBO loss {first['sbo_loss']} -> {last['sbo_loss']}")
     print(f"Checkpoint: {os.path.join(save_dir, 'checkpoint_last.pt')}")
     print("\nNext:\n"
-          f"  * continue training: rerun the command above with a larger optimization.max_update\n"
-          f"  * your own text: python scripts/demo.py --train my.txt [--valid my_valid.txt]\n"
-          f"  * full-size recipes: configs/pretrain/base.yaml and large.yaml (see README)")
+          "  * continue training: rerun the command above with a larger optimization.max_update\n"
+          f"  * run the demo again: it starts over in {args.out}\n"
+          "  * your own text: python scripts/demo.py --train my.txt [--valid my_valid.txt]\n"
+          "  * full-size recipes: configs/pretrain/base.yaml and large.yaml (see README)")
 
 
 if __name__ == "__main__":

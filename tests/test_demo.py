@@ -1,0 +1,75 @@
+"""`make demo` (scripts/demo.py) run twice in one folder and with fewer updates than the log interval;
+`make bench` (benchmarks/masking_throughput.py) in its quick mode."""
+import json
+import os
+import re
+import sys
+
+import torch
+
+from conftest import ROOT, run_cli
+from spanbert_plugin.file_utils import MANIFEST
+
+DEMO = [sys.executable, os.path.join(ROOT, "scripts", "demo.py")]
+
+
+def loss_table(stdout):
+    """The update numbers of the demo's final loss table."""
+    table = stdout.split("== Losses (bits per masked token) over training:")[1].split("\n\n")[0]
+    return [int(row.split()[0]) for row in table.strip().splitlines()[1:]]
+
+
+def test_demo_runs_twice_in_one_folder_with_two_updates(tmp_path):
+    out = str(tmp_path / "demo_out")
+    first = run_cli([*DEMO, "--out", out, "--max-update", "2", "--vocab-size", "1000"])
+    assert loss_table(first.stdout) == [1, 2]  # fewer updates than the default log interval still log each one
+    assert "earlier demo run" not in first.stdout
+    manifest = json.load(open(os.path.join(out, MANIFEST)))
+    assert manifest["command"] == "demo"
+    assert {"corpus.train.txt", "data/dict.txt", "checkpoints/checkpoint_last.pt"} <= set(manifest["files"])
+    assert torch.load(os.path.join(out, "checkpoints", "checkpoint_last.pt"), weights_only=False)[
+        "optimizer_history"][-1]["num_updates"] == 2
+
+    second = run_cli([*DEMO, "--out", out, "--max-update", "2", "--vocab-size", "1000"])
+    count = re.search(r"holds an earlier demo run: starting over \(removing the (\d+) files it wrote\)", second.stdout)
+    assert count and int(count.group(1)) == len(manifest["files"])
+    # started over: the finished run was not resumed (which trained nothing and logged no loss)
+    assert loss_table(second.stdout) == [1, 2]
+    assert "No existing checkpoint found" in second.stdout
+    assert json.load(open(os.path.join(out, MANIFEST)))["files"] == manifest["files"]
+
+
+def test_demo_refuses_a_folder_with_other_files_and_touches_nothing(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST).write_text(json.dumps({"command": "demo", "files": ["corpus.train.txt"]}))
+    (out / "corpus.train.txt").write_text("an earlier demo corpus\n")
+    (out / "notes.txt").write_text("the user's own notes")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = run_cli([*DEMO, "--out", str(out), "--max-update", "2"], check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"demo: error: --out {out}: holds files that demo did not write (notes.txt); it is never replaced, "
+        "even with --force: move them away first"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+    (out / MANIFEST).unlink()  # a folder no spanbert command wrote
+    result = run_cli([*DEMO, "--out", str(out), "--max-update", "2"], check=False)
+    assert result.returncode == 1 and "was not written by a spanbert command" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["corpus.train.txt", "notes.txt"]
+
+
+def test_masking_benchmark_quick_mode(tmp_path):
+    result = run_cli([sys.executable, os.path.join(ROOT, "benchmarks", "masking_throughput.py"), "--quick",
+                      "--out", str(tmp_path)])
+    rates = dict(re.findall(r"^(fairseq .*?|spanbert .*?)\s+(\d+) blocks/s$", result.stdout, re.M))
+    assert sorted(rates) == ["fairseq MaskTokensDataset, source only", "fairseq masked_lm example (src + tgt)",
+                             "spanbert SpanMaskedDataset example"]
+    assert all(int(rate) > 0 for rate in rates.values())
+    ratios = re.findall(r"^ratio .*: (\d+\.\d+)x$", result.stdout, re.M)
+    spanbert = int(rates["spanbert SpanMaskedDataset example"])
+    expected = [spanbert / int(rates[name]) for name in
+                ("fairseq masked_lm example (src + tgt)", "fairseq MaskTokensDataset, source only")]
+    assert len(ratios) == 2
+    for printed, ratio in zip(ratios, expected):  # printed rates are rounded to whole blocks/s, ratios to 0.01
+        assert abs(float(printed) - ratio) <= 0.005 + ratio * 0.002, (printed, ratio)
