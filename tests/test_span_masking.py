@@ -255,3 +255,52 @@ def test_128_token_blocks_never_mask_nothing():
 def test_invalid_parameters(kwargs, message):
     with pytest.raises(UsageError, match=message):
         masker(make_vocab(), **kwargs)
+
+
+@pytest.mark.parametrize("data", ["spm_data", "wordpiece_data"])
+@pytest.mark.parametrize("source", ["uniform", "unigram"])
+def test_random_replacements_follow_the_chosen_distribution(request, data, source):
+    """--random-token-source through the task: random replacements are i.i.d. draws from the uniform
+    distribution over real tokens, or from the tokens' frequencies in the training split (counted here from
+    train.bin); never a control symbol. Chi-square over 10 groups of about equal expected mass."""
+    from fairseq import options, tasks
+    from fairseq.data import data_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin  # noqa: F401
+
+    folder = request.getfixturevalue(data)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        folder, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_tiny", "--cpu",
+        "--tokens-per-sample", "128", "--random-token-source", source,
+        "--mask-prob", "0", "--random-prob", "1", "--leave-prob", "0"])  # every masked token is a random draw
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    d = task.dictionary
+    control = [d.bos(), d.pad(), d.eos(), d.unk(), d.mask_index]
+    train = data_utils.load_indexed_dataset(f"{folder}/train", d, "mmap")
+    corpus_tokens = np.concatenate([train[i].numpy() for i in range(len(train))])
+    expected = np.bincount(corpus_tokens, minlength=len(d)).astype(float) if source == "unigram" else np.ones(len(d))
+    expected[control] = 0
+    expected /= expected.sum()
+
+    rng = np.random.default_rng(0)
+    block = corpus_tokens[:126]
+    draws = []
+    while sum(len(x) for x in draws) < 20000:
+        out = task.masker(np.concatenate([[d.bos()], block, [d.eos()]]), rng)
+        draws.append(out.source[out.target != d.pad()])
+    draws = np.concatenate(draws)
+    observed = np.bincount(draws, minlength=len(d))
+    assert observed[control].sum() == 0 and observed[expected == 0].sum() == 0
+    # 10 groups of tokens, contiguous in order of expected probability, each about a tenth of the mass
+    order = np.argsort(expected, kind="stable")
+    group = np.minimum((np.cumsum(expected[order]) * 10).astype(int), 9)
+    expected_counts = np.bincount(group, weights=expected[order], minlength=10) * len(draws)
+    observed_counts = np.bincount(group, weights=observed[order], minlength=10)
+    assert expected_counts.min() > 0.05 * len(draws)
+    chi2 = ((observed_counts - expected_counts) ** 2 / expected_counts).sum()
+    # four parametrised cases: at p = 1e-4 each, a false alarm somewhere has probability below 4e-4
+    assert chi2 < 33.720, (chi2, observed_counts, expected_counts)  # 9 degrees of freedom, p = 1e-4
+    if source == "unigram":  # and the frequent tokens are drawn more than uniformly would
+        frequent = order[-len(d) // 20:]
+        assert observed[frequent].sum() > 3 * len(draws) * len(frequent) / (len(d) - len(control))
