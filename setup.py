@@ -20,6 +20,8 @@ setup(
             "spanbert-predict-qa=spanbert_plugin.cli.predict_qa:main",
             "spanbert-prepare-re=spanbert_plugin.cli.prepare_re:main",
             "spanbert-predict-re=spanbert_plugin.cli.predict_re:main",
+            "spanbert-prepare-coref=spanbert_plugin.cli.prepare_coref:main",
+            "spanbert-predict-coref=spanbert_plugin.cli.predict_coref:main",
             "spanbert-prepare-classification=spanbert_plugin.cli.prepare_classification:main",
             "spanbert-predict-classification=spanbert_plugin.cli.predict_classification:main",
         ]

@@ -17,6 +17,8 @@ from .errors import install_excepthook  # noqa: E402
 install_excepthook()
 
 # Registered components, one import per line.
+from .coref import criterion as coref_criterion  # noqa: F401,E402
+from .coref import task as coref_task  # noqa: F401,E402
 from .criterions import extractive_qa  # noqa: F401,E402
 from .criterions import relation_extraction  # noqa: F401,E402
 from .criterions import span_bert  # noqa: F401,E402

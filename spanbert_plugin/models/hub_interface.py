@@ -161,6 +161,19 @@ class SpanBertHubInterface(nn.Module):
         logits, _ = self.model(self._batch(tokens), classification_head_name=head)
         return logits if return_logits else F.log_softmax(logits, dim=-1)
 
+    def coref(self, text: str):
+        """Coreference clusters of raw text, each a list of ``{text, start, end}`` (character offsets, end exclusive).
+
+        Words are runs of letters/digits or single punctuation marks; a sentence ends after . ! or ?; the text is
+        cut into segments as ``spanbert-prepare-coref`` does with the checkpoint's settings.
+        """
+        from ..coref.predict import resolve_text
+
+        if getattr(self.model, "coref_head", None) is None:
+            raise ValueError("this checkpoint has no coreference head; fine-tune it with --task coreference first")
+        with torch.no_grad():
+            return resolve_text(self.model, self.task, self.tokenizer, text)
+
     def answer(self, question: str, context: str, topk: int = 1, **kwargs):
         """Extractive QA: the ``topk`` answers (text, character start/end, score, probability).
 

@@ -109,6 +109,7 @@ class SpanBertModel(FairseqEncoderModel):
         self.classification_heads = nn.ModuleDict()
         self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
         self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
+        self.coref_head = None  # coreference (spanbert_plugin.coref.head.CorefHead), set by register_coref_head
         self.apply(lambda m: init_bert_weights(m, cfg.init_std))
         self.vocabulary = VocabularyRecord(encoder.dictionary)
 
@@ -137,6 +138,7 @@ class SpanBertModel(FairseqEncoderModel):
         qa: bool = False,
         relation_head_name: Optional[str] = None,
         entity_positions: Optional[torch.Tensor] = None,
+        coref: Optional[dict] = None,
         attention_probs_out: Optional[dict] = None,
         attention_drop_masks: Optional[dict] = None,
         **unused,
@@ -147,6 +149,8 @@ class SpanBertModel(FairseqEncoderModel):
         """
         x = self.encoder(src_tokens, segment_labels=segment_labels, attention_probs_out=attention_probs_out,
                          attention_drop_masks=attention_drop_masks)
+        if coref is not None:  # one document's segments: the head sees its real tokens, flattened in order
+            return self.coref_head(x[src_tokens.ne(self.encoder.padding_idx)], **coref), {}
         if qa:
             start, end = self.qa_outputs(x).unbind(dim=-1)
             return (start, end), {}
@@ -223,6 +227,11 @@ class SpanBertModel(FairseqEncoderModel):
             "data with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
         )
 
+    def register_coref_head(self, head: nn.Module):
+        """Set the coreference head (built by the coreference task from its options); fresh BERT-style weights."""
+        head.apply(lambda m: init_bert_weights(m, self.cfg.init_std))
+        self.coref_head = head
+
     def _grow_vocabulary(self, state_dict, prefix):
         """Give a checkpoint rows for symbols appended to the dictionary since (e.g. entity markers).
 
@@ -259,6 +268,13 @@ class SpanBertModel(FairseqEncoderModel):
         for head, module in self.relation_heads.items():
             for sub, value in module.state_dict().items():
                 state_dict.setdefault(f"{prefix}relation_heads.{head}.{sub}", value)
+        coref_keys = [k for k in state_dict if k.startswith(prefix + "coref_head.")]
+        if self.coref_head is not None:
+            for sub, value in self.coref_head.state_dict().items():
+                state_dict.setdefault(f"{prefix}coref_head.{sub}", value)
+        elif coref_keys:  # a coreference checkpoint fine-tuned for another task: its head is not used
+            for key in coref_keys:
+                del state_dict[key]
         if prefix + "qa_outputs.weight" in state_dict:
             self.register_qa_head()
         if self.qa_outputs is not None:

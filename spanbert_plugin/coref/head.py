@@ -1,0 +1,286 @@
+"""The coarse-to-fine coreference head (Lee et al. 2018, "independent" segments as in Joshi et al. 2019).
+
+Input: the encoder output of one document's segments, flattened to its T real
+tokens ([CLS]/[SEP] included, padding removed), with each token's word,
+sentence, segment and speaker. Steps:
+
+1. candidate spans: start at a word's first token, end at a word's last token,
+   at most ``max_span_width`` tokens, inside one sentence and one segment;
+2. span embedding g = [x_start; x_end; attention-weighted head; width embedding],
+   mention score = FFNN(g) + width prior;
+3. the top ``top_span_ratio`` x words spans by mention score, greedily, without
+   crossing brackets (a span partly overlapping a kept one is skipped);
+4. coarse scores s_m(i) + s_m(j) + g_i' W g_j + distance prior keep the
+   ``max_top_antecedents`` best earlier spans of each span;
+5. fine scores FFNN([g_i; g_j; g_i * g_j; same speaker; genre; segment distance;
+   antecedent distance]) are added; ``depth`` rounds of higher-order refinement
+   replace g_i by a gated mix with its expected antecedent;
+6. loss: marginal log-likelihood of the gold antecedents, the dummy antecedent
+   (score 0) being gold for spans with none.
+
+Memory is linear in the document: candidates are capped by width, the head
+attention and pair scoring run over row chunks under activation checkpointing,
+and antecedents are chosen chunk by chunk (no span x span matrix).
+Every parameter carries ``param_group = "coref_head"`` for fairseq's
+``composite`` optimizer (a learning rate of its own).
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+PARAM_GROUP = "coref_head"
+DISTANCE_BUCKETS = 10
+CHUNK_ELEMENTS = 1 << 23  # floats per chunk of gathered span tokens or pair features (32 MiB in fp32)
+
+
+def bucket_distance(distance: torch.Tensor) -> torch.Tensor:
+    """c2f-coref's buckets: 0, 1, 2, 3, 4, 5-7, 8-15, 16-31, 32-63, 64+."""
+    log_index = torch.floor(torch.log2(distance.clamp(min=1).float())).long() + 3
+    return torch.where(distance <= 4, distance, log_index).clamp(0, DISTANCE_BUCKETS - 1)
+
+
+def _ffnn(d_in: int, hidden: int, dropout: float) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+
+
+def _chunked(fn, n: int, chunk: int, *tensors):
+    """``fn`` over row chunks of ``tensors`` (concatenated); checkpointed while gradients are recorded."""
+    outputs = []
+    for start in range(0, n, chunk):
+        parts = [t[start:start + chunk] for t in tensors]
+        if torch.is_grad_enabled():
+            outputs.append(checkpoint(fn, *parts, use_reentrant=False))
+        else:
+            outputs.append(fn(*parts))
+    if not outputs:
+        return fn(*[t[:0] for t in tensors])
+    if isinstance(outputs[0], tuple):
+        return tuple(torch.cat(parts) for parts in zip(*outputs))
+    return torch.cat(outputs)
+
+
+def select_non_crossing(starts: List[int], ends: List[int], order: List[int], k: int) -> List[int]:
+    """Indices of up to ``k`` spans taken in ``order`` (best first), skipping spans that cross a taken one.
+
+    Two spans cross when they overlap without one containing the other; this is
+    c2f-coref's ``extract_spans``, with per-token records of the taken spans.
+    """
+    max_end_of_start: Dict[int, int] = {}
+    min_start_of_end: Dict[int, int] = {}
+    chosen = []
+    for i in order:
+        s, e = starts[i], ends[i]
+        crossing = False
+        for t in range(s, e + 1):
+            if t > s and max_end_of_start.get(t, -1) > e:
+                crossing = True
+                break
+            if t < e and min_start_of_end.get(t, e + 1) < s:
+                crossing = True
+                break
+        if crossing:
+            continue
+        chosen.append(i)
+        if max_end_of_start.get(s, -1) < e:
+            max_end_of_start[s] = e
+        if min_start_of_end.get(e, e + 1) > s:
+            min_start_of_end[e] = s
+        if len(chosen) == k:
+            break
+    return sorted(chosen, key=lambda i: (starts[i], ends[i]))
+
+
+class CorefHead(nn.Module):
+    """Span scoring, antecedent ranking and the c2f-coref loss; see the module docstring."""
+
+    def __init__(self, hidden: int, ffnn_size: int = 1000, max_span_width: int = 30, feature_size: int = 20,
+                 num_genres: int = 8, depth: int = 1, dropout: float = 0.3, top_span_ratio: float = 0.4,
+                 max_top_antecedents: int = 50):
+        super().__init__()
+        self.max_span_width, self.depth = max_span_width, depth
+        self.top_span_ratio, self.max_top_antecedents = top_span_ratio, max_top_antecedents
+        span_dim = 3 * hidden + feature_size
+        self.span_dim = span_dim
+        self.dropout = nn.Dropout(dropout)
+        self.head_attention = nn.Linear(hidden, 1)
+        self.width_embedding = nn.Embedding(max_span_width, feature_size)
+        self.mention_scorer = _ffnn(span_dim, ffnn_size, dropout)
+        self.width_prior_embedding = nn.Embedding(max_span_width, feature_size)
+        self.width_prior = _ffnn(feature_size, ffnn_size, dropout)
+        self.coarse_bilinear = nn.Linear(span_dim, span_dim)
+        self.distance_prior_embedding = nn.Embedding(DISTANCE_BUCKETS, feature_size)
+        self.distance_prior = nn.Linear(feature_size, 1)
+        self.same_speaker_embedding = nn.Embedding(2, feature_size)
+        self.genre_embedding = nn.Embedding(num_genres, feature_size)
+        self.segment_distance_embedding = nn.Embedding(DISTANCE_BUCKETS, feature_size)
+        self.antecedent_distance_embedding = nn.Embedding(DISTANCE_BUCKETS, feature_size)
+        self.pair_scorer = _ffnn(3 * span_dim + 4 * feature_size, ffnn_size, dropout)
+        self.refinement_gate = nn.Linear(2 * span_dim, span_dim)
+        for p in self.parameters():
+            p.param_group = PARAM_GROUP
+
+    # -- spans ------------------------------------------------------------------------------------------
+    def candidate_spans(self, token_word, token_sentence, token_segment) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(starts, ends) of every candidate span, in token positions, sorted by start then end."""
+        T = token_word.numel()
+        real = token_word >= 0
+        previous = torch.cat([token_word.new_full((1,), -2), token_word[:-1]])
+        following = torch.cat([token_word[1:], token_word.new_full((1,), -2)])
+        word_start = real & (token_word != previous)
+        word_end = real & (token_word != following)
+        starts = word_start.nonzero().squeeze(1)
+        widths = torch.arange(self.max_span_width, device=token_word.device)
+        ends = starts[:, None] + widths[None, :]
+        inside = ends < T
+        ends_c = ends.clamp(max=T - 1)
+        valid = (inside & word_end[ends_c] & (token_sentence[ends_c] == token_sentence[starts][:, None])
+                 & (token_segment[ends_c] == token_segment[starts][:, None]))
+        start_index = starts[:, None].expand_as(ends)
+        return start_index[valid], ends_c[valid]
+
+    def span_embeddings(self, features, attention_logits, starts, ends):
+        """g = [x_start; x_end; attention head; width embedding] of each span (rows of starts/ends)."""
+        widths = ends - starts
+        offsets = torch.arange(self.max_span_width, device=starts.device)
+        positions = (starts[:, None] + offsets[None, :]).clamp(max=features.size(0) - 1)
+        inside = offsets[None, :] <= widths[:, None]
+        logits = attention_logits[positions].masked_fill(~inside, float("-inf"))
+        weights = torch.softmax(logits.float(), dim=1).to(features.dtype)
+        head = torch.einsum("nw,nwh->nh", weights, features[positions])
+        g = torch.cat([features[starts], features[ends], head, self.width_embedding(widths)], dim=-1)
+        return self.dropout(g)
+
+    def _scored_spans(self, features, attention_logits, starts, ends):
+        g = self.span_embeddings(features, attention_logits, starts, ends)
+        width_prior = self.width_prior(self.width_prior_embedding(ends - starts)).squeeze(-1)
+        return g, self.mention_scorer(g).squeeze(-1) + width_prior
+
+    # -- antecedents ------------------------------------------------------------------------------------
+    def _coarse_candidates(self, g, mention_scores, K: int) -> torch.Tensor:
+        """Indices (k x K) of each span's K best earlier spans by coarse score, chosen chunk by chunk."""
+        k = g.size(0)
+        chunk = max(1, CHUNK_ELEMENTS // max(k, 1))
+        prior = self.distance_prior(self.distance_prior_embedding.weight).squeeze(-1)
+        chosen = []
+        with torch.no_grad():
+            columns = torch.arange(k, device=g.device)
+            for start in range(0, k, chunk):
+                rows = columns[start:start + chunk]
+                scores = (mention_scores[rows, None] + mention_scores[None, :]
+                          + self.coarse_bilinear(g[rows]) @ g.t()
+                          + prior[bucket_distance((rows[:, None] - columns[None, :]).clamp(min=0))])
+                scores = scores.masked_fill(columns[None, :] >= rows[:, None], float("-inf"))
+                chosen.append(scores.topk(K, dim=1).indices)
+        return torch.cat(chosen)
+
+    def _pair_scores(self, g_rows, g_all, rows, antecedents, mention_scores, span_speaker, span_segment, genre):
+        """Coarse + fine scores (rows x K) of the given rows' antecedents; -inf for later spans."""
+        g_ant = g_all[antecedents]
+        valid = antecedents < rows[:, None]
+        distance = bucket_distance((rows[:, None] - antecedents).clamp(min=0))
+        coarse = (mention_scores[rows, None] + mention_scores[antecedents]
+                  + (self.coarse_bilinear(g_rows)[:, None, :] * g_ant).sum(-1)
+                  + self.distance_prior(self.distance_prior_embedding(distance)).squeeze(-1))
+        same_speaker = (span_speaker[rows, None] == span_speaker[antecedents]).long()
+        features = self.dropout(torch.cat([  # c2f drops out the pair features, not the span embeddings again
+            self.same_speaker_embedding(same_speaker),
+            self.genre_embedding(genre.expand_as(distance)),
+            self.segment_distance_embedding(bucket_distance((span_segment[rows, None] - span_segment[antecedents]).clamp(min=0))),
+            self.antecedent_distance_embedding(distance),
+        ], dim=-1))
+        g_i = g_rows[:, None, :].expand_as(g_ant)
+        pair = torch.cat([g_i, g_ant, g_i * g_ant, features], dim=-1)
+        fine = self.pair_scorer(pair).squeeze(-1)
+        return (coarse + fine).float().masked_fill(~valid, float("-inf"))
+
+    # -- forward ----------------------------------------------------------------------------------------
+    def forward(self, features, token_word, token_sentence, token_segment, token_speaker, genre, num_words: int,
+                target: Optional[torch.Tensor] = None, **unused):
+        """Top spans, their antecedents and scores, and (with ``target``, rows (start, end, cluster)) the loss.
+
+        Returns a dict: ``starts``/``ends`` (k top spans, token positions), ``antecedents`` (k x K),
+        ``scores`` (k x (K + 1), the dummy first, -inf where not allowed) and ``loss`` when a target is given.
+        """
+        features = features.reshape(-1, features.size(-1))
+        attention_logits = self.head_attention(features).squeeze(-1)
+        starts, ends = self.candidate_spans(token_word, token_sentence, token_segment)
+        n = starts.numel()
+        chunk = max(1, CHUNK_ELEMENTS // (self.max_span_width * features.size(-1)))
+        with torch.no_grad():
+            candidate_scores = _chunked(lambda s, e: self._scored_spans(features, attention_logits, s, e)[1],
+                                        n, chunk, starts, ends)
+        k = max(1, min(n, int(self.top_span_ratio * int(num_words))))
+        order = torch.argsort(candidate_scores.float(), descending=True).tolist()
+        top = torch.tensor(select_non_crossing(starts.tolist(), ends.tolist(), order, k), device=starts.device,
+                           dtype=torch.long)
+        top_starts, top_ends = starts[top], ends[top]
+        g, mention_scores = _chunked(lambda s, e: self._scored_spans(features, attention_logits, s, e),
+                                     top.numel(), chunk, top_starts, top_ends)
+        k = top.numel()
+        K = max(1, min(self.max_top_antecedents, k - 1))
+        antecedents = self._coarse_candidates(g, mention_scores, K)
+        rows = torch.arange(k, device=g.device)
+        span_speaker, span_segment = token_speaker[top_starts], token_segment[top_starts]
+        pair_chunk = max(1, CHUNK_ELEMENTS // (K * (3 * self.span_dim)))
+        for round_ in range(self.depth + 1):
+            scores = _chunked(
+                lambda g_rows, r, a, g_all=g: self._pair_scores(g_rows, g_all, r, a, mention_scores, span_speaker,
+                                                                span_segment, genre),
+                k, pair_chunk, g, rows, antecedents)
+            if round_ == self.depth:
+                break
+            # higher order: g_i <- f * g_i + (1 - f) * E[g_antecedent], the dummy standing for g_i itself
+            probs = torch.softmax(torch.cat([scores.new_zeros(k, 1), scores], dim=1), dim=1).to(g.dtype)
+            expected = probs[:, :1] * g + torch.einsum("ka,kad->kd", probs[:, 1:], g[antecedents])
+            gate = torch.sigmoid(self.refinement_gate(torch.cat([g, expected], dim=-1)))
+            g = gate * g + (1 - gate) * expected
+        scores = torch.cat([scores.new_zeros(k, 1), scores], dim=1)
+        out = {"starts": top_starts, "ends": top_ends, "antecedents": antecedents, "scores": scores}
+        if target is not None:
+            out["loss"] = self.loss(scores, antecedents, top_starts, top_ends, target, features.size(0))
+        return out
+
+    @staticmethod
+    def gold_clusters_of(starts, ends, target, num_tokens: int) -> torch.Tensor:
+        """Gold cluster (1-based; 0: not a gold mention) of each span, from target rows (start, end, cluster)."""
+        cluster = starts.new_zeros(starts.shape)
+        if target.numel() == 0:
+            return cluster
+        keys = target[:, 0] * num_tokens + target[:, 1]
+        order = torch.argsort(keys)
+        sorted_keys = keys[order]
+        span_keys = starts * num_tokens + ends
+        at = torch.searchsorted(sorted_keys, span_keys).clamp(max=len(sorted_keys) - 1)
+        found = sorted_keys[at] == span_keys
+        return torch.where(found, target[order[at], 2] + 1, cluster)
+
+    def loss(self, scores, antecedents, starts, ends, target, num_tokens: int) -> torch.Tensor:
+        """Summed -log sum over gold antecedents (the dummy when there is none) of the antecedent softmax."""
+        cluster = self.gold_clusters_of(starts, ends, target, num_tokens)
+        gold = (cluster[antecedents] == cluster[:, None]) & (cluster[:, None] > 0) & torch.isfinite(scores[:, 1:])
+        gold = torch.cat([~gold.any(dim=1, keepdim=True), gold], dim=1)
+        gold_scores = scores.masked_fill(~gold, float("-inf"))
+        return (torch.logsumexp(scores, dim=1) - torch.logsumexp(gold_scores, dim=1)).sum()
+
+
+def predicted_clusters(out: dict, token_word: torch.Tensor) -> List[List[Tuple[int, int]]]:
+    """Clusters of word spans: each top span joins its best antecedent's cluster unless the dummy scores best."""
+    best = out["scores"].argmax(dim=1).tolist()
+    antecedents = out["antecedents"].tolist()
+    starts = token_word[out["starts"]].tolist()
+    ends = token_word[out["ends"]].tolist()
+    cluster_of: Dict[int, int] = {}
+    clusters: List[List[Tuple[int, int]]] = []
+    for i, choice in enumerate(best):
+        if choice == 0:
+            continue
+        j = antecedents[i][choice - 1]
+        if j not in cluster_of:
+            cluster_of[j] = len(clusters)
+            clusters.append([(starts[j], ends[j])])
+        cluster_of[i] = cluster_of[j]
+        clusters[cluster_of[j]].append((starts[i], ends[i]))
+    return clusters

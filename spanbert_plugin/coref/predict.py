@@ -1,0 +1,129 @@
+"""Coreference prediction: every document of a prepared split (``spanbert-predict-coref``), or raw text (``hub.coref``).
+
+Documents go through the model one at a time, exactly as at validation, so the
+scores written here equal the ones fairseq-train logged for the same checkpoint
+and split.
+"""
+import json
+import os
+import re
+from collections import Counter
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..file_utils import atomic_directory, check_destination
+from ..finetune_io import load_finetuned_checkpoint
+from .conll import CorefDocument, with_coref_column
+from .criterion import coref_outputs, gold_clusters
+from .dataset import collate_document
+from .head import predicted_clusters
+from .metrics import METRICS, add_counts, coref_counts, coref_scores
+from .prepare import DocumentEncoder, load_documents
+
+COMMAND = "spanbert-predict-coref"
+TASK = "coreference"
+_WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")
+_SENTENCE_END = {".", "!", "?"}
+
+
+def _to_device(sample, device):
+    from fairseq import utils
+
+    return utils.apply_to_sample(lambda t: t.to(device), sample)
+
+
+def document_clusters(model, sample) -> list:
+    """Predicted clusters (word spans) of one collated document."""
+    with torch.no_grad():
+        out = coref_outputs(model, sample)
+    return predicted_clusters(out, sample["coref"]["token_word"])
+
+
+def predict_documents(model, task, split: str):
+    """(predicted clusters, gold clusters) of every document of ``split``, in order."""
+    task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    device = next(model.parameters()).device
+    predicted, gold = [], []
+    for index in range(len(dataset)):
+        sample = _to_device(dataset.collater([dataset[index]]), device)
+        predicted.append(document_clusters(model, sample))
+        gold.append(gold_clusters(sample["gold"]))
+    return predicted, gold
+
+
+def scores_of(counts: dict) -> dict:
+    """eval.json's layout: each metric's p/r/f1 (percent), conll_f1 and the summed counts."""
+    flat = coref_scores(counts)
+    nested = {m: {part: flat[f"{m}_{part}"] for part in ("p", "r", "f1")} for m in METRICS}
+    return {**nested, "conll_f1": flat["conll_f1"], "counts": counts}
+
+
+def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False) -> dict:
+    """Write ``<split>.conll``, ``<split>.gold.conll``, ``clusters.jsonl`` and ``eval.json`` to ``out``.
+
+    ``batch_size``/``max_tokens`` are accepted for the shared predict options; a batch is always one document.
+    """
+    inputs = [checkpoint] + ([data] if data else [])
+    check_destination(out, COMMAND, inputs, force, "--out")
+    model, task, cfg = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
+    documents = load_documents(task.cfg.data, split)
+    predicted, gold = predict_documents(model, task, split)
+    if len(predicted) != len(documents):
+        raise UsageError(f"{task.cfg.data}: {split}.npz holds {len(predicted)} documents but {split}.docs.jsonl "
+                         f"{len(documents)}; prepare the folder again")
+    counts = {}
+    for key, response in zip(gold, predicted):
+        counts = add_counts(counts, coref_counts(key, response))
+    scores = {**scores_of(counts), "split": split, "documents": len(documents)}
+    with atomic_directory(out, COMMAND, inputs, force, "--out") as work:
+        with open(os.path.join(work, f"{split}.conll"), "w", encoding="utf-8") as pred_file, \
+                open(os.path.join(work, f"{split}.gold.conll"), "w", encoding="utf-8") as gold_file, \
+                open(os.path.join(work, "clusters.jsonl"), "w", encoding="utf-8") as clusters_file:
+            for record, clusters in zip(documents, predicted):
+                doc = CorefDocument(record["doc_key"], record["words"], np.zeros(0), [], [], record["source"],
+                                    record["lines"], np.asarray(record["token_lines"], dtype=np.int64))
+                pred_file.write("\n".join(with_coref_column(doc, clusters)) + "\n")
+                gold_file.write("\n".join(record["lines"]) + "\n")
+                words = record["words"]
+                clusters_file.write(json.dumps({
+                    "doc_key": record["doc_key"], "clusters": [[list(span) for span in c] for c in clusters],
+                    "text": [[" ".join(words[s:e + 1]) for s, e in c] for c in clusters],
+                }, ensure_ascii=False) + "\n")
+        with open(os.path.join(work, "eval.json"), "w", encoding="utf-8") as f:
+            json.dump(scores, f, indent=2)
+    return scores
+
+
+def split_words(text: str):
+    """Words of raw text with character offsets, and sentence ids (a sentence ends after . ! ?)."""
+    matches = list(_WORD.finditer(text))
+    words = [m.group(0) for m in matches]
+    ends = np.array([w in _SENTENCE_END for w in words], dtype=np.int64)
+    sentence_ids = np.concatenate([[0], np.cumsum(ends)[:-1]]) if words else np.zeros(0, dtype=np.int64)
+    return words, [(m.start(), m.end()) for m in matches], sentence_ids
+
+
+def resolve_text(model, task, tokenizer, text: str) -> List[List[dict]]:
+    """Clusters of raw text: each a list of {text, start, end} (character offsets, end exclusive)."""
+    words, offsets, sentence_ids = split_words(text)
+    if not words:
+        return []
+    meta = task.meta
+    encoder = DocumentEncoder(tokenizer, task.dictionary, meta["max_segment_length"], meta["max_span_width"])
+    doc = CorefDocument("text", words, sentence_ids, ["-"] * len(words), [], "text")
+    enc = encoder.encode(doc, tokenizer.encode_ids(words), Counter())
+    item = {**enc, "id": 0, "num_words": len(words),
+            "token_segment": np.repeat(np.arange(len(enc["segment_lengths"])), enc["segment_lengths"])}
+    sample = _to_device(collate_document(item, task.dictionary.pad()), next(model.parameters()).device)
+    clusters = document_clusters(model, sample)
+    return [[{"text": text[offsets[s][0]:offsets[e][1]], "start": offsets[s][0], "end": offsets[e][1]}
+             for s, e in cluster] for cluster in clusters]
+
+
+def load_coref_checkpoint(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
+    return load_finetuned_checkpoint(checkpoint, TASK, data, cpu)

@@ -1,0 +1,226 @@
+"""spanbert-prepare-coref: CoNLL-2012 or JSON-lines documents -> a ``coreference`` data folder.
+
+Documents become independent segments (SpanBERT's coreference setting): whole
+sentences are packed into segments of up to ``--max-segment-length`` tokens,
+``[CLS] ... [SEP]`` each; a sentence longer than a segment is cut at a word
+boundary (a single word longer than a segment is cut inside, both counted).
+
+Output, for each split ``S`` (train, valid, test):
+
+* ``S.npz``: the document's tokens, segment and document offsets, and per token
+  the word, sentence and speaker it belongs to (-1 for [CLS]/[SEP]); every gold
+  mention as inclusive word spans with its cluster (for evaluation), and the
+  trainable ones as inclusive token spans (``target_*``);
+* ``S.docs.jsonl``: per document its key, words, source and CoNLL lines (the
+  prediction is written as these lines with the last column replaced);
+
+plus ``coref_meta.json``, ``dict.txt`` and the tokenizer files of
+``--tokenizer-from``, and ``prepare_stats.json``.
+"""
+import json
+import os
+from collections import Counter
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from ..errors import UsageError
+from ..file_utils import atomic_directory, check_destination
+from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json
+from .conll import GENRES, CorefDocument, genre_index, read_split
+
+COMMAND = "spanbert-prepare-coref"
+META_FILE = "coref_meta.json"
+STATS_FILE = "prepare_stats.json"
+SPLIT_FLAGS = (("train", "--train"), ("valid", "--valid"), ("test", "--test"))
+STAT_KEYS = ("documents", "segments", "sentences", "words", "tokens", "cut_sentences", "cut_words", "mentions",
+             "clusters", "singletons", "trainable_mentions", "mentions_wider_than_max_span_width",
+             "mentions_across_segments", "mentions_across_sentences")
+
+
+class DocumentEncoder:
+    """Tokenizes documents word by word and packs their sentences into independent segments."""
+
+    def __init__(self, tokenizer, dictionary, max_segment_length: int, max_span_width: int):
+        self.tokenizer, self.dictionary = tokenizer, dictionary
+        self.capacity = max_segment_length - 2
+        self.max_span_width = max_span_width
+        self.cls, self.sep, self.unk = dictionary.bos(), dictionary.eos(), dictionary.unk()
+
+    def _segments(self, counts: np.ndarray, sentence_ids: np.ndarray, stats: Counter) -> List[List[tuple]]:
+        """Segments as lists of (word, first piece, end piece) of each word's pieces."""
+        segments, current, used = [], [], 0
+        bounds = np.flatnonzero(np.diff(sentence_ids)) + 1
+        for sentence in np.split(np.arange(len(counts)), bounds):
+            size = int(counts[sentence].sum())
+            if used + size <= self.capacity:
+                current += [(w, 0, int(counts[w])) for w in sentence]
+                used += size
+                continue
+            if current:
+                segments.append(current)
+                current, used = [], 0
+            if size <= self.capacity:
+                current, used = [(w, 0, int(counts[w])) for w in sentence], size
+                continue
+            stats["cut_sentences"] += 1
+            for w in sentence:
+                pieces = int(counts[w])
+                if used + pieces > self.capacity and current:
+                    segments.append(current)
+                    current, used = [], 0
+                start = 0
+                while pieces - start > self.capacity:  # one word longer than a segment: cut inside it
+                    stats["cut_words"] += 1
+                    segments.append([(w, start, start + self.capacity)])
+                    start += self.capacity
+                current.append((w, start, pieces))
+                used += pieces - start
+        if current:
+            segments.append(current)
+        return segments
+
+    def encode(self, doc: CorefDocument, word_ids: List[List[int]], stats: Counter) -> Dict[str, np.ndarray]:
+        word_ids = [ids if len(ids) else [self.unk] for ids in word_ids]  # a word the tokenizer drops becomes [UNK]
+        counts = np.array([len(ids) for ids in word_ids], dtype=np.int64)
+        segments = self._segments(counts, doc.sentence_ids, stats)
+        tokens, token_word, lengths = [], [], []
+        for segment in segments:
+            tokens.append(self.cls)
+            token_word.append(-1)
+            for w, start, end in segment:
+                tokens += word_ids[w][start:end]
+                token_word += [w] * (end - start)
+            tokens.append(self.sep)
+            token_word.append(-1)
+            lengths.append(sum(end - start for _, start, end in segment) + 2)
+        token_word = np.asarray(token_word, dtype=np.int64)
+        special = token_word < 0
+        speakers = {s: i for i, s in enumerate(dict.fromkeys(doc.speakers))}
+        speaker_of_word = np.array([speakers[s] for s in doc.speakers], dtype=np.int64)
+        token_sentence = np.where(special, -1, doc.sentence_ids[token_word])
+        token_speaker = np.where(special, -1, speaker_of_word[token_word])
+        token_segment = np.repeat(np.arange(len(lengths)), lengths)
+        positions = np.arange(len(token_word))
+        word_first = np.full(len(doc.words), len(token_word), dtype=np.int64)
+        word_last = np.full(len(doc.words), -1, dtype=np.int64)
+        np.minimum.at(word_first, token_word[~special], positions[~special])
+        np.maximum.at(word_last, token_word[~special], positions[~special])
+
+        spans = np.array([span for cluster in doc.clusters for span in cluster], dtype=np.int64).reshape(-1, 2)
+        cluster_of = np.repeat(np.arange(len(doc.clusters)), [len(c) for c in doc.clusters])
+        start_tok, end_tok = word_first[spans[:, 0]], word_last[spans[:, 1]]
+        too_wide = end_tok - start_tok + 1 > self.max_span_width
+        across_segments = token_segment[start_tok] != token_segment[end_tok]
+        across_sentences = doc.sentence_ids[spans[:, 0]] != doc.sentence_ids[spans[:, 1]]
+        trainable = ~(too_wide | across_segments | across_sentences)
+        stats["mentions"] += len(spans)
+        stats["clusters"] += len(doc.clusters)
+        stats["singletons"] += sum(len(c) == 1 for c in doc.clusters)
+        stats["mentions_wider_than_max_span_width"] += int(too_wide.sum())
+        stats["mentions_across_segments"] += int(across_segments.sum())
+        stats["mentions_across_sentences"] += int(across_sentences.sum())
+        stats["trainable_mentions"] += int(trainable.sum())
+        stats["documents"] += 1
+        stats["segments"] += len(lengths)
+        stats["words"] += len(doc.words)
+        stats["tokens"] += len(tokens)
+        stats["sentences"] += int(doc.sentence_ids[-1]) + 1
+        return {
+            "tokens": np.asarray(tokens, dtype=np.int64), "segment_lengths": np.asarray(lengths, dtype=np.int64),
+            "token_word": token_word, "token_sentence": token_sentence, "token_speaker": token_speaker,
+            "gold": np.concatenate([spans, cluster_of[:, None]], axis=1),
+            "target": np.stack([start_tok, end_tok, cluster_of], axis=1)[trainable],
+            "genre": genre_index(doc.genre), "words": len(doc.words),
+        }
+
+
+def _offsets(lengths) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def write_split(encoded: List[dict], documents: List[CorefDocument], prefix: str) -> None:
+    """``prefix``.npz (flat arrays with per-document offsets) and ``prefix``.docs.jsonl."""
+    def cat(key, dtype=np.int64):
+        return np.concatenate([e[key] for e in encoded]).astype(dtype)
+
+    np.savez(
+        prefix + ".npz",
+        tokens=cat("tokens", np.int32), segment_lengths=cat("segment_lengths", np.int32),
+        doc_segments=_offsets([len(e["segment_lengths"]) for e in encoded]),
+        doc_tokens=_offsets([len(e["tokens"]) for e in encoded]),
+        token_word=cat("token_word", np.int32), token_sentence=cat("token_sentence", np.int32),
+        token_speaker=cat("token_speaker", np.int32),
+        gold=np.concatenate([e["gold"] for e in encoded]).astype(np.int64).reshape(-1, 3),
+        doc_gold=_offsets([len(e["gold"]) for e in encoded]),
+        target=np.concatenate([e["target"] for e in encoded]).astype(np.int64).reshape(-1, 3),
+        doc_target=_offsets([len(e["target"]) for e in encoded]),
+        doc_genre=np.array([e["genre"] for e in encoded], dtype=np.int64),
+        doc_words=np.array([e["words"] for e in encoded], dtype=np.int64),
+    )
+    with open(prefix + ".docs.jsonl", "w", encoding="utf-8") as f:
+        for doc in documents:
+            f.write(json.dumps({"doc_key": doc.doc_key, "source": doc.source, "words": doc.words, "lines": doc.lines,
+                                "token_lines": doc.token_lines.tolist()}, ensure_ascii=False) + "\n")
+
+
+def encode_documents(encoder: DocumentEncoder, documents: List[CorefDocument], stats: Counter) -> List[dict]:
+    """Encode every document; all words of the split are tokenized in one batch call."""
+    words = [w for doc in documents for w in doc.words]
+    ids = encoder.tokenizer.encode_ids(words)
+    encoded, at = [], 0
+    for doc in documents:
+        encoded.append(encoder.encode(doc, ids[at:at + len(doc.words)], stats))
+        at += len(doc.words)
+    return encoded
+
+
+def prepare_coref_data(args) -> dict:
+    """Read, check and encode every split, then write the folder at once; returns the statistics."""
+    if not 8 <= args.max_segment_length:
+        raise UsageError(f"--max-segment-length must be at least 8, got {args.max_segment_length}")
+    if args.max_span_width < 1:
+        raise UsageError(f"--max-span-width must be at least 1, got {args.max_span_width}")
+    specs = [(split, flag, getattr(args, split)) for split, flag in SPLIT_FLAGS if getattr(args, split)]
+    if not specs:
+        raise UsageError("give at least one of --train, --valid, --test")
+    inputs = [spec for _, _, spec in specs] + [args.tokenizer_from]
+    check_destination(args.destdir, COMMAND, inputs, args.force)
+    tokenizer, dictionary = load_tokenizer_folder(args.tokenizer_from)
+    encoder = DocumentEncoder(tokenizer, dictionary, args.max_segment_length, args.max_span_width)
+    splits, stats = {}, {}
+    for split, flag, spec in specs:
+        documents = read_split(spec, flag)
+        counts = Counter()
+        splits[split] = (documents, encode_documents(encoder, documents, counts))
+        stats[split] = {key: counts[key] for key in STAT_KEYS}
+    meta = {"max_segment_length": args.max_segment_length, "max_span_width": args.max_span_width,
+            "genres": list(GENRES), "splits": sorted(splits), "tokenizer": tokenizer.kind}
+    with atomic_directory(args.destdir, COMMAND, inputs, args.force) as work:
+        copy_tokenizer_files(args.tokenizer_from, work)
+        for split, (documents, encoded) in splits.items():
+            write_split(encoded, documents, os.path.join(work, split))
+        write_json(os.path.join(work, META_FILE), meta)
+        write_json(os.path.join(work, STATS_FILE), stats)
+    return stats
+
+
+def load_coref_meta(folder: str) -> dict:
+    return read_prepared_json(folder, META_FILE, COMMAND)
+
+
+def load_documents(folder: str, split: str) -> List[dict]:
+    """The ``S.docs.jsonl`` records of a split (key, words, CoNLL lines), in order."""
+    path = os.path.join(folder, split + ".docs.jsonl")
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file; the folder has no split {split!r}")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def load_split_arrays(folder: str, split: str) -> Optional[Dict[str, np.ndarray]]:
+    path = os.path.join(folder, split + ".npz")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(path)
+    with np.load(path) as arrays:
+        return {key: arrays[key] for key in arrays.files}

@@ -1,0 +1,108 @@
+"""The ``coreference`` task: c2f-coref fine-tuning on ``spanbert-prepare-coref`` data, one document per batch.
+
+The model gets a ``CorefHead``; a checkpoint pre-trained here or imported with
+``spanbert-import-hf`` is loaded with ``--finetune-from-model``. Batches always
+hold one whole document (``--batch-size``/``--max-tokens`` are ignored; use
+``--update-freq`` to accumulate documents). Validation logs MUC, B-cubed and
+CEAF-e precision/recall/F1 and ``conll_f1`` from counts summed over the split.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II
+
+from ..data.dictionary import SpanBertDictionary
+from ..data.span_drop import SpanDropSampling, check_span_drop_args
+from ..errors import UsageError
+from ..tasks import OneDictionaryTask, prepared_data_folder
+from .conll import GENRES
+from .dataset import CorefDataset
+from .head import CorefHead
+from .prepare import COMMAND, load_coref_meta
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CoreferenceConfig(SpanDropSampling):
+    data: str = field(default="", metadata={"help": "spanbert-prepare-coref output folder"})
+    max_span_width: int = field(default=30, metadata={"help": "widest candidate span, in tokens"})
+    top_span_ratio: float = field(default=0.4, metadata={"help": "spans kept after mention scoring, per word"})
+    max_top_antecedents: int = field(default=50, metadata={"help": "antecedents per span kept by the coarse scores"})
+    coref_depth: int = field(default=1, metadata={"help": "rounds of higher-order span refinement (0: none)"})
+    coref_ffnn_size: int = field(default=3000, metadata={"help": "hidden size of the mention and pair scorers"})
+    coref_feature_size: int = field(default=20, metadata={"help": "size of width, distance, speaker, genre embeddings"})
+    coref_dropout: float = field(default=0.3, metadata={"help": "dropout in the coreference head"})
+    span_drop_unit: ChoiceEnum(("sentence", "token")) = field(
+        default="sentence", metadata={"help": "SpanDrop unit: whole sentences or words holding no gold mention"})
+    seed: int = II("common.seed")
+
+
+@register_task("coreference", dataclass=CoreferenceConfig)
+class CoreferenceTask(OneDictionaryTask, FairseqTask):
+    """Coreference resolution with the c2f-coref head over independent segments (SPEC section 1.4)."""
+
+    cfg: CoreferenceConfig
+
+    def __init__(self, cfg: CoreferenceConfig, dictionary: SpanBertDictionary, meta: dict):
+        super().__init__(cfg)
+        self.dictionary, self.meta = dictionary, meta
+
+    @classmethod
+    def setup_task(cls, cfg: CoreferenceConfig, **kwargs):
+        data = prepared_data_folder(cfg, "coreference", COMMAND)
+        meta = load_coref_meta(data)
+        check_span_drop_args(cfg.span_drop_p, cfg.span_drop_gamma)
+        for name in ("max_span_width", "max_top_antecedents", "coref_ffnn_size", "coref_feature_size"):
+            if getattr(cfg, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
+        if not 0 < cfg.top_span_ratio <= 1:
+            raise UsageError(f"--top-span-ratio must be in (0, 1], got {cfg.top_span_ratio}")
+        if cfg.coref_depth < 0:
+            raise UsageError(f"--coref-depth must be at least 0, got {cfg.coref_depth}")
+        dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
+        logger.info(f"{data}: segments of up to {meta['max_segment_length']} tokens, {len(dictionary)} symbols")
+        return cls(cfg, dictionary, meta)
+
+    def build_coref_head(self, hidden: int) -> CorefHead:
+        c = self.cfg
+        return CorefHead(hidden, c.coref_ffnn_size, c.max_span_width, c.coref_feature_size, len(GENRES),
+                         c.coref_depth, c.coref_dropout, c.top_span_ratio, c.max_top_antecedents)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if not hasattr(model, "register_coref_head"):
+            raise UsageError(f"coreference needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
+        if self.meta["max_segment_length"] > model.max_positions():
+            raise UsageError(f"{self.cfg.data}: segments of up to {self.meta['max_segment_length']} tokens exceed the "
+                             f"model's {model.max_positions()} positions; prepare again with a smaller --max-segment-length")
+        model.register_coref_head(self.build_coref_head(model.cfg.encoder_embed_dim))
+        return model
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        is_train = split.startswith("train")
+        span_drop = None
+        if is_train and self.cfg.span_drop_p > 0:
+            span_drop = (self.cfg.span_drop_p, self.cfg.span_drop_gamma, str(self.cfg.span_drop_unit),
+                         str(self.cfg.span_drop_mode))
+        try:
+            dataset = CorefDataset.load(self.cfg.data, split, self.dictionary.pad(), shuffle=is_train,
+                                        seed=self.cfg.seed, span_drop=span_drop, mask_index=self.dictionary.index("[MASK]")
+                                        if "[MASK]" in self.dictionary.indices else self.dictionary.unk())
+        except FileNotFoundError:
+            raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: no such file (split {split!r} was not "
+                             f"prepared in {self.cfg.data})") from None
+        logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} documents")
+        self.datasets[split] = dataset
+
+    def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, max_positions=None,
+                           ignore_invalid_inputs=False, required_batch_size_multiple=1, **kwargs):
+        """One document per batch, whatever --batch-size / --max-tokens say; no document is ever filtered out."""
+        return super().get_batch_iterator(dataset, max_tokens=None, max_sentences=1, max_positions=None,
+                                          ignore_invalid_inputs=False, required_batch_size_multiple=1, **kwargs)
+
+    def max_positions(self):
+        return None

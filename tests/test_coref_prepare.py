@@ -1,0 +1,147 @@
+"""spanbert-prepare-coref: segments, word maps, gold mentions and statistics; bad input; SpanDrop on documents."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import needs_shared_data, shared_path
+from spanbert_plugin.cli.prepare_coref import main as prepare_main
+from spanbert_plugin.coref.conll import read_split
+from spanbert_plugin.coref.dataset import CorefDataset
+from spanbert_plugin.coref.prepare import load_coref_meta, load_split_arrays
+from spanbert_plugin.finetune_io import load_tokenizer_folder
+
+LITBANK = "litbank"
+VOCAB = "bert_uncased_vocab/vocab.txt"
+
+
+@pytest.fixture(scope="module")
+def uncased_tokenizer(tmp_path_factory):
+    """A spanbert-prepare folder with the BERT uncased WordPiece vocabulary."""
+    from spanbert_plugin.prepare import cli_main
+
+    d = tmp_path_factory.mktemp("tok")
+    text = d / "t.txt"
+    text.write_text("A few words.\n")
+    dest = str(d / "tok")
+    assert cli_main(["--train", str(text), "--valid", str(text), "--destdir", dest, "--tokenizer", "wordpiece",
+                     "--wordpiece-vocab", shared_path(VOCAB), "--lowercase"]) == 0
+    return dest
+
+
+def write_jsonl(path, docs):
+    with open(path, "w") as f:
+        for doc in docs:
+            f.write(json.dumps(doc) + "\n")
+    return str(path)
+
+
+def prepare(args):
+    return prepare_main(args)
+
+
+@needs_shared_data(LITBANK, VOCAB)
+def test_litbank_fold0(uncased_tokenizer, tmp_path, capsys):
+    splits = shared_path(LITBANK, "splits", "fold0")
+    dest = str(tmp_path / "coref")
+    assert prepare(["--train", os.path.join(splits, "train.txt"), "--valid", os.path.join(splits, "dev.txt"),
+                    "--test", os.path.join(splits, "test.txt"), "--tokenizer-from", uncased_tokenizer,
+                    "--destdir", dest, "--max-segment-length", "128"]) == 0
+    stats = json.load(open(os.path.join(dest, "prepare_stats.json")))
+    assert [stats[s]["documents"] for s in ("train", "valid", "test")] == [80, 10, 10]
+    tokenizer, dictionary = load_tokenizer_folder(uncased_tokenizer)
+    for split, flag in (("valid", "dev.txt"), ("test", "test.txt")):
+        docs = read_split(os.path.join(splits, flag), "--valid")
+        s, a = stats[split], load_split_arrays(dest, split)
+        # every gold mention is kept for evaluation, counted once
+        assert s["mentions"] == sum(len(c) for d in docs for c in d.clusters) == len(a["gold"])
+        assert s["trainable_mentions"] == len(a["target"])
+        assert s["mentions"] - s["trainable_mentions"] <= (s["mentions_wider_than_max_span_width"]
+                                                           + s["mentions_across_segments"] + s["mentions_across_sentences"])
+        assert s["words"] == sum(len(d.words) for d in docs)
+        lengths = a["segment_lengths"]
+        assert lengths.max() <= 128 and lengths.sum() == len(a["tokens"]) == s["tokens"]
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        assert (a["tokens"][starts] == dictionary.bos()).all() and (a["tokens"][starts + lengths - 1] == dictionary.eos()).all()
+        # the word map gives back each word's own pieces, in order
+        doc, t0, t1 = docs[0], a["doc_tokens"][0], a["doc_tokens"][1]
+        words, tokens = a["token_word"][t0:t1], a["tokens"][t0:t1]
+        pieces = tokenizer.encode_ids(doc.words)
+        for w in (0, 7, len(doc.words) - 1):
+            assert tokens[words == w].tolist() == (pieces[w] or [dictionary.unk()])
+        # gold word spans and their cluster ids reproduce the clusters
+        g = a["gold"][a["doc_gold"][0]:a["doc_gold"][1]]
+        rebuilt = {}
+        for start, end, cluster in g.tolist():
+            rebuilt.setdefault(cluster, []).append((start, end))
+        assert sorted(rebuilt.values()) == sorted(doc.clusters)
+    meta = load_coref_meta(dest)
+    assert meta["max_segment_length"] == 128 and meta["max_span_width"] == 30
+
+
+def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
+    long_sentence = [f"w{i}" for i in range(40)]
+    docs = [{"doc_key": "a", "sentences": [["Short", "one", "."], long_sentence, ["x" * 60]], "clusters": [[[0, 0], [5, 6]]]}]
+    dest = str(tmp_path / "d")
+    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", docs), "--tokenizer-from", wordpiece_data,
+                    "--destdir", dest, "--max-segment-length", "16"]) == 0
+    stats = json.load(open(os.path.join(dest, "prepare_stats.json")))["train"]
+    assert stats["cut_sentences"] == 2 and stats["cut_words"] >= 1
+    a = load_split_arrays(dest, "train")
+    assert a["segment_lengths"].max() <= 16
+    sentence = a["token_sentence"]
+    segment = np.repeat(np.arange(len(a["segment_lengths"])), a["segment_lengths"])
+    # no segment holds two sentences when one of them was cut
+    assert len(np.unique(segment[sentence == 1])) >= 2
+
+
+@pytest.mark.parametrize("files,message", [
+    ({"a.jsonl": '{"doc_key": "d", "sentences": [["x"]]}\n', "b.jsonl": '{"doc_key": "d", "sentences": [["y"]]}\n'},
+     "b.jsonl:1: duplicate document d (first at"),
+    ({"a.conll": "#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (1\n\n#end document\n"},
+     "a.conll:2: unbalanced brackets"),
+    ({"a.jsonl": '{"doc_key": "d", "sentences": [["x"]], "clusters": [[[0, 1]]]}\n'}, "a.jsonl:1: cluster span [0, 1]"),
+    ({"a.txt": "hello\n"}, "a.txt:1: hello: no such file (list files"),
+])
+def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    spec = str(tmp_path / next(iter(files))) if len(files) == 1 else str(tmp_path / "*.jsonl")
+    dest = tmp_path / "out"
+    assert prepare(["--train", spec, "--tokenizer-from", wordpiece_data, "--destdir", str(dest)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not dest.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-tmp")]
+
+
+def test_span_drop_keeps_every_gold_mention(wordpiece_data, tmp_path):
+    sentences = [[f"s{s}w{i}" for i in range(6)] for s in range(12)]
+    clusters = [[[0, 1], [30, 30]], [[13, 13]]]  # sentences 0, 5 and 2 hold mentions
+    dest = str(tmp_path / "d")
+    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", [{"doc_key": "a", "sentences": sentences, "clusters": clusters}]),
+                    "--tokenizer-from", wordpiece_data, "--destdir", dest, "--max-segment-length", "32"]) == 0
+    arrays = load_split_arrays(dest, "train")
+    plain = CorefDataset(arrays, pad_index=1)[0]
+    kept_sizes = []
+    for unit in ("sentence", "token"):
+        for epoch in range(1, 6):
+            ds = CorefDataset(arrays, pad_index=1, span_drop=(0.5, None, unit, "drop"), seed=3)
+            ds.set_epoch(epoch)
+            doc = ds[0]
+            kept_sizes.append(len(doc["tokens"]))
+            # every target still points at the same pieces of the same words
+            for (s, e, c), (s0, e0, c0) in zip(doc["target"], plain["target"]):
+                assert c == c0
+                assert doc["tokens"][s:e + 1].tolist() == plain["tokens"][s0:e0 + 1].tolist()
+                assert doc["token_word"][s:e + 1].tolist() == plain["token_word"][s0:e0 + 1].tolist()
+            sentences_kept = set(doc["token_sentence"][doc["token_sentence"] >= 0].tolist())
+            assert {0, 2, 5} <= sentences_kept
+            assert doc["token_segment"].max() + 1 == len(np.unique(doc["token_segment"]))
+            batch = ds.collater([doc])
+            assert (batch["net_input"]["src_tokens"][:, 0] == plain["tokens"][0]).all()
+    assert min(kept_sizes) < len(plain["tokens"])  # something was dropped
+    # same (seed, epoch, document) -> same draw
+    a, b = (CorefDataset(arrays, pad_index=1, span_drop=(0.5, 1.0, "sentence", "drop"), seed=3)[0] for _ in range(2))
+    assert a["tokens"].tolist() == b["tokens"].tolist()

@@ -1,0 +1,221 @@
+"""The coreference head, task and criterion: span selection, chunking, learning, fairseq-train, prediction, hub."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, bin_path, run_cli
+from test_coref_prepare import write_jsonl
+from spanbert_plugin.coref import head as head_module
+from spanbert_plugin.coref.head import CorefHead, bucket_distance, select_non_crossing
+
+NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "oscar"]
+TEMPLATES = [["went", "home", "."], ["saw", "a", "dog", "."], ["and", "NAME", "met", "."], ["liked", "the", "house", "."]]
+
+
+def synthetic_documents(n, seed, sentences=8):
+    """Documents about three people each; every mention of a name is one cluster (repeated names to resolve)."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for d in range(n):
+        names = rng.choice(NAMES, 3, replace=False)
+        words_of, mentions = [], {}
+        for _ in range(sentences):
+            template = TEMPLATES[rng.integers(len(TEMPLATES))]
+            words = [names[rng.integers(3)]] + [names[rng.integers(3)] if w == "NAME" else w for w in template]
+            base = sum(len(s) for s in words_of)
+            for i, w in enumerate(words):
+                if w in names:
+                    mentions.setdefault(w, []).append([base + i, base + i])
+            words_of.append(words)
+        docs.append({"doc_key": f"nw/syn{seed}_{d}", "sentences": words_of, "clusters": list(mentions.values())})
+    return docs
+
+
+@pytest.fixture(scope="module")
+def synthetic_data(wordpiece_data, tmp_path_factory):
+    from spanbert_plugin.cli.prepare_coref import main
+
+    d = tmp_path_factory.mktemp("coref_syn")
+    dest = str(d / "data")
+    assert main(["--train", write_jsonl(d / "train.jsonl", synthetic_documents(40, 1)),
+                 "--valid", write_jsonl(d / "valid.jsonl", synthetic_documents(10, 2)),
+                 "--tokenizer-from", wordpiece_data, "--destdir", dest, "--max-segment-length", "48"]) == 0
+    return dest
+
+
+def build(data, *extra):
+    """(task, model, criterion) of a tiny coreference setup, in-process."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--user-dir", os.path.join(ROOT, "user_dir"), "--task", "coreference", "--criterion", "coreference",
+        "--arch", "spanbert_tiny", "--encoder-layers", "1", "--batch-size", "1", "--coref-ffnn-size", "64",
+        "--optimizer", "adam", "--lr", "1e-3", "--cpu", *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    return task, model, task.build_criterion(cfg.criterion)
+
+
+def test_select_non_crossing_and_buckets():
+    starts, ends = [0, 1, 0, 3, 2], [2, 3, 0, 3, 2]
+    # best first: (1,3), then (0,2) crosses it, (0,0) and (3,3) nest, (2,2) nests
+    assert select_non_crossing(starts, ends, [1, 0, 2, 3, 4], k=3) == [2, 1, 3]
+    assert select_non_crossing(starts, ends, [0, 1, 2, 3, 4], k=10) == [2, 0, 4, 3]
+    assert bucket_distance(torch.tensor([0, 1, 4, 5, 7, 8, 15, 16, 63, 64, 1000])).tolist() == [0, 1, 4, 5, 5, 6, 6, 7, 8, 9, 9]
+
+
+def test_head_chunking_does_not_change_results(synthetic_data, monkeypatch):
+    """Row chunks (and checkpointing while training) give the same scores, loss and gradients as one chunk."""
+    torch.manual_seed(0)
+    task, model, criterion = build(synthetic_data, "--coref-dropout", "0", "--dropout", "0", "--attention-dropout", "0")
+    task.load_dataset("valid")
+    sample = task.dataset("valid").collater([task.dataset("valid")[0]])
+    results = []
+    for elements in (1 << 23, 1 << 12):
+        monkeypatch.setattr(head_module, "CHUNK_ELEMENTS", elements)
+        model.zero_grad()
+        out, _ = model(**sample["net_input"], coref=sample["coref"])
+        out["loss"].backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((out["scores"].detach(), out["antecedents"], out["loss"].detach(), grads))
+    (s1, a1, l1, g1), (s2, a2, l2, g2) = results
+    assert torch.equal(a1, a2)
+    assert torch.allclose(s1, s2, atol=1e-5, equal_nan=True) and torch.allclose(l1, l2, rtol=1e-6)
+    assert (g1 - g2).abs().max() <= 1e-5 * g1.abs().max(), ((g1 - g2).abs().max(), g1.abs().max())
+
+
+def test_memory_is_linear_no_span_by_span_matrix(monkeypatch):
+    """The largest tensor the head builds grows linearly: doubling the document at most doubles it.
+
+    Chunks are made small here so that a span x span matrix (640 x 640 top spans at 1,600 words) would show.
+    """
+    monkeypatch.setattr(head_module, "CHUNK_ELEMENTS", 4096)
+    torch.manual_seed(0)
+    head = CorefHead(hidden=16, ffnn_size=8, max_span_width=5, depth=1, max_top_antecedents=4).eval()
+    largest = []
+    for n_tokens in (400, 800, 1600):
+        seen = [0]
+        word = torch.arange(n_tokens)
+        sentence = word // 10
+        with torch.no_grad():
+            hook = torch.overrides.TorchFunctionMode
+
+            class Track(hook):
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    result = func(*args, **(kwargs or {}))
+                    if isinstance(result, torch.Tensor):
+                        seen[0] = max(seen[0], result.numel())
+                    return result
+
+            with Track():
+                head(torch.randn(n_tokens, 16), word, sentence, torch.zeros(n_tokens, dtype=torch.long),
+                     torch.zeros(n_tokens, dtype=torch.long), torch.tensor([0]), n_tokens)
+        largest.append(seen[0])
+    assert largest[2] <= 2.2 * largest[1] <= 4.5 * largest[0], largest
+
+
+def test_learns_to_resolve_repeated_names(synthetic_data):
+    """Random-init 1-layer encoder: 6 epochs over 40 documents take the CoNLL F1 from near 0 to above 70."""
+    from spanbert_plugin.coref.criterion import gold_clusters
+    from spanbert_plugin.coref.head import predicted_clusters
+    from spanbert_plugin.coref.metrics import corpus_scores
+
+    torch.manual_seed(0)
+    task, model, criterion = build(synthetic_data, "--coref-dropout", "0", "--dropout", "0", "--attention-dropout", "0")
+    task.load_dataset("train")
+    task.load_dataset("valid")
+    train, valid = task.dataset("train"), task.dataset("valid")
+
+    def conll_f1():
+        model.eval()
+        keys, responses = [], []
+        with torch.no_grad():
+            for i in range(len(valid)):
+                sample = valid.collater([valid[i]])
+                out, _ = model(**sample["net_input"], coref=sample["coref"])
+                responses.append(predicted_clusters(out, sample["coref"]["token_word"]))
+                keys.append(gold_clusters(sample["gold"]))
+        model.train()
+        return corpus_scores(keys, responses)["conll_f1"]
+
+    before = conll_f1()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(6):
+        for i in np.random.default_rng(epoch).permutation(len(train)):
+            loss, _, _ = criterion(model, train.collater([train[i]]))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    after = conll_f1()
+    assert before < 20 < 70 < after, (before, after)
+
+
+def _valid_records(output):
+    return [json.loads(line.split("| valid | ", 1)[1]) for line in output.splitlines() if "| valid | " in line]
+
+
+def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_path):
+    """Pre-train 1 update, fine-tune coreference from it, keep the best conll_f1; prediction and the hub agree."""
+    pre = str(tmp_path / "pre")
+    run_cli([bin_path("fairseq-train"), wordpiece_data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
+             "--criterion", "span_bert", "--arch", "spanbert_tiny", "--encoder-layers", "1", "--batch-size", "4",
+             "--optimizer", "adam", "--lr", "1e-4", "--max-update", "1", "--cpu", "--save-dir", pre,
+             "--no-epoch-checkpoints", "--disable-validation"])
+    ck = str(tmp_path / "ck")
+    proc = run_cli([bin_path("fairseq-train"), synthetic_data, "--user-dir", "user_dir", "--task", "coreference",
+                    "--criterion", "coreference", "--arch", "spanbert_tiny", "--encoder-layers", "1",
+                    "--finetune-from-model", os.path.join(pre, "checkpoint_last.pt"), "--batch-size", "1",
+                    "--coref-ffnn-size", "64", "--optimizer", "adam", "--lr", "1e-3", "--max-epoch", "3", "--cpu",
+                    "--save-dir", ck, "--no-epoch-checkpoints", "--best-checkpoint-metric", "conll_f1",
+                    "--maximize-best-checkpoint-metric", "--log-format", "json", "--seed", "2"])
+    valid = _valid_records(proc.stdout + proc.stderr)
+    assert len(valid) == 3 and {"valid_conll_f1", "valid_muc_f1", "valid_bcub_p", "valid_ceafe_r"} <= set(valid[-1])
+    state = torch.load(os.path.join(ck, "checkpoint_last.pt"), weights_only=False)
+    assert any(k.startswith("coref_head.pair_scorer") for k in state["model"])
+    out = str(tmp_path / "pred")
+    run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"),
+             "--split", "valid", "--out", out])
+    scores = json.load(open(os.path.join(out, "eval.json")))
+    for metric in ("muc", "bcub", "ceafe"):
+        for part in ("p", "r", "f1"):
+            assert scores[metric][part] == pytest.approx(float(valid[-1][f"valid_{metric}_{part}"]), abs=1e-4)
+    assert scores["conll_f1"] == pytest.approx(float(valid[-1]["valid_conll_f1"]), abs=1e-4)
+    assert scores["documents"] == 10
+    assert sorted(os.listdir(out)) == [".spanbert-output.json", "clusters.jsonl", "eval.json", "valid.conll",
+                                       "valid.gold.conll"]
+    # the prediction file reads back as the clusters written to clusters.jsonl
+    from spanbert_plugin.coref.conll import read_conll
+
+    predicted = read_conll("valid.conll", open(os.path.join(out, "valid.conll")).read())
+    records = [json.loads(line) for line in open(os.path.join(out, "clusters.jsonl"))]
+    # JSON-lines documents are written as "#begin document (KEY); part 000"
+    assert [d.doc_key for d in predicted] == [f"({r['doc_key']}); part 000" for r in records]
+    for doc, record in zip(predicted, records):
+        assert sorted(doc.clusters) == sorted(sorted(tuple(s) for s in c) for c in record["clusters"])
+    # hub.coref on the raw text of a document gives the same clusters (character spans of the same words)
+    from spanbert_plugin.models.spanbert import SpanBertModel
+
+    hub = SpanBertModel.from_pretrained(ck, "checkpoint_last.pt")
+    doc = synthetic_documents(10, 2)[0]
+    text = " ".join(w for s in doc["sentences"] for w in s)
+    clusters = hub.coref(text)
+    starts = np.cumsum([0] + [len(w) + 1 for s in doc["sentences"] for w in s])
+    as_words = sorted(sorted((int(np.searchsorted(starts, m["start"])), int(np.searchsorted(starts, m["end"] + 1)) - 1)
+                             for m in c) for c in clusters)
+    assert as_words == sorted(sorted(tuple(s) for s in c) for c in records[0]["clusters"])
+    assert all(text[m["start"]:m["end"]] == m["text"] for c in clusters for m in c)
+
+
+def test_two_learning_rates_with_the_composite_optimizer(synthetic_data, tmp_path):
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "coref"),
+                    "--config-name", "tiny_cpu", f"task.data={synthetic_data}", f"checkpoint.save_dir={tmp_path}",
+                    "optimization.max_update=3", "common.log_interval=1", "task.coref_ffnn_size=32",
+                    "dataset.validate_interval=100", "dataset.disable_validation=true"])
+    output = proc.stdout + proc.stderr
+    assert "Group : coref_head" in output and "Group : default" in output
+    assert "lr_default=" in output and "lr_coref_head=" in output
