@@ -365,6 +365,19 @@ def test_finetune_from_pretrained_checkpoint_then_predict_equals_validation(spm_
     records = [json.loads(line) for line in open(tmp_path / "test_pred" / "predictions.jsonl")]
     assert [r["id"] for r in records] == [f"t{i}" for i in range(5)] and not any("gold" in r for r in records)
 
+    # data prepared with other labels (here only two of the three) are refused, in one line, nothing written
+    _write_jsonl(tmp_path / "two.jsonl", [e for e in _corpus_examples(corpus_files[0], 96) if e[1] != "medium"])
+    two = str(tmp_path / "two")
+    assert prepare_main(["--train", str(tmp_path / "two.jsonl"), "--valid", str(tmp_path / "two.jsonl"),
+                         "--tokenizer-from", spm_data, "--destdir", two, "--text-columns", "text",
+                         "--label-column", "label", "--max-seq-length", "48"]) == 0
+    proc = run_cli([bin_path("spanbert-predict-classification"), "--checkpoint", str(tmp_path / "ft" / "checkpoint_last.pt"),
+                    "--data", two, "--out", str(tmp_path / "refused")], check=False)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert re.search(r"error: --data \S*two: labels \['long', 'short'\] differ from the checkpoint's "
+                     r"\['long', 'medium', 'short'\]", proc.stderr), proc.stderr
+    assert not (tmp_path / "refused").exists()
+
 
 def test_regression_correlations_over_two_workers_equal_prediction(spm_data, corpus_files, tmp_path):
     _write_jsonl(tmp_path / "train.jsonl", _corpus_examples(corpus_files[0], 64), regression=True)
@@ -421,6 +434,28 @@ def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
                              wordpiece_data, "--destdir", str(dest), "--text-columns", text, "--label-column", label]) == 0
         outputs.append((open(dest / "train.bin", "rb").read(), np.load(dest / "train.labels.npy").tolist()))
     assert all(o == outputs[0] for o in outputs) and outputs[0][1] == [1, 0, 1]
+
+
+def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_path):
+    rows = [("first text", "10"), ("second text", "2"), ("third text", "1"), ("fourth text", "2")]
+    body = "".join(f"{t}\t{l}\n" for t, l in rows)
+    (tmp_path / "plain.tsv").write_text(body, encoding="utf-8")
+    (tmp_path / "named.tsv").write_text("sentence\tlabel\n" + body, encoding="utf-8")
+
+    def prepare(name, header):
+        dest = tmp_path / f"out_{name}_{header}"
+        assert prepare_main(["--train", str(tmp_path / name), "--valid", str(tmp_path / name), "--tokenizer-from",
+                             wordpiece_data, "--destdir", str(dest), "--text-columns", "0", "--label-column", "1",
+                             "--header", header, "--force"]) == 0
+        meta = json.load(open(dest / "classification.json"))
+        return meta["labels"], np.load(dest / "train.labels.npy").tolist()
+
+    # all labels integers: 1 < 2 < 10 (as strings "10" would sort before "2"); the second label is positive
+    assert prepare("plain.tsv", "no") == (["1", "2", "10"], [2, 1, 0, 1])
+    assert prepare("plain.tsv", "auto") == prepare("plain.tsv", "no")  # columns by index: no header line
+    assert prepare("named.tsv", "yes") == (["1", "2", "10"], [2, 1, 0, 1])  # the first line is skipped
+    # --header no reads that line as data: "label" is a label, so the labels sort as strings
+    assert prepare("named.tsv", "no") == (["1", "10", "2", "label"], [3, 1, 2, 0, 2])
 
 
 BAD_INPUTS = {

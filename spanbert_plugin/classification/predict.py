@@ -23,11 +23,23 @@ TASK_NAME = "sentence_classification"
 
 def load_classifier(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
     """(model, task, cfg) of a sentence_classification checkpoint; ``data`` overrides the prepared folder."""
-    model, task, cfg = load_finetuned_checkpoint(checkpoint, TASK_NAME, data, cpu)
+    model, task, cfg = load_finetuned_checkpoint(checkpoint, TASK_NAME, data, cpu, check_data=_check_same_labels)
     trained = task.state.labels  # the data's, replaced on loading by the checkpoint's when it saved them
     if trained != task.labels:
         raise UsageError(f"--data {cfg.task.data}: labels {task.labels} differ from the checkpoint's {trained}")
     return model, task, cfg
+
+
+def _check_same_labels(data: str, trained_on: Optional[str]) -> None:
+    """Refuse other labels before the model is built (building it would first resize the head, with a warning),
+    when the training folder is still there; otherwise the labels saved in the checkpoint are compared after."""
+    from .prepare import META_FILE, read_meta
+
+    if not trained_on or not os.path.isfile(os.path.join(trained_on, META_FILE)):
+        return
+    labels, trained = read_meta(data)["labels"], read_meta(trained_on)["labels"]
+    if labels != trained:
+        raise UsageError(f"--data {os.path.abspath(data)}: labels {labels} differ from the checkpoint's {trained}")
 
 
 def split_outputs(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> np.ndarray:
