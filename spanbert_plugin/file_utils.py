@@ -155,7 +155,7 @@ def signals_held():
 
 
 @contextmanager
-def _signals_as_interrupt():
+def signals_as_interrupt():
     """Turn SIGTERM and SIGHUP into Interrupted inside the block, so cleanup runs (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -212,7 +212,7 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
         created.append(folder)
         folder = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
-    with _signals_as_interrupt():
+    with signals_as_interrupt():
         work = None
         try:
             # a signal held back here is raised when the block ends, with ``work`` already set

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -65,11 +66,54 @@ def train_command(method: str, size: int, seed: int, options: RunOptions) -> Lis
             "--log-format", "json", "--no-save", *METHODS[method]]
 
 
-def run_one(method: str, size: int, seed: int, options: RunOptions):
+class ChildRuns:
+    """The fairseq-train processes of an experiment, so that all of them stop when the experiment stops.
+
+    Runs start from worker threads; a signal or an error reaches the main thread, whose
+    ``stop`` terminates every live child (killed after ``grace`` seconds) and keeps new ones from starting.
+    """
+
+    def __init__(self, grace: float = 10.0):
+        self.grace = grace
+        self._lock = threading.Lock()
+        self._live = set()
+        self._stopped = False
+
+    def run(self, args, env) -> subprocess.CompletedProcess:
+        """``subprocess.run(args)`` with output captured, unless the experiment is stopping."""
+        with self._lock:
+            if self._stopped:
+                raise RunFailed("stopped before this run started")
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            self._live.add(proc)
+        try:
+            out, err = proc.communicate()
+        finally:
+            with self._lock:
+                self._live.discard(proc)
+        return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+    def stop(self) -> None:
+        """Terminate every live child and wait for it (SIGKILL after the grace period)."""
+        with self._lock:
+            self._stopped = True
+            live = list(self._live)
+        for proc in live:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in live:
+            try:
+                proc.wait(timeout=self.grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run_one(method: str, size: int, seed: int, options: RunOptions, children: ChildRuns = None):
     """Train one model; return its held-out error (%) and wall time in seconds."""
     start = time.time()
-    proc = subprocess.run(train_command(method, size, seed, options), capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS=str(options.threads)))
+    args, env = train_command(method, size, seed, options), dict(os.environ, OMP_NUM_THREADS=str(options.threads))
+    proc = (children or ChildRuns()).run(args, env)
     if proc.returncode != 0:
         raise RunFailed(f"{method} size {size} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     valid = [json.loads(m.group(1)) for m in re.finditer(r"valid \| (\{.*\})", proc.stdout + proc.stderr)]
@@ -79,16 +123,32 @@ def run_one(method: str, size: int, seed: int, options: RunOptions):
 
 
 def run_all(methods, sizes, seeds, options: RunOptions, jobs: int = 2) -> Iterator[Dict]:
-    """Run every (size, seed, method) combination, ``jobs`` at a time; yield one result row per run as it ends."""
+    """Run every (size, seed, method) combination, ``jobs`` at a time; yield one result row per run as it ends.
+
+    When the caller stops (Ctrl-C, SIGTERM or SIGHUP raised in the main thread, a failed run, or the
+    generator closed), the runs in progress are terminated and the others never start.
+    """
     runs = list(itertools.product(sizes, seeds, methods))
-    with ThreadPoolExecutor(jobs) as pool:
-        futures = {pool.submit(run_one, method, size, seed, options): (method, size, seed) for size, seed, method in runs}
+    children = ChildRuns()
+    pool = ThreadPoolExecutor(jobs)
+    try:
+        futures = {pool.submit(run_one, method, size, seed, options, children): (method, size, seed)
+                   for size, seed, method in runs}
         for future in as_completed(futures):
             method, size, seed = futures[future]
             error, seconds = future.result()
             yield {"method": method, "train_size": size, "seed": seed, "seq_len": options.seq_len,
                    "animals": options.animals, "max_update": options.max_update, "position_bias": options.position_bias,
                    "error": round(error, 2), "seconds": round(seconds, 1)}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        while True:
+            try:
+                children.stop()
+                break
+            except KeyboardInterrupt:  # a second signal while stopping: the children must still go
+                continue
+        pool.shutdown(wait=True)
 
 
 def _errors(rows, method, size):

@@ -296,3 +296,101 @@ def test_qa_folder_without_valid_split_names_the_fix(tmp_path, wordpiece_data):
     task.load_dataset("train")
     with pytest.raises(UsageError, match="no split 'valid' .* --valid FILE, or train with --disable-validation"):
         task.load_dataset("valid")
+
+
+# ----------------------------------------------------------------------------- signals: the whole command, children too
+
+# spanbert-findanimals with each fairseq-train run replaced by a child that writes its pid, then waits forever
+FINDANIMALS_DRIVER = """
+import os, sys
+from spanbert_plugin import findanimals_experiment
+from spanbert_plugin.cli import findanimals
+
+markers = sys.argv[1]
+
+def child_command(method, size, seed, options):
+    script = "import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); " \\
+             "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(3600)"
+    return [sys.executable, "-c", script, os.path.join(markers, method)]
+
+findanimals_experiment.train_command = child_command
+sys.exit(findanimals.main(["--out", os.path.join(markers, "out"), "--methods", "baseline,spandrop", "--sizes", "10",
+                           "--seeds", "1", "--jobs", "2", "--test-size", "10"]))
+"""
+
+
+def wait_for(predicate, proc, what, timeout=120):
+    """Poll for a marker the command writes (not a fixed sleep); fail if the command ends first."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, (what, proc.communicate())
+        assert time.monotonic() < deadline, f"{what} never appeared"
+        time.sleep(0.05)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie nobody reaped is gone too
+        return f.read().split(") ")[-1][0] != "Z"
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_findanimals_stops_its_training_runs_on_a_signal(tmp_path, signum):
+    import signal
+
+    signum = getattr(signal, signum)
+    markers = [tmp_path / "baseline", tmp_path / "spandrop"]
+    proc = subprocess.Popen([sys.executable, "-c", FINDANIMALS_DRIVER, str(tmp_path)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        wait_for(lambda: all(m.exists() for m in markers), proc, "both child runs")
+        children = [int(m.read_text()) for m in markers]
+        assert all(alive(pid) for pid in children)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signum or (signum == signal.SIGINT and proc.returncode == 130), (proc.returncode, err)
+    assert err.strip().splitlines()[-1] == ("spanbert-findanimals: interrupted; no output written, "
+                                            "an earlier one left as it was"), err
+    assert not any(alive(pid) for pid in children)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_command_turns_a_signal_before_the_output_phase_into_its_line(capsys, signame):
+    """The handlers are in place from the start of main (here: the command signals itself while 'importing')."""
+    import signal
+
+    from spanbert_plugin.cli import command
+
+    signum = getattr(signal, signame)
+    before = signal.getsignal(signum)
+
+    @command("demo-cmd")
+    def main(argv=None):
+        os.kill(os.getpid(), signum)  # delivered at once, to this (main) thread
+        raise AssertionError("not reached: the signal stops the command")
+
+    assert main() == 128 + signum
+    assert capsys.readouterr().err.strip() == "demo-cmd: interrupted; no output written, an earlier one left as it was"
+    assert signal.getsignal(signum) is before
+
+
+@pytest.mark.parametrize("main, argv, expected", [
+    (predict_qa.main, ["--batch-size", "0"], "--batch-size 0: must be at least 1"),
+    (predict_qa.main, ["--max-tokens", "-5"], "--max-tokens -5: must be at least 1"),
+    (predict_qa.main, ["--null-threshold", "nan"], "--null-threshold nan: must be a number"),
+    (predict_re.main, ["--batch-size", "-1"], "--batch-size -1: must be at least 1"),
+    (predict_classification.main, ["--max-tokens", "0"], "--max-tokens 0: must be at least 1"),
+])
+def test_predict_batching_options_are_checked(tmp_path, capsys, main, argv, expected):
+    assert main(["--checkpoint", "missing.pt", "--out", str(tmp_path / "out"), *argv]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err

@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from ..errors import UsageError
-from ..file_utils import Interrupted
+from ..file_utils import Interrupted, signals_as_interrupt
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -64,14 +64,19 @@ def warnings_only(prog: str):
 
 def command(prog: str, errors=()):
     """Decorate a ``main(argv)``: UsageError (and ``errors``) -> ``prog: error: message``, status 1;
-    Ctrl-C -> 130, a signal turned into ``Interrupted`` -> 128 + its number; library logging quieted."""
+    Ctrl-C -> 130, SIGTERM/SIGHUP -> 128 + its number; library logging quieted.
+
+    The signal handlers are installed before ``main`` runs (heavy imports happen inside it), so a
+    signal at any moment of the command gives the line and the status, not a traceback or a silent death.
+    """
 
     def decorate(main):
         @functools.wraps(main)
         def run(argv=None):
             with warnings_only(prog):
                 try:
-                    return main(argv)
+                    with signals_as_interrupt():
+                        return main(argv)
                 except (UsageError, *errors) as err:
                     print(f"{prog}: error: {err}", file=sys.stderr)
                     return 1
@@ -96,6 +101,13 @@ def add_predict_arguments(parser, prog: str, task: str, prepare_command: str, de
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
 
 
+def check_predict_arguments(args) -> None:
+    """UsageError for batching options that would build no batch (argparse accepts any integer)."""
+    for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value}: must be at least 1 (leave it out for the checkpoint's validation setting)")
+
+
 def predict_command(prog: str, description: str, task: str, prepare_command: str, default_split: str, library: str,
                     hidden=()):
     """(get_parser, main) of a predict command with only the shared options; ``library``.predict_split does the work.
@@ -112,8 +124,9 @@ def predict_command(prog: str, description: str, task: str, prepare_command: str
     @command(prog)
     def main(argv=None):
         """Console entry point: exit status 1 and a one-line error on bad input."""
-        predict_split = importlib.import_module(library).predict_split
         args = get_parser().parse_args(argv)
+        check_predict_arguments(args)
+        predict_split = importlib.import_module(library).predict_split
         scores = predict_split(args.checkpoint, args.data, args.split, args.out, args.force,
                                args.batch_size, args.max_tokens, args.cpu)
         shown = {key: value for key, value in scores.items() if key not in hidden}

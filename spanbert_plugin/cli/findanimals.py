@@ -4,11 +4,9 @@ Writes ``results.csv`` and ``error_vs_train_size.png`` into ``--out`` (all at
 once, when every run has finished) and prints the error table.
 """
 import argparse
+import contextlib
 import sys
 
-from tqdm import tqdm
-
-from ..data.find_animals import parse_animals
 from ..file_utils import atomic_directory, check_destination
 from ..findanimals_experiment import METHODS, SETTINGS, RunFailed, RunOptions, run_all, summary_table, write_results
 from . import command
@@ -63,11 +61,18 @@ def main(argv=None):
     options = RunOptions(seq_len=args.seq_len or setting["seq_len"], max_update=args.max_update or setting["max_update"],
                          animals=args.animals or setting["animals"], test_size=args.test_size,
                          position_bias=args.position_bias, threads=args.threads)
+    from tqdm import tqdm
+
+    from ..data.find_animals import parse_animals  # imports fairseq: after parsing, so --help is quick
+
     parse_animals(options.animals, options.seq_len)
     check_destination(args.out, PROG, force=args.force, flag="--out")
     rows = []
-    with tqdm(total=len(sizes) * len(seeds) * len(methods), desc="FINDANIMALS runs", unit="run") as bar:
-        for row in run_all(methods, sizes, seeds, options, args.jobs):
+    runs = run_all(methods, sizes, seeds, options, args.jobs)
+    # closing: however this loop ends (a signal, a failed run), the runs in progress are stopped at once
+    with tqdm(total=len(sizes) * len(seeds) * len(methods), desc="FINDANIMALS runs", unit="run") as bar, \
+            contextlib.closing(runs):
+        for row in runs:
             rows.append(row)
             bar.set_postfix_str(f"{row['method']} n={row['train_size']} seed={row['seed']}: {row['error']:.1f}%")
             bar.update()

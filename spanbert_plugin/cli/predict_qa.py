@@ -1,10 +1,11 @@
 """spanbert-predict-qa: answer a prepared QA split with a fine-tuned checkpoint, in the official formats."""
 import argparse
 import json
+import math
 import sys
 
 from ..errors import UsageError
-from . import add_predict_arguments, command
+from . import add_predict_arguments, check_predict_arguments, command
 
 PROG = "spanbert-predict-qa"
 
@@ -26,13 +27,16 @@ def get_parser():
 @command(PROG, errors=(FileNotFoundError,))
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
-    from ..qa.predict import predict_split
-    from ..qa.scoring import AnswerOptions
-
     args = get_parser().parse_args(argv)
+    check_predict_arguments(args)
     for flag, value in (("--n-best", args.n_best), ("--max-answer-length", args.max_answer_length)):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1")
+    if math.isnan(args.null_threshold):
+        raise UsageError("--null-threshold nan: must be a number (every comparison with nan is false)")
+    from ..qa.predict import predict_split  # imports torch and fairseq: after parsing, so --help is quick
+    from ..qa.scoring import AnswerOptions
+
     options = AnswerOptions(args.n_best, args.max_answer_length, args.null_threshold)
     scores = predict_split(args.checkpoint, args.data, args.split, args.out, options, args.force,
                            args.batch_size, args.max_tokens, args.cpu)
