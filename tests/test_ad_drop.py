@@ -20,7 +20,7 @@ from spanbert_plugin.modules.ad_drop import (
 )
 from spanbert_plugin.modules.bert_layers import additive_drop_mask
 from spanbert_plugin.tasks.ad_drop import check_ad_drop_options, is_ad_drop_epoch, parse_layers
-from test_pretrain import train_logs
+from test_pretrain import assert_resume_is_exact, deterministic, train_logs
 from test_qa_task import QA_TRAIN, synthetic_squad
 
 
@@ -292,8 +292,7 @@ def _valid_records(output):
 def test_qa_cross_tuning_learns_and_alternates_after_resume(small_qa_data, tmp_path):
     save = str(tmp_path / "ck")
     stop = 7  # in the middle of epoch 2 (checked below)
-    # no validation before the interruption: resuming a checkpoint saved after a QA validation is a separate issue
-    # (fairseq restores meters by class name from its own module and does not know the QA criterion's)
+    # (a resume after validations, compared exactly: test_qa_cross_tuning_resume_after_validation_is_exact)
     first = run_cli([bin_path("fairseq-train"), small_qa_data, *AD_QA, "--max-epoch", "4", "--disable-validation",
                      "--max-update", str(stop), "--save-dir", save])
     second = run_cli([bin_path("fairseq-train"), small_qa_data, *AD_QA, "--max-epoch", "4", "--save-dir", save])
@@ -316,6 +315,19 @@ def test_qa_cross_tuning_learns_and_alternates_after_resume(small_qa_data, tmp_p
     assert [int(v["epoch"]) for v in valid] == [2, 3, 4]
     assert {"valid_loss", "valid_em", "valid_f1"} <= set(valid[-1])
     assert float(valid[-1]["valid_loss"]) < float(valid[0]["valid_loss"]) - 0.5, valid
+
+
+def test_qa_cross_tuning_resume_after_validation_is_exact(small_qa_data, tmp_path):
+    """AD-DROP's masks are keyed by (seed, epoch, update): stopped in epoch 3 after two validations and resumed,
+    the run logs the same records and ends bitwise equal to an uninterrupted one."""
+    args = [small_qa_data, *AD_QA, "--max-epoch", "4"]
+    full, first, second, records = assert_resume_is_exact(args, 11, tmp_path)
+    per_epoch = [int(r["epoch"]) for r in records].count(1)
+    assert 2 * per_epoch < 11 < 3 * per_epoch
+    # validated at the end of epochs 1 and 2, and where it stopped (fairseq validates before saving at --max-update)
+    assert [(int(v["epoch"]), int(v["valid_num_updates"])) for v in _valid_records(first)] == [
+        (1, per_epoch), (2, 2 * per_epoch), (3, 11)]
+    assert deterministic(_valid_records(second)) == deterministic(_valid_records(full))[2:]
 
 
 def test_bad_layer_index_is_refused_when_the_model_is_built(small_qa_data):
