@@ -172,6 +172,22 @@ def signals_as_interrupt():
             signal.signal(s, h)
 
 
+PAUSE_ENV = "SPANBERT_PAUSE_IN_OUTPUT"
+
+
+def _pause_for_tests() -> None:
+    """With $SPANBERT_PAUSE_IN_OUTPUT set to a path: create that file, then wait for a signal.
+
+    Tests use it to signal a command at a known moment (its temporary output folder
+    exists) instead of racing a run that may finish first on a fast or loaded machine.
+    """
+    marker = os.environ.get(PAUSE_ENV)
+    if marker and threading.current_thread() is threading.main_thread():
+        with open(marker, "w"):
+            pass
+        signal.pause()
+
+
 def _swap_into_place(work: str, destination: str, parent: str) -> None:
     """Move ``work`` to ``destination``; an old output is moved aside first and put back on failure."""
     if not os.path.lexists(destination):
@@ -219,6 +235,7 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
             with signals_held():
                 work = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
             os.chmod(work, 0o755)
+            _pause_for_tests()
             yield work
             files = [f for f in _listing(work) if f != MANIFEST]
             with open(os.path.join(work, MANIFEST), "w", encoding="utf-8") as f:

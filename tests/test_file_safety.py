@@ -139,21 +139,28 @@ def test_force_replaces_previous_output(tmp_path, previous_output):
     assert not leftovers(tmp_path)
 
 
-@pytest.mark.parametrize("signum, tokenizer", [(signal.SIGTERM, "sentencepiece"), (signal.SIGINT, "wordpiece")])
+@pytest.mark.parametrize("signum, tokenizer", [(signal.SIGTERM, "sentencepiece"), (signal.SIGINT, "wordpiece"),
+                                               (signal.SIGHUP, "wordpiece")])
 def test_signal_leaves_no_temporary_folder(tmp_path, previous_output, signum, tokenizer):
-    """A run stopped while training sentencepiece / binarizing removes its temporary folder, old output kept."""
-    corpus, vocab = write_wordpiece_corpus(str(tmp_path), 60_000)
+    """A run stopped while its temporary output folder exists removes it, and the old output is kept.
+
+    The command pauses at that moment and says so (``PAUSE_ENV``), so the signal never races the run.
+    """
+    corpus, vocab = write_wordpiece_corpus(str(tmp_path), 2_000)
     dest = tmp_path / "out"
     shutil.copytree(previous_output, dest)
     before = snapshot(dest)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    marker = tmp_path / "paused"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **{file_utils.PAUSE_ENV: str(marker)})
     options = ["--wordpiece-vocab", vocab] if tokenizer == "wordpiece" else ["--vocab-size", "300"]
     proc = subprocess.Popen([PREPARE, "--train", corpus, *options, "--destdir", str(dest), "--force"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert leftovers(tmp_path), "the temporary folder never appeared"
+    deadline = time.monotonic() + 300
+    while not marker.exists():  # a marker the command writes, then it waits for the signal
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the command never reached its output phase"
+        time.sleep(0.05)
+    assert leftovers(tmp_path), "paused without a temporary folder"
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, (proc.returncode, err[-2000:])
