@@ -296,3 +296,95 @@ def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files,
             before, _ = hub.model(tokens, relation_head_name=name, entity_positions=positions)
             after, _ = restored.model(tokens, relation_head_name=name, entity_positions=positions)
             assert before.abs().max() > 0.1 and (before - after).abs().max() <= 1e-5, name
+
+
+# --- SpanDrop draws: a function of (seed, epoch, index), whichever process draws them ---------------------------------
+
+from test_finetune_span_drop import folders  # noqa: E402,F401 - the prepared synthetic folders (a module fixture)
+
+RESUME_RUN = ["--user-dir", "user_dir", "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32",
+              "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--optimizer", "adam", "--lr", "1e-3",
+              "--batch-size", "32", "--cpu", "--seed", "3", "--num-workers", "2", "--span-drop-p", "0.3",
+              "--max-epoch", "3", "--no-epoch-checkpoints", "--log-format", "json"]
+RESUME_TASKS = {
+    "cls": ["--task", "sentence_classification", "--criterion", "sentence_classification", "--max-positions", "64",
+            "--span-drop-unit", "word"],
+    "qa": ["--task", "extractive_qa", "--criterion", "extractive_qa", "--max-positions", "64",
+           "--span-drop-unit", "sentence", "--span-drop-gamma", "1"],
+    "find_animals": ["--task", "find_animals", "--criterion", "sentence_prediction", "--train-size", "200",
+                     "--test-size", "64", "--seq-len", "30", "--max-positions", "40", "--span-drop-unit", "token"],
+    "ner": ["--task", "relation_extraction", "--criterion", "relation_extraction", "--max-positions", "128",
+            "--span-drop-unit", "token"],
+}
+
+
+def _toy_span_drop(seed=11):
+    from spanbert_plugin.data.span_drop import SpanDropDataset
+
+    generator = torch.Generator().manual_seed(0)
+    items = [{"source": torch.randint(5, 50, (int(n),), generator=generator)} for n in torch.randint(8, 40, (24,), generator=generator)]
+    return SpanDropDataset(items, p=0.3, gamma=1.0, seed=seed)
+
+
+def _drawn(dataset, epoch, order, num_workers=0):
+    """Items of ``dataset`` in ``epoch`` by index, fetched in ``order`` (by DataLoader workers when asked)."""
+    dataset.set_epoch(epoch)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=[[int(i)] for i in order], num_workers=num_workers,
+                                         collate_fn=lambda batch: batch[0])
+    return {int(i): item["source"] for i, item in zip(order, loader)}
+
+
+def test_span_drop_items_depend_on_seed_epoch_index_only():
+    """The item drawn at (seed, epoch, index) is the same in any order, in the main process or in workers."""
+    order = np.random.default_rng(0).permutation(24)
+    reference = _drawn(_toy_span_drop(), 2, range(24))
+    for drawn in (_drawn(_toy_span_drop(), 2, order), _drawn(_toy_span_drop(), 2, order[::-1], num_workers=2),
+                  _drawn(_toy_span_drop(), 2, list(order) + list(order))):
+        assert all(torch.equal(drawn[i], reference[i]) for i in range(24))
+    # another epoch or another seed draws other spans (24 items with p = 0.3: equal by chance about never)
+    other_epoch, other_seed = _drawn(_toy_span_drop(), 3, range(24)), _drawn(_toy_span_drop(seed=12), 2, range(24))
+    assert any(not torch.equal(other_epoch[i], reference[i]) for i in range(24))
+    assert any(not torch.equal(other_seed[i], reference[i]) for i in range(24))
+
+
+def _weights(path):
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def _resume_equals_whole_run(train, tmp_path):
+    """Run ``train`` for 3 epochs; again, stopped mid-epoch 2 (by --max-update) and resumed: the same weights, bit for bit."""
+    from conftest import run_cli
+
+    run_cli([*train, "--save-dir", str(tmp_path / "whole")])
+    per_epoch = torch.load(tmp_path / "whole" / "checkpoint_last.pt", map_location="cpu",
+                           weights_only=False)["optimizer_history"][-1]["num_updates"] // 3
+    run_cli([*train, "--save-dir", str(tmp_path / "resumed"), "--max-update", str(per_epoch + per_epoch // 2)])
+    stopped = torch.load(tmp_path / "resumed" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    position = stopped["extra_state"]["train_iterator"]
+    assert position["epoch"] == 2 and position["iterations_in_epoch"] > 0, position  # mid-epoch, after epoch 1
+    run_cli([*train, "--save-dir", str(tmp_path / "resumed")])
+    whole, resumed = _weights(tmp_path / "whole" / "checkpoint_last.pt"), _weights(tmp_path / "resumed" / "checkpoint_last.pt")
+    assert whole.keys() == resumed.keys()
+    different = [k for k in whole if not torch.equal(whole[k], resumed[k])]
+    assert not different, different[:5]
+
+
+@pytest.mark.parametrize("task", sorted(RESUME_TASKS))
+def test_resume_with_workers_equals_the_uninterrupted_run(folders, tmp_path, task):
+    """Fine-tuning with SpanDrop and 2 data-loading workers resumes mid-epoch exactly."""
+    from conftest import bin_path
+
+    data = [] if task == "find_animals" else [folders[task]]  # find_animals generates its data
+    _resume_equals_whole_run([bin_path("fairseq-train"), *data, *RESUME_RUN, *RESUME_TASKS[task]], tmp_path)
+
+
+def test_pretraining_resume_with_workers_equals_the_uninterrupted_run(spm_data, tmp_path):
+    """Span masks in epoch 2 come from (seed, 2, index) in the workers too, as in a run resumed there."""
+    from conftest import bin_path
+
+    _resume_equals_whole_run([bin_path("fairseq-train"), spm_data, "--user-dir", "user_dir", "--task",
+                              "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_tiny",
+                              "--encoder-layers", "1", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+                              "--encoder-attention-heads", "2", "--tokens-per-sample", "64", "--batch-size", "32",
+                              "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--num-workers", "2", "--seed", "3",
+                              "--max-epoch", "3", "--disable-validation", "--no-epoch-checkpoints"], tmp_path)

@@ -83,7 +83,9 @@ class SpanMaskedDataset(BatchesEveryExample, BaseWrapperDataset):
 
     @property
     def can_reuse_epoch_itr_across_epochs(self):
-        return True  # masks depend on the epoch, batches do not
+        # masks depend on the epoch: a reused iterator keeps its persistent DataLoader workers, whose copy of
+        # this dataset never sees set_epoch again (epoch-2 masks drawn as epoch 1's, unlike a resumed run)
+        return False
 
     def set_epoch(self, epoch, **unused):
         super().set_epoch(epoch)

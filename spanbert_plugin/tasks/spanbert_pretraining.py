@@ -188,7 +188,9 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         )
         logger.info(f"{split_path}: {len(documents)} documents, {len(blocks)} blocks, {int(blocks.sizes.sum())} tokens")
         dataset = SpanMaskedDataset(blocks, self.masker, self.dictionary.pad(), seed=self.cfg.seed)
-        with data_utils.numpy_seed(self.cfg.seed + epoch):
+        # one folder is loaded once, in epoch 1, by an uninterrupted run: a run resumed later gets that order too
+        order_epoch = epoch if len(folders) > 1 else 1
+        with data_utils.numpy_seed(self.cfg.seed + order_epoch):
             shuffle = np.random.permutation(len(dataset))
         self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, blocks.sizes])
 
