@@ -14,7 +14,8 @@ first token, as ours). The SBO head has no place in ``transformers``; export
 writes it to ``sbo_head.safetensors`` + ``sbo_config.json`` beside the model,
 and import reads it back when present; relation-extraction heads (no
 transformers class either) go to ``relation_heads.safetensors`` +
-``relation_config.json`` the same way.
+``relation_config.json`` the same way, and the coreference head to
+``coref_head.safetensors`` + ``coref_config.json`` (``spanbert_plugin.coref.hf_head``).
 """
 import json
 import os
@@ -360,8 +361,16 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
                        "inputs": "[left boundary state; right boundary state; position embedding of offset-1]"}, f, indent=2)
         if len(model.relation_heads):
             write_relation_heads(model, work, getattr(hub.task, "labels", None))
+        if model.coref_head is not None:
+            from .coref.hf_head import write_coref_head
+
+            write_coref_head(model, hub.task, work)
         # self-check: reload from disk with transformers and compare with fairseq again
         diffs = compare_outputs(hub, work, qa, classification_head, relation_heads=bool(len(model.relation_heads)))
+        if model.coref_head is not None:
+            from .coref.hf_head import compare_coref_head
+
+            diffs.update(compare_coref_head(hub, work))
         if max(diffs.values()) > TOLERANCE:
             raise InteropError(f"export check failed: transformers and fairseq differ by {diffs} (tolerance {TOLERANCE})")
     return diffs
@@ -481,6 +490,14 @@ def import_hf(hf_dir, out_dir, force=False):
                 if not isinstance(sbo_config.get(key), int) or sbo_config[key] <= 0:
                     raise InteropError(f"{sbo_config_path}: {key} must be a positive integer, found {sbo_config.get(key)!r}")
             cli += ["--sbo-position-slots", str(sbo_config["position_slots"]), "--sbo-position-dim", str(sbo_config["position_dim"])]
+        from .coref.hf_head import coref_task_arguments, read_coref_config, write_coref_meta
+
+        coref_config = read_coref_config(hf_dir)
+        if coref_config:  # a coreference checkpoint whose folder is also its data folder
+            write_coref_meta(coref_config, work)
+            at = cli.index("--tokens-per-sample")  # a pre-training option; the task and criterion change too
+            cli = [a for a in cli[:at] + cli[at + 2:] if a not in ("--task", "spanbert_pretraining", "--criterion",
+                                                                  "span_bert")] + coref_task_arguments(coref_config)
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
@@ -519,6 +536,11 @@ def _register_task_heads(model, ours, config, hf_dir):
             ours.update({f"relation_heads.{name}.{k}": v for k, v in head.state_dict().items()})
             heads.append(f"relation head {name} ({head.pooling} pooling, {head.out_proj.out_features} classes; "
                          f"from {RELATION_WEIGHTS})")
+    if getattr(model, "coref_head", None) is not None:  # built by the coreference task from coref_config.json
+        from .coref.hf_head import COREF_WEIGHTS, read_coref_weights
+
+        ours.update(read_coref_weights(hf_dir))
+        heads.append(f"coreference head (from {COREF_WEIGHTS})")
     qa = ours.get("qa_outputs.weight")
     if qa is not None:
         if qa.dim() != 2 or qa.shape[0] != 2:

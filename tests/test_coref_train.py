@@ -198,6 +198,7 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
     for doc, record in zip(predicted, records):
         assert sorted(doc.clusters) == sorted(sorted(tuple(s) for s in c) for c in record["clusters"])
     # hub.coref on the raw text of a document gives the same clusters (character spans of the same words)
+    from spanbert_plugin.coref.predict import words_sample
     from spanbert_plugin.models.spanbert import SpanBertModel
 
     hub = SpanBertModel.from_pretrained(ck, "checkpoint_last.pt")
@@ -209,6 +210,20 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
                              for m in c) for c in clusters)
     assert as_words == sorted(sorted(tuple(s) for s in c) for c in records[0]["clusters"])
     assert all(text[m["start"]:m["end"]] == m["text"] for c in clusters for m in c)
+    # HuggingFace export (encoder + coref_head.safetensors) and import give a checkpoint with the same head
+    hf, imported = str(tmp_path / "hf"), str(tmp_path / "imported")
+    proc = run_cli([bin_path("spanbert-export-hf"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"), "--out", hf])
+    assert "coref_scores" in proc.stdout
+    assert {"coref_head.safetensors", "coref_config.json", "model.safetensors"} <= set(os.listdir(hf))
+    run_cli([bin_path("spanbert-import-hf"), "--hf", hf, "--out", imported])
+    again = SpanBertModel.from_pretrained(imported, "model.pt")
+    assert again.coref(text) == clusters
+    sample = words_sample(hub.tokenizer, hub.task.dictionary, hub.task.meta, text.split(),
+                          np.cumsum([0] + [w == "." for w in text.split()[:-1]]))
+    with torch.no_grad():
+        before = hub.model(**sample["net_input"], coref=sample["coref"])[0]["scores"]
+        after = again.model(**sample["net_input"], coref=sample["coref"])[0]["scores"]
+    assert torch.allclose(before, after, atol=1e-4, rtol=1e-5, equal_nan=True)
 
 
 def test_two_learning_rates_with_the_composite_optimizer(synthetic_data, tmp_path):

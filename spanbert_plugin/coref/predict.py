@@ -108,19 +108,23 @@ def split_words(text: str):
     return words, [(m.start(), m.end()) for m in matches], sentence_ids
 
 
+def words_sample(tokenizer, dictionary, meta: dict, words: List[str], sentence_ids: np.ndarray) -> dict:
+    """The collated batch of one document given as words and sentence ids (segmented as the prepared data)."""
+    encoder = DocumentEncoder(tokenizer, dictionary, meta["max_segment_length"], meta["max_span_width"])
+    doc = CorefDocument("text", words, np.asarray(sentence_ids, dtype=np.int64), ["-"] * len(words), [], "text")
+    enc = encoder.encode(doc, tokenizer.encode_ids(words), Counter())
+    item = {**enc, "id": 0, "num_words": len(words),
+            "token_segment": np.repeat(np.arange(len(enc["segment_lengths"])), enc["segment_lengths"])}
+    return collate_document(item, dictionary.pad())
+
+
 def resolve_text(model, task, tokenizer, text: str) -> List[List[dict]]:
     """Clusters of raw text: each a list of {text, start, end} (character offsets, end exclusive)."""
     words, offsets, sentence_ids = split_words(text)
     if not words:
         return []
-    meta = task.meta
-    encoder = DocumentEncoder(tokenizer, task.dictionary, meta["max_segment_length"], meta["max_span_width"])
-    doc = CorefDocument("text", words, sentence_ids, ["-"] * len(words), [], "text")
-    enc = encoder.encode(doc, tokenizer.encode_ids(words), Counter())
-    item = {**enc, "id": 0, "num_words": len(words),
-            "token_segment": np.repeat(np.arange(len(enc["segment_lengths"])), enc["segment_lengths"])}
-    sample = _to_device(collate_document(item, task.dictionary.pad()), next(model.parameters()).device)
-    clusters = document_clusters(model, sample)
+    sample = words_sample(tokenizer, task.dictionary, task.meta, words, sentence_ids)
+    clusters = document_clusters(model, _to_device(sample, next(model.parameters()).device))
     return [[{"text": text[offsets[s][0]:offsets[e][1]], "start": offsets[s][0], "end": offsets[e][1]}
              for s, e in cluster] for cluster in clusters]
 
