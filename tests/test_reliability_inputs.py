@@ -4,6 +4,7 @@ errors for malformed inputs, the byte-order mark, and --help without torch.
 Most cases call a command's ``main(argv)`` in this process (fast: torch is imported once); the ones about
 start-up and signals run the console command in a subprocess.
 """
+import argparse
 import json
 import os
 import subprocess
@@ -394,3 +395,30 @@ def test_predict_batching_options_are_checked(tmp_path, capsys, main, argv, expe
     assert main(["--checkpoint", "missing.pt", "--out", str(tmp_path / "out"), *argv]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0], err
+
+
+CONSOLE_MODULES = ["prepare", "prepare_qa", "prepare_re", "prepare_classification", "predict_qa", "predict_re",
+                   "predict_classification", "export_hf", "import_hf", "findanimals"]
+
+
+@pytest.mark.parametrize("module", CONSOLE_MODULES)
+def test_help_exits_0_and_shows_defaults(module, capsys):
+    import importlib
+
+    cli = importlib.import_module(f"spanbert_plugin.cli.{module}")
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: spanbert-") and "span_masked_lm" not in text
+    parser = cli.get_parser()
+    for action in parser._actions:  # every option with a real default says what it is
+        if action.default not in (None, False, argparse.SUPPRESS) and action.help:
+            assert "default" in parser.formatter_class("x")._get_help_string(action), (module, action.dest)
+
+
+def test_qa_module_names_agree():
+    from spanbert_plugin.cli import prepare_qa as cli
+    from spanbert_plugin.qa import prepare as library
+
+    assert cli.COMMAND == library.COMMAND

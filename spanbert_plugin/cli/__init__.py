@@ -19,6 +19,16 @@ from ..errors import UsageError
 from ..file_utils import Interrupted, signals_as_interrupt
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, unless its text already speaks of it or there is none."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted (main() may run in tests)."""
 
@@ -117,7 +127,7 @@ def predict_command(prog: str, description: str, task: str, prepare_command: str
     """
 
     def get_parser():
-        parser = argparse.ArgumentParser(prog=prog, description=description)
+        parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
         add_predict_arguments(parser, prog, task, prepare_command, default_split)
         return parser
 

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from . import command
+from . import HelpFormatter, command
 
 PROG = "spanbert-export-hf"
 
@@ -10,6 +10,7 @@ PROG = "spanbert-export-hf"
 def get_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=HelpFormatter,
         description="Export a spanbert checkpoint to HuggingFace transformers (BertForMaskedLM and its task heads), "
         "then reload the output with transformers and compare it with fairseq.",
     )

@@ -9,7 +9,7 @@ import sys
 
 from ..file_utils import atomic_directory, check_destination
 from ..findanimals_experiment import METHODS, SETTINGS, RunFailed, RunOptions, run_all, summary_table, write_results
-from . import command
+from . import HelpFormatter, command
 
 PROG = "spanbert-findanimals"
 
@@ -28,7 +28,7 @@ def _int_list(flag):
 
 
 def get_parser():
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="quick", help="quick (<30 min, 2 cores) or full")
     parser.add_argument("--out", default="findanimals_out", help="output folder for results.csv and the plot (created)")
     parser.add_argument("--force", action="store_true", help="replace an earlier spanbert-findanimals output")

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from . import command
+from . import HelpFormatter, command
 
 PROG = "spanbert-import-hf"
 
@@ -10,6 +10,7 @@ PROG = "spanbert-import-hf"
 def get_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=HelpFormatter,
         description="Import a HuggingFace BERT directory as a spanbert fairseq checkpoint (model.pt, dict.txt, tokenizer).",
     )
     parser.add_argument("--hf", required=True, help="HuggingFace folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt")

@@ -5,7 +5,7 @@ import math
 import sys
 
 from ..errors import UsageError
-from . import add_predict_arguments, check_predict_arguments, command
+from . import HelpFormatter, add_predict_arguments, check_predict_arguments, command
 
 PROG = "spanbert-predict-qa"
 
@@ -13,6 +13,7 @@ PROG = "spanbert-predict-qa"
 def get_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=HelpFormatter,
         description="Answer every question of a spanbert-prepare-qa split; write predictions.json, "
         "null_odds.json (SQuAD 2.0), nbest_predictions.json and eval.json.",
     )

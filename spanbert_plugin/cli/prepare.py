@@ -3,7 +3,7 @@ import argparse
 import json
 import sys
 
-from . import command
+from . import HelpFormatter, command
 
 PROG = "spanbert-prepare"
 
@@ -12,6 +12,7 @@ def get_parser():
     """The command's options; defaults left as None are filled in (or checked) by ``prepare.resolve_options``."""
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=HelpFormatter,
         description="Tokenize and binarize a text corpus for the spanbert_pretraining task (pre-training).",
     )
     parser.add_argument("--train", required=True, help="training text: one sentence/paragraph per line, blank line between documents")

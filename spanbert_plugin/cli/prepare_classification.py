@@ -3,7 +3,7 @@ import argparse
 import json
 import sys
 
-from . import command
+from . import HelpFormatter, command
 
 PROG = "spanbert-prepare-classification"
 
@@ -13,6 +13,7 @@ def get_parser():
 
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=HelpFormatter,
         description="Tokenize sentence or sentence-pair classification data as [CLS] A [SEP] (B [SEP]) "
         "with token types 0/1, for fairseq-train --task sentence_classification.",
     )

@@ -3,13 +3,15 @@ import argparse
 import json
 import sys
 
-from ..qa.prepare import COMMAND, QAConfig, prepare_qa
-from . import command
+from . import HelpFormatter, command
+
+COMMAND = "spanbert-prepare-qa"  # spanbert_plugin.qa.prepare.COMMAND, imported only when the command runs
 
 
 def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=COMMAND,
+        formatter_class=HelpFormatter,
         description="Cut SQuAD 1.1/2.0 JSON or MRQA JSONL(.gz) question-answering files into "
                     "[CLS] question [SEP] passage-window [SEP] examples for the extractive_qa task.",
     )
@@ -32,6 +34,8 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Console entry point: exit status 1 and a one-line error on bad input."""
     args = get_parser().parse_args(argv)
+    from ..qa.prepare import QAConfig, prepare_qa
+
     config = QAConfig(args.max_seq_length, args.doc_stride, args.max_query_length)
     stats = prepare_qa({"train": args.train, "valid": args.valid}, args.tokenizer_from, args.destdir, config,
                        force=args.force, strict=args.strict)

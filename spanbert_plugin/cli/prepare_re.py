@@ -4,7 +4,7 @@ import json
 import sys
 
 from ..relation_extraction.markers import ENTITY_MARKERS
-from . import command
+from . import HelpFormatter, command
 
 PROG = "spanbert-prepare-re"
 
@@ -12,6 +12,7 @@ PROG = "spanbert-prepare-re"
 def get_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=HelpFormatter,
         description="Prepare TACRED-style relation extraction data (JSON list or JSON Lines) for "
         "fairseq-train --task relation_extraction.",
     )
