@@ -388,3 +388,37 @@ def test_pretraining_resume_with_workers_equals_the_uninterrupted_run(spm_data, 
                               "--encoder-attention-heads", "2", "--tokens-per-sample", "64", "--batch-size", "32",
                               "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--num-workers", "2", "--seed", "3",
                               "--max-epoch", "3", "--disable-validation", "--no-epoch-checkpoints"], tmp_path)
+
+
+# --- model selection: validations between saves are warned about -------------------------------------------------
+
+@pytest.mark.parametrize("dataset, checkpoint, expected", [
+    ({"validate_interval_updates": 1000}, {"save_interval_updates": 0}, "set --save-interval-updates 1000"),
+    ({"validate_interval_updates": 1000}, {"save_interval_updates": 3000}, "set --save-interval-updates 1000"),
+    ({"validate_interval_updates": 1000}, {"save_interval_updates": 500}, ""),  # a save at every validation
+    ({"validate_interval_updates": 1000}, {"save_interval_updates": 1000}, ""),
+    ({"validate_interval": 1}, {"save_interval": 2}, "set --save-interval 1"),
+    ({"validate_interval": 2}, {"save_interval": 1}, ""),
+    ({"validate_interval_updates": 1000, "disable_validation": True}, {}, ""),
+    ({"validate_interval_updates": 1000}, {"no_save": True}, ""),
+])
+def test_validations_between_saves(dataset, checkpoint, expected):
+    from spanbert_plugin.tasks import validations_between_saves
+
+    found = validations_between_saves(dataset, checkpoint)
+    assert (expected in found and found) if expected else found == ""
+
+
+def test_training_that_validates_between_saves_warns_once(folders, tmp_path):
+    """The README's QA pattern without --save-interval-updates: one warning; saving where it validates: none."""
+    from conftest import bin_path, run_cli
+
+    train = [bin_path("fairseq-train"), folders["cls"], *RESUME_RUN[:RESUME_RUN.index("--span-drop-p")],
+             *RESUME_TASKS["cls"][:-2], "--max-update", "6", "--validate-interval-updates", "2",
+             "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", "--num-workers", "0"]
+    proc = run_cli([*train, "--save-dir", str(tmp_path / "a")])
+    output = proc.stdout + proc.stderr
+    assert output.count("is chosen only among the validations that coincide with a save") == 1, output[-3000:]
+    assert "--validate-interval-updates 2 with --save-interval-updates 0" in output
+    proc = run_cli([*train, "--save-dir", str(tmp_path / "b"), "--save-interval-updates", "2"])
+    assert "coincide with a save" not in proc.stdout + proc.stderr

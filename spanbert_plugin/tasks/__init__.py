@@ -1,4 +1,5 @@
 """Registered tasks (see spanbert_plugin/__init__.py) and what they share."""
+import logging
 import os
 import warnings
 
@@ -17,6 +18,52 @@ class OneDictionaryTask:
     @property
     def target_dictionary(self):
         return self.dictionary
+
+    def begin_epoch(self, epoch, model):
+        """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings."""
+        warn_if_validating_between_saves(self.cfg)
+        super().begin_epoch(epoch, model)
+
+
+_warned_about_unsaved_validations = False
+
+
+def validations_between_saves(dataset, checkpoint) -> str:
+    """How validations fall between checkpoint saves in a run's ``dataset``/``checkpoint`` config ('' when none).
+
+    fairseq updates ``checkpoint_best.pt`` only when it saves; a validation with no save
+    beside it is measured and then lost for model selection.
+    """
+    if dataset.get("disable_validation") or checkpoint.get("no_save"):
+        return ""
+    validate_updates = int(dataset.get("validate_interval_updates") or 0)
+    save_updates = int(checkpoint.get("save_interval_updates") or 0)
+    if validate_updates > 0 and (save_updates == 0 or validate_updates % save_updates):
+        return (f"--validate-interval-updates {validate_updates} with --save-interval-updates {save_updates}: "
+                f"set --save-interval-updates {validate_updates}")
+    validate_epochs, save_epochs = int(dataset.get("validate_interval") or 1), int(checkpoint.get("save_interval") or 1)
+    if validate_epochs % save_epochs:
+        return f"--validate-interval {validate_epochs} with --save-interval {save_epochs}: set --save-interval {validate_epochs}"
+    return ""
+
+
+def warn_if_validating_between_saves(cfg) -> None:
+    """Warn once per process when the run (the parent of the task's config) validates where it does not save."""
+    global _warned_about_unsaved_validations
+    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
+    if _warned_about_unsaved_validations or not OmegaConf.is_dict(run):
+        return
+    dataset, checkpoint = run.get("dataset"), run.get("checkpoint")
+    metric = checkpoint.get("best_checkpoint_metric") if OmegaConf.is_dict(checkpoint) else None
+    if not metric or not OmegaConf.is_dict(dataset):
+        return
+    problem = validations_between_saves(dataset, checkpoint)
+    if problem:
+        _warned_about_unsaved_validations = True
+        logging.getLogger(__name__).warning(
+            f"{problem}: checkpoint_best.pt (--best-checkpoint-metric {metric}) is chosen only among the validations "
+            "that coincide with a save, so it may not be the best validated model"
+        )
 
 
 def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_files=("dict.txt",)) -> str:
