@@ -87,3 +87,50 @@ def test_yaml_settings_reach_the_task(spm_data, tmp_path):
     output, state = _hydra_train(str(tmp_path), "mine", tmp_path / "ck")
     assert _masking_settings(output) == wanted
     assert {k: state["cfg"]["task"][k] for k in wanted} == wanted
+
+
+def _compose(recipe, *overrides):
+    """The recipe composed as fairseq-hydra-train composes it, checked against fairseq's FairseqConfig schema
+    (unknown keys and wrong types raise) and the plugin's task, criterion and model dataclasses; nothing runs."""
+    from fairseq.dataclass.configs import FairseqConfig
+    from fairseq.dataclass.initialize import add_defaults, hydra_init
+    from hydra import compose, initialize_config_dir
+
+    hydra_init("config")
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "configs", "pretrain"), version_base=None):
+        cfg = compose(recipe, overrides=["task.data=/corpus", *overrides])
+    add_defaults(cfg)  # fills the optimizer / lr_scheduler sections from fairseq's registered dataclasses
+    cfg = OmegaConf.merge(OmegaConf.structured(FairseqConfig), cfg)
+    for section, config_class in (("task", SpanBertPretrainingConfig), ("criterion", SpanBertCriterionConfig),
+                                  ("model", SpanBertConfig)):
+        OmegaConf.merge(OmegaConf.structured(config_class), OmegaConf.masked_copy(cfg, [section])[section])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.mark.parametrize("recipe", ["base", "large"])
+def test_full_size_recipes_compose_against_fairseq_schema(recipe):
+    cfg = _compose(recipe)
+    assert cfg["task"]["_name"] == "spanbert_pretraining" and cfg["criterion"]["_name"] == "span_bert"
+    layers, dim, heads, ffn = {"base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096)}[recipe]  # README's sizes
+    model = cfg["model"]
+    assert model["_name"] == "spanbert" and (model["encoder_layers"], model["encoder_embed_dim"],
+                                             model["encoder_attention_heads"], model["encoder_ffn_embed_dim"]) == (
+        layers, dim, heads, ffn)
+    # the optimizer section resolved through fairseq's own Adam config (its defaults filled in)
+    assert cfg["optimizer"]["_name"] == "adam" and cfg["optimizer"]["lr"] == cfg["optimization"]["lr"]
+    assert cfg["common"]["fp16"] is True and cfg["optimization"]["clip_norm"] == 1.0
+    # SPEC 1.3: 256 sequences per update for large; base uses about 8x that batch
+    sequences = cfg["dataset"]["batch_size"] * cfg["optimization"]["update_freq"][0]
+    assert sequences == (256 if recipe == "large" else 2048) and cfg["task"]["tokens_per_sample"] == 512
+
+
+def test_schema_check_has_teeth():
+    """What the recipe test relies on: a key fairseq does not know, or a wrong type, is refused."""
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    with pytest.raises(ConfigKeyError):
+        _compose("base", "+common.no_such_option=1")
+    with pytest.raises(ValidationError):
+        _compose("base", "optimization.clip_norm=lots")
+    with pytest.raises(ConfigKeyError):
+        _compose("base", "+task.no_such_masking=1")
