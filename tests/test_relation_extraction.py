@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bin_path, needs_shared_data, run_cli, shared_path
+from conftest import bin_path, needs_shared_data, run_cli, run_gloo_ranks, shared_path
 from spanbert_plugin.cli import predict_re, prepare_re
 from spanbert_plugin.data.dictionary import SpanBertDictionary
 from spanbert_plugin.evaluation.relation import relation_counts, relation_scores
@@ -420,3 +420,54 @@ def test_finetune_from_pretrained_checkpoint_and_predict(spm_data, tmp_path, cap
     # bad options are one-line errors
     assert predict_re.main(["--checkpoint", str(tmp_path / "pt" / "checkpoint_last.pt"), "--out", str(tmp_path / "x")]) == 1
     assert "not a relation_extraction checkpoint" in capsys.readouterr().err
+
+
+def _generated_relations(words, n, seed):
+    """Sentences of corpus words with a one-word subject and object; the relation follows the subject type
+    (PERSON: per:employee_of, ORGANIZATION: org:founded_by, LOCATION: no_relation), learnable from its marker."""
+    rng = np.random.default_rng(seed)
+    relation = {"PERSON": "per:employee_of", "ORGANIZATION": "org:founded_by", "LOCATION": "no_relation"}
+    examples = []
+    for i in range(n):
+        tokens = [str(w) for w in rng.choice(words, int(rng.integers(6, 12)))]
+        subj, obj = (int(x) for x in rng.choice(len(tokens), 2, replace=False))
+        subj_type = str(rng.choice(list(relation)))
+        examples.append({"id": f"g{seed}_{i}", "token": tokens, "subj_start": subj, "subj_end": subj, "obj_start": obj,
+                         "obj_end": obj, "subj_type": subj_type, "obj_type": "PERSON", "relation": relation[subj_type]})
+    return examples
+
+
+def test_cls_pooling_over_two_gloo_workers_equals_prediction(spm_data, corpus_files, tmp_path, capsys):
+    """--re-pooling cls end to end, validated by two gloo workers: the summed counts (hence precision, recall,
+    F1, accuracy) equal those of spanbert-predict-re over the whole split in one process."""
+    words = [w for w in open(corpus_files[0], encoding="utf-8").read().split() if w.isalpha()][:2000]
+    train = write_examples(tmp_path / "train.json", _generated_relations(words, 160, 1))
+    valid = write_examples(tmp_path / "valid.jsonl", _generated_relations(words, 37, 2), jsonl=True)  # 37: uneven shards
+    dest = str(tmp_path / "re")
+    assert prepare_re.main(["--train", train, "--valid", valid, "--tokenizer-from", spm_data, "--destdir", dest]) == 0
+    save = str(tmp_path / "ck")
+    outputs = run_gloo_ranks(lambda rank: [
+        bin_path("fairseq-train"), dest, "--user-dir", "user_dir", "--task", "relation_extraction",
+        "--criterion", "relation_extraction", "--arch", "spanbert_tiny", "--re-pooling", "cls", "--batch-size", "8",
+        "--batch-size-valid", "5", "--optimizer", "adam", "--lr", "2e-3", "--max-update", "40", "--cpu",
+        "--num-workers", "0", "--log-format", "json", "--no-epoch-checkpoints", "--seed", "1", "--save-dir", save,
+        "--dropout", "0", "--validate-interval-updates", "40"])
+    valid_log = _last_valid(outputs[0])
+    assert int(valid_log["valid_re_examples"]) == 37
+    state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu", weights_only=True)
+    assert state["cfg"]["task"]["re_pooling"] == "cls"
+    hidden = 128  # spanbert_tiny
+    dense = [v for k, v in state["model"].items() if k.startswith("relation_heads.") and k.endswith("dense.weight")]
+    assert len(dense) == 1 and dense[0].shape == (hidden, hidden)  # [CLS] alone, not two entity starts
+    out = str(tmp_path / "pred")
+    assert predict_re.main(["--checkpoint", os.path.join(save, "checkpoint_last.pt"), "--split", "valid",
+                            "--out", out]) == 0, capsys.readouterr().err
+    with open(os.path.join(out, "eval.json")) as f:
+        scores = json.load(f)
+    from spanbert_plugin.evaluation.relation import COUNT_KEYS
+
+    for key in COUNT_KEYS:  # summed over both workers' shards
+        assert scores["counts"][key[len("re_"):]] == int(valid_log[f"valid_{key}"]), key
+    for key in ("f1", "precision", "recall", "accuracy"):
+        assert scores[key] == pytest.approx(float(valid_log[f"valid_{key}"]), abs=1e-3), key
+    assert scores["counts"]["predicted_positive"] > 0 and scores["counts"]["gold_positive"] > 0

@@ -56,8 +56,9 @@ class RelationExtractionCriterion(FairseqCriterion):
         for key in COUNT_KEYS:
             metrics.log_scalar_sum(key, total(key))
         for name in ("precision", "recall", "f1", "accuracy"):
+            # float(): after a multi-worker all-reduce the summed counts are tensors, which round() refuses
             metrics.log_derived(
-                name, lambda meters, name=name: round(relation_scores({k: meters[k].sum for k in COUNT_KEYS})[name], 3)
+                name, lambda meters, name=name: round(relation_scores({k: float(meters[k].sum) for k in COUNT_KEYS})[name], 3)
             )
 
     @staticmethod
