@@ -1,0 +1,61 @@
+"""Document blocks: contiguous, framed, never crossing a document, nothing dropped (README: pre-training task)."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from spanbert_plugin.data.document_blocks import DocumentBlockDataset
+from spanbert_plugin.errors import UsageError
+
+BOS, EOS = 1, 2
+
+
+def check_blocks(blocks, documents, block_size, bos=BOS, eos=EOS):
+    """Blocks are [bos] doc[s:s+n] [eos], in document order, each within one document; concatenated per document
+    they give the document back exactly (nothing dropped, nothing repeated)."""
+    rebuilt = [[] for _ in documents]
+    previous_doc = -1
+    for i in range(len(blocks)):
+        block = blocks[i].numpy()
+        assert block[0] == bos and block[-1] == eos and 3 <= len(block) <= block_size + 2
+        assert len(block) == blocks.sizes[i]
+        doc = int(blocks.block_doc[i])
+        assert doc >= previous_doc  # documents in order, each document's blocks together
+        previous_doc = doc
+        rebuilt[doc].extend(block[1:-1].tolist())
+        # only the last block of a document may be short
+        if len(rebuilt[doc]) < len(documents[doc]):
+            assert len(block) == block_size + 2
+    assert rebuilt == [list(map(int, d)) for d in documents]
+    expected_blocks = sum(-(-len(d) // block_size) for d in documents)
+    assert len(blocks) == expected_blocks
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 7, 64])
+def test_random_documents_round_trip(block_size):
+    rng = np.random.default_rng(block_size)
+    sizes = np.concatenate([[0, 1, block_size, block_size + 1, 2 * block_size], rng.integers(0, 200, size=40)])
+    rng.shuffle(sizes)
+    documents = [torch.from_numpy(rng.integers(5, 1000, size=n)) for n in sizes]
+    check_blocks(DocumentBlockDataset(documents, sizes, block_size, BOS, EOS), documents, block_size)
+
+
+def test_prepared_corpus_through_the_memory_map(spm_data):
+    """The real path: spanbert-prepare's one-item-per-document binary, read block by block from the memory map."""
+    from fairseq.data import data_utils
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from spanbert_plugin.data.dictionary import SpanBertDictionary
+
+    dictionary = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
+    documents = data_utils.load_indexed_dataset(os.path.join(spm_data, "train"), dictionary, "mmap")
+    assert isinstance(documents, MMapIndexedDataset) and len(documents) == 54  # the corpus fixture's train documents
+    blocks = DocumentBlockDataset(documents, documents.sizes, 126, dictionary.bos(), dictionary.eos())
+    check_blocks(blocks, [documents[i].numpy() for i in range(len(documents))], 126, dictionary.bos(), dictionary.eos())
+    assert int(blocks.sizes.sum()) - 2 * len(blocks) == int(documents.sizes.sum())  # every token, once
+
+
+def test_block_size_below_one_is_refused():
+    with pytest.raises(UsageError, match="block size must be at least 1 token, got 0"):
+        DocumentBlockDataset([], np.array([], dtype=np.int64), 0, BOS, EOS)
