@@ -114,3 +114,46 @@ def test_resume_from_truncated_checkpoint_last(tiny_model, wordpiece_data, tmp_p
     assert last.startswith(f"error: {save_dir / 'checkpoint_last.pt'}: truncated or damaged checkpoint"), last
     assert "--restore-file can name an earlier checkpoint" in last and "checkpoint_best.pt" in last
     assert snapshot(save_dir) == before
+
+
+def test_finetune_from_a_damaged_checkpoint_is_one_line(tiny_model, wordpiece_data, tmp_path):
+    """--finetune-from-model names the damaged file in one line, exit 1, and no checkpoint is written."""
+    data = (tiny_model / "model.pt").read_bytes()
+    damaged = tmp_path / "pretrained.pt"
+    damaged.write_bytes(data[: len(data) // 2])
+    save_dir = tmp_path / "ck"
+    proc = run_cli([bin_path("fairseq-train"), wordpiece_data, *TINY, "--max-update", "2", "--save-dir", str(save_dir),
+                    "--finetune-from-model", str(damaged)], check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [f"error: {damaged}: truncated or damaged checkpoint: its zip archive is incomplete "
+                      "(an interrupted save or a partial copy?)"], proc.stderr[-2000:]
+    assert not save_dir.exists() or not list(save_dir.glob("*.pt"))
+
+
+class ForeignState:
+    """A class no allowlist names; unpickling it runs ``__setstate__``, which creates a file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __setstate__(self, state):
+        open(state["marker"], "w").close()
+
+
+def test_safe_loading_refuses_a_class_outside_the_allowlist(tiny_model, tmp_path):
+    """A checkpoint holding an object of a class outside the allowlist is refused without running its code."""
+    import pickle
+
+    from fairseq import checkpoint_utils
+
+    marker = tmp_path / "code_ran"
+    state = torch.load(tiny_model / "model.pt", weights_only=True)
+    state["extra_state"] = {"payload": ForeignState(marker)}
+    torch.save(state, tmp_path / "foreign.pt")
+    with pytest.raises(pickle.UnpicklingError, match="Unsupported global: GLOBAL test_checkpoints.ForeignState"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "foreign.pt"))
+    assert not marker.exists()
+    torch.load(tmp_path / "foreign.pt", weights_only=False)  # unsafe loading would have run it
+    assert marker.exists()
