@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -156,14 +157,14 @@ def _errors(rows, method, size):
 
 
 def summary_table(rows: List[Dict], methods, sizes) -> str:
-    """Held-out error (%) per method and training size: mean ± sd over seeds."""
+    """Held-out error (%) per method and training size: mean ± sample sd (n - 1) over seeds."""
     lines = [f"{'method':>14} " + " ".join(f"{s:>12}" for s in sizes)]
     for method in methods:
         cells = []
         for size in sizes:
             errs = _errors(rows, method, size)
-            mean = sum(errs) / len(errs)
-            sd = (sum((e - mean) ** 2 for e in errs) / len(errs)) ** 0.5
+            mean = statistics.mean(errs)
+            sd = statistics.stdev(errs) if len(errs) > 1 else 0.0  # the sample sd, as the other experiments report
             cells.append(f"{mean:6.1f} ± {sd:4.1f}")
         lines.append(f"{method:>14} " + " ".join(f"{c:>12}" for c in cells))
     return "\n".join(lines)
@@ -196,7 +197,7 @@ def plot(rows, path, title):
         if not sizes:
             continue
         errs = [_errors(rows, method, s) for s in sizes]
-        ax.errorbar(sizes, [np.mean(e) for e in errs], yerr=[np.std(e) for e in errs], marker="o", capsize=3, label=method)
+        ax.errorbar(sizes, [np.mean(e) for e in errs], yerr=[np.std(e, ddof=1) if len(e) > 1 else 0.0 for e in errs], marker="o", capsize=3, label=method)
     ax.set_xscale("log")
     ax.set_xlabel("training examples")
     ax.set_ylabel("held-out error (%)")
