@@ -145,3 +145,29 @@ def test_span_drop_keeps_every_gold_mention(wordpiece_data, tmp_path):
     # same (seed, epoch, document) -> same draw
     a, b = (CorefDataset(arrays, pad_index=1, span_drop=(0.5, 1.0, "sentence", "drop"), seed=3)[0] for _ in range(2))
     assert a["tokens"].tolist() == b["tokens"].tolist()
+
+
+def test_training_window_of_segments(wordpiece_data, tmp_path):
+    """--max-training-segments: a run of consecutive segments, targets shifted with it; composes with SpanDrop."""
+    sentences = [[f"s{s}w{i}" for i in range(6)] for s in range(12)]
+    clusters = [[[0, 1], [30, 30], [66, 67]], [[13, 13], [40, 41]]]
+    dest = str(tmp_path / "d")
+    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", [{"doc_key": "a", "sentences": sentences, "clusters": clusters}]),
+                    "--tokenizer-from", wordpiece_data, "--destdir", dest, "--max-segment-length", "32"]) == 0
+    arrays = load_split_arrays(dest, "train")
+    plain = CorefDataset(arrays, pad_index=1)[0]
+    assert plain["token_segment"].max() + 1 > 2
+    firsts = set()
+    for epoch in range(1, 8):
+        for span_drop in (None, (0.3, None, "token", "drop")):
+            ds = CorefDataset(arrays, pad_index=1, max_segments=2, seed=5, span_drop=span_drop)
+            ds.set_epoch(epoch)
+            doc = ds[0]
+            assert doc["token_segment"].max() + 1 <= 2
+            firsts.add(int(doc["token_word"][1]))
+            for s, e, c in doc["target"]:
+                match = [(s0, e0) for s0, e0, c0 in plain["target"]
+                         if c0 == c and plain["token_word"][s0:e0 + 1].tolist() == doc["token_word"][s:e + 1].tolist()]
+                assert match and doc["tokens"][s:e + 1].tolist() == plain["tokens"][match[0][0]:match[0][1] + 1].tolist()
+            assert doc["num_words"] == len(set(doc["token_word"][doc["token_word"] >= 0].tolist()))
+    assert len(firsts) > 1  # the window moves between epochs

@@ -234,3 +234,15 @@ def test_two_learning_rates_with_the_composite_optimizer(synthetic_data, tmp_pat
     output = proc.stdout + proc.stderr
     assert "Group : coref_head" in output and "Group : default" in output
     assert "lr_default=" in output and "lr_coref_head=" in output
+
+
+def test_span_drop_and_segment_window_train_and_ad_drop_is_refused(synthetic_data, tmp_path):
+    common = [bin_path("fairseq-train"), synthetic_data, "--user-dir", "user_dir", "--task", "coreference",
+              "--criterion", "coreference", "--arch", "spanbert_tiny", "--encoder-layers", "1", "--batch-size", "1",
+              "--coref-ffnn-size", "32", "--optimizer", "adam", "--lr", "1e-3", "--max-update", "3", "--cpu",
+              "--save-dir", str(tmp_path), "--no-save", "--disable-validation"]
+    proc = run_cli(common + ["--span-drop-p", "0.2", "--span-drop-gamma", "1", "--span-drop-unit", "token",
+                             "--max-training-segments", "1", "--log-format", "json", "--log-interval", "1"])
+    assert '"num_updates": "3"' in proc.stdout + proc.stderr
+    refused = run_cli(common + ["--ad-drop-p", "0.3"], check=False)
+    assert refused.returncode == 2 and "unrecognized arguments: --ad-drop-p" in refused.stderr

@@ -24,8 +24,9 @@ from .prepare import load_split_arrays
 
 class CorefDataset(FairseqDataset):
     def __init__(self, arrays: dict, pad_index: int, shuffle: bool = False, seed: int = 1, span_drop=None,
-                 mask_index: Optional[int] = None):
+                 mask_index: Optional[int] = None, max_segments: int = 0):
         self.a = arrays
+        self.max_segments = max_segments  # > 0: a random window of that many segments per document and epoch
         self.pad_index, self.shuffle, self.seed, self.epoch = pad_index, shuffle, seed, 1
         self.span_drop = span_drop  # (p, gamma, unit, mode) or None
         self.mask_index = mask_index
@@ -53,7 +54,7 @@ class CorefDataset(FairseqDataset):
 
     @property
     def can_reuse_epoch_itr_across_epochs(self):
-        return self.span_drop is None  # SpanDrop draws new units every epoch
+        return self.span_drop is None and not self.max_segments  # both draw anew every epoch
 
     def ordered_indices(self):
         if self.shuffle:
@@ -80,7 +81,8 @@ class CorefDataset(FairseqDataset):
     def _span_dropped(self, doc: dict, index: int) -> dict:
         p, gamma, unit, mode = self.span_drop
         rng = np.random.default_rng([self.seed, self.epoch, index])
-        covered = np.zeros(doc["num_words"] + 1, dtype=np.int64)  # words inside a gold mention
+        size = max(int(doc["token_word"].max()), int(doc["gold"][:, 1].max(initial=-1))) + 2
+        covered = np.zeros(size, dtype=np.int64)  # words inside a gold mention (ids of the whole document)
         np.add.at(covered, doc["gold"][:, 0], 1)
         np.add.at(covered, doc["gold"][:, 1] + 1, -1)
         covered = np.cumsum(covered)[:-1] > 0
@@ -106,8 +108,27 @@ class CorefDataset(FairseqDataset):
         doc["num_words"] = int(len(np.unique(doc["token_word"][doc["token_word"] >= 0])))
         return doc
 
+    def _segment_window(self, doc: dict, index: int) -> dict:
+        """c2f-coref's training truncation: a random run of ``max_segments`` consecutive segments."""
+        n = int(doc["token_segment"][-1]) + 1
+        if n <= self.max_segments:
+            return doc
+        first = int(np.random.default_rng([self.seed, self.epoch, index, 1]).integers(n - self.max_segments + 1))
+        keep = (doc["token_segment"] >= first) & (doc["token_segment"] < first + self.max_segments)
+        offset = int(np.argmax(keep))
+        for key in ("tokens", "token_word", "token_sentence", "token_speaker"):
+            doc[key] = doc[key][keep]
+        doc["token_segment"] = doc["token_segment"][keep] - first
+        target = doc["target"]
+        inside = (target[:, 0] >= offset) & (target[:, 1] < offset + int(keep.sum()))
+        doc["target"] = target[inside] - np.array([offset, offset, 0])
+        doc["num_words"] = int(len(np.unique(doc["token_word"][doc["token_word"] >= 0])))
+        return doc
+
     def __getitem__(self, index):
         doc = self.document(index)
+        if self.max_segments:
+            doc = self._segment_window(doc, index)
         if self.span_drop is not None:
             doc = self._span_dropped(doc, index)
         doc["id"] = index

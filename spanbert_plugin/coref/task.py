@@ -36,6 +36,9 @@ class CoreferenceConfig(SpanDropSampling):
     coref_ffnn_size: int = field(default=3000, metadata={"help": "hidden size of the mention and pair scorers"})
     coref_feature_size: int = field(default=20, metadata={"help": "size of width, distance, speaker, genre embeddings"})
     coref_dropout: float = field(default=0.3, metadata={"help": "dropout in the coreference head"})
+    max_training_segments: int = field(
+        default=0, metadata={"help": "train on a random run of this many consecutive segments of each document "
+                             "(c2f-coref's max_training_sentences, e.g. 3 with 384-token segments); 0: whole documents"})
     span_drop_unit: ChoiceEnum(("sentence", "token")) = field(
         default="sentence", metadata={"help": "SpanDrop unit: whole sentences or words holding no gold mention"})
     seed: int = II("common.seed")
@@ -61,6 +64,8 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
         if not 0 < cfg.top_span_ratio <= 1:
             raise UsageError(f"--top-span-ratio must be in (0, 1], got {cfg.top_span_ratio}")
+        if cfg.max_training_segments < 0:
+            raise UsageError(f"--max-training-segments must be at least 0, got {cfg.max_training_segments}")
         if cfg.coref_depth < 0:
             raise UsageError(f"--coref-depth must be at least 0, got {cfg.coref_depth}")
         dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
@@ -90,7 +95,8 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
                          str(self.cfg.span_drop_mode))
         try:
             dataset = CorefDataset.load(self.cfg.data, split, self.dictionary.pad(), shuffle=is_train,
-                                        seed=self.cfg.seed, span_drop=span_drop, mask_index=self.dictionary.index("[MASK]")
+                                        seed=self.cfg.seed, span_drop=span_drop,
+                                        max_segments=self.cfg.max_training_segments if is_train else 0, mask_index=self.dictionary.index("[MASK]")
                                         if "[MASK]" in self.dictionary.indices else self.dictionary.unk())
         except FileNotFoundError:
             raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: no such file (split {split!r} was not "
