@@ -1,7 +1,6 @@
 """The spanbert model, its heads and the span_bert criterion (SPEC §1.2)."""
 import argparse
 
-import numpy as np
 import pytest
 import torch
 from fairseq import options, tasks
