@@ -1,24 +1,27 @@
 #!/usr/bin/env python
 """Training-step time: spanbert (MLM + SBO, span_bert criterion) vs fairseq's roberta (masked_lm).
 
-Same encoder size, batch, sequence length and masked tokens, one process, CPU;
-each step is forward + backward + Adam update, the two models alternate, the
-median over steps is reported.
+Same encoder size, batch, sequence length and masked tokens, one process, CPU,
+``--threads`` threads for every side; each step is forward + backward + Adam
+update. The sides run in ``--runs`` alternating runs of ``--steps`` steps each
+(the order reverses every run, after one untimed run); each run gives each side
+its median step time, and the ratios to roberta are the medians of the per-run
+ratios, with their range.
 
-    .venv/bin/python benchmarks/pretrain_step_time.py [--layers 4 --dim 256 --heads 4 --ffn 1024 --batch 8 --seq 512]
+    .venv/bin/python benchmarks/pretrain_step_time.py [--runs 7 --steps 3 --threads 2]
+        [--layers 4 --dim 256 --heads 4 --ffn 1024 --batch 8 --seq 512]
 """
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import torch  # noqa: E402
+from timing import alternating_runs, ratio_line, thread_note, time_line  # noqa: E402
 
 
 def build(task_name, arch, data, args, criterion):
@@ -38,9 +41,11 @@ def build(task_name, arch, data, args, criterion):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, default in (("layers", 4), ("dim", 256), ("heads", 4), ("ffn", 1024), ("batch", 8), ("seq", 512), ("steps", 12)):
-        parser.add_argument(f"--{name}", type=int, default=default)
+    for name, default in (("layers", 4), ("dim", 256), ("heads", 4), ("ffn", 1024), ("batch", 8), ("seq", 512),
+                          ("steps", 3), ("runs", 7), ("threads", 2)):
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"default {default}")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     from masking_throughput import prepared_data
 
     data = prepared_data(os.path.join(ROOT, "benchmarks", "out"))
@@ -59,7 +64,9 @@ def main():
     span_task.load_dataset("train")
     ds = span_task.dataset("train")
     full = [i for i in range(len(ds)) if ds.size(i) == args.seq]
-    batches = [ds.collater([ds[i] for i in full[k * args.batch:(k + 1) * args.batch]]) for k in range(args.steps + 2)]
+    batches = [ds.collater([ds[i] for i in full[k * args.batch:(k + 1) * args.batch]])
+               for k in range(min(args.steps * 2, len(full) // args.batch))]
+    assert batches, f"no {args.batch} blocks of {args.seq} tokens in the benchmark corpus"
 
     def roberta_sample(b):
         # same tokens, same masked positions; roberta has no SBO
@@ -70,26 +77,26 @@ def main():
             "spanbert + span_bert (MLM+SBO)": (span_model, span_crit, lambda b: b),
             "spanbert, --sbo-weight 0 (MLM only)": (span_model, mlm_only_crit, lambda b: b)}
     optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, (m, _, _) in runs.items()}  # one per run
-    times = {name: [] for name in runs}
-    for step, batch in enumerate(batches):
-        for name, (model, crit, to_sample) in runs.items():
+
+    def step_of(name):
+        model, crit, to_sample = runs[name]
+
+        def step(n):
             model.train()
-            sample = to_sample(batch)
-            start = time.perf_counter()
-            loss, sample_size, _ = crit(model, sample)
+            loss, sample_size, _ = crit(model, to_sample(batches[n % len(batches)]))
             (loss / sample_size).backward()
             optims[name].step()
             optims[name].zero_grad()
-            if step >= 2:  # warm-up steps not timed
-                times[name].append(time.perf_counter() - start)
+        return step
+
+    per_run = alternating_runs({name: step_of(name) for name in runs}, args.runs, steps_per_run=args.steps)
     print(f"encoder {args.layers} x {args.dim} (heads {args.heads}, FFN {args.ffn}), vocab {len(d)}, "
-          f"batch {args.batch} x {args.seq} tokens, {torch.get_num_threads()} threads, {args.steps} timed steps")
-    med = {name: statistics.median(t) for name, t in times.items()}
-    for name, m in med.items():
-        print(f"{name:36s} {m * 1000:8.1f} ms/step")
-    base = med["fairseq roberta + masked_lm"]
-    print(f"ratio (spanbert MLM+SBO / roberta): {med['spanbert + span_bert (MLM+SBO)'] / base:.3f}x; "
-          f"MLM only / roberta: {med['spanbert, --sbo-weight 0 (MLM only)'] / base:.3f}x")
+          f"batch {args.batch} x {args.seq} tokens, {thread_note()}, {args.runs} alternating runs of {args.steps} steps")
+    for name, times in per_run.items():
+        print(time_line(f"{name:36s} step", times))
+    base = per_run["fairseq roberta + masked_lm"]
+    print(ratio_line("spanbert MLM+SBO / roberta", per_run["spanbert + span_bert (MLM+SBO)"], base))
+    print(ratio_line("spanbert MLM only / roberta", per_run["spanbert, --sbo-weight 0 (MLM only)"], base))
 
 
 if __name__ == "__main__":

@@ -14,25 +14,29 @@ window, start/end labels):
   question-length group gets stride = window passage length - doc_stride, which
   gives BERT's windows (window starts every doc_stride tokens).
 
-The windows are compared one by one (count per question, token ids, labels);
-the timings alternate between the sides and the medians of wall and CPU seconds
-(all threads) are reported. The tokenizer
-calls of the recipe alone (``transformers-tokenize``, no labels) are timed too.
+The windows are compared one by one (count per question, token ids, labels) and any
+difference makes the script exit with status 1. The sides run in ``--repeats``
+alternating runs (the order flips every run); it prints each side's median wall time
+and questions per second, and the ratio transformers / ours as the median of the
+per-run ratios with their range. ``--tokenizer-only`` adds the recipe's tokenizer calls
+alone (no labels) as a third side.
 
-    .venv/bin/python benchmarks/qa_prepare_speed.py [--repeats 3] [--side both|ours|transformers]
+    .venv/bin/python benchmarks/qa_prepare_speed.py [--repeats 3] [--tokenizer-only] [--articles N]
 """
 import argparse
 import json
 import os
 import statistics
 import sys
-import time
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 DATA = os.path.join(ROOT, "..", "shared", "data")
 
 import numpy as np  # noqa: E402
+from timing import alternating_runs, ratio_line, time_line  # noqa: E402
 
 
 def ours_setup(vocab):
@@ -123,51 +127,53 @@ def main():
     parser.add_argument("--max-seq-length", type=int, default=384, help="tokens per window")
     parser.add_argument("--doc-stride", type=int, default=128, help="passage tokens between window starts")
     parser.add_argument("--max-query-length", type=int, default=64, help="question tokens kept")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each side (alternating)")
-    parser.add_argument("--side", choices=["both", "ours", "transformers", "transformers-tokenize"], default="both",
-                        help="run one side only (for whole-process timing)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating timed runs of the sides")
+    parser.add_argument("--tokenizer-only", action="store_true", help="also time the recipe's tokenizer calls alone")
+    parser.add_argument("--articles", type=int, help="only the first N articles (a quick check)")
     args = parser.parse_args()
     for path in (args.squad, args.vocab):
         if not os.path.isfile(path):
             sys.exit(f"qa_prepare_speed: {path}: not found (see ../shared/data/README.md)")
+    squad = args.squad
+    if args.articles:
+        with open(args.squad, encoding="utf-8") as f:
+            data = json.load(f)
+        data["data"] = data["data"][: args.articles]
+        squad = os.path.join(tempfile.mkdtemp(), "subset.json")
+        with open(squad, "w", encoding="utf-8") as f:
+            json.dump(data, f)
 
-    names = ["ours", "transformers", "transformers-tokenize"] if args.side == "both" else [args.side]
-    sides = {}
-    if "ours" in names:  # each side imports only what it needs (whole-process timing with --side)
-        tokenizer, dictionary = ours_setup(args.vocab)
-        sides["ours"] = lambda: ours(args.squad, tokenizer, dictionary, args)
-    if any(name.startswith("transformers") for name in names):
-        from transformers import BertTokenizerFast
+    from transformers import BertTokenizerFast
 
-        hf_tokenizer = BertTokenizerFast(args.vocab, do_lower_case=True)
-        sides["transformers"] = lambda: transformers_recipe(args.squad, hf_tokenizer, args)
-        sides["transformers-tokenize"] = lambda: transformers_recipe(args.squad, hf_tokenizer, args, labels=False)
-    sides = {name: sides[name] for name in names}
-    seconds = {name: [] for name in sides}
-    cpu_seconds = {name: [] for name in sides}  # all threads of the process (tokenizers batches in parallel)
+    tokenizer, dictionary = ours_setup(args.vocab)
+    hf_tokenizer = BertTokenizerFast(args.vocab, do_lower_case=True)
     results = {}
-    for _ in range(args.repeats):
-        for name, run in sides.items():
-            start, cpu_start = time.perf_counter(), time.process_time()
-            results[name] = run()
-            seconds[name].append(time.perf_counter() - start)
-            cpu_seconds[name].append(time.process_time() - cpu_start)
-    questions = len(results["ours"].split.questions) if "ours" in results else len({w[0] for w in next(iter(results.values()))})
-    report = {"max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride, "repeats": args.repeats}
-    for name, times in seconds.items():
-        median = statistics.median(times)
-        report[name] = {"seconds_median": round(median, 3), "seconds_all": [round(t, 3) for t in times],
-                        "cpu_seconds_median": round(statistics.median(cpu_seconds[name]), 3),
-                        "questions_per_second": round(questions / median, 1)}
-    if args.side == "both":
-        for name in ("transformers", "transformers-tokenize"):
-            report[f"speed_ratio_ours_vs_{name}"] = round(
-                statistics.median(seconds[name]) / statistics.median(seconds["ours"]), 2)
-            report[f"cpu_ratio_ours_vs_{name}"] = round(
-                statistics.median(cpu_seconds[name]) / statistics.median(cpu_seconds["ours"]), 2)
-        report["agreement"] = compare(results["ours"], results["transformers"])
-    print(json.dumps(report, indent=2))
+    sides = {"ours": lambda: ours(squad, tokenizer, dictionary, args),
+             "transformers": lambda: transformers_recipe(squad, hf_tokenizer, args)}
+    if args.tokenizer_only:
+        sides["transformers-tokenize"] = lambda: transformers_recipe(squad, hf_tokenizer, args, labels=False)
+    per_run = alternating_runs({name: (lambda _, name=name: results.__setitem__(name, sides[name]())) for name in sides},
+                               args.repeats, warmup=0)
+    questions = len(results["ours"].split.questions)
+    print(f"{questions} questions, windows {args.max_seq_length} / stride {args.doc_stride} / query "
+          f"{args.max_query_length}, {args.repeats} alternating runs, one process")
+    for name, times in per_run.items():
+        print(time_line(f"{name:>21} (wall)", times, unit="s", scale=1.0, places=2)
+              + f"; {questions / statistics.median(times):.0f} questions/s")
+    for name in sides:
+        if name != "ours":
+            print(ratio_line(f"{name} / ours (wall)", per_run[name], per_run["ours"]))
+    agreement = compare(results["ours"], results["transformers"])
+    print("agreement:", json.dumps(agreement))
+    windows = agreement["windows_ours"]
+    agree = (agreement["windows_transformers"] == windows and agreement["questions_with_same_window_count"] == questions
+             and agreement["windows_with_same_tokens"] == windows and agreement["windows_with_same_labels"] == windows)
+    if not agree:
+        print("qa_prepare_speed: the windows, tokens or labels differ from the transformers recipe's", file=sys.stderr)
+        return 1
+    print(f"same {windows} windows, token ids and labels as the transformers recipe")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
