@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
 from test_coref_prepare import write_jsonl
 from spanbert_plugin.coref import head as head_module
 from spanbert_plugin.coref.head import CorefHead, bucket_distance, select_non_crossing
@@ -246,3 +246,21 @@ def test_span_drop_and_segment_window_train_and_ad_drop_is_refused(synthetic_dat
     assert '"num_updates": "3"' in proc.stdout + proc.stderr
     refused = run_cli(common + ["--ad-drop-p", "0.3"], check=False)
     assert refused.returncode == 2 and "unrecognized arguments: --ad-drop-p" in refused.stderr
+
+
+def test_validation_over_two_gloo_workers_equals_prediction(synthetic_data, tmp_path):
+    """Counts summed across workers: validation split over 2 CPU workers gives the single-process prediction's numbers."""
+    ck = str(tmp_path / "ck")
+    outputs = run_gloo_ranks(lambda rank: [
+        bin_path("fairseq-train"), synthetic_data, "--user-dir", "user_dir", "--task", "coreference",
+        "--criterion", "coreference", "--arch", "spanbert_tiny", "--encoder-layers", "1", "--batch-size", "1",
+        "--coref-ffnn-size", "32", "--optimizer", "adam", "--lr", "1e-3", "--max-update", "30", "--cpu",
+        "--save-dir", ck, "--no-epoch-checkpoints", "--log-format", "json", "--seed", "3"])
+    valid = _valid_records(outputs[0])
+    assert valid and float(valid[-1]["valid_conll_f1"]) > 0
+    out = str(tmp_path / "pred")
+    run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"),
+             "--split", "valid", "--out", out])
+    counts = json.load(open(os.path.join(out, "eval.json")))["counts"]
+    for key, value in counts.items():
+        assert float(valid[-1][f"valid_{key}"]) == pytest.approx(value, abs=1e-3), key
