@@ -514,6 +514,8 @@ def import_hf(hf_dir, out_dir, force=False):
                        and not k.startswith("vocabulary."))  # the vocabulary record is vocab.txt's, not a weight
         model.load_state_dict({**expected, **{k: v.float() for k, v in ours.items()}})
         cfg.task.data = os.path.abspath(out_dir)
+        # the model was built from the temporary folder; record the tokenizer where it will be
+        model.vocabulary.set_tokenizer(f"{tokenizer.kind} ({os.path.join(cfg.task.data, 'vocab.txt')})")
         checkpoint_utils.torch_persistent_save(
             {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict(),
              # class names kept where tasks keep them, so an export gives them back

@@ -287,6 +287,8 @@ def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files,
     assert (tmp_path / "back" / RELATION_WEIGHTS).is_file()
 
     stdout = _import(tmp_path / "back", tmp_path / "again")
+    record = torch.load(tmp_path / "again" / "model.pt", weights_only=False)["model"]["vocabulary.tokenizer"]
+    assert bytes(record.tolist()).decode() == f"wordpiece ({tmp_path / 'again' / 'vocab.txt'})"  # not the temporary folder
     assert "relation head relation_head (entity_start pooling, 5 classes" in stdout
     restored = SpanBertModel.from_pretrained(str(tmp_path / "again"), "model.pt")
     tokens = hub.encode(_sample_lines(corpus_files[1], 1)[0])[None, :64]

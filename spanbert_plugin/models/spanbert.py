@@ -88,7 +88,12 @@ class VocabularyRecord(nn.Module):
     def __init__(self, dictionary):
         super().__init__()
         self.register_buffer("symbol_hashes", torch.from_numpy(symbol_hashes(dictionary.symbols)))
-        self.register_buffer("tokenizer", torch.tensor(list(describe_tokenizer(dictionary).encode("utf-8")), dtype=torch.uint8))
+        self.register_buffer("tokenizer", torch.empty(0, dtype=torch.uint8))
+        self.set_tokenizer(describe_tokenizer(dictionary))
+
+    def set_tokenizer(self, description: str) -> None:
+        """Record the tokenizer as 'KIND (FILE)', e.g. when the folder read at build time is moved into place later."""
+        self.tokenizer = torch.tensor(list(description.encode("utf-8")), dtype=torch.uint8)
 
     @staticmethod
     def tokenizer_of(state_dict, prefix):
