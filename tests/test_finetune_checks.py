@@ -70,6 +70,25 @@ def test_checkpoint_without_vocabulary_record_is_checked_by_size(spm_data, wordp
         _tiny_model(smaller).load_state_dict(dict(old_style))
 
 
+def test_finetune_from_a_checkpoint_of_another_tokenizer_stops_fairseq_train(spm_data, wordpiece_data, tmp_path):
+    """fairseq-train --finetune-from-model: one line naming both tokenizers, exit status 1, before any update."""
+    from conftest import bin_path, run_cli
+
+    tiny = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch",
+            "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+            "--encoder-attention-heads", "2", "--tokens-per-sample", "64", "--batch-size", "8", "--optimizer", "adam",
+            "--lr", "1e-3", "--cpu", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints"]
+    run_cli([bin_path("fairseq-train"), spm_data, *tiny, "--max-update", "1", "--save-dir", str(tmp_path / "spm_ck")])
+    proc = run_cli([bin_path("fairseq-train"), wordpiece_data, *tiny, "--max-update", "1",
+                    "--save-dir", str(tmp_path / "wp_ck"),
+                    "--finetune-from-model", str(tmp_path / "spm_ck" / "checkpoint_last.pt")], check=False)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-3000:]
+    assert f"sentencepiece ({os.path.join(spm_data, 'spm.model')})" in errors[0]
+    assert f"wordpiece ({os.path.join(wordpiece_data, 'vocab.txt')})" in errors[0]
+    assert not (tmp_path / "wp_ck" / "checkpoint_last.pt").exists()
+
+
 # --- SQuAD 2.0: eval.json and validation score the predictions as written ------------------------------------------
 
 def _answerable_random_split(seed):
