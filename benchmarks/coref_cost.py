@@ -140,8 +140,9 @@ def table(results) -> str:
         before = previous.get(key)
         growth_t = f"{r['seconds'] / before['seconds']:.2f}" if before else ""
         growth_m = f"{r['peak_rss_mib'] / before['peak_rss_mib']:.2f}" if before else ""
+        gpu = r.get("peak_gpu_mib", float("nan"))
         lines.append(f"| {r['shape']} | {r['mode']} | {r['words']:,} | {r['tokens']:,} | {r['seconds']:.2f} | "
-                     f"{r['peak_rss_mib']:,.0f} | {r.get('peak_gpu_mib', float('nan')):,.0f} | {growth_t} | {growth_m} |")
+                     f"{r['peak_rss_mib']:,.0f} | {gpu:,.0f} | {growth_t} | {growth_m} |")
         previous[key] = r
     return "\n".join(lines) + "\n"
 
@@ -170,7 +171,7 @@ def main():
                 data = prepare(words, args.work, args.litbank, args.vocab)
                 proc = subprocess.run([sys.executable, __file__, "--one", data, shape, mode, "--steps", str(args.steps)]
                                       + (["--cpu"] if args.cpu else []), capture_output=True, text=True)
-                line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
+                line = next((out for out in proc.stdout.splitlines() if out.startswith("RESULT ")), None)
                 if line is None:  # e.g. out of memory: recorded, the larger sizes of this shape and mode are skipped
                     results.append({"shape": shape, "mode": mode, "words": words, "error": proc.stderr.strip()[-300:]})
                     print(f"{shape} {mode} {words}: failed: {proc.stderr.strip()[-300:]}", flush=True)

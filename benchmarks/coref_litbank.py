@@ -81,7 +81,8 @@ def finetune_and_test(args, data, sizes, arm, seed, log):
     command = [os.path.join(BIN, "fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "coref"),
                "--config-name", "tiny_cpu", f"task.data={data}", f"checkpoint.save_dir={save_dir}",
                f"common.seed={seed}", f"optimization.max_epoch={args.epochs}", "common.log_format=json",
-               f"optimizer.groups.default.lr_float={args.encoder_lr}", f"optimizer.groups.coref_head.lr_float={args.head_lr}",
+               f"optimizer.groups.default.lr_float={args.encoder_lr}",
+               f"optimizer.groups.coref_head.lr_float={args.head_lr}",
                f"task.coref_ffnn_size={args.ffnn_size}"]
     command += [f"model.{key}={value}" for key, value in sizes.items()]
     if arm == "pretrained":
@@ -107,9 +108,11 @@ def summary(results):
     for arm in dict.fromkeys(r["arm"] for r in results):
         rows = [r for r in results if r["arm"] == arm]
 
-        def cell(key):
+        def cell(key, rows=rows):
             values = [r[key] for r in rows]
-            return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}" if len(values) > 1 else f"{values[0]:.1f}"
+            if len(values) == 1:
+                return f"{values[0]:.1f}"
+            return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
         lines.append(f"| {arm} | {len(rows)} | {cell('best_dev_conll_f1')} | {cell('test_muc_f1')} | "
                      f"{cell('test_bcub_f1')} | {cell('test_ceafe_f1')} | {cell('test_conll_f1')} |")
@@ -140,7 +143,8 @@ def main():
                for seed in args.seeds.split(",") for arm in args.arms.split(",")]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[k for k in results[0] if k != "dev_conll_f1_per_epoch"], extrasaction="ignore")
+        fields = [k for k in results[0] if k != "dev_conll_f1_per_epoch"]
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(results)
     with open(os.path.join(args.out, "summary.md"), "w") as f:

@@ -64,7 +64,8 @@ def reference_counts(scorer, metric, key, response):
     out = subprocess.run(["perl", scorer, metric, key, response, "none"], capture_output=True, text=True)
     totals = [m.groups() for m in map(_TOTAL.search, out.stdout.splitlines()) if m]
     if not totals:
-        raise SystemExit(f"{scorer} {metric}: no 'Coreference: Recall: (n / d)' line\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        raise SystemExit(f"{scorer} {metric}: no 'Coreference: Recall: (n / d)' line\n"
+                         f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
     return [float(v) for v in totals[-1]]
 
 
@@ -112,7 +113,8 @@ def main():
             return 100 * 2 * p * r / (p + r) if p + r else 0.0
 
         worst = max(worst, abs(f1(ours) - f1(theirs)))
-        print(f"{metric}: reference {theirs} F1 {f1(theirs):.4f} | ours {[round(v, 9) for v in ours]} F1 {f1(ours):.4f}")
+        rounded = [round(v, 9) for v in ours]
+        print(f"{metric}: reference {theirs} F1 {f1(theirs):.4f} | ours {rounded} F1 {f1(ours):.4f}")
     print(f"documents {len(pairs)}; largest F1 difference {worst:.2e} points")
     return 0
 

@@ -8,6 +8,7 @@ mentions. A capital letter there is a mention overlapping its lower-case twin
 duplicates are written here as the lower-case letter, which the scorer drops.
 Expected values are (recall, precision, F1).
 """
+
 import itertools
 
 import numpy as np
@@ -25,7 +26,7 @@ def clusters(text):
         body, mentions = group.strip("{}"), []
         i = 0
         while i < len(body):
-            if body[i] == "x" and body[i + 1:i + 3] == "10":
+            if body[i] == "x" and body[i + 1 : i + 3] == "10":
                 mentions += [mentions[-1]] * 9
                 i += 3
                 continue
@@ -36,27 +37,52 @@ def clusters(text):
 
 
 A_KEY = "{a} {bc} {def}"
-DEC = {  # B-cubed 4-decimal expectations of the README, written as fractions where it gives them
-    "A4": ((3 + 1 / 3) / 6, (1 + 4 / 3 + 1 / 2) / 7),
-}
 CASES = [
     # id, key, response, {metric: (recall, precision, f1)}
     ("A1", A_KEY, "{a} {bc} {def}", {"muc": (1, 1, 1), "bcub": (1, 1, 1), "ceafe": (1, 1, 1)}),
     ("A2", A_KEY, "{a} {de}", {"muc": (1 / 3, 1, 0.5), "bcub": ((7 / 3) / 6, 1, 14 / 25), "ceafe": (0.6, 0.9, 0.72)}),
-    ("A3", A_KEY, "{a} {bcx} {defy} {z}", {"muc": (1, 3 / 5, 0.75), "bcub": (1, (4 + 7 / 12) / 9, 110 / 163),
-                                          "ceafe": (0.88571, 0.66429, 0.75918)}),
-    ("A4", A_KEY, "{a} {bcx} {dy} {z}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
-                                        "ceafe": (0.73333, 0.55, 0.62857)}),
-    ("A5", A_KEY, "{a} {bcxB} {dy} {z}", {"muc": (1 / 3, 1 / 4, 2 / 7), "bcub": (5 / 9, 2.5 / 8, None),
-                                         "ceafe": (0.68889, 0.51667, 0.59048)}),
-    ("A6", A_KEY, "{a} {bcx} {dy} {Bz}", {"muc": (1 / 3, 1 / 4, 2 / 7), "bcub": (5 / 9, 17 / 48, None),
-                                         "ceafe": (0.73333, 0.55, 0.62857)}),
-    ("A7", A_KEY, "{a} {bcxb} {dy} {z}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
-                                         "ceafe": (0.73333, 0.55, 0.62857)}),
-    ("A8", A_KEY, "{a} {bcx} {dy} {bz}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
-                                         "ceafe": (0.73333, 0.55, 0.62857)}),
-    ("A9", A_KEY, "{a} {bcx} {dy} {bx10z}", {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None),
-                                            "ceafe": (0.73333, 0.55, 0.62857)}),
+    (
+        "A3",
+        A_KEY,
+        "{a} {bcx} {defy} {z}",
+        {"muc": (1, 3 / 5, 0.75), "bcub": (1, (4 + 7 / 12) / 9, 110 / 163), "ceafe": (0.88571, 0.66429, 0.75918)},
+    ),
+    (
+        "A4",
+        A_KEY,
+        "{a} {bcx} {dy} {z}",
+        {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None), "ceafe": (0.73333, 0.55, 0.62857)},
+    ),
+    (
+        "A5",
+        A_KEY,
+        "{a} {bcxB} {dy} {z}",
+        {"muc": (1 / 3, 1 / 4, 2 / 7), "bcub": (5 / 9, 2.5 / 8, None), "ceafe": (0.68889, 0.51667, 0.59048)},
+    ),
+    (
+        "A6",
+        A_KEY,
+        "{a} {bcx} {dy} {Bz}",
+        {"muc": (1 / 3, 1 / 4, 2 / 7), "bcub": (5 / 9, 17 / 48, None), "ceafe": (0.73333, 0.55, 0.62857)},
+    ),
+    (
+        "A7",
+        A_KEY,
+        "{a} {bcxb} {dy} {z}",
+        {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None), "ceafe": (0.73333, 0.55, 0.62857)},
+    ),
+    (
+        "A8",
+        A_KEY,
+        "{a} {bcx} {dy} {bz}",
+        {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None), "ceafe": (0.73333, 0.55, 0.62857)},
+    ),
+    (
+        "A9",
+        A_KEY,
+        "{a} {bcx} {dy} {bx10z}",
+        {"muc": (1 / 3, 1 / 3, 1 / 3), "bcub": (5 / 9, 17 / 42, None), "ceafe": (0.73333, 0.55, 0.62857)},
+    ),
     ("A10", A_KEY, "{a} {b} {c} {d} {e} {f}", {"muc": (0, 0, 0), "bcub": (3 / 6, 1, 2 / 3)}),
     ("A11", A_KEY, "{abcdef}", {"muc": (1, 3 / 5, 0.75), "bcub": (1, 7 / 18, 14 / 25)}),
     ("A12", A_KEY, "{a} {x} {y} {c} {d} {e} {z}", {"muc": (0, 0, 0), "bcub": (13 / 36, 4 / 7, None)}),
@@ -73,8 +99,12 @@ CASES = [
     ("M1", "{abcdef}", "{abcdef}", {"muc": (1, 1, 1), "bcub": (1, 1, 1), "ceafe": (1, 1, 1)}),
     ("M2", "{abcdef}", "{a} {b} {c} {d} {e} {f}", {"muc": (0, 0, 0)}),
     ("M5", "{abcdef}", "{a} {b} {c} {x} {y} {z}", {"muc": (0, 0, 0)}),
-    ("N1", "{a} {b} {c} {d} {e} {f}", "{a} {b} {c} {d} {e} {f}", {"muc": (0, 0, 0), "bcub": (1, 1, 1),
-                                                                  "ceafe": (1, 1, 1)}),
+    (
+        "N1",
+        "{a} {b} {c} {d} {e} {f}",
+        "{a} {b} {c} {d} {e} {f}",
+        {"muc": (0, 0, 0), "bcub": (1, 1, 1), "ceafe": (1, 1, 1)},
+    ),
     ("N2", "{a} {b} {c} {d} {e} {f}", "{abcdef}", {"muc": (0, 0, 0)}),
     ("N4", "{a} {b} {c} {d} {e} {f}", "{a} {b} {c} {x} {y} {z}", {"muc": (0, 0, 0)}),
 ]
@@ -132,8 +162,13 @@ def test_ceafe_alignment_is_optimal():
         counts = coref_counts(key, response)
         best = 0.0
         for perm in itertools.permutations(range(4), 3):
-            best = max(best, sum(2 * len(set(key[k]) & set(response[r])) / (len(key[k]) + len(response[r]))
-                                 for r, k in enumerate(perm)))
+            best = max(
+                best,
+                sum(
+                    2 * len(set(key[k]) & set(response[r])) / (len(key[k]) + len(response[r]))
+                    for r, k in enumerate(perm)
+                ),
+            )
         assert counts["ceafe_r_num"] == pytest.approx(best)
 
 
@@ -170,14 +205,20 @@ def test_conll_writer_round_trip():
     assert coref_column(3, [[(0, 2), (0, 0)], [(0, 1)]]) == ["(0|(1|(0)", "1)", "0)"]
 
 
-@pytest.mark.parametrize("text,message", [
-    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ 3)\n#end document\n", "x.conll:2: unbalanced brackets"),
-    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (3\n#end document\n#begin document (d); part 1\n"
-     "d 1 0 w _ _ _ _ _ _ _ _ 3)\n#end document\n", "x.conll:2: unbalanced brackets: mention of cluster 3 is not closed"),
-    ("#begin document (d); part 0\n\n#end document\n", "x.conll:1: empty document"),
-    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ 3\n#end document\n", "malformed coreference field"),
-    ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ -\n", "has no #end document"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ 3)\n#end document\n", "x.conll:2: unbalanced brackets"),
+        (
+            "#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (3\n#end document\n#begin document (d); part 1\n"
+            "d 1 0 w _ _ _ _ _ _ _ _ 3)\n#end document\n",
+            "x.conll:2: unbalanced brackets: mention of cluster 3 is not closed",
+        ),
+        ("#begin document (d); part 0\n\n#end document\n", "x.conll:1: empty document"),
+        ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ 3\n#end document\n", "malformed coreference field"),
+        ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ -\n", "has no #end document"),
+    ],
+)
 def test_conll_reader_errors(text, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
         read_conll("x.conll", text)

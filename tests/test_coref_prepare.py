@@ -1,4 +1,5 @@
 """spanbert-prepare-coref: segments, word maps, gold mentions and statistics; bad input; SpanDrop on documents."""
+
 import json
 import os
 
@@ -25,8 +26,24 @@ def uncased_tokenizer(tmp_path_factory):
     text = d / "t.txt"
     text.write_text("A few words.\n")
     dest = str(d / "tok")
-    assert cli_main(["--train", str(text), "--valid", str(text), "--destdir", dest, "--tokenizer", "wordpiece",
-                     "--wordpiece-vocab", shared_path(VOCAB), "--lowercase"]) == 0
+    assert (
+        cli_main(
+            [
+                "--train",
+                str(text),
+                "--valid",
+                str(text),
+                "--destdir",
+                dest,
+                "--tokenizer",
+                "wordpiece",
+                "--wordpiece-vocab",
+                shared_path(VOCAB),
+                "--lowercase",
+            ]
+        )
+        == 0
+    )
     return dest
 
 
@@ -45,9 +62,25 @@ def prepare(args):
 def test_litbank_fold0(uncased_tokenizer, tmp_path, capsys):
     splits = shared_path(LITBANK, "splits", "fold0")
     dest = str(tmp_path / "coref")
-    assert prepare(["--train", os.path.join(splits, "train.txt"), "--valid", os.path.join(splits, "dev.txt"),
-                    "--test", os.path.join(splits, "test.txt"), "--tokenizer-from", uncased_tokenizer,
-                    "--destdir", dest, "--max-segment-length", "128"]) == 0
+    assert (
+        prepare(
+            [
+                "--train",
+                os.path.join(splits, "train.txt"),
+                "--valid",
+                os.path.join(splits, "dev.txt"),
+                "--test",
+                os.path.join(splits, "test.txt"),
+                "--tokenizer-from",
+                uncased_tokenizer,
+                "--destdir",
+                dest,
+                "--max-segment-length",
+                "128",
+            ]
+        )
+        == 0
+    )
     stats = json.load(open(os.path.join(dest, "prepare_stats.json")))
     assert [stats[s]["documents"] for s in ("train", "valid", "test")] == [80, 10, 10]
     tokenizer, dictionary = load_tokenizer_folder(uncased_tokenizer)
@@ -57,13 +90,16 @@ def test_litbank_fold0(uncased_tokenizer, tmp_path, capsys):
         # every gold mention is kept for evaluation, counted once
         assert s["mentions"] == sum(len(c) for d in docs for c in d.clusters) == len(a["gold"])
         assert s["trainable_mentions"] == len(a["target"])
-        assert s["mentions"] - s["trainable_mentions"] <= (s["mentions_wider_than_max_span_width"]
-                                                           + s["mentions_across_segments"] + s["mentions_across_sentences"])
+        assert s["mentions"] - s["trainable_mentions"] <= (
+            s["mentions_wider_than_max_span_width"] + s["mentions_across_segments"] + s["mentions_across_sentences"]
+        )
         assert s["words"] == sum(len(d.words) for d in docs)
         lengths = a["segment_lengths"]
         assert lengths.max() <= 128 and lengths.sum() == len(a["tokens"]) == s["tokens"]
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        assert (a["tokens"][starts] == dictionary.bos()).all() and (a["tokens"][starts + lengths - 1] == dictionary.eos()).all()
+        assert (a["tokens"][starts] == dictionary.bos()).all() and (
+            a["tokens"][starts + lengths - 1] == dictionary.eos()
+        ).all()
         # the word map gives back each word's own pieces, in order
         doc, t0, t1 = docs[0], a["doc_tokens"][0], a["doc_tokens"][1]
         words, tokens = a["token_word"][t0:t1], a["tokens"][t0:t1]
@@ -71,7 +107,7 @@ def test_litbank_fold0(uncased_tokenizer, tmp_path, capsys):
         for w in (0, 7, len(doc.words) - 1):
             assert tokens[words == w].tolist() == (pieces[w] or [dictionary.unk()])
         # gold word spans and their cluster ids reproduce the clusters
-        g = a["gold"][a["doc_gold"][0]:a["doc_gold"][1]]
+        g = a["gold"][a["doc_gold"][0] : a["doc_gold"][1]]
         rebuilt = {}
         for start, end, cluster in g.tolist():
             rebuilt.setdefault(cluster, []).append((start, end))
@@ -82,10 +118,29 @@ def test_litbank_fold0(uncased_tokenizer, tmp_path, capsys):
 
 def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
     long_sentence = [f"w{i}" for i in range(40)]
-    docs = [{"doc_key": "a", "sentences": [["Short", "one", "."], long_sentence, ["x" * 60]], "clusters": [[[0, 0], [5, 6]]]}]
+    docs = [
+        {
+            "doc_key": "a",
+            "sentences": [["Short", "one", "."], long_sentence, ["x" * 60]],
+            "clusters": [[[0, 0], [5, 6]]],
+        }
+    ]
     dest = str(tmp_path / "d")
-    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", docs), "--tokenizer-from", wordpiece_data,
-                    "--destdir", dest, "--max-segment-length", "16"]) == 0
+    assert (
+        prepare(
+            [
+                "--train",
+                write_jsonl(tmp_path / "a.jsonl", docs),
+                "--tokenizer-from",
+                wordpiece_data,
+                "--destdir",
+                dest,
+                "--max-segment-length",
+                "16",
+            ]
+        )
+        == 0
+    )
     stats = json.load(open(os.path.join(dest, "prepare_stats.json")))["train"]
     assert stats["cut_sentences"] == 2 and stats["cut_words"] >= 1
     a = load_split_arrays(dest, "train")
@@ -96,14 +151,27 @@ def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
     assert len(np.unique(segment[sentence == 1])) >= 2
 
 
-@pytest.mark.parametrize("files,message", [
-    ({"a.jsonl": '{"doc_key": "d", "sentences": [["x"]]}\n', "b.jsonl": '{"doc_key": "d", "sentences": [["y"]]}\n'},
-     "b.jsonl:1: duplicate document d (first at"),
-    ({"a.conll": "#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (1\n\n#end document\n"},
-     "a.conll:2: unbalanced brackets"),
-    ({"a.jsonl": '{"doc_key": "d", "sentences": [["x"]], "clusters": [[[0, 1]]]}\n'}, "a.jsonl:1: cluster span [0, 1]"),
-    ({"a.txt": "hello\n"}, "a.txt:1: hello: no such file (list files"),
-])
+@pytest.mark.parametrize(
+    "files,message",
+    [
+        (
+            {
+                "a.jsonl": '{"doc_key": "d", "sentences": [["x"]]}\n',
+                "b.jsonl": '{"doc_key": "d", "sentences": [["y"]]}\n',
+            },
+            "b.jsonl:1: duplicate document d (first at",
+        ),
+        (
+            {"a.conll": "#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (1\n\n#end document\n"},
+            "a.conll:2: unbalanced brackets",
+        ),
+        (
+            {"a.jsonl": '{"doc_key": "d", "sentences": [["x"]], "clusters": [[[0, 1]]]}\n'},
+            "a.jsonl:1: cluster span [0, 1]",
+        ),
+        ({"a.txt": "hello\n"}, "a.txt:1: hello: no such file (list files"),
+    ],
+)
 def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, files, message):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -116,13 +184,20 @@ def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, fi
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-tmp")]
 
 
-def test_span_drop_keeps_every_gold_mention(wordpiece_data, tmp_path):
+def prepared_sentence_document(tmp_path, tokenizer_folder, clusters):
+    """Arrays of a prepared one-document split: 12 sentences of 6 words, segments of 32 tokens."""
     sentences = [[f"s{s}w{i}" for i in range(6)] for s in range(12)]
-    clusters = [[[0, 1], [30, 30]], [[13, 13]]]  # sentences 0, 5 and 2 hold mentions
+    doc = {"doc_key": "a", "sentences": sentences, "clusters": clusters}
     dest = str(tmp_path / "d")
-    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", [{"doc_key": "a", "sentences": sentences, "clusters": clusters}]),
-                    "--tokenizer-from", wordpiece_data, "--destdir", dest, "--max-segment-length", "32"]) == 0
-    arrays = load_split_arrays(dest, "train")
+    args = ["--train", write_jsonl(tmp_path / "a.jsonl", [doc]), "--tokenizer-from", tokenizer_folder,
+            "--destdir", dest, "--max-segment-length", "32"]
+    assert prepare(args) == 0
+    return load_split_arrays(dest, "train")
+
+
+def test_span_drop_keeps_every_gold_mention(wordpiece_data, tmp_path):
+    clusters = [[[0, 1], [30, 30]], [[13, 13]]]  # sentences 0, 5 and 2 hold mentions
+    arrays = prepared_sentence_document(tmp_path, wordpiece_data, clusters)
     plain = CorefDataset(arrays, pad_index=1)[0]
     kept_sizes = []
     for unit in ("sentence", "token"):
@@ -134,8 +209,8 @@ def test_span_drop_keeps_every_gold_mention(wordpiece_data, tmp_path):
             # every target still points at the same pieces of the same words
             for (s, e, c), (s0, e0, c0) in zip(doc["target"], plain["target"]):
                 assert c == c0
-                assert doc["tokens"][s:e + 1].tolist() == plain["tokens"][s0:e0 + 1].tolist()
-                assert doc["token_word"][s:e + 1].tolist() == plain["token_word"][s0:e0 + 1].tolist()
+                assert doc["tokens"][s : e + 1].tolist() == plain["tokens"][s0 : e0 + 1].tolist()
+                assert doc["token_word"][s : e + 1].tolist() == plain["token_word"][s0 : e0 + 1].tolist()
             sentences_kept = set(doc["token_sentence"][doc["token_sentence"] >= 0].tolist())
             assert {0, 2, 5} <= sentences_kept
             assert doc["token_segment"].max() + 1 == len(np.unique(doc["token_segment"]))
@@ -149,12 +224,8 @@ def test_span_drop_keeps_every_gold_mention(wordpiece_data, tmp_path):
 
 def test_training_window_of_segments(wordpiece_data, tmp_path):
     """--max-training-segments: a run of consecutive segments, targets shifted with it; composes with SpanDrop."""
-    sentences = [[f"s{s}w{i}" for i in range(6)] for s in range(12)]
     clusters = [[[0, 1], [30, 30], [66, 67]], [[13, 13], [40, 41]]]
-    dest = str(tmp_path / "d")
-    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", [{"doc_key": "a", "sentences": sentences, "clusters": clusters}]),
-                    "--tokenizer-from", wordpiece_data, "--destdir", dest, "--max-segment-length", "32"]) == 0
-    arrays = load_split_arrays(dest, "train")
+    arrays = prepared_sentence_document(tmp_path, wordpiece_data, clusters)
     plain = CorefDataset(arrays, pad_index=1)[0]
     assert plain["token_segment"].max() + 1 > 2
     firsts = set()
@@ -166,8 +237,14 @@ def test_training_window_of_segments(wordpiece_data, tmp_path):
             assert doc["token_segment"].max() + 1 <= 2
             firsts.add(int(doc["token_word"][1]))
             for s, e, c in doc["target"]:
-                match = [(s0, e0) for s0, e0, c0 in plain["target"]
-                         if c0 == c and plain["token_word"][s0:e0 + 1].tolist() == doc["token_word"][s:e + 1].tolist()]
-                assert match and doc["tokens"][s:e + 1].tolist() == plain["tokens"][match[0][0]:match[0][1] + 1].tolist()
+                match = [
+                    (s0, e0)
+                    for s0, e0, c0 in plain["target"]
+                    if c0 == c and plain["token_word"][s0 : e0 + 1].tolist() == doc["token_word"][s : e + 1].tolist()
+                ]
+                assert (
+                    match
+                    and doc["tokens"][s : e + 1].tolist() == plain["tokens"][match[0][0] : match[0][1] + 1].tolist()
+                )
             assert doc["num_words"] == len(set(doc["token_word"][doc["token_word"] >= 0].tolist()))
     assert len(firsts) > 1  # the window moves between epochs

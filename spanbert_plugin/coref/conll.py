@@ -164,7 +164,8 @@ def read_conll(path: str, text: str) -> List[CorefDocument]:
     return documents
 
 
-def _synthesised_lines(doc_key: str, sentences: Sequence[Sequence[str]], speakers, clusters) -> Tuple[List[str], np.ndarray]:
+def _synthesised_lines(doc_key: str, sentences: Sequence[Sequence[str]], speakers,
+                       clusters) -> Tuple[List[str], np.ndarray]:
     """CoNLL-2012 lines for a JSON-lines document (word, speaker and the gold coreference column)."""
     n_words = sum(len(s) for s in sentences)
     marks = [[] for _ in range(n_words)]
@@ -245,7 +246,7 @@ def read_documents(path: str) -> List[CorefDocument]:
 
 
 def expand_inputs(spec: str, flag: str) -> List[str]:
-    """Files of an input option: a file, a folder (its *.conll, *.gold_conll, *.jsonlines, *.jsonl), a glob, or a list file.
+    """Files of an input option: a file, a folder (its .conll, .gold_conll, .jsonlines, .jsonl files), a glob or a list.
 
     A list file is a text file of paths (relative to the list file), one per line, as LitBank's fold lists.
     """

@@ -27,7 +27,6 @@ Every parameter carries ``param_group = "coref_head"`` for fairseq's
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -185,10 +184,11 @@ class CorefHead(nn.Module):
                   + (self.coarse_bilinear(g_rows)[:, None, :] * g_ant).sum(-1)
                   + self.distance_prior(self.distance_prior_embedding(distance)).squeeze(-1))
         same_speaker = (span_speaker[rows, None] == span_speaker[antecedents]).long()
+        segment_distance = bucket_distance((span_segment[rows, None] - span_segment[antecedents]).clamp(min=0))
         features = self.dropout(torch.cat([  # c2f drops out the pair features, not the span embeddings again
             self.same_speaker_embedding(same_speaker),
             self.genre_embedding(genre.expand_as(distance)),
-            self.segment_distance_embedding(bucket_distance((span_segment[rows, None] - span_segment[antecedents]).clamp(min=0))),
+            self.segment_distance_embedding(segment_distance),
             self.antecedent_distance_embedding(distance),
         ], dim=-1))
         g_i = g_rows[:, None, :].expand_as(g_ant)

@@ -70,7 +70,7 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
     """
     inputs = [checkpoint] + ([data] if data else [])
     check_destination(out, COMMAND, inputs, force, "--out")
-    model, task, cfg = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
+    model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
     documents = load_documents(task.cfg.data, split)
     predicted, gold = predict_documents(model, task, split)
     if len(predicted) != len(documents):

@@ -38,7 +38,8 @@ class CoreferenceConfig(SpanDropSampling):
     coref_dropout: float = field(default=0.3, metadata={"help": "dropout in the coreference head"})
     max_training_segments: int = field(
         default=0, metadata={"help": "train on a random run of this many consecutive segments of each document "
-                             "(c2f-coref's max_training_sentences, e.g. 3 with 384-token segments); 0: whole documents"})
+                             "(c2f-coref's max_training_sentences, e.g. 3 with 384-token segments); "
+                             "0: whole documents"})
     span_drop_unit: ChoiceEnum(("sentence", "token")) = field(
         default="sentence", metadata={"help": "SpanDrop unit: whole sentences or words holding no gold mention"})
     seed: int = II("common.seed")
@@ -83,7 +84,8 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
             raise UsageError(f"coreference needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
         if self.meta["max_segment_length"] > model.max_positions():
             raise UsageError(f"{self.cfg.data}: segments of up to {self.meta['max_segment_length']} tokens exceed the "
-                             f"model's {model.max_positions()} positions; prepare again with a smaller --max-segment-length")
+                             f"model's {model.max_positions()} positions; prepare again with a smaller "
+                             "--max-segment-length")
         model.register_coref_head(self.build_coref_head(model.cfg.encoder_embed_dim))
         return model
 
@@ -93,11 +95,11 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         if is_train and self.cfg.span_drop_p > 0:
             span_drop = (self.cfg.span_drop_p, self.cfg.span_drop_gamma, str(self.cfg.span_drop_unit),
                          str(self.cfg.span_drop_mode))
+        mask = self.dictionary.index("[MASK]") if "[MASK]" in self.dictionary.indices else self.dictionary.unk()
         try:
             dataset = CorefDataset.load(self.cfg.data, split, self.dictionary.pad(), shuffle=is_train,
-                                        seed=self.cfg.seed, span_drop=span_drop,
-                                        max_segments=self.cfg.max_training_segments if is_train else 0, mask_index=self.dictionary.index("[MASK]")
-                                        if "[MASK]" in self.dictionary.indices else self.dictionary.unk())
+                                        seed=self.cfg.seed, span_drop=span_drop, mask_index=mask,
+                                        max_segments=self.cfg.max_training_segments if is_train else 0)
         except FileNotFoundError:
             raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: no such file (split {split!r} was not "
                              f"prepared in {self.cfg.data})") from None
