@@ -38,6 +38,8 @@ demo: $(STAMP)
 	$(BIN)/python scripts/demo.py --out demo_out
 
 test: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)

@@ -49,8 +49,8 @@ def parse_args():
 
 def build_model(args, device):
     import torch
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
-    from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     torch.manual_seed(1)
     dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(8000)])
@@ -88,7 +88,7 @@ class Criterion:
         return loss, sample["target"].numel(), {}
 
     def ad_drop_objective(self, model, sample):
-        from spanbert_plugin.modules.ad_drop import pseudo_label_logit_sum
+        from spanbert_plugin.addrop.attribution import pseudo_label_logit_sum
 
         return pseudo_label_logit_sum(model(**sample["net_input"], classification_head_name="cls")[0])
 
@@ -141,7 +141,7 @@ def main():
     if "ad_drop" in modes:
         from fairseq.tasks import FairseqTask
 
-        from spanbert_plugin.tasks.ad_drop import ADDropConfig, ADDropMixin
+        from spanbert_plugin.addrop.task_mixin import ADDropConfig, ADDropMixin
 
         cfg = ADDropConfig(ad_drop_p=args.p, ad_drop_q=args.q, ad_drop_layers=args.ad_drop_layers,
                            ad_drop_attribution=args.attribution, ad_drop_every_epoch=True, seed=1)

@@ -45,8 +45,8 @@ def checkpoint_settings(checkpoint):
     """(model sizes, the data folder with its tokenizer) of a pre-trained checkpoint."""
     from fairseq import checkpoint_utils
 
-    import spanbert_plugin  # noqa: F401  (registers the plugin, safe loading)
-    from spanbert_plugin.models.hub_interface import resolve_data_dir
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
+    from spanbert_plugin.model.hub_interface import resolve_data_dir
 
     state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
     model = state["cfg"]["model"]

@@ -29,8 +29,8 @@ import torch  # noqa: E402
 def prepared_data(out, max_docs=None):
     data = os.path.join(out, "data" if max_docs is None else f"data-{max_docs}-docs")
     if not os.path.isfile(os.path.join(data, "dict.txt")):
-        from spanbert_plugin.data.default_corpus import write_default_corpus
-        from spanbert_plugin.prepare import cli_main
+        from spanbert_plugin.pretraining.default_corpus import write_default_corpus
+        from spanbert_plugin.pretraining.prepare import cli_main
 
         os.makedirs(out, exist_ok=True)
         train, valid = os.path.join(out, "train.txt"), os.path.join(out, "valid.txt")
@@ -63,9 +63,9 @@ def main():
 
     from fairseq.data import MaskTokensDataset, data_utils
 
-    from spanbert_plugin.data.document_blocks import DocumentBlockDataset
-    from spanbert_plugin.data.span_masked_dataset import SpanMaskedDataset
-    from spanbert_plugin.tasks.spanbert_pretraining import SpanBertPretrainingConfig, SpanBertPretrainingTask
+    from spanbert_plugin.pretraining.document_blocks import DocumentBlockDataset
+    from spanbert_plugin.pretraining.span_masked_dataset import SpanMaskedDataset
+    from spanbert_plugin.pretraining.task import SpanBertPretrainingConfig, SpanBertPretrainingTask
 
     data = prepared_data(args.out, max_docs=40 if args.quick else None)
     task = SpanBertPretrainingTask.setup_task(SpanBertPretrainingConfig(data=data, tokens_per_sample=512, seed=1))

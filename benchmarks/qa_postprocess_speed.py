@@ -145,7 +145,7 @@ def main():
     if not os.path.isfile(SQUAD_DEV):
         sys.exit(f"{SQUAD_DEV}: not available")
 
-    from spanbert_plugin.evaluation.squad import evaluate
+    from spanbert_plugin.qa.squad_metrics import evaluate
     from spanbert_plugin.qa.postprocess import postprocess
 
     split = prepared_split(args.out)

@@ -40,8 +40,8 @@ from timing import alternating_runs, ratio_line, time_line  # noqa: E402
 
 
 def ours_setup(vocab):
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
-    from spanbert_plugin.tokenization import WordPieceTokenizer
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer(vocab, lowercase=True)
     return tokenizer, SpanBertDictionary.from_tokenizer(tokenizer)

@@ -166,7 +166,7 @@ def transformers_run(prepared, hf_dir, seed, args):
     from fairseq.optim.lr_scheduler import build_lr_scheduler
     from transformers import BertForQuestionAnswering
 
-    from spanbert_plugin.evaluation.squad import evaluate
+    from spanbert_plugin.qa.squad_metrics import evaluate
     from spanbert_plugin.qa.postprocess import postprocess
 
     torch.set_num_threads(args.threads)

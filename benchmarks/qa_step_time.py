@@ -67,7 +67,7 @@ def hf_copy(model, cfg, dictionary):
     """``BertForQuestionAnswering`` of the same size holding our weights (the export's name mapping)."""
     from transformers import BertForQuestionAnswering
 
-    from spanbert_plugin.hf_interop import bert_config_of, to_hf_state_dict
+    from spanbert_plugin.hf.interop import bert_config_of, to_hf_state_dict
 
     config = bert_config_of(cfg.model, dictionary, architectures=("BertForQuestionAnswering",))
     hf = BertForQuestionAnswering(config)

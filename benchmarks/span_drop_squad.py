@@ -57,7 +57,7 @@ def model_flags(checkpoint):
     sys.path.insert(0, ROOT)
     import torch
 
-    import spanbert_plugin  # noqa: F401  (registers the safe-loading allowlist)
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
 
     model = torch.load(checkpoint, map_location="cpu", weights_only=True)["cfg"]
     flags = ["--arch", model["model"]["_name"]]
@@ -140,7 +140,8 @@ def summarise(rows, out, names):
             if not seeds:
                 cells += ["-", "-"]
                 continue
-            sd = (lambda v: statistics.stdev(v) if len(v) > 1 else 0.0)
+            def sd(v):
+                return statistics.stdev(v) if len(v) > 1 else 0.0
             stats[name, size] = (statistics.mean(f1), sd(f1))
             cells.append(f"{statistics.mean(em):.1f} ± {sd(em):.1f} / {statistics.mean(f1):.1f} ± {sd(f1):.1f} (n={len(seeds)})")
             cells.append("" if name == "baseline" else f"{statistics.mean(diff):+.1f} ± {sd(diff):.1f}")

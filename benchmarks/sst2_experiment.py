@@ -62,7 +62,7 @@ class FinetuneSettings:
 
 def checkpoint_model(checkpoint):
     """(architecture flags, data folder) recorded in a pre-training checkpoint."""
-    import spanbert_plugin  # noqa: F401  (safe-loading allowlist)
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
     import torch
 
     cfg = torch.load(checkpoint, map_location="cpu", weights_only=True)["cfg"]
@@ -75,7 +75,7 @@ def checkpoint_model(checkpoint):
 
 def checkpoint_updates(checkpoint):
     """Number of updates the checkpoint was trained for."""
-    import spanbert_plugin  # noqa: F401  (safe-loading allowlist)
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
     import torch
 
     return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["optimizer_history"][-1]["num_updates"])
@@ -213,7 +213,7 @@ def summarise(rows, group_keys):
 
 def write_results(out, force, inputs, rows, summary, log, plot, invocation):
     """results.csv, summary.json, commands.txt and the plot into ``out``, all at once."""
-    from spanbert_plugin.file_utils import atomic_directory
+    from spanbert_plugin.core.file_utils import atomic_directory
 
     with atomic_directory(out, os.path.basename(sys.argv[0]), inputs, force, "--out") as folder:
         with open(os.path.join(folder, "results.csv"), "w", newline="") as f:
@@ -285,7 +285,7 @@ def settings_from(args):
 
 def check_inputs(args, tasks):
     """Exit with a one-line message when the checkpoint or a GLUE folder is missing or --out may not be written."""
-    from spanbert_plugin.file_utils import OutputError, check_destination
+    from spanbert_plugin.core.file_utils import OutputError, check_destination
 
     if not os.path.isfile(args.checkpoint):
         sys.exit(f"--checkpoint {args.checkpoint}: no such file (run make demo first)")

@@ -27,7 +27,7 @@ OWN_ENTRIES = ("corpus.train.txt", "corpus.valid.txt", "data", "checkpoints")
 
 def claim_output(out, inputs):
     """Make ``out`` the demo's (an earlier demo output is emptied), or exit with one line, nothing touched."""
-    from spanbert_plugin.file_utils import MANIFEST, OutputError, check_destination, read_manifest
+    from spanbert_plugin.core.file_utils import MANIFEST, OutputError, check_destination, read_manifest
 
     try:
         check_destination(out, COMMAND, inputs, force=True, flag="--out")
@@ -52,7 +52,7 @@ def claim_output(out, inputs):
 
 def record_output(out):
     """Write the manifest: every file under the demo's own entries (what fairseq wrote into checkpoints/ too)."""
-    from spanbert_plugin.file_utils import MANIFEST
+    from spanbert_plugin.core.file_utils import MANIFEST
 
     files = []
     for entry in OWN_ENTRIES:
@@ -69,8 +69,8 @@ def record_output(out):
 
 def show_masked_examples(data_dir, n=2, width=60):
     """Print a few span-masked blocks from the prepared data."""
-    from spanbert_plugin.tasks.span_masked_lm import SpanMaskedLMConfig, SpanBertMaskedLMTask
-    from spanbert_plugin.tokenization import load_tokenizer
+    from spanbert_plugin.pretraining.span_masked_lm import SpanMaskedLMConfig, SpanBertMaskedLMTask
+    from spanbert_plugin.core.tokenization import load_tokenizer
 
     task = SpanBertMaskedLMTask.setup_task(SpanMaskedLMConfig(data=data_dir, tokens_per_sample=128, seed=1))
     task.load_dataset("valid")
@@ -116,7 +116,7 @@ def run_demo(args):
 
     train, valid = args.train, args.valid
     if train is None:
-        from spanbert_plugin.data.default_corpus import write_default_corpus
+        from spanbert_plugin.pretraining.default_corpus import write_default_corpus
 
         train, valid = os.path.join(args.out, "corpus.train.txt"), os.path.join(args.out, "corpus.valid.txt")
         counts = write_default_corpus(train, valid)

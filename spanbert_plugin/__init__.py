@@ -1,39 +1,23 @@
 """spanbert_plugin: SpanBERT pre-training and span-aware fine-tuning for fairseq.
 
-Importing this package registers every component with fairseq exactly once
-(``user_dir/`` imports it for ``--user-dir``) and allowlists what fairseq
-checkpoints hold for torch's safe loading.
+``import spanbert_plugin.registry`` (or ``--user-dir user_dir``) registers every component with fairseq. The
+package itself imports nothing heavy, so the console commands answer ``--help`` without loading torch; the public
+names below load the model and register everything on first use.
 """
-import logging
-
-# fairseq logs an install hint for an unused speech task at import; keep CLIs' output clean
-logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
-# one of fairseq's model modules calls logging.basicConfig(level=DEBUG) at import: keep the caller's level
-_root_level = logging.getLogger().level
-
-from . import checkpoint_loading  # noqa: F401,E402  (first: safe-loading allowlist)
-from .errors import install_excepthook  # noqa: E402
-
-install_excepthook()
-
-# Registered components, one import per line.
-from .coref import criterion as coref_criterion  # noqa: F401,E402
-from .coref import task as coref_task  # noqa: F401,E402
-from .criterions import extractive_qa  # noqa: F401,E402
-from .criterions import relation_extraction  # noqa: F401,E402
-from .criterions import span_bert  # noqa: F401,E402
-from .criterions import sentence_classification  # noqa: F401,E402
-from .models import spanbert  # noqa: F401,E402
-from .tasks import extractive_qa as extractive_qa_task  # noqa: F401,E402
-from .tasks import find_animals  # noqa: F401,E402
-from .tasks import relation_extraction as relation_extraction_task  # noqa: F401,E402
-from .tasks import sentence_classification as sentence_classification_task  # noqa: F401,E402
-from .tasks import spanbert_pretraining, span_masked_lm  # noqa: F401,E402  (span_masked_lm: its deprecated alias)
-
-logging.getLogger().setLevel(_root_level)
-
-from .models.spanbert import SpanBertModel  # noqa: E402  (public surface)
-
-__all__ = ["SpanBertModel"]
+import importlib
 
 __version__ = "0.1.0"
+
+_PUBLIC = {
+    "SpanBertModel": "spanbert_plugin.model.spanbert",
+    "SpanBertHubInterface": "spanbert_plugin.model.hub_interface",
+    "load_hub_model": "spanbert_plugin.model.hub_interface",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'spanbert_plugin' has no attribute {name!r}")
+    importlib.import_module("spanbert_plugin.registry")  # every task, criterion and hub method first
+    return getattr(importlib.import_module(_PUBLIC[name]), name)

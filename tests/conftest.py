@@ -138,7 +138,7 @@ def bin_path(name):
 @pytest.fixture(scope="session")
 def corpus_files(tmp_path_factory):
     """Train/valid text from the embedded default corpus (about 60 modules)."""
-    from spanbert_plugin.data.default_corpus import write_default_corpus
+    from spanbert_plugin.pretraining.default_corpus import write_default_corpus
 
     d = tmp_path_factory.mktemp("corpus")
     train, valid = str(d / "train.txt"), str(d / "valid.txt")
@@ -161,7 +161,7 @@ def wordpiece_vocab(corpus_files, tmp_path_factory):
 @pytest.fixture(scope="session")
 def spm_data(corpus_files, tmp_path_factory):
     """A spanbert-prepare directory with a 1,000-piece sentencepiece model."""
-    from spanbert_plugin.prepare import cli_main
+    from spanbert_plugin.pretraining.prepare import cli_main
 
     dest = str(tmp_path_factory.mktemp("data") / "spm")
     assert cli_main(["--train", corpus_files[0], "--valid", corpus_files[1], "--destdir", dest, "--vocab-size", "1000"]) == 0
@@ -170,7 +170,7 @@ def spm_data(corpus_files, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def wordpiece_data(corpus_files, wordpiece_vocab, tmp_path_factory):
-    from spanbert_plugin.prepare import cli_main
+    from spanbert_plugin.pretraining.prepare import cli_main
 
     dest = str(tmp_path_factory.mktemp("data") / "wp")
     assert cli_main(["--train", corpus_files[0], "--valid", corpus_files[1], "--destdir", dest,

@@ -8,26 +8,19 @@ import torch
 import torch.nn.functional as F
 
 from conftest import bin_path, run_cli
-from spanbert_plugin.errors import UsageError
-from spanbert_plugin.modules.ad_drop import (
-    candidate_counts,
-    candidate_mask,
-    drop_mask,
-    drop_masks,
-    mask_generator,
-    pseudo_label_logit_sum,
-    pseudo_label_span_objective,
-)
-from spanbert_plugin.modules.bert_layers import additive_drop_mask
-from spanbert_plugin.tasks.ad_drop import check_ad_drop_options, is_ad_drop_epoch, parse_layers
+from spanbert_plugin.core.errors import UsageError
+from spanbert_plugin.addrop.attribution import (candidate_counts, candidate_mask, drop_mask, drop_masks, mask_generator,
+                                                pseudo_label_logit_sum, pseudo_label_span_objective)
+from spanbert_plugin.model.layers import additive_drop_mask
+from spanbert_plugin.addrop.task_mixin import check_ad_drop_options, is_ad_drop_epoch, parse_layers
 from test_pretrain import assert_resume_is_exact, deterministic, train_logs
 from test_qa_task import QA_TRAIN, synthetic_squad
 
 
 def tiny_model(layers=2, dim=32, heads=4, seed=0):
     """A spanbert encoder without dropout (so passes are deterministic) and its dictionary."""
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
-    from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     torch.manual_seed(seed)
     dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)])
@@ -187,8 +180,8 @@ class _Backward:
 
 
 def qa_task(**options):
-    from spanbert_plugin.criterions.extractive_qa import ExtractiveQACriterion
-    from spanbert_plugin.tasks.extractive_qa import ExtractiveQAConfig, ExtractiveQATask
+    from spanbert_plugin.qa.criterion import ExtractiveQACriterion
+    from spanbert_plugin.qa.task import ExtractiveQAConfig, ExtractiveQATask
 
     model, dictionary = tiny_model()
     cfg = ExtractiveQAConfig(seed=5, **options)
@@ -245,7 +238,7 @@ def test_cross_tuning_parity_and_options():
     task.begin_epoch(4, model)
     assert task.ad_drop_active()
     assert parse_layers("all", 3) == [0, 1, 2] and parse_layers("2,0", 3) == [0, 2]
-    from spanbert_plugin.tasks.extractive_qa import ExtractiveQAConfig
+    from spanbert_plugin.qa.task import ExtractiveQAConfig
 
     for options, message in (({"ad_drop_p": 1.5}, "--ad-drop-p 1.5"), ({"ad_drop_q": -0.1}, "--ad-drop-q -0.1"),
                              ({"ad_drop_layers": "0,x"}, "--ad-drop-layers")):

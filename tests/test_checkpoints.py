@@ -12,7 +12,7 @@ from test_pretrain import TINY
 @pytest.fixture(scope="module")
 def tiny_model(wordpiece_vocab, tmp_path_factory):
     """A tiny spanbert checkpoint (spanbert-import-hf of a random BERT) and its data folder."""
-    from spanbert_plugin.hf_interop import import_hf
+    from spanbert_plugin.hf.interop import import_hf
 
     root = tmp_path_factory.mktemp("tiny_model")
     random_hf_bert(root / "hf", wordpiece_vocab)
@@ -32,8 +32,8 @@ def _layout(tiny_model, root, stored_data):
 
 
 def test_relative_data_of_old_checkpoints(tiny_model, tmp_path, monkeypatch):
-    from spanbert_plugin.checkpoint_loading import CheckpointError
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.core.checkpoint_loading import CheckpointError
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     checkpoint = _layout(tiny_model, tmp_path, "data")
     monkeypatch.chdir(tmp_path)  # 'data' relative to the working directory
@@ -56,7 +56,7 @@ def test_relative_data_of_old_checkpoints(tiny_model, tmp_path, monkeypatch):
 
 def test_given_data_is_relative_to_working_directory(tiny_model, tmp_path, monkeypatch):
     from spanbert_plugin.cli.export_hf import main
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     _layout(tiny_model, tmp_path, "/nonexistent/data")
     monkeypatch.chdir(tmp_path)
@@ -78,7 +78,7 @@ def test_given_data_is_relative_to_working_directory(tiny_model, tmp_path, monke
 def test_damaged_files_are_named(tmp_path, tiny_model):
     from fairseq import checkpoint_utils
 
-    from spanbert_plugin.checkpoint_loading import CheckpointError
+    from spanbert_plugin.core.checkpoint_loading import CheckpointError
 
     data = (tiny_model / "model.pt").read_bytes()
     cases = {

@@ -17,7 +17,7 @@ from spanbert_plugin.classification.prepare import (
     truncated_lengths,
 )
 from spanbert_plugin.cli.prepare_classification import main as prepare_main
-from spanbert_plugin.evaluation import classification as cm
+from spanbert_plugin.classification import metrics as cm
 
 GLUE = shared_path("glue")
 needs_glue = needs_shared_data("glue")
@@ -75,8 +75,8 @@ def _pairs_tsv(path, corpus_file, n=60):
 
 
 def test_pairs_ids_and_token_types_equal_bert_tokenizer_fast(wordpiece_data, wordpiece_vocab, corpus_files, tmp_path):
-    from spanbert_plugin.data.classification_dataset import ClassificationDataset
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
+    from spanbert_plugin.classification.dataset import ClassificationDataset
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
 
     _pairs_tsv(tmp_path / "train.tsv", corpus_files[0])
     dest = str(tmp_path / "cls")
@@ -100,7 +100,7 @@ def test_pairs_ids_and_token_types_equal_bert_tokenizer_fast(wordpiece_data, wor
 
 def test_longest_first_truncation_matches_transformers_for_every_length(wordpiece_data, wordpiece_vocab):
     """All (len A, len B, max length) up to 9 / 9 / 13 against BertTokenizerFast with one-token words."""
-    from spanbert_plugin.finetune_io import load_tokenizer_folder
+    from spanbert_plugin.core.finetune_io import load_tokenizer_folder
 
     tokenizer, dictionary = load_tokenizer_folder(wordpiece_data)
     hf = _bert_tokenizer_fast(wordpiece_vocab)
@@ -172,7 +172,7 @@ def _reduce(logging_outputs_per_step):
     """Feed per-step logging outputs through the criterion into one aggregator, as fairseq's validate does."""
     from fairseq.logging import metrics
 
-    from spanbert_plugin.criterions.sentence_classification import SentenceClassificationCriterion
+    from spanbert_plugin.classification.criterion import SentenceClassificationCriterion
 
     with metrics.aggregate(new_root=True) as agg:
         for outputs in logging_outputs_per_step:
@@ -202,7 +202,7 @@ def test_validation_metrics_are_exact_over_batches():
     assert abs(per_batch_mcc - expected["mcc"]) > 0.5  # averaging batches would have been wrong
 
     # regression: batches in any order of the split's indices, two "workers" per step
-    from spanbert_plugin.criterions.sentence_classification import pairs_by_index
+    from spanbert_plugin.classification.criterion import pairs_by_index
 
     x = rng.normal(size=n)
     y = x + rng.normal(size=n)
@@ -231,7 +231,7 @@ def sst2_slice(tmp_path_factory):
     require_shared_data("glue")
     from tokenizers import BertWordPieceTokenizer
 
-    from spanbert_plugin.prepare import cli_main
+    from spanbert_plugin.cli.prepare import main as cli_main
 
     d = tmp_path_factory.mktemp("sst2")
     with open(os.path.join(GLUE, "SST-2", "train.tsv"), encoding="utf-8") as f:
@@ -282,8 +282,8 @@ def _write_jsonl(path, examples, regression=False):
 
 def test_classification_head_with_another_class_count_starts_fresh(spm_data, caplog):
     """--finetune-from-model of a 3-class checkpoint into a 2-class task: the encoder loads, the head is re-created."""
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
-    from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     dictionary = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
     cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=64, encoder_ffn_embed_dim=128,
@@ -403,8 +403,8 @@ def test_regression_correlations_over_two_workers_equal_prediction(spm_data, cor
 
 
 def test_every_example_is_batched(wordpiece_data, corpus_files, tmp_path):
-    from spanbert_plugin.data.classification_dataset import ClassificationDataset
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
+    from spanbert_plugin.classification.dataset import ClassificationDataset
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
 
     _write_jsonl(tmp_path / "d.jsonl", _corpus_examples(corpus_files[0], 37))
     dest = str(tmp_path / "cls")
@@ -421,11 +421,11 @@ def test_every_example_is_batched(wordpiece_data, corpus_files, tmp_path):
 
 def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
     rows = [("A first, short one", "pos"), ('Quotes " stay', "neg"), ("Third text", "pos")]
-    (tmp_path / "d.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in rows), encoding="utf-8")
-    (tmp_path / "noheader.tsv").write_text("".join(f"x\t{l}\t{t}\n" for t, l in rows), encoding="utf-8")
-    (tmp_path / "d.csv").write_text("label,text\n" + "".join(f'{l},"{t.replace(chr(34), 2 * chr(34))}"\n' for t, l in rows),
+    (tmp_path / "d.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
+    (tmp_path / "noheader.tsv").write_text("".join(f"x\t{y}\t{t}\n" for t, y in rows), encoding="utf-8")
+    (tmp_path / "d.csv").write_text("label,text\n" + "".join(f'{y},"{t.replace(chr(34), 2 * chr(34))}"\n' for t, y in rows),
                                     encoding="utf-8")
-    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t, "label": l}) + "\n\n" for t, l in rows), encoding="utf-8")
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n\n" for t, y in rows), encoding="utf-8")
     outputs = []
     for name, text, label in (("d.tsv", "text", "label"), ("noheader.tsv", "2", "1"), ("d.csv", "text", "label"),
                               ("d.jsonl", "text", "label")):
@@ -438,7 +438,7 @@ def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
 
 def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_path):
     rows = [("first text", "10"), ("second text", "2"), ("third text", "1"), ("fourth text", "2")]
-    body = "".join(f"{t}\t{l}\n" for t, l in rows)
+    body = "".join(f"{t}\t{y}\n" for t, y in rows)
     (tmp_path / "plain.tsv").write_text(body, encoding="utf-8")
     (tmp_path / "named.tsv").write_text("sentence\tlabel\n" + body, encoding="utf-8")
 

@@ -8,8 +8,8 @@ import pytest
 from conftest import bin_path, run_cli
 from spanbert_plugin.cli import command, warnings_only
 from spanbert_plugin.cli import predict_classification, predict_qa, predict_re
-from spanbert_plugin.errors import UsageError
-from spanbert_plugin.file_utils import Interrupted, OutputError
+from spanbert_plugin.core.errors import UsageError
+from spanbert_plugin.core.file_utils import Interrupted, OutputError
 
 
 class Boom(RuntimeError):
@@ -102,7 +102,7 @@ def test_console_command_prints_one_line_without_fairseq_logging(tmp_path):
 
 def test_usage_error_rewrapped_by_fairseq_is_still_one_line(capsys):
     """fairseq's Trainer.load_checkpoint re-raises a UsageError from loading weights as a bare Exception."""
-    from spanbert_plugin.errors import _hook
+    from spanbert_plugin.core.errors import _hook
 
     try:
         try:

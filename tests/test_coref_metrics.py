@@ -16,7 +16,7 @@ import pytest
 
 from spanbert_plugin.coref.conll import coref_column, read_conll, read_jsonlines, with_coref_column
 from spanbert_plugin.coref.metrics import COUNT_KEYS, add_counts, coref_counts, coref_scores, corpus_scores
-from spanbert_plugin.errors import UsageError
+from spanbert_plugin.core.errors import UsageError
 
 
 def clusters(text):

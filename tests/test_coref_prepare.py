@@ -11,7 +11,7 @@ from spanbert_plugin.cli.prepare_coref import main as prepare_main
 from spanbert_plugin.coref.conll import read_split
 from spanbert_plugin.coref.dataset import CorefDataset
 from spanbert_plugin.coref.prepare import load_coref_meta, load_split_arrays
-from spanbert_plugin.finetune_io import load_tokenizer_folder
+from spanbert_plugin.core.finetune_io import load_tokenizer_folder
 
 LITBANK = "litbank"
 VOCAB = "bert_uncased_vocab/vocab.txt"
@@ -20,7 +20,7 @@ VOCAB = "bert_uncased_vocab/vocab.txt"
 @pytest.fixture(scope="module")
 def uncased_tokenizer(tmp_path_factory):
     """A spanbert-prepare folder with the BERT uncased WordPiece vocabulary."""
-    from spanbert_plugin.prepare import cli_main
+    from spanbert_plugin.cli.prepare import main as cli_main
 
     d = tmp_path_factory.mktemp("tok")
     text = d / "t.txt"

@@ -308,7 +308,7 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
         assert sorted(doc.clusters) == sorted(sorted(tuple(s) for s in c) for c in record["clusters"])
     # hub.coref on the raw text of a document gives the same clusters (character spans of the same words)
     from spanbert_plugin.coref.predict import words_sample
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     hub = SpanBertModel.from_pretrained(ck, "checkpoint_last.pt")
     doc = synthetic_documents(10, 2)[0]

@@ -8,7 +8,7 @@ import sys
 import torch
 
 from conftest import ROOT, run_cli
-from spanbert_plugin.file_utils import MANIFEST
+from spanbert_plugin.core.file_utils import MANIFEST
 
 DEMO = [sys.executable, os.path.join(ROOT, "scripts", "demo.py")]
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from spanbert_plugin.data.document_blocks import DocumentBlockDataset
-from spanbert_plugin.errors import UsageError
+from spanbert_plugin.pretraining.document_blocks import DocumentBlockDataset
+from spanbert_plugin.core.errors import UsageError
 
 BOS, EOS = 1, 2
 
@@ -46,7 +46,7 @@ def test_prepared_corpus_through_the_memory_map(spm_data):
     from fairseq.data import data_utils
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
 
     dictionary = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
     documents = data_utils.load_indexed_dataset(os.path.join(spm_data, "train"), dictionary, "mmap")

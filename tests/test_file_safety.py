@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, bin_path
-from spanbert_plugin import file_utils
-from spanbert_plugin.file_utils import MANIFEST, TMP_PREFIX, OutputError, atomic_directory, check_destination
+from spanbert_plugin.core import file_utils
+from spanbert_plugin.core.file_utils import MANIFEST, TMP_PREFIX, OutputError, atomic_directory, check_destination
 
 PREPARE = bin_path("spanbert-prepare")
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import bin_path, run_cli
-from spanbert_plugin.data.find_animals import DEFAULT_ANIMALS, contains_subsequence, generate, letters_to_ids
+from spanbert_plugin.spandrop.find_animals_data import DEFAULT_ANIMALS, contains_subsequence, generate, letters_to_ids
 
 
 def _names(animal, animals=DEFAULT_ANIMALS):
@@ -40,7 +40,7 @@ def test_task_items_and_span_drop_only_on_letters():
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    import spanbert_plugin  # noqa: F401
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
 
     args = options.parse_args_and_arch(options.get_training_parser(), [
         "--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
@@ -89,7 +89,7 @@ def test_whole_test_set_is_batched(test_size):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    import spanbert_plugin  # noqa: F401
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
 
     args = options.parse_args_and_arch(options.get_training_parser(), [
         "--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",

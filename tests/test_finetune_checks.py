@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from spanbert_plugin.data.dictionary import SpanBertDictionary
-from spanbert_plugin.errors import UsageError
+from spanbert_plugin.core.dictionary import SpanBertDictionary
+from spanbert_plugin.core.errors import UsageError
 
 
 def _tiny_model(dictionary):
-    from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
                          encoder_attention_heads=2, max_positions=64)
@@ -99,7 +99,7 @@ def _answerable_random_split(seed):
     """
     from test_qa_postprocess import random_split
 
-    from spanbert_plugin.evaluation.squad import normalize_answer
+    from spanbert_plugin.qa.squad_metrics import normalize_answer
 
     rng = np.random.default_rng(seed)
     split = random_split(rng, num_questions=40, with_negative=True)
@@ -113,7 +113,7 @@ def _answerable_random_split(seed):
 @pytest.mark.parametrize("null_threshold", [-1.0, 0.0, 1.0, 100.0])
 def test_squad2_scores_agree_with_written_predictions(null_threshold):
     """exact/f1/HasAns/NoAns (eval.json) and em/f1 (validation) score the predictions as written; best_* unchanged."""
-    from spanbert_plugin.evaluation.squad import evaluate
+    from spanbert_plugin.qa.squad_metrics import evaluate
     from spanbert_plugin.qa.scoring import AnswerOptions, score_windows, summarize
 
     split, rng = _answerable_random_split(7)
@@ -137,7 +137,7 @@ def test_squad2_scores_agree_with_written_predictions(null_threshold):
     default = evaluate(split.questions, predictions, na_probs=result.null_odds, rules="v2")
     assert with_odds["best_f1"] == default["best_f1"] and summary["best_f1"] == pytest.approx(default["best_f1"])
     if null_threshold == 100.0:  # every question answered with text: an unanswerable one scores only if it normalises to ""
-        from spanbert_plugin.evaluation.squad import normalize_answer
+        from spanbert_plugin.qa.squad_metrics import normalize_answer
 
         assert all(predictions.values())
         no_answer = [q["id"] for q in split.questions if not q["answers"]]
@@ -149,7 +149,7 @@ def test_squad2_scores_agree_with_written_predictions(null_threshold):
 
 def test_null_override_follows_the_official_script_for_empty_normalising_golds():
     """Official v2.0: a HasAns question scored as "no answer" (na_prob > -t) counts 0, even when its golds normalise to ""."""
-    from spanbert_plugin.evaluation.squad import evaluate
+    from spanbert_plugin.qa.squad_metrics import evaluate
 
     questions = [{"id": "a", "answers": ["the"]}, {"id": "b", "answers": []}]
     predictions = {"a": "", "b": ""}
@@ -173,7 +173,7 @@ def _squad_file(path, qas, version=None):
 
 def test_is_impossible_with_answers_is_answerable(tmp_path):
     """The answers decide, as the official v2.0 script's has_ans: is_impossible true with answers is answerable."""
-    from spanbert_plugin.evaluation.squad import evaluate
+    from spanbert_plugin.qa.squad_metrics import evaluate
     from spanbert_plugin.qa.prepare import read_qa_file
 
     qa = read_qa_file(_squad_file(tmp_path / "v2.json", [
@@ -234,7 +234,7 @@ def _tacred_score(predicted, gold, negative):
 
 @pytest.mark.parametrize("case", ["random", "nothing predicted", "no gold positive", "all negative"])
 def test_relation_scores_follow_the_tacred_scorer(case):
-    from spanbert_plugin.evaluation.relation import relation_counts, relation_scores
+    from spanbert_plugin.relation.metrics import relation_counts, relation_scores
 
     rng = np.random.default_rng(3)
     gold, predicted = rng.integers(0, 4, 200), rng.integers(0, 4, 200)
@@ -280,8 +280,8 @@ def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files,
 
     from test_hf_interop import _export, _import, _sample_lines, random_hf_bert
 
-    from spanbert_plugin.hf_interop import RELATION_CONFIG, RELATION_WEIGHTS
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.hf.interop import RELATION_CONFIG, RELATION_WEIGHTS
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     random_hf_bert(tmp_path / "hf", wordpiece_vocab)
     _import(tmp_path / "hf", tmp_path / "imported")
@@ -340,7 +340,7 @@ RESUME_TASKS = {
 
 
 def _toy_span_drop(seed=11):
-    from spanbert_plugin.data.span_drop import SpanDropDataset
+    from spanbert_plugin.spandrop.sampler import SpanDropDataset
 
     generator = torch.Generator().manual_seed(0)
     items = [{"source": torch.randint(5, 50, (int(n),), generator=generator)} for n in torch.randint(8, 40, (24,), generator=generator)]
@@ -391,7 +391,7 @@ def _resume_equals_whole_run(train, tmp_path):
 
 
 @pytest.mark.parametrize("task", sorted(RESUME_TASKS))
-def test_resume_with_workers_equals_the_uninterrupted_run(folders, tmp_path, task):
+def test_resume_with_workers_equals_the_uninterrupted_run(folders, tmp_path, task):  # noqa: F811 - the fixture imported above
     """Fine-tuning with SpanDrop and 2 data-loading workers resumes mid-epoch exactly."""
     from conftest import bin_path
 
@@ -424,13 +424,13 @@ def test_pretraining_resume_with_workers_equals_the_uninterrupted_run(spm_data, 
     ({"validate_interval_updates": 1000}, {"no_save": True}, ""),
 ])
 def test_validations_between_saves(dataset, checkpoint, expected):
-    from spanbert_plugin.tasks import validations_between_saves
+    from spanbert_plugin.core.tasks import validations_between_saves
 
     found = validations_between_saves(dataset, checkpoint)
     assert (expected in found and found) if expected else found == ""
 
 
-def test_training_that_validates_between_saves_warns_once(folders, tmp_path):
+def test_training_that_validates_between_saves_warns_once(folders, tmp_path):  # noqa: F811 - the fixture imported above
     """The README's QA pattern without --save-interval-updates: one warning; saving where it validates: none."""
     from conftest import bin_path, run_cli
 

@@ -10,23 +10,17 @@ import pytest
 from conftest import bin_path, needs_shared_data, require_shared_data, run_cli, shared_path
 from spanbert_plugin.cli import prepare_re
 from spanbert_plugin.cli.prepare_classification import main as prepare_classification
-from spanbert_plugin.data.finetune_span_drop import (
-    ClassificationSpanDropDataset,
-    QASpanDropDataset,
-    RelationSpanDrop,
-    SpanDropper,
-    passage_sentence_ids,
-    sentence_starts,
-    token_sentence_ids,
-    unit_ids,
-)
-from spanbert_plugin.data.qa_dataset import ExtractiveQADataset
-from spanbert_plugin.errors import UsageError
+from spanbert_plugin.classification.span_drop import ClassificationSpanDropDataset
+from spanbert_plugin.qa.span_drop import QASpanDropDataset, passage_sentence_ids, sentence_starts, token_sentence_ids
+from spanbert_plugin.relation.span_drop import RelationSpanDrop
+from spanbert_plugin.spandrop.finetune import SpanDropper, unit_ids
+from spanbert_plugin.qa.dataset import ExtractiveQADataset
+from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.qa.prepare import QAConfig, prepare_qa
-from spanbert_plugin.tasks.extractive_qa import ExtractiveQAConfig, ExtractiveQATask
-from spanbert_plugin.tasks.relation_extraction import RelationExtractionConfig, RelationExtractionTask
-from spanbert_plugin.tasks.sentence_classification import SentenceClassificationConfig, SentenceClassificationTask
-from spanbert_plugin.tokenization import WordPieceTokenizer
+from spanbert_plugin.qa.task import ExtractiveQAConfig, ExtractiveQATask
+from spanbert_plugin.relation.task import RelationExtractionConfig, RelationExtractionTask
+from spanbert_plugin.classification.task import SentenceClassificationConfig, SentenceClassificationTask
+from spanbert_plugin.core.tokenization import WordPieceTokenizer
 
 SQUAD_DEV = shared_path("squad", "dev-v1.1.json")
 UNCASED_VOCAB = shared_path("bert_uncased_vocab", "vocab.txt")
@@ -43,7 +37,7 @@ VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(100)] + ["[UNK]", "[CLS]", "
 
 
 def make_tokenizer_folder(folder, vocab):
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
 
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:

@@ -28,7 +28,7 @@ def wp_checkpoint(wordpiece_data, tmp_path_factory):
 
 
 def _sample_lines(corpus, n=40):
-    lines = [l.strip() for l in open(corpus, encoding="utf-8") if l.strip()]
+    lines = [line.strip() for line in open(corpus, encoding="utf-8") if line.strip()]
     return lines[:: max(1, len(lines) // n)][:n]
 
 
@@ -36,7 +36,7 @@ def _sample_lines(corpus, n=40):
 def test_export_round_trip(which, request, corpus_files, tmp_path):
     from transformers import AutoTokenizer, BertForMaskedLM, BertModel
 
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     checkpoint = request.getfixturevalue(f"{which}_checkpoint")
     out = tmp_path / "hf"
@@ -75,7 +75,7 @@ def test_export_round_trip(which, request, corpus_files, tmp_path):
 
 
 def test_hub_interface(spm_checkpoint):
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     hub = SpanBertModel.from_pretrained(os.path.dirname(spm_checkpoint), "checkpoint_last.pt")
     text = "Return the value of the named attribute of an object."
@@ -90,7 +90,8 @@ def test_hub_interface(spm_checkpoint):
     assert hub.predict("demo", tokens).shape == (1, 3)
     with pytest.raises(ValueError, match="exactly one"):
         hub.fill_mask("no mask here")
-    with pytest.raises(ValueError, match=f"topk={len(hub.dictionary) + 1}: must be between 1 and the vocabulary size {len(hub.dictionary)}"):
+    size = len(hub.dictionary)
+    with pytest.raises(ValueError, match=f"topk={size + 1}: must be between 1 and the vocabulary size {size}"):
         hub.fill_mask("Return the <mask> of the named attribute.", topk=len(hub.dictionary) + 1)
     with pytest.raises(ValueError, match=r"no classification head 'other' \(registered: demo\)"):
         hub.predict("other", tokens)
@@ -102,7 +103,7 @@ def test_sentencepiece_tokenizer_json_matches_sentencepiece(spm_data):
 
     import sentencepiece
 
-    from spanbert_plugin.hf_interop import unigram_tokenizer_from_spm
+    from spanbert_plugin.hf.interop import unigram_tokenizer_from_spm
 
     model_file = os.path.join(spm_data, "spm.model")
     reference = sentencepiece.SentencePieceProcessor(model_file=model_file)
@@ -170,7 +171,7 @@ def test_import_matches_hf_and_exports_back(wordpiece_vocab, corpus_files, tmp_p
     from safetensors.torch import load_file
     from transformers import BertTokenizerFast
 
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     hf_dir = tmp_path / "hf"
     hf_model = random_hf_bert(hf_dir, wordpiece_vocab)
@@ -305,7 +306,7 @@ def test_export_bad_inputs(tmp_path, imported_tiny):
 @pytest.fixture(scope="module")
 def imported_tiny(wordpiece_vocab, tmp_path_factory):
     """spanbert-import-hf of a tiny random BERT with 64 positions: a folder with model.pt and dict.txt."""
-    from spanbert_plugin.hf_interop import import_hf
+    from spanbert_plugin.hf.interop import import_hf
 
     root = tmp_path_factory.mktemp("imported_tiny")
     random_hf_bert(root / "hf", wordpiece_vocab, max_position_embeddings=64)
@@ -372,7 +373,7 @@ def test_qa_head_round_trip(wordpiece_vocab, corpus_files, tmp_path):
     """BertForQuestionAnswering -> import -> same start/end logits here -> export -> same logits in transformers."""
     from transformers import BertForQuestionAnswering
 
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     hf_model = random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertForQuestionAnswering", initializer_range=0.2)
     assert "task head kept: qa_outputs" in _import(tmp_path / "hf", tmp_path / "imported")
@@ -408,8 +409,8 @@ def test_classification_head_round_trip(wordpiece_vocab, corpus_files, tmp_path)
     """BertForSequenceClassification -> import -> same logits and labels here -> export -> same in transformers."""
     from transformers import BertForSequenceClassification
 
-    from spanbert_plugin.hf_interop import IMPORTED_HEAD
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.hf.interop import IMPORTED_HEAD
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     hf_model = _classifier_dir(tmp_path / "hf", wordpiece_vocab)
     stdout = _import(tmp_path / "hf", tmp_path / "imported")
@@ -438,7 +439,7 @@ def test_export_head_choice(wordpiece_vocab, tmp_path):
     from transformers import BertForQuestionAnswering, BertForSequenceClassification
 
     from spanbert_plugin.cli.export_hf import main
-    from spanbert_plugin.hf_interop import IMPORTED_HEAD
+    from spanbert_plugin.hf.interop import IMPORTED_HEAD
 
     _classifier_dir(tmp_path / "hf", wordpiece_vocab)
     _import(tmp_path / "hf", tmp_path / "ck")
@@ -476,7 +477,7 @@ def test_label_names_from_tasks():
     from fairseq.data import Dictionary
     from fairseq.tasks.fairseq_task import StatefulContainer
 
-    from spanbert_plugin.hf_interop import label_names
+    from spanbert_plugin.hf.interop import label_names
 
     assert label_names(SimpleNamespace(labels=["a", "b"]), 2) == ["a", "b"]
     assert label_names(SimpleNamespace(labels=["a", "b"]), 3) is None  # does not fit the head
@@ -492,7 +493,7 @@ def test_label_names_from_tasks():
 
 def test_import_from_pytorch_model_bin(wordpiece_vocab, corpus_files, tmp_path):
     """A folder with pytorch_model.bin only (older transformers) imports to the same model as its safetensors twin."""
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     hf_model = random_hf_bert(tmp_path / "hf", wordpiece_vocab)
     (tmp_path / "hf" / "model.safetensors").unlink()
@@ -511,7 +512,7 @@ def test_export_loads_as_bert_for_pretraining_and_sbo_head_reads_back(wp_checkpo
     export reads sbo_head.safetensors back: the trained SBO head returns, nothing freshly initialised but the pooler."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     _export(wp_checkpoint, tmp_path / "hf")  # import needs a WordPiece vocab.txt
     pretraining = BertForPreTraining.from_pretrained(str(tmp_path / "hf")).eval()
@@ -535,7 +536,7 @@ def test_export_loads_as_bert_for_pretraining_and_sbo_head_reads_back(wp_checkpo
 
 def test_export_self_check_catches_a_wrong_weight(imported_tiny, tmp_path, monkeypatch):
     """A conversion that alters one weight makes the export's own reload check fail: one line, nothing written."""
-    import spanbert_plugin.hf_interop as hf_interop
+    import spanbert_plugin.hf.interop as hf_interop
     from spanbert_plugin.cli.export_hf import main
 
     convert = hf_interop.to_hf_state_dict
@@ -560,7 +561,7 @@ def test_fine_tuned_regression_head_exports_problem_type(spm_data, corpus_files,
     from transformers import BertForSequenceClassification
 
     from spanbert_plugin.cli.prepare_classification import main as prepare_classification
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
     from test_classification import TINY_CLS, _corpus_examples, _write_jsonl
 
     _write_jsonl(tmp_path / "train.jsonl", _corpus_examples(corpus_files[0], 16), regression=True)
@@ -603,8 +604,8 @@ def test_lowercase_exports_lower_case_in_transformers(tokenizer, corpus_files, w
     """Uncased WordPiece and --lowercase sentencepiece: the exported tokenizer lower-cases as ours does."""
     from transformers import AutoTokenizer
 
-    from spanbert_plugin.models.spanbert import SpanBertModel
-    from spanbert_plugin.prepare import cli_main
+    from spanbert_plugin.model.spanbert import SpanBertModel
+    from spanbert_plugin.cli.prepare import main as cli_main
 
     data = str(tmp_path / "data")
     extra = ["--wordpiece-vocab", wordpiece_vocab] if tokenizer == "wordpiece" else ["--vocab-size", "800"]

@@ -9,9 +9,9 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, bin_path, run_cli
-from spanbert_plugin.criterions.span_bert import SpanBertCriterionConfig
-from spanbert_plugin.models.spanbert import SpanBertConfig
-from spanbert_plugin.tasks.spanbert_pretraining import SpanBertPretrainingConfig
+from spanbert_plugin.pretraining.criterion import SpanBertCriterionConfig
+from spanbert_plugin.model.spanbert import SpanBertConfig
+from spanbert_plugin.pretraining.task import SpanBertPretrainingConfig
 
 RECIPES = ["tiny_cpu", "base", "large"]
 MASKING_LOG = re.compile(

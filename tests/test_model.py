@@ -6,7 +6,7 @@ import torch
 from fairseq import options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-import spanbert_plugin  # noqa: F401  (registers the components)
+import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
 
 
 def build(data_dir, *extra, arch="spanbert_tiny"):
@@ -150,6 +150,6 @@ def test_dictionary_without_mask_symbol(spm_data, tmp_path):
     data = tmp_path / "nomask"
     shutil.copytree(spm_data, data)
     lines = (data / "dict.txt").read_text().splitlines()
-    (data / "dict.txt").write_text("\n".join(l for l in lines if not l.startswith("<mask> ")) + "\n")
+    (data / "dict.txt").write_text("\n".join(line for line in lines if not line.startswith("<mask> ")) + "\n")
     with pytest.raises(ValueError, match="no mask symbol"):
         build(str(data))

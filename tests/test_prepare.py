@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import bin_path, run_cli
-from spanbert_plugin.data.dictionary import SpanBertDictionary
-from spanbert_plugin.prepare import PrepareError, cli_main, hold_out, read_documents
-from spanbert_plugin.tokenization import SPM_WORD_PREFIX, WordPieceTokenizer, load_tokenizer, read_wordpiece_vocab
+from spanbert_plugin.core.dictionary import SpanBertDictionary
+from spanbert_plugin.cli.prepare import main as cli_main
+from spanbert_plugin.pretraining.prepare import PrepareError, hold_out, read_documents
+from spanbert_plugin.core.tokenization import SPM_WORD_PREFIX, WordPieceTokenizer, load_tokenizer, read_wordpiece_vocab
 from test_file_safety import leftovers, write_wordpiece_corpus
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import needs_shared_data, shared_path
 from test_squad_metrics import official_question_scores
-from spanbert_plugin.evaluation.squad import evaluate
+from spanbert_plugin.qa.squad_metrics import evaluate
 from spanbert_plugin.qa.postprocess import postprocess
 from spanbert_plugin.qa.prepare import QAConfig, featurize, read_qa_file
 
@@ -16,8 +16,8 @@ SQUAD_DEV = shared_path("squad", "dev-v1.1.json")
 
 def oracle_scores(max_answer_length):
     """EM/F1 when every window holding the first gold answer puts its logits on that answer's tokens."""
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
-    from spanbert_plugin.tokenization import WordPieceTokenizer
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
     dictionary = SpanBertDictionary.from_tokenizer(tokenizer)
@@ -42,7 +42,7 @@ def token_aligned_first_answers(max_answer_length):
     definitions of the first gold answer widened to whole tokens (from the first token ending after its
     start to the last token starting before its end, cut from the context by the tokenizer's offsets),
     or None where that span is longer than ``max_answer_length`` tokens (post-processing must drop it)."""
-    from spanbert_plugin.tokenization import WordPieceTokenizer
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
     with open(SQUAD_DEV, encoding="utf-8") as f:

@@ -134,8 +134,8 @@ def assert_one_max_context_per_token(split, doc_stride):
 def bert_uncased(tmp_path_factory):
     """A tokenizer folder with Google's BERT uncased vocabulary (lower-casing WordPiece)."""
     require_shared_data("bert_uncased_vocab/vocab.txt")
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
-    from spanbert_plugin.tokenization import WordPieceTokenizer
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
 
     folder = tmp_path_factory.mktemp("bert_uncased")
     tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
@@ -245,7 +245,7 @@ def test_prepared_folder_stats_and_warnings(wordpiece_data, tmp_path, capsys):
         assert os.path.isfile(dest / name), name
 
     from fairseq.data import data_utils
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
 
     dictionary = SpanBertDictionary.load(str(dest / "dict.txt"))
     for split_name, n_questions in (("train", n_train - 2), ("valid", stats["valid"]["questions"])):
@@ -436,8 +436,8 @@ def test_squad_dev_windows_tokens_and_labels_equal_the_transformers_recipe(tmp_p
     require_shared_data("squad/dev-v1.1.json", "bert_uncased_vocab/vocab.txt")
     from transformers import BertTokenizerFast
 
-    from spanbert_plugin.data.dictionary import SpanBertDictionary
-    from spanbert_plugin.tokenization import WordPieceTokenizer
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
 
     with open(SQUAD_DEV, encoding="utf-8") as f:
         squad = json.load(f)

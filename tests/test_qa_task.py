@@ -200,7 +200,7 @@ def test_predict_null_threshold_and_max_answer_length_options(squad2_run, tmp_pa
 
 
 def test_question_with_more_windows_than_a_batch_stays_whole():
-    from spanbert_plugin.data.qa_dataset import question_batches
+    from spanbert_plugin.qa.dataset import question_batches
 
     rng = np.random.default_rng(0)
     windows_per_question = np.array([2, 7, 1, 3, 5, 1, 4, 2])
@@ -226,7 +226,7 @@ def test_question_with_more_windows_than_a_batch_stays_whole():
 
 
 def test_hub_answer(qa_run):
-    from spanbert_plugin.models.spanbert import SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertModel
 
     save, _ = qa_run
     hub = SpanBertModel.from_pretrained(save, "checkpoint_best.pt")

@@ -8,17 +8,10 @@ import torch
 
 from conftest import bin_path, needs_shared_data, run_cli, run_gloo_ranks, shared_path
 from spanbert_plugin.cli import predict_re, prepare_re
-from spanbert_plugin.data.dictionary import SpanBertDictionary
-from spanbert_plugin.evaluation.relation import relation_counts, relation_scores
-from spanbert_plugin.relation_extraction.markers import (
-    END_MARKERS,
-    MARKER_TABLE,
-    START_MARKERS,
-    assign_marker_ids,
-    normalise_type,
-    start_marker,
-)
-from spanbert_plugin.tokenization import WordPieceTokenizer
+from spanbert_plugin.core.dictionary import SpanBertDictionary
+from spanbert_plugin.relation.metrics import relation_counts, relation_scores
+from spanbert_plugin.relation.markers import END_MARKERS, MARKER_TABLE, START_MARKERS, assign_marker_ids, normalise_type, start_marker
+from spanbert_plugin.core.tokenization import WordPieceTokenizer
 from test_pretrain import TINY
 
 TACRED = shared_path("tacred_sample")
@@ -262,7 +255,7 @@ def test_relation_scores_hand_computed():
 
 
 def _tiny_model(dictionary):
-    from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=128, encoder_ffn_embed_dim=256,
                          encoder_attention_heads=2, max_positions=64)
@@ -271,7 +264,7 @@ def _tiny_model(dictionary):
 
 def test_checkpoint_with_a_larger_vocabulary_is_a_one_line_error(spm_data):
     """A checkpoint whose vocabulary has more symbols than the data's dict.txt: UsageError naming both sizes."""
-    from spanbert_plugin.errors import UsageError
+    from spanbert_plugin.core.errors import UsageError
 
     full = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
     smaller = SpanBertDictionary(full.symbols[:-10])
@@ -330,7 +323,7 @@ def test_relation_head_poolings():
 def test_dataset_batches_every_example():
     from fairseq.data import ListDataset
 
-    from spanbert_plugin.data.relation_dataset import RelationDataset
+    from spanbert_plugin.relation.dataset import RelationDataset
 
     rng = np.random.default_rng(0)
     items = [torch.arange(int(n)) for n in rng.integers(3, 20, size=21)]
@@ -464,7 +457,7 @@ def test_cls_pooling_over_two_gloo_workers_equals_prediction(spm_data, corpus_fi
                             "--out", out]) == 0, capsys.readouterr().err
     with open(os.path.join(out, "eval.json")) as f:
         scores = json.load(f)
-    from spanbert_plugin.evaluation.relation import COUNT_KEYS
+    from spanbert_plugin.relation.metrics import COUNT_KEYS
 
     for key in COUNT_KEYS:  # summed over both workers' shards
         assert scores["counts"][key[len("re_"):]] == int(valid_log[f"valid_{key}"]), key

@@ -7,6 +7,7 @@ start-up and signals run the console command in a subprocess.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -15,9 +16,9 @@ import torch
 
 from conftest import ROOT
 from spanbert_plugin.cli import export_hf, predict_classification, predict_qa, predict_re
-from spanbert_plugin.cli import prepare_classification, prepare_qa, prepare_re
-from spanbert_plugin.errors import UsageError
-from spanbert_plugin.file_utils import MANIFEST, OutputError, check_destination, checkpoint_inputs, parse_json, read_text
+from spanbert_plugin.cli import prepare_qa, prepare_re
+from spanbert_plugin.core.errors import UsageError
+from spanbert_plugin.core.file_utils import MANIFEST, OutputError, check_destination, checkpoint_inputs, parse_json, read_text
 
 
 def fake_output(folder, command, files=("dict.txt", "train.bin")):
@@ -74,10 +75,10 @@ def test_force_replaces_only_the_same_commands_output(tmp_path, monkeypatch):
 
 def test_every_command_records_its_own_name():
     """The name each command gives check_destination/atomic_directory is its console name (a stable contract)."""
-    from spanbert_plugin import prepare as pretraining_prepare
+    from spanbert_plugin.pretraining import prepare as pretraining_prepare
     from spanbert_plugin.classification import predict as classification_predict, prepare as classification_prepare
     from spanbert_plugin.qa import predict as qa_predict, prepare as qa_prepare
-    from spanbert_plugin.relation_extraction import predict as re_predict, prepare as re_prepare
+    from spanbert_plugin.relation import predict as re_predict, prepare as re_prepare
 
     named = {module.COMMAND for module in (pretraining_prepare, classification_predict, classification_prepare,
                                            qa_predict, qa_prepare, re_predict, re_prepare)}
@@ -197,7 +198,7 @@ def re_example(ex_id, relation="no_relation"):
     (json.dumps([re_example(7), re_example("7")]), "example 7: duplicate id"),
 ])
 def test_relation_file_errors_are_one_line(tmp_path, text, expected):
-    from spanbert_plugin.relation_extraction.prepare import read_examples
+    from spanbert_plugin.relation.prepare import read_examples
 
     with pytest.raises(UsageError) as err:
         read_examples(write_text(tmp_path / "examples.json", text))
@@ -205,7 +206,7 @@ def test_relation_file_errors_are_one_line(tmp_path, text, expected):
 
 
 def test_relation_examples_without_ids_are_not_duplicates(tmp_path):
-    from spanbert_plugin.relation_extraction.prepare import read_examples
+    from spanbert_plugin.relation.prepare import read_examples
 
     assert [ex.id for ex in read_examples(write_text(tmp_path / "e.json", json.dumps([re_example(None)] * 3)))] == [0, 1, 2]
 
@@ -245,8 +246,8 @@ def test_label_column_may_not_be_a_text_column(tmp_path):
 def test_byte_order_mark_is_dropped_by_every_reader(tmp_path):
     from spanbert_plugin.classification.prepare import read_table
     from spanbert_plugin.qa.prepare import read_qa_file
-    from spanbert_plugin.relation_extraction.prepare import build_label_list, read_examples
-    from spanbert_plugin.tokenization import read_wordpiece_vocab
+    from spanbert_plugin.relation.prepare import build_label_list, read_examples
+    from spanbert_plugin.core.tokenization import read_wordpiece_vocab
 
     assert read_text(write_text(tmp_path / "plain.txt", "a\n", bom=True)) == "a\n"
     qa = read_qa_file(write_text(tmp_path / "qa.json", json.dumps(squad([question()])), bom=True))
@@ -397,8 +398,26 @@ def test_predict_batching_options_are_checked(tmp_path, capsys, main, argv, expe
     assert len(err) == 1 and expected in err[0], err
 
 
-CONSOLE_MODULES = ["prepare", "prepare_qa", "prepare_re", "prepare_classification", "predict_qa", "predict_re",
-                   "predict_classification", "export_hf", "import_hf", "findanimals"]
+def console_modules():
+    """The cli module of every console command that setup.py declares."""
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        return sorted(re.findall(r'"spanbert-[a-z-]+=spanbert_plugin\.cli\.(\w+):main"', f.read()))
+
+
+CONSOLE_MODULES = console_modules()
+
+
+def test_every_console_command_answers_help_without_importing_torch():
+    """--help parses only: no fairseq, no torch (it took 2-3 s when the package imported them)."""
+    assert len(CONSOLE_MODULES) >= 12
+    script = ("import sys\nfrom importlib import import_module\n"
+              f"for name in {CONSOLE_MODULES!r}:\n"
+              "    try:\n        import_module('spanbert_plugin.cli.' + name).main(['--help'])\n"
+              "    except SystemExit as done:\n        assert done.code == 0, (name, done.code)\n"
+              "heavy = sorted(m for m in ('torch', 'fairseq', 'transformers') if m in sys.modules)\n"
+              "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("module", CONSOLE_MODULES)

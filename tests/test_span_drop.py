@@ -6,8 +6,8 @@ import pytest
 import torch
 from scipy import stats
 
-from spanbert_plugin.data.span_drop import SpanDropDataset, sample_keep_mask, segment
-from spanbert_plugin.errors import UsageError
+from spanbert_plugin.spandrop.sampler import SpanDropDataset, sample_keep_mask, segment
+from spanbert_plugin.core.errors import UsageError
 
 
 def _draws(num_spans, p, gamma, trials, seed=0):
@@ -66,7 +66,8 @@ def test_protected_never_dropped_and_invalid_settings():
     rng = np.random.default_rng(4)
     for _ in range(2000):
         assert sample_keep_mask(20, 0.9, 1.0, rng, protected=[0, 7, 19])[[0, 7, 19]].all()
-    for p, gamma, match in ((1.0, None, "span-drop-p"), (-0.1, None, "span-drop-p"), (0.1, 0.0, "span-drop-gamma"), (0.1, -1.0, "span-drop-gamma")):
+    cases = ((1.0, None, "span-drop-p"), (-0.1, None, "span-drop-p"), (0.1, 0.0, "span-drop-gamma"), (0.1, -1.0, "span-drop-gamma"))
+    for p, gamma, match in cases:
         with pytest.raises(UsageError, match=match):
             sample_keep_mask(5, p, gamma, rng)
     with pytest.raises(UsageError, match="span-drop-chunk-size"):

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from spanbert_plugin.data.span_masked_dataset import SpanMaskedDataset
-from spanbert_plugin.data.span_masking import SpanMasker, geometric_span_probs
-from spanbert_plugin.errors import UsageError
+from spanbert_plugin.pretraining.span_masked_dataset import SpanMaskedDataset
+from spanbert_plugin.pretraining.span_masking import SpanMasker, geometric_span_probs
+from spanbert_plugin.core.errors import UsageError
 
 V, BOS, PAD, EOS, UNK, MASK = 30000, 0, 1, 2, 3, 4
 NEVER = np.zeros(V, bool)
@@ -267,7 +267,7 @@ def test_random_replacements_follow_the_chosen_distribution(request, data, sourc
     from fairseq.data import data_utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    import spanbert_plugin  # noqa: F401
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin, safe-loading allowlist)
 
     folder = request.getfixturevalue(data)
     args = options.parse_args_and_arch(options.get_training_parser(), [

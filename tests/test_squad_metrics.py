@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import needs_shared_data, shared_path
-from spanbert_plugin.evaluation.squad import best_threshold, evaluate, exact_match, f1, normalize_answer
+from spanbert_plugin.qa.squad_metrics import best_threshold, evaluate, exact_match, f1, normalize_answer
 
 SQUAD_DEV = shared_path("squad", "dev-v1.1.json")
 
@@ -201,7 +201,7 @@ HAND_CASES = [("Broncos", ["Denver Broncos", "the Denver Broncos"]), ("", ["."])
 
 
 def test_question_scores_match_the_official_definitions_on_hand_cases():
-    from spanbert_plugin.evaluation.squad import question_scores
+    from spanbert_plugin.qa.squad_metrics import question_scores
 
     for prediction, answers in HAND_CASES:
         for rules in ("v1", "v2"):
@@ -219,7 +219,7 @@ def test_question_scores_match_the_official_definitions_on_hand_cases():
 def test_question_scores_match_the_official_definitions_on_squad_dev():
     """Every SQuAD 1.1 dev question against a random stretch of words around its first answer (often
     overlapping it in part, sometimes empty or punctuation only), under both rules."""
-    from spanbert_plugin.evaluation.squad import question_scores
+    from spanbert_plugin.qa.squad_metrics import question_scores
 
     with open(SQUAD_DEV, encoding="utf-8") as f:
         data = json.load(f)["data"]

@@ -10,7 +10,7 @@ from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from conftest import bin_path, run_cli
-from spanbert_plugin.errors import UsageError
+from spanbert_plugin.core.errors import UsageError
 from test_pretrain import TINY
 
 

@@ -1,4 +1,4 @@
-"""Folder to pass to fairseq's ``--user-dir``: registers spanbert_plugin once.
+"""Folder to pass to fairseq's ``--user-dir``: registers spanbert_plugin once (``spanbert_plugin.registry``).
 
 fairseq imports this folder as a top-level module named ``user_dir``; all
 registrations live in the ``spanbert_plugin`` package, so importing either
@@ -8,7 +8,7 @@ import os
 import sys
 
 try:
-    import spanbert_plugin  # noqa: F401
+    import spanbert_plugin.registry  # noqa: F401
 except ImportError:  # not installed: use the checkout this folder lives in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import spanbert_plugin  # noqa: F401
+    import spanbert_plugin.registry  # noqa: F401

@@ -1,1 +1,2 @@
-"""Sentence and sentence-pair classification (GLUE-style): data preparation and the prepared format."""
+"""Sentence and sentence-pair classification (GLUE-style): data preparation, the ``sentence_classification``
+task and criterion, metrics, prediction and the SpanDrop adapter."""

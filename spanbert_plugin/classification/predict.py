@@ -12,10 +12,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..errors import UsageError
-from ..evaluation.classification import classification_metrics, confusion_matrix, regression_metrics
-from ..file_utils import atomic_directory, check_destination, checkpoint_inputs
-from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
+from ..core.errors import UsageError
+from .metrics import classification_metrics, confusion_matrix, regression_metrics
+from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
+from ..core.finetune_io import load_finetuned_checkpoint, predict_split_outputs
 
 COMMAND = "spanbert-predict-classification"
 TASK_NAME = "sentence_classification"
@@ -44,7 +44,7 @@ def _check_same_labels(data: str, trained_on: Optional[str]) -> None:
 
 def split_outputs(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> np.ndarray:
     """Class probabilities (N x K) or regression values (N x 1) of every example, in input order."""
-    from ..criterions.sentence_classification import classification_logits
+    from .criterion import classification_logits
 
     def outputs_of(sample):
         logits = classification_logits(model, sample, task.cfg.classification_head_name).float()

@@ -28,9 +28,9 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import UsageError
-from ..file_utils import atomic_directory, check_destination, parse_json, read_text
-from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
+from ..core.errors import UsageError
+from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
+from ..core.finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
 
 COMMAND = "spanbert-prepare-classification"
 META_FILE = "classification.json"

@@ -15,8 +15,8 @@ import logging
 import sys
 import warnings
 
-from ..errors import UsageError
-from ..file_utils import Interrupted, signals_as_interrupt
+from ..core.errors import UsageError
+from ..core.file_utils import Interrupted, signals_as_interrupt
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

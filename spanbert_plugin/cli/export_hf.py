@@ -27,9 +27,9 @@ def get_parser():
 @command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
-    from ..hf_interop import export_hf
-
     args = get_parser().parse_args(argv)
+    from ..hf.interop import export_hf
+
     report = export_hf(args.checkpoint, args.out, args.data, args.force, args.head)
     diffs = ", ".join(f"{name} {value:.2e}" for name, value in report.items())
     print(f"{PROG}: wrote {args.out}; transformers vs fairseq max |diff|: {diffs}")

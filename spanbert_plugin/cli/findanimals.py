@@ -7,8 +7,8 @@ import argparse
 import contextlib
 import sys
 
-from ..file_utils import atomic_directory, check_destination
-from ..findanimals_experiment import METHODS, SETTINGS, RunFailed, RunOptions, run_all, summary_table, write_results
+from ..core.file_utils import atomic_directory, check_destination
+from ..spandrop.find_animals_experiment import METHODS, SETTINGS, RunFailed, RunOptions, run_all, summary_table, write_results
 from . import HelpFormatter, command
 
 PROG = "spanbert-findanimals"
@@ -63,7 +63,7 @@ def main(argv=None):
                          position_bias=args.position_bias, threads=args.threads)
     from tqdm import tqdm
 
-    from ..data.find_animals import parse_animals  # imports fairseq: after parsing, so --help is quick
+    from ..spandrop.find_animals_data import parse_animals  # imports fairseq: after parsing, so --help is quick
 
     parse_animals(options.animals, options.seq_len)
     check_destination(args.out, PROG, force=args.force, flag="--out")

@@ -22,9 +22,9 @@ def get_parser():
 @command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
-    from ..hf_interop import import_hf
-
     args = get_parser().parse_args(argv)
+    from ..hf.interop import import_hf
+
     report = import_hf(args.hf, args.out, args.force)
     print(f"{PROG}: wrote {args.out}/model.pt")
     for head in report["task_heads"]:

@@ -4,7 +4,7 @@ import json
 import math
 import sys
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from . import HelpFormatter, add_predict_arguments, check_predict_arguments, command
 
 PROG = "spanbert-predict-qa"

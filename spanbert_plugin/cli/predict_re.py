@@ -9,7 +9,7 @@ get_parser, main = predict_command(
     PROG,
     "Predict the relation of every example of a spanbert-prepare-re split; write "
     "predictions.jsonl (id, label, prob) and eval.json (precision, recall, F1, accuracy, counts).",
-    "relation_extraction", "spanbert-prepare-re", "test", "spanbert_plugin.relation_extraction.predict",
+    "relation_extraction", "spanbert-prepare-re", "test", "spanbert_plugin.relation.predict",
 )
 
 if __name__ == "__main__":

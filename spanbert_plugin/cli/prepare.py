@@ -1,4 +1,7 @@
-"""spanbert-prepare: tokenize and binarize a text corpus for spanbert_pretraining (the work is in ``spanbert_plugin.prepare``)."""
+"""spanbert-prepare: tokenize and binarize a text corpus for spanbert_pretraining.
+
+The work is in ``spanbert_plugin.pretraining.prepare``.
+"""
 import argparse
 import json
 import sys
@@ -37,9 +40,9 @@ def get_parser():
 @command(PROG)
 def main(argv=None):
     """Console entry point: a one-line error and exit status 1 on bad input; 128 + signal number when stopped."""
-    from ..prepare import prepare
-
     args = get_parser().parse_args(argv)
+    from ..pretraining.prepare import prepare
+
     stats = prepare(args)
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0

@@ -32,7 +32,8 @@ def get_parser():
     parser.add_argument("--max-seq-length", type=int, default=DEFAULT_MAX_SEQ_LENGTH,
                         help=f"tokens per example with [CLS]/[SEP]; pairs are truncated longest-first (default {DEFAULT_MAX_SEQ_LENGTH})")
     parser.add_argument("--format", choices=["auto", "tsv", "csv", "jsonl"], default="auto",
-                        help="input format (default: from the extension .tsv, .csv, .jsonl/.json); TSV is read without quoting, as GLUE needs")
+                        help="input format (default: from the extension .tsv, .csv, .jsonl/.json); "
+                             "TSV is read without quoting, as GLUE needs")
     parser.add_argument("--header", choices=["auto", "yes", "no"], default="auto",
                         help="is the first line a header? auto: yes when a column is given by name (TSV/CSV)")
     return parser
@@ -41,9 +42,9 @@ def get_parser():
 @command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
+    args = get_parser().parse_args(argv)
     from ..classification.prepare import PrepareOptions, ReadOptions, parse_columns, prepare_classification
 
-    args = get_parser().parse_args(argv)
     read = ReadOptions(
         text_columns=parse_columns(args.text_columns, "--text-columns"),
         label_column=parse_columns(args.label_column, "--label-column", most=1)[0],

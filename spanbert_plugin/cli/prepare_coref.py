@@ -3,7 +3,7 @@ import argparse
 import json
 import sys
 
-from . import command
+from . import HelpFormatter, command
 
 PROG = "spanbert-prepare-coref"
 
@@ -11,6 +11,7 @@ PROG = "spanbert-prepare-coref"
 def get_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=HelpFormatter,
         description="Prepare coreference documents (CoNLL-2012 or c2f-coref JSON lines, detected from the content) "
         "for fairseq-train --task coreference. Each split takes a file, a folder, a glob or a list file "
         "(one document file per line, relative to the list).",
@@ -32,9 +33,9 @@ def get_parser():
 @command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
+    args = get_parser().parse_args(argv)
     from ..coref.prepare import prepare_coref_data
 
-    args = get_parser().parse_args(argv)
     stats = prepare_coref_data(args)
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0

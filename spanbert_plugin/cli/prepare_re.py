@@ -3,7 +3,7 @@ import argparse
 import json
 import sys
 
-from ..relation_extraction.markers import ENTITY_MARKERS
+from ..relation.markers import ENTITY_MARKERS
 from . import HelpFormatter, command
 
 PROG = "spanbert-prepare-re"
@@ -38,11 +38,11 @@ def get_parser():
 @command(PROG)
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
+    args = get_parser().parse_args(argv)
     from tqdm import tqdm
 
-    from ..relation_extraction.prepare import prepare_relation_data
+    from ..relation.prepare import prepare_relation_data
 
-    args = get_parser().parse_args(argv)
     stats = prepare_relation_data(args, lambda total: tqdm(total=total, desc="encode", unit="example", disable=None))
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0

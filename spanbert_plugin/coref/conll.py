@@ -22,8 +22,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import UsageError
-from ..file_utils import read_text
+from ..core.errors import UsageError
+from ..core.file_utils import read_text
 
 Span = Tuple[int, int]
 # OntoNotes genres (the first path element of its document names); anything else is "other"

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
-from ..data.span_drop import sample_keep_mask
+from ..spandrop.sampler import sample_keep_mask
 from .prepare import load_split_arrays
 
 

@@ -15,8 +15,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..errors import UsageError
-from ..finetune_io import write_json
+from ..core.errors import UsageError
+from ..core.finetune_io import write_json
 from .conll import GENRES
 from .head import CorefHead
 from .predict import words_sample

@@ -13,9 +13,9 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from ..errors import UsageError
-from ..file_utils import atomic_directory, check_destination
-from ..finetune_io import load_finetuned_checkpoint
+from ..core.errors import UsageError
+from ..core.file_utils import atomic_directory, check_destination
+from ..core.finetune_io import load_finetuned_checkpoint
 from .conll import CorefDocument, with_coref_column
 from .criterion import coref_outputs, gold_clusters
 from .dataset import collate_document

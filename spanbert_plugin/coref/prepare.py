@@ -24,9 +24,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..errors import UsageError
-from ..file_utils import atomic_directory, check_destination
-from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json
+from ..core.errors import UsageError
+from ..core.file_utils import atomic_directory, check_destination
+from ..core.finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json
 from .conll import GENRES, CorefDocument, genre_index, read_split
 
 COMMAND = "spanbert-prepare-coref"

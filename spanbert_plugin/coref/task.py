@@ -14,10 +14,10 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
-from ..data.dictionary import SpanBertDictionary
-from ..data.span_drop import SpanDropSampling, check_span_drop_args
-from ..errors import UsageError
-from ..tasks import OneDictionaryTask, prepared_data_folder
+from ..core.dictionary import SpanBertDictionary
+from ..spandrop.sampler import SpanDropSampling, check_span_drop_args
+from ..core.errors import UsageError
+from ..core.tasks import OneDictionaryTask, prepared_data_folder
 from .conll import GENRES
 from .dataset import CorefDataset
 from .head import CorefHead

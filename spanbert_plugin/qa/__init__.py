@@ -1,1 +1,2 @@
-"""Extractive QA: data preparation (windows), post-processing and the on-disk format they share."""
+"""Extractive QA: data preparation (windows), the ``extractive_qa`` task and criterion, SQuAD metrics,
+post-processing, prediction and the SpanDrop adapter."""

@@ -4,6 +4,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from ..model.hub_interface import register_hub_feature
 from .postprocess import postprocess
 from .prepare import QAConfig, QAFile, featurize
 
@@ -59,3 +60,19 @@ def _fitting_config(max_positions: int) -> QAConfig:
     query = min(DEFAULT_WINDOWS.max_query_length, max(1, length // 4))
     stride = min(DEFAULT_WINDOWS.doc_stride, max(1, (length - query - 3) // 2))
     return QAConfig(max_seq_length=length, doc_stride=stride, max_query_length=query)
+
+
+@register_hub_feature("answer")
+def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
+    """``hub.answer``: the checkpoint's window settings (when it was fine-tuned with extractive_qa) unless given."""
+    if getattr(hub.model, "qa_outputs", None) is None:
+        raise ValueError("this checkpoint has no QA head; fine-tune it with --task extractive_qa first")
+    qa_config = getattr(hub.task, "qa_config", None)
+    if qa_config and "config" not in kwargs:
+        kwargs["config"] = QAConfig(qa_config["max_seq_length"], qa_config["doc_stride"], qa_config["max_query_length"])
+    if "with_negative" not in kwargs and hasattr(hub.task, "qa_split"):
+        try:
+            kwargs["with_negative"] = hub.task.qa_split("valid").with_negative
+        except FileNotFoundError:
+            pass
+    return answer_question(hub.model, hub.tokenizer, hub.dictionary, question, context, topk, **kwargs)

@@ -13,8 +13,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..file_utils import atomic_directory, check_destination, checkpoint_inputs
-from ..finetune_io import load_finetuned_checkpoint, predict_split_outputs
+from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
+from ..core.finetune_io import load_finetuned_checkpoint, predict_split_outputs
 from .scoring import AnswerOptions, rules_of
 
 COMMAND = "spanbert-predict-qa"
@@ -36,7 +36,7 @@ class SplitLogits:
 
 def split_logits(model, task, cfg, split: str, batch_size=None, max_tokens=None) -> SplitLogits:
     """Run the model over every window of ``split`` in validation batches (whole questions)."""
-    from ..criterions.extractive_qa import qa_logits
+    from .criterion import qa_logits
 
     logits = predict_split_outputs(
         model, task, cfg, split, lambda sample: torch.stack(qa_logits(model, sample), dim=1),
@@ -49,7 +49,7 @@ def split_logits(model, task, cfg, split: str, batch_size=None, max_tokens=None)
 def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=False, batch_size=None,
                   max_tokens=None, cpu=False):
     """Write predictions.json, null_odds.json (SQuAD 2.0), nbest_predictions.json and eval.json to ``out``."""
-    from ..evaluation.squad import evaluate
+    from .squad_metrics import evaluate
     from .postprocess import postprocess
 
     inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint names counts too

@@ -19,11 +19,11 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from ..data.finetune_span_drop import token_sentence_ids
-from ..errors import UsageError
-from ..file_utils import atomic_directory, check_destination, parse_json, read_text
-from ..finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_json, write_token_items
-from ..tokenization import TokenizerError, WordPieceTokenizer
+from .span_drop import token_sentence_ids
+from ..core.errors import UsageError
+from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
+from ..core.finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_json, write_token_items
+from ..core.tokenization import TokenizerError, WordPieceTokenizer
 from .windows import QASplit
 
 COMMAND = "spanbert-prepare-qa"

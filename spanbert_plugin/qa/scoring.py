@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..evaluation.squad import best_threshold, question_scores
+from .squad_metrics import best_threshold, question_scores
 from .postprocess import postprocess
 from .windows import QASplit
 

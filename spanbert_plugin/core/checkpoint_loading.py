@@ -1,0 +1,152 @@
+"""Reading fairseq checkpoints: torch's safe loading kept on, damaged files named in one line.
+
+torch >= 2.6 loads with ``weights_only=True`` by default. fairseq checkpoints
+can hold a few plain Python objects besides tensors: ``argparse.Namespace``
+(the legacy ``args`` entry of older checkpoints and hub models), ordered dicts,
+and numpy scalars in logged metrics. Rather than turning safe loading off,
+allowlist exactly those types.
+"""
+import argparse
+import collections
+import functools
+import os
+import zipfile
+
+import numpy as np
+import torch
+
+from .errors import UsageError
+
+# the folder fairseq's --user-dir imports to register the plugin (beside the package in a checkout or install)
+USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "user_dir")
+
+
+def _numpy_scalar_globals():
+    try:
+        from numpy._core.multiarray import scalar
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import scalar
+    dtypes = [type(np.dtype(t)) for t in (np.float64, np.float32, np.float16, np.int64, np.int32, np.bool_)]
+    return [scalar, np.dtype, *dtypes]
+
+
+SAFE_CHECKPOINT_GLOBALS = [argparse.Namespace, collections.OrderedDict, *_numpy_scalar_globals()]
+
+torch.serialization.add_safe_globals(SAFE_CHECKPOINT_GLOBALS)
+
+
+# ---------------------------------------------------------------------------
+# Damaged or foreign checkpoint files: one line naming the file, not a traceback.
+#
+# fairseq reads every checkpoint through ``checkpoint_utils.load_checkpoint_to_cpu``
+# (fairseq-train's resume, ``--finetune-from-model``, hub loading, export); a
+# truncated, empty or foreign file surfaces there as an EOFError, a zip-reader
+# RuntimeError or a KeyError deep inside fairseq. The wrapper below looks at the
+# file only after such a failure and re-raises a ``CheckpointError``, which
+# fairseq-train prints as one line (``spanbert_plugin.core.errors``).
+
+ZIP_MAGIC, PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+
+
+class CheckpointError(UsageError):
+    """A checkpoint file that cannot be used; the message names the file (``path``) and the problem."""
+
+    def __init__(self, path, problem):
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = path, problem
+
+
+def _holds_fairseq_state(path):
+    """Does the file hold a fairseq checkpoint dict with model weights? (None: unreadable)"""
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception:  # noqa: BLE001 - unreadable means "no"; the caller reports the original error
+        return None
+    return isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state)
+
+
+def diagnose_checkpoint(path, error=None):
+    """Why ``path`` is not a usable fairseq checkpoint, in words, or None when the file looks sound."""
+    if not os.path.isfile(path):
+        return None
+    if os.path.getsize(path) == 0:
+        return "empty file (0 bytes), not a checkpoint (an interrupted save?)"
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head.startswith(ZIP_MAGIC):
+        if not zipfile.is_zipfile(path):
+            return "truncated or damaged checkpoint: its zip archive is incomplete (an interrupted save or a partial copy?)"
+        try:
+            with zipfile.ZipFile(path) as archive:
+                broken = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            return f"damaged checkpoint ({err})"
+        if broken is not None:
+            return f"damaged checkpoint (its entry {broken} fails the CRC check)"
+    elif head.startswith(PICKLE_MAGIC):  # legacy (pre-zip) torch format
+        if isinstance(error, (EOFError, RuntimeError)) or type(error).__name__ == "UnpicklingError":
+            return f"truncated or damaged checkpoint ({type(error).__name__}: {str(error)[:200]})"
+    else:
+        try:
+            head.decode("utf-8")
+            return "a text file, not a PyTorch checkpoint"
+        except UnicodeDecodeError:
+            return "not a PyTorch checkpoint (unknown file format)"
+    if _holds_fairseq_state(path) is False:
+        return "a PyTorch file but not a fairseq checkpoint (no 'model' and 'cfg' entries)"
+    return None
+
+
+def _checked_load_checkpoint_to_cpu(load):
+    @functools.wraps(load)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            return load(path, *args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - diagnosed below; anything undiagnosed propagates unchanged
+            problem = diagnose_checkpoint(path, err)
+            if problem is None:
+                raise
+            raise CheckpointError(path, problem) from err
+
+    load_checkpoint_to_cpu.spanbert_checked = True
+    return load_checkpoint_to_cpu
+
+
+def _other_checkpoints(damaged):
+    """Names of the other .pt files beside a damaged checkpoint."""
+    folder = os.path.dirname(os.path.abspath(damaged))
+    return sorted(n for n in os.listdir(folder) if n.endswith(".pt") and n != os.path.basename(damaged))
+
+
+def _resume_hint(load_checkpoint):
+    """fairseq-train's resume: name --restore-file (and the earlier checkpoints there) on a damaged file."""
+
+    @functools.wraps(load_checkpoint)
+    def load_checkpoint_with_hint(cfg, trainer, **kwargs):
+        try:
+            return load_checkpoint(cfg, trainer, **kwargs)
+        except CheckpointError as err:
+            if cfg.finetune_from_model and os.path.abspath(err.path) == os.path.abspath(cfg.finetune_from_model):
+                raise
+            others = _other_checkpoints(err.path)
+            where = f" (there: {', '.join(others[:5])})" if others else ""
+            raise CheckpointError(
+                err.path, f"{err.problem}; --restore-file can name an earlier checkpoint to resume from{where}, "
+                "or move the damaged file away to start afresh",
+            ) from err.__cause__
+
+    load_checkpoint_with_hint.spanbert_checked = True
+    return load_checkpoint_with_hint
+
+
+def install_checkpoint_checks():
+    """Wrap fairseq's checkpoint readers so damaged files give a CheckpointError (idempotent)."""
+    from fairseq import checkpoint_utils
+
+    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "spanbert_checked", False):
+        checkpoint_utils.load_checkpoint_to_cpu = _checked_load_checkpoint_to_cpu(checkpoint_utils.load_checkpoint_to_cpu)
+    if not getattr(checkpoint_utils.load_checkpoint, "spanbert_checked", False):
+        checkpoint_utils.load_checkpoint = _resume_hint(checkpoint_utils.load_checkpoint)
+
+
+install_checkpoint_checks()

@@ -1,0 +1,80 @@
+"""Dataset building blocks every feature shares: precomputed sizes, per-item random generators keyed by
+(seed, epoch, index), and batching that never drops an example."""
+import numpy as np
+from fairseq.data import FairseqDataset
+
+
+class SizedDataset(FairseqDataset):
+    """``sizes``, ``num_tokens`` and ``size`` read from ``self._sizes`` (set by the subclass)."""
+
+    _sizes = None
+
+    @property
+    def sizes(self):
+        return self._sizes
+
+    def num_tokens(self, index):
+        return self._sizes[index]
+
+    def size(self, index):
+        return self._sizes[index]
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: a well-spread 64-bit hash of x."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+class ItemRandom:
+    """A numpy Generator re-seeded from (seed, epoch, index), for one dataset in one process.
+
+    Setting a PCG64 state from a hash of the triple costs ~2 us, against ~12 us
+    for building ``default_rng((seed, epoch, index))``: it matters at tens of
+    thousands of blocks per second. DataLoader workers are separate processes,
+    each with its own copy.
+    """
+
+    def __init__(self):
+        self.bit_generator = np.random.PCG64()
+        self.generator = np.random.Generator(self.bit_generator)
+
+    def __call__(self, seed: int, epoch: int, index: int) -> np.random.Generator:
+        high = _mix64(_mix64(_mix64(int(seed)) ^ int(epoch)) ^ int(index))
+        low = _mix64(high ^ 0x5851F42D4C957F2D)
+        self.bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": (high << 64) | low, "inc": ((low << 64) | high) | 1},
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        return self.generator
+
+
+def complete_batches(indices, batches):
+    """Append the indices missing from ``batches`` (in their order) as one more batch."""
+    batched = sum(len(b) for b in batches)
+    if batched == len(indices):
+        return batches
+    seen = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+    missing = np.asarray(indices)[~np.isin(indices, seen)]
+    return list(batches) + [missing.astype(np.int64)]
+
+
+class BatchesEveryExample:
+    """Mixin for a FairseqDataset: fairseq's batching, plus any trailing indices it leaves out as one last batch.
+
+    fairseq-fixed's ``batch_by_size`` drops a final group smaller than
+    ``required_batch_size_multiple`` (8 by default: a 50-example test set is
+    evaluated on 48, a 1-block validation set gets no batch at all); a run
+    must never silently drop data. Put it before the dataset's base class.
+    """
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
+        return complete_batches(indices, batches)

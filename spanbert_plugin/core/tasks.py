@@ -1,0 +1,118 @@
+"""Registered tasks (see spanbert_plugin/__init__.py) and what they share."""
+import logging
+import os
+import warnings
+
+from omegaconf import OmegaConf
+
+from .errors import UsageError
+
+
+class OneDictionaryTask:
+    """Listed before ``FairseqTask``: source and target dictionary are the task's ``self.dictionary`` (encoder-only models)."""
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+    def begin_epoch(self, epoch, model):
+        """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings."""
+        warn_if_validating_between_saves(self.cfg)
+        super().begin_epoch(epoch, model)
+
+
+_warned_about_unsaved_validations = False
+
+
+def validations_between_saves(dataset, checkpoint) -> str:
+    """How validations fall between checkpoint saves in a run's ``dataset``/``checkpoint`` config ('' when none).
+
+    fairseq updates ``checkpoint_best.pt`` only when it saves; a validation with no save
+    beside it is measured and then lost for model selection.
+    """
+    if dataset.get("disable_validation") or checkpoint.get("no_save"):
+        return ""
+    validate_updates = int(dataset.get("validate_interval_updates") or 0)
+    save_updates = int(checkpoint.get("save_interval_updates") or 0)
+    if validate_updates > 0 and (save_updates == 0 or validate_updates % save_updates):
+        return (f"--validate-interval-updates {validate_updates} with --save-interval-updates {save_updates}: "
+                f"set --save-interval-updates {validate_updates}")
+    validate_epochs, save_epochs = int(dataset.get("validate_interval") or 1), int(checkpoint.get("save_interval") or 1)
+    if validate_epochs % save_epochs:
+        return f"--validate-interval {validate_epochs} with --save-interval {save_epochs}: set --save-interval {validate_epochs}"
+    return ""
+
+
+def warn_if_validating_between_saves(cfg) -> None:
+    """Warn once per process when the run (the parent of the task's config) validates where it does not save."""
+    global _warned_about_unsaved_validations
+    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
+    if _warned_about_unsaved_validations or not OmegaConf.is_dict(run):
+        return
+    dataset, checkpoint = run.get("dataset"), run.get("checkpoint")
+    metric = checkpoint.get("best_checkpoint_metric") if OmegaConf.is_dict(checkpoint) else None
+    if not metric or not OmegaConf.is_dict(dataset):
+        return
+    problem = validations_between_saves(dataset, checkpoint)
+    if problem:
+        _warned_about_unsaved_validations = True
+        logging.getLogger(__name__).warning(
+            f"{problem}: checkpoint_best.pt (--best-checkpoint-metric {metric}) is chosen only among the validations "
+            "that coincide with a save, so it may not be the best validated model"
+        )
+
+
+def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_files=("dict.txt",)) -> str:
+    """``cfg.data`` made absolute and recorded in the run's config; UsageError when missing or lacking a required file."""
+    if not cfg.data:
+        raise UsageError(f"{task_name} needs a data folder ({prepare_command} --destdir)")
+    cfg.data = os.path.abspath(cfg.data)  # checkpoints then work from any directory
+    record_in_run_config(cfg)
+    for name in required_files:
+        path = os.path.join(cfg.data, name)
+        if not os.path.isfile(path):
+            raise UsageError(f"{path}: no such file; {cfg.data} is not a {prepare_command} folder")
+    return cfg.data
+
+
+def missing_split_error(folder: str, split: str, prepare_command: str) -> UsageError:
+    """The one-line error for a split that was not prepared (fairseq-train validates on ``valid`` by default)."""
+    hint = ("; prepare the folder again with --valid FILE, or train with --disable-validation"
+            if split == "valid" else f"; give a split that {prepare_command} wrote")
+    return UsageError(f"{folder}: no split {split!r} ({prepare_command} wrote none){hint}")
+
+
+def record_in_run_config(cfg) -> None:
+    """Copy a task's resolved config (e.g. absolute ``data``) into the run's config, which fairseq saves in checkpoints.
+
+    fairseq hands ``setup_task`` a merged copy of the run's ``task`` section, so
+    changes to it would not reach ``checkpoint*.pt``; the copy's parent is the
+    run's config. Configs built outside a run (no parent) are left as they are.
+    """
+    if not OmegaConf.is_config(cfg):
+        return
+    run = cfg._get_parent()
+    if OmegaConf.is_dict(run) and OmegaConf.is_dict(run.get("task")) and run.task.get("_name") == cfg.get("_name"):
+        run.task = cfg
+
+
+def quiet_fairseq_hydra_warnings() -> None:
+    """Silence the hydra deprecation warnings fairseq-train's config conversion prints on every run.
+
+    They are about fairseq's own use of hydra, say nothing a user can act on,
+    and would bury the one-line errors the plugin prints on stderr.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"\s*(hydra\.experimental\.\w+\(\) is no longer experimental|The version_base parameter is not specified"
+        r"|In '\w+': Usage of deprecated keyword in package header|'\w+' is validated against ConfigStore schema"
+        r"|The strict flag in the compose API is deprecated)",
+        category=UserWarning,
+    )
+
+
+quiet_fairseq_hydra_warnings()

@@ -1,0 +1,14 @@
+"""``hub.coref(text)``: coreference clusters of raw text with a coreference checkpoint."""
+import torch
+
+from ..model.hub_interface import register_hub_feature
+from .predict import resolve_text
+
+
+@register_hub_feature("coref")
+def hub_coref(hub, text: str):
+    """Clusters of ``text``, each a list of ``{text, start, end}`` (character offsets, end exclusive)."""
+    if getattr(hub.model, "coref_head", None) is None:
+        raise ValueError("this checkpoint has no coreference head; fine-tune it with --task coreference first")
+    with torch.no_grad():
+        return resolve_text(hub.model, hub.task, hub.tokenizer, text)

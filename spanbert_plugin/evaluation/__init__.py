@@ -1,1 +1,0 @@
-"""Evaluation metrics, testable without a model (official SQuAD definitions, classification, relations)."""

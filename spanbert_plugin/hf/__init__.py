@@ -1,0 +1,1 @@
+"""HuggingFace ``transformers`` interop: ``spanbert-export-hf`` and ``spanbert-import-hf``."""

@@ -1,0 +1,565 @@
+"""HuggingFace ``transformers`` interop: ``spanbert-export-hf`` and ``spanbert-import-hf``.
+
+Parameter names of the spanbert encoder mirror ``BertModel``, so the mapping is
+a prefix change: ``encoder.embeddings.*`` <-> ``bert.embeddings.*``,
+``encoder.encoder.layer.N.*`` <-> ``bert.encoder.layer.N.*``, and the MLM head
+``lm_head.{dense,LayerNorm,bias}`` <-> ``cls.predictions.{transform.dense,
+transform.LayerNorm,bias}`` (its decoder is tied to the word embeddings on
+both sides). Task heads map onto transformers' own: the extractive-QA head
+``qa_outputs`` keeps its name (``BertForQuestionAnswering``), and a
+classification head ``classification_heads.NAME.{dense,out_proj}`` is BERT's
+pooler + classifier, ``bert.pooler.dense`` + ``classifier``
+(``BertForSequenceClassification``: dense -> tanh -> dropout -> linear on the
+first token, as ours). The SBO head has no place in ``transformers``; export
+writes it to ``sbo_head.safetensors`` + ``sbo_config.json`` beside the model,
+and import reads it back when present; relation-extraction heads (no
+transformers class either) go to ``relation_heads.safetensors`` +
+``relation_config.json`` the same way, and the coreference head to
+``coref_head.safetensors`` + ``coref_config.json`` (``spanbert_plugin.coref.hf_head``).
+"""
+import json
+import os
+
+import torch
+
+from ..core.errors import UsageError
+from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
+
+SBO_WEIGHTS, SBO_CONFIG = "sbo_head.safetensors", "sbo_config.json"
+RELATION_WEIGHTS, RELATION_CONFIG = "relation_heads.safetensors", "relation_config.json"
+TOLERANCE = 1e-4
+SAMPLE_TEXT = (
+    "SpanBERT masks contiguous random spans rather than random tokens, and trains the span "
+    "boundary representations to predict the entire content of the masked span."
+)
+
+
+class InteropError(UsageError):
+    """Bad input for export/import: the message names the file and the problem."""
+
+
+IMPORTED_HEAD = "sentence_classification_head"  # the name fairseq's sentence_prediction (and ours) use
+QA_HEAD = "qa"  # --head value selecting the extractive-QA head
+
+
+def to_hf_state_dict(state, classification_head=None):
+    """spanbert state dict -> transformers BERT names: encoder, MLM head, QA head, one classification head."""
+    out = {}
+    head_prefix = f"classification_heads.{classification_head}."
+    for key, value in state.items():
+        if key.startswith("encoder.embeddings.") or key.startswith("encoder.encoder."):
+            out["bert." + key[len("encoder."):]] = value
+        elif key.startswith("lm_head."):
+            name = key[len("lm_head."):]
+            if name == "bias":
+                out["cls.predictions.bias"] = value
+            elif name != "weight":  # tied decoder weight
+                out["cls.predictions.transform." + name] = value
+        elif key.startswith("qa_outputs."):
+            out[key] = value
+        elif classification_head is not None and key.startswith(head_prefix):
+            name = key[len(head_prefix):]
+            if name.startswith("dense."):
+                out["bert.pooler." + name] = value
+            elif name.startswith("out_proj."):
+                out["classifier." + name[len("out_proj."):]] = value
+    return out
+
+
+def from_hf_state_dict(hf_state):
+    """BERT (HF) names -> spanbert names; unknown keys (NSP, a pooler without classifier) are returned separately."""
+    ours, ignored = {}, []
+    has_classifier = "classifier.weight" in hf_state
+    for key, value in hf_state.items():
+        name = key[len("bert."):] if key.startswith("bert.") else key
+        if name.startswith("embeddings.") or name.startswith("encoder.layer."):
+            ours["encoder." + name] = value
+        elif name.startswith("cls.predictions.transform."):
+            ours["lm_head." + name[len("cls.predictions.transform."):]] = value
+        elif name in ("cls.predictions.bias", "cls.predictions.decoder.bias"):
+            ours["lm_head.bias"] = value
+        elif name.startswith("qa_outputs."):
+            ours[name] = value
+        elif has_classifier and name.startswith("pooler.dense."):
+            ours[f"classification_heads.{IMPORTED_HEAD}.dense." + name[len("pooler.dense."):]] = value
+        elif name.startswith("classifier."):
+            ours[f"classification_heads.{IMPORTED_HEAD}.out_proj." + name[len("classifier."):]] = value
+        elif name == "embeddings.position_ids" or name.endswith("position_ids"):
+            continue
+        else:
+            ignored.append(key)
+    ours.pop("encoder.embeddings.position_ids", None)
+    return ours, ignored
+
+
+def label_names(task, num_labels):
+    """The task's class names in id order when it has them (a ``labels`` list or a fairseq label dictionary), else None."""
+    try:
+        labels = getattr(task, "labels", None)
+        if labels is None and getattr(task, "state", None) is not None:  # as tasks save them in checkpoints
+            labels = task.state.state_dict.get("labels")
+        if labels is None and getattr(task, "label_dictionary", None) is not None:
+            labels = task.label_dictionary.symbols[task.label_dictionary.nspecial:]
+    except Exception:  # noqa: BLE001 - names are optional: a task that cannot say gets transformers' LABEL_i
+        return None
+    if isinstance(labels, (list, tuple)) and len(labels) == num_labels and all(isinstance(x, str) for x in labels):
+        return list(labels)
+    return None
+
+
+def choose_heads(model, head=None):
+    """(export the QA head?, classification head name or None); InteropError when the choice is ambiguous."""
+    names = list(model.classification_heads)
+    has_qa = model.qa_outputs is not None
+    available = ([QA_HEAD] if has_qa else []) + names
+    if head is not None:
+        if head not in available:
+            raise InteropError(f"--head {head}: the checkpoint has no such head (it has: {', '.join(available) or 'none'})")
+        return head == QA_HEAD, None if head == QA_HEAD else head
+    if len(names) > 1:
+        raise InteropError(f"the checkpoint has {len(names)} classification heads ({', '.join(names)}); "
+                           f"choose one with --head (or --head {QA_HEAD})")
+    chosen = names[0] if names else None
+    if has_qa and chosen is not None and model.classification_heads[chosen].out_proj.out_features != 2:
+        # transformers sizes both qa_outputs and classifier by one num_labels
+        raise InteropError(f"the QA head and the {model.classification_heads[chosen].out_proj.out_features}-class head "
+                           f"{chosen} cannot share one transformers config (num_labels); choose one with --head")
+    return has_qa, chosen
+
+
+def bert_config_of(model_cfg, dictionary, architectures=("BertForMaskedLM",), num_labels=2, labels=None,
+                   regression=False):
+    """The transformers ``BertConfig`` of a spanbert model (and of the task head written with it)."""
+    from transformers import BertConfig
+
+    if labels:  # transformers derives num_labels from id2label
+        extra = {"id2label": dict(enumerate(labels)), "label2id": {x: i for i, x in enumerate(labels)}}
+    else:
+        extra = {"num_labels": num_labels}
+    if regression:
+        extra["problem_type"] = "regression"
+    return BertConfig(
+        vocab_size=len(dictionary),
+        hidden_size=model_cfg.encoder_embed_dim,
+        num_hidden_layers=model_cfg.encoder_layers,
+        num_attention_heads=model_cfg.encoder_attention_heads,
+        intermediate_size=model_cfg.encoder_ffn_embed_dim,
+        hidden_act="gelu",
+        hidden_dropout_prob=model_cfg.dropout,
+        attention_probs_dropout_prob=model_cfg.attention_dropout,
+        classifier_dropout=model_cfg.pooler_dropout,
+        max_position_embeddings=model_cfg.max_positions,
+        type_vocab_size=model_cfg.type_vocab_size,
+        initializer_range=model_cfg.init_std,
+        layer_norm_eps=model_cfg.layer_norm_eps,
+        pad_token_id=dictionary.pad(),
+        architectures=list(architectures),
+        **extra,
+    )
+
+
+def unigram_tokenizer_from_spm(model_file):
+    """A ``tokenizers`` Unigram tokenizer equivalent to a sentencepiece unigram model (same ids)."""
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import Unigram
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(model_file, "rb") as f:
+        proto.ParseFromString(f.read())
+    if proto.trainer_spec.model_type != 1:  # 1 = UNIGRAM
+        raise InteropError(f"{model_file}: only sentencepiece unigram models can be exported")
+    tok = Tokenizer(Unigram([(p.piece, p.score) for p in proto.pieces], unk_id=proto.trainer_spec.unk_id,
+                            byte_fallback=proto.trainer_spec.byte_fallback))
+    spec = proto.normalizer_spec
+    steps = [normalizers.Precompiled(spec.precompiled_charsmap)] if spec.precompiled_charsmap else []
+    if spec.remove_extra_whitespaces:
+        # sentencepiece drops leading and trailing spaces and collapses runs (after its charsmap,
+        # which turns tabs, newlines and other spaces into ' '); a kept trailing space would become a final '▁'
+        steps += [normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(Regex("^ | $"), "")]
+    tok.normalizer = normalizers.Sequence(steps)
+    prepend = "always" if spec.add_dummy_prefix else "never"
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend)
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=prepend)
+    return tok
+
+
+def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
+    """Tokenizer files ``AutoTokenizer`` loads, with ids equal to the fairseq dictionary's."""
+    from transformers import BertTokenizerFast, PreTrainedTokenizerFast
+
+    if tokenizer.kind == "wordpiece":
+        hf = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(tokenizer.vocab)},
+                               do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.lowercase,
+                               tokenize_chinese_chars=True)
+        tokenizer.save(out_dir)  # vocab.txt too: BERT directories carry it (and import reads it)
+        os.remove(os.path.join(out_dir, "spanbert_tokenizer.json"))
+    else:
+        inner = unigram_tokenizer_from_spm(tokenizer.model_file)
+        inner.add_special_tokens([dictionary.mask_word])  # appended: the dictionary's last id
+        bos, eos = dictionary.bos_word, dictionary.eos_word
+        from tokenizers import processors
+
+        inner.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B {eos}",
+            special_tokens=[(bos, dictionary.bos()), (eos, dictionary.eos())],
+        )
+        hf = PreTrainedTokenizerFast(
+            tokenizer_object=inner, bos_token=bos, eos_token=eos, cls_token=bos, sep_token=eos,
+            unk_token=dictionary.unk_word, pad_token=dictionary.pad_word, mask_token=dictionary.mask_word,
+        )
+    hf.model_max_length = max_length  # the model's positions: longer inputs would fail in transformers
+    hf.save_pretrained(out_dir)
+    return hf
+
+
+def _max_diff(ours, theirs):
+    return (ours - theirs).abs().max().item()
+
+
+@torch.no_grad()
+def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAMPLE_TEXT, relation_heads=False):
+    """Reload ``directory`` with transformers; max abs differences from fairseq of every exported output."""
+    from transformers.utils import logging as hf_logging
+
+    tokens = hub.encode(text)[: hub.model.max_positions()].unsqueeze(0)
+    inputs = {"input_ids": tokens, "attention_mask": torch.ones_like(tokens)}
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # each class ignores the other heads' weights: expected, not worth a warning
+    hf_logging.disable_progress_bar()  # a bar per reload would bury the command's one-line report
+    try:
+        return _compare(hub, directory, tokens, inputs, qa, classification_head, relation_heads)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _compare(hub, directory, tokens, inputs, qa, classification_head, relation_heads=False):
+    from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
+
+    ours = hub.model
+    ours.eval()
+    features, _ = ours(tokens, features_only=True)
+    mlm = _load_checked(BertForMaskedLM, directory)
+    hf_out = mlm(**inputs, output_hidden_states=True)
+    diffs = {"hidden": _max_diff(features, hf_out.hidden_states[-1]),
+             "mlm_logits": _max_diff(ours.lm_head(features), hf_out.logits)}
+    if relation_heads:
+        diffs.update(_compare_relation_heads(ours, directory, features, hf_out.hidden_states[-1]))
+    if qa:
+        (start, end), _ = ours(tokens, qa=True)
+        hf_qa = _load_checked(BertForQuestionAnswering, directory)(**inputs)
+        diffs["qa_start_logits"] = _max_diff(start, hf_qa.start_logits)
+        diffs["qa_end_logits"] = _max_diff(end, hf_qa.end_logits)
+    if classification_head is not None:
+        logits, _ = ours(tokens, classification_head_name=classification_head)
+        diffs["class_logits"] = _max_diff(logits, _load_checked(BertForSequenceClassification, directory)(**inputs).logits)
+    return diffs
+
+
+def _compare_relation_heads(model, directory, features, hidden):
+    """Relation heads rebuilt from the exported files, on transformers' hidden states, against fairseq's logits."""
+    entity_positions = torch.tensor([[1, min(2, features.size(1) - 1)]])  # any two positions test the gather
+    diffs = {}
+    for name, head in read_relation_heads(directory, model.cfg.encoder_embed_dim).items():
+        ours = model.relation_heads[name].eval()(features, entity_positions)
+        diffs[f"relation_logits:{name}"] = _max_diff(ours, head.eval()(hidden, entity_positions))
+    return diffs
+
+
+def write_relation_heads(model, directory, labels=None):
+    """``relation_heads.safetensors`` (NAME.dense.*, NAME.out_proj.*) and ``relation_config.json`` (pooling, classes)."""
+    from safetensors.torch import save_file
+
+    weights = {f"{name}.{k}": v.detach().float().contiguous()
+               for name, head in model.relation_heads.items() for k, v in head.state_dict().items()}
+    save_file(weights, os.path.join(directory, RELATION_WEIGHTS))
+    heads = {name: {"pooling": head.pooling, "num_classes": head.out_proj.out_features,
+                    **({"labels": labels} if labels and len(labels) == head.out_proj.out_features else {})}
+             for name, head in model.relation_heads.items()}
+    with open(os.path.join(directory, RELATION_CONFIG), "w") as f:
+        json.dump({"heads": heads, "layer": "dense -> tanh -> dropout -> out_proj",
+                   "inputs": "cls: the first token's final hidden state; entity_start: [subject start marker; "
+                             "object start marker] final hidden states"}, f, indent=2)
+
+
+def read_relation_heads(directory, hidden):
+    """The relation heads an export wrote, as ``RelationHead`` modules by name; InteropError on a bad file."""
+    from ..model.relation_head import RE_POOLINGS, RelationHead
+
+    config_path = os.path.join(directory, RELATION_CONFIG)
+    heads = _read_json(config_path).get("heads")
+    if not isinstance(heads, dict) or not heads:
+        raise InteropError(f"{config_path}: expected a non-empty 'heads' object")
+    weights = _read_weights(os.path.join(directory, RELATION_WEIGHTS))
+    modules = {}
+    for name, spec in heads.items():
+        if not isinstance(spec, dict) or spec.get("pooling") not in RE_POOLINGS or not isinstance(spec.get("num_classes"), int):
+            raise InteropError(f"{config_path}: head {name!r} needs a pooling ({', '.join(RE_POOLINGS)}) and num_classes")
+        head = RelationHead(hidden, spec["num_classes"], spec["pooling"], dropout=0.0)
+        own = {k: v for k, v in weights.items() if k.startswith(name + ".")}
+        state = {k[len(name) + 1:]: v for k, v in own.items()}
+        expected = head.state_dict()
+        if set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in expected):
+            raise InteropError(f"{os.path.join(directory, RELATION_WEIGHTS)}: head {name!r} does not match "
+                               f"{config_path} ({spec['pooling']} pooling, {spec['num_classes']} classes, hidden {hidden})")
+        head.load_state_dict(state)
+        modules[name] = head
+    return modules
+
+
+def _load_checked(model_class, directory):
+    """``model_class.from_pretrained(directory)``; every weight must come from the directory."""
+    model, info = model_class.from_pretrained(directory, output_loading_info=True)
+    missing = [k for k in info["missing_keys"] if not k.endswith("position_ids") and k != "cls.predictions.decoder.weight"]
+    if missing:
+        raise InteropError(f"export check failed: {model_class.__name__} found no weights for {', '.join(missing[:5])}")
+    return model.eval()
+
+
+def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
+    """Write a transformers directory for a spanbert checkpoint (and its task heads), then check it against fairseq."""
+    from safetensors.torch import save_file
+
+    from ..model.hub_interface import load_hub_model
+
+    inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint was trained on counts too
+    check_destination(out_dir, "spanbert-export-hf", inputs, force, "--out")
+    if not os.path.isfile(checkpoint):
+        raise InteropError(f"{checkpoint}: no such checkpoint")
+    # a relative --data is relative to the working directory (load_hub_model falls back to the checkpoint's folder)
+    hub = load_hub_model(os.path.dirname(checkpoint), os.path.basename(checkpoint), data)  # errors name it as given
+    model, d = hub.model.float(), hub.dictionary
+    qa, classification_head = choose_heads(model, head)
+    architectures, num_labels, labels, regression = ["BertForMaskedLM"], 2, None, False
+    if qa:
+        architectures.append("BertForQuestionAnswering")
+    if classification_head is not None:
+        module = model.classification_heads[classification_head]
+        if module.dense.out_features != model.cfg.encoder_embed_dim:
+            raise InteropError(f"{checkpoint}: classification head {classification_head} has inner size "
+                               f"{module.dense.out_features}; transformers' pooler needs the hidden size {model.cfg.encoder_embed_dim}")
+        architectures.append("BertForSequenceClassification")
+        num_labels = module.out_proj.out_features
+        labels = label_names(hub.task, num_labels)
+        regression = bool(getattr(hub.task, "regression", False)) and num_labels == 1
+    config = bert_config_of(model.cfg, d, architectures, num_labels, labels, regression)
+    weights = {k: v.detach().float().contiguous() for k, v in to_hf_state_dict(model.state_dict(), classification_head).items()
+               if qa or not k.startswith("qa_outputs.")}
+    with atomic_directory(out_dir, "spanbert-export-hf", inputs, force, "--out") as work:
+        config.save_pretrained(work)
+        save_file(weights, os.path.join(work, "model.safetensors"), metadata={"format": "pt"})
+        save_hf_tokenizer(hub.tokenizer, d, work, model.max_positions())
+        sbo = {k: v.contiguous() for k, v in model.sbo_head.state_dict().items() if k != "weight"}
+        save_file(sbo, os.path.join(work, SBO_WEIGHTS))
+        with open(os.path.join(work, SBO_CONFIG), "w") as f:
+            json.dump({"position_slots": model.sbo_head.position_slots,
+                       "position_dim": model.sbo_head.position_embeddings.embedding_dim,
+                       "layer_norm_eps": model.cfg.layer_norm_eps,
+                       "decoder": "tied to bert.embeddings.word_embeddings.weight",
+                       "inputs": "[left boundary state; right boundary state; position embedding of offset-1]"}, f, indent=2)
+        if len(model.relation_heads):
+            write_relation_heads(model, work, getattr(hub.task, "labels", None))
+        if model.coref_head is not None:
+            from ..coref.hf_head import write_coref_head
+
+            write_coref_head(model, hub.task, work)
+        # self-check: reload from disk with transformers and compare with fairseq again
+        diffs = compare_outputs(hub, work, qa, classification_head, relation_heads=bool(len(model.relation_heads)))
+        if model.coref_head is not None:
+            from ..coref.hf_head import compare_coref_head
+
+            diffs.update(compare_coref_head(hub, work))
+        if max(diffs.values()) > TOLERANCE:
+            raise InteropError(f"export check failed: transformers and fairseq differ by {diffs} (tolerance {TOLERANCE})")
+    return diffs
+
+
+REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                        "intermediate_size", "max_position_embeddings")
+
+
+def _read_json(path):
+    """A JSON object from a file; malformed JSON is an InteropError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise InteropError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise InteropError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def _read_weights(path):
+    """Tensors of a safetensors or torch file; a damaged or truncated file is an InteropError."""
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            weights = load_file(path)
+        else:
+            weights = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any reader failure means a damaged file
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise InteropError(f"{path}: damaged or truncated weights file ({reason})") from None
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise InteropError(f"{path}: expected a dictionary of tensors (a state dict)")
+    return weights
+
+
+def _read_hf_dir(hf_dir):
+    config_path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(config_path):
+        raise InteropError(f"{config_path}: no such file (not a HuggingFace model directory?)")
+    config = _read_json(config_path)
+    if config.get("model_type") != "bert":
+        raise InteropError(f"{config_path}: model_type {config.get('model_type')!r} is not a BERT model (expected 'bert')")
+    for key in ("pre_layer_norm", "pre_layernorm", "normalize_before", "pre_norm"):
+        if config.get(key):
+            raise InteropError(f"{config_path}: {key}=true (pre-LayerNorm) is not BERT's post-LayerNorm encoder")
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise InteropError(f"{config_path}: position_embedding_type {config['position_embedding_type']!r}; "
+                           "only absolute positions map onto spanbert")
+    if config.get("hidden_act", "gelu") not in ("gelu", "gelu_python"):
+        raise InteropError(f"{config_path}: hidden_act {config.get('hidden_act')!r}; spanbert uses exact (erf) gelu")
+    for key in REQUIRED_CONFIG_KEYS:
+        if not isinstance(config.get(key), int) or isinstance(config.get(key), bool) or config[key] <= 0:
+            raise InteropError(f"{config_path}: {key} must be a positive integer, found {config.get(key)!r}")
+    safetensors_path = os.path.join(hf_dir, "model.safetensors")
+    bin_path = os.path.join(hf_dir, "pytorch_model.bin")
+    if os.path.isfile(safetensors_path):
+        weights = _read_weights(safetensors_path)
+    elif os.path.isfile(bin_path):
+        weights = _read_weights(bin_path)
+    else:
+        raise InteropError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
+    vocab_path = os.path.join(hf_dir, "vocab.txt")
+    if not os.path.isfile(vocab_path):
+        raise InteropError(f"{vocab_path}: no such file (a WordPiece vocab.txt is required)")
+    return config, weights, vocab_path
+
+
+def import_hf(hf_dir, out_dir, force=False):
+    """Turn a HuggingFace BERT directory into a spanbert checkpoint + data folder; return a report."""
+    from fairseq import checkpoint_utils, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    from ..core.dictionary import SpanBertDictionary
+    from ..core.tokenization import WordPieceTokenizer, TokenizerError
+
+    check_destination(out_dir, "spanbert-import-hf", [hf_dir], force, "--out")
+    config, weights, vocab_path = _read_hf_dir(hf_dir)
+    try:
+        lowercase = False
+        tok_cfg = os.path.join(hf_dir, "tokenizer_config.json")
+        if os.path.isfile(tok_cfg):
+            lowercase = bool(_read_json(tok_cfg).get("do_lower_case", False))
+        tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
+    except TokenizerError as err:
+        raise InteropError(str(err)) from None
+    if len(tokenizer.vocab) != config["vocab_size"]:
+        raise InteropError(f"{vocab_path}: {len(tokenizer.vocab)} tokens, but config.json says vocab_size {config['vocab_size']}")
+    ours, ignored = from_hf_state_dict(weights)
+    embed = ours.get("encoder.embeddings.word_embeddings.weight")
+    if embed is None:
+        raise InteropError(f"{hf_dir}: no embeddings.word_embeddings.weight in the weights")
+    if embed.shape[0] != len(tokenizer.vocab):
+        raise InteropError(f"{hf_dir}: word embeddings have {embed.shape[0]} rows but vocab.txt has {len(tokenizer.vocab)} tokens")
+
+    with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
+        tokenizer.save(work)
+        SpanBertDictionary.from_tokenizer(tokenizer).save(os.path.join(work, "dict.txt"))
+        cli = [work, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
+               "--encoder-layers", str(config["num_hidden_layers"]), "--encoder-embed-dim", str(config["hidden_size"]),
+               "--encoder-ffn-embed-dim", str(config["intermediate_size"]),
+               "--encoder-attention-heads", str(config["num_attention_heads"]),
+               "--max-positions", str(config["max_position_embeddings"]),
+               "--type-vocab-size", str(config.get("type_vocab_size", 2)),
+               "--layer-norm-eps", str(config.get("layer_norm_eps", 1e-12)),
+               "--dropout", str(config.get("hidden_dropout_prob", 0.1)),
+               "--attention-dropout", str(config.get("attention_probs_dropout_prob", 0.1)),
+               "--init-std", str(config.get("initializer_range", 0.02)),
+               "--pooler-dropout", str(config.get("classifier_dropout") or config.get("hidden_dropout_prob", 0.1)),
+               "--tokens-per-sample", str(min(512, config["max_position_embeddings"]))]
+        sbo_config_path = os.path.join(hf_dir, SBO_CONFIG)
+        sbo_config = _read_json(sbo_config_path) if os.path.isfile(sbo_config_path) else None
+        if sbo_config:
+            for key in ("position_slots", "position_dim"):
+                if not isinstance(sbo_config.get(key), int) or sbo_config[key] <= 0:
+                    raise InteropError(f"{sbo_config_path}: {key} must be a positive integer, found {sbo_config.get(key)!r}")
+            cli += ["--sbo-position-slots", str(sbo_config["position_slots"]), "--sbo-position-dim", str(sbo_config["position_dim"])]
+        from ..coref.hf_head import coref_task_arguments, read_coref_config, write_coref_meta
+
+        coref_config = read_coref_config(hf_dir)
+        if coref_config:  # a coreference checkpoint whose folder is also its data folder
+            write_coref_meta(coref_config, work)
+            at = cli.index("--tokens-per-sample")  # a pre-training option; the task and criterion change too
+            cli = [a for a in cli[:at] + cli[at + 2:] if a not in ("--task", "spanbert_pretraining", "--criterion",
+                                                                  "span_bert")] + coref_task_arguments(coref_config)
+        cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
+        task = tasks.setup_task(cfg.task)
+        model = task.build_model(cfg.model)
+        if sbo_config:
+            ours.update({"sbo_head." + k: v for k, v in _read_weights(os.path.join(hf_dir, SBO_WEIGHTS)).items()})
+        heads, labels = _register_task_heads(model, ours, config, hf_dir)
+        expected = model.state_dict()
+        for key, value in ours.items():
+            if key not in expected:
+                raise InteropError(f"{hf_dir}: weight {key} has no counterpart in spanbert")
+            if tuple(value.shape) != tuple(expected[key].shape):
+                raise InteropError(f"{hf_dir}: weight {key} has shape {tuple(value.shape)}, config implies {tuple(expected[key].shape)}")
+        fresh = sorted(k for k in expected if k not in ours and k not in ("lm_head.weight", "sbo_head.weight")
+                       and not k.startswith("vocabulary."))  # the vocabulary record is vocab.txt's, not a weight
+        model.load_state_dict({**expected, **{k: v.float() for k, v in ours.items()}})
+        cfg.task.data = os.path.abspath(out_dir)
+        # the model was built from the temporary folder; record the tokenizer where it will be
+        model.vocabulary.set_tokenizer(f"{tokenizer.kind} ({os.path.join(cfg.task.data, 'vocab.txt')})")
+        checkpoint_utils.torch_persistent_save(
+            {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict(),
+             # class names kept where tasks keep them, so an export gives them back
+             "criterion": None, "task_state": {"labels": labels} if labels else {},
+             # a fresh start: no optimizer state, update 0, epoch 1
+             "optimizer_history": [{"criterion_name": "SpanBertCriterion", "optimizer_name": "none",
+                                    "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+             "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}},
+            os.path.join(work, "model.pt"),
+        )
+    return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads}
+
+
+def _register_task_heads(model, ours, config, hf_dir):
+    """Create the QA / classification heads the HF weights hold: (descriptions for the report, class names or None)."""
+    heads, labels = [], None
+    if os.path.isfile(os.path.join(hf_dir, RELATION_CONFIG)):  # written by spanbert-export-hf
+        for name, head in read_relation_heads(hf_dir, config["hidden_size"]).items():
+            model.register_relation_head(name, head.out_proj.out_features, head.pooling)
+            ours.update({f"relation_heads.{name}.{k}": v for k, v in head.state_dict().items()})
+            heads.append(f"relation head {name} ({head.pooling} pooling, {head.out_proj.out_features} classes; "
+                         f"from {RELATION_WEIGHTS})")
+    if getattr(model, "coref_head", None) is not None:  # built by the coreference task from coref_config.json
+        from ..coref.hf_head import COREF_WEIGHTS, read_coref_weights
+
+        ours.update(read_coref_weights(hf_dir))
+        heads.append(f"coreference head (from {COREF_WEIGHTS})")
+    qa = ours.get("qa_outputs.weight")
+    if qa is not None:
+        if qa.dim() != 2 or qa.shape[0] != 2:
+            raise InteropError(f"{hf_dir}: qa_outputs has {qa.shape[0]} outputs; extractive QA needs 2 (start, end)")
+        model.register_qa_head()
+        heads.append("qa_outputs (extractive QA: start and end logits)")
+    out_proj = ours.get(f"classification_heads.{IMPORTED_HEAD}.out_proj.weight")
+    if out_proj is not None:
+        if f"classification_heads.{IMPORTED_HEAD}.dense.weight" not in ours:
+            raise InteropError(f"{hf_dir}: a classifier without bert.pooler.dense weights; BertForSequenceClassification has both")
+        num_classes, inner = out_proj.shape
+        model.register_classification_head(IMPORTED_HEAD, num_classes=num_classes, inner_dim=inner)
+        id2label = config.get("id2label") if isinstance(config.get("id2label"), dict) else {}
+        names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_classes)]
+        if names != [f"LABEL_{i}" for i in range(num_classes)]:  # transformers' defaults are no names
+            labels = names
+        kind = "regression" if config.get("problem_type") == "regression" else f"{num_classes} classes: {', '.join(names)}"
+        heads.append(f"classification head {IMPORTED_HEAD} (from bert.pooler + classifier; {kind})")
+    return heads, labels

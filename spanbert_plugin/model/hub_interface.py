@@ -1,0 +1,198 @@
+"""A fairseq-style hub interface for spanbert checkpoints (like ``RobertaHubInterface``)."""
+import os
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.checkpoint_loading import USER_DIR, CheckpointError
+from ..core.tokenization import load_tokenizer
+
+MASK_PLACEHOLDER = "<mask>"
+# Task-specific hub methods (``answer``, ``coref``) are functions their feature registers here, the way fairseq
+# registers tasks by name: the model layer never imports a feature.
+HUB_FEATURES = {}
+
+
+def register_hub_feature(name: str):
+    """Decorator: ``hub.<name>(...)`` calls the decorated ``function(hub, ...)``."""
+
+    def register(function):
+        if HUB_FEATURES.get(name, function) is not function:
+            raise ValueError(f"hub feature {name!r} is registered twice")
+        HUB_FEATURES[name] = function
+        return function
+
+    return register
+
+
+def _model_name(state):
+    """The registered fairseq model name a checkpoint was built with (e.g. 'spanbert', 'roberta')."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    if state.get("cfg") is not None:
+        arch = state["cfg"]["model"]["_name"] if state["cfg"].get("model") is not None else None
+    else:
+        arch = getattr(state.get("args"), "arch", None)
+    model_class = ARCH_MODEL_REGISTRY.get(arch, MODEL_REGISTRY.get(arch))
+    return next((name for name, cls in MODEL_REGISTRY.items() if cls is model_class), arch)
+
+
+def _stored_data(state):
+    """The first data folder the checkpoint's task was given (``data`` may list shards a:b:c)."""
+    if state.get("cfg") is not None:
+        data = state["cfg"]["task"].get("data")
+    else:
+        data = getattr(state.get("args"), "data", None)
+    return str(data).split(":")[0] if data else None
+
+
+def resolve_data_dir(checkpoint, data_name_or_path, state):
+    """The folder with dict.txt and the tokenizer files for a checkpoint, as an absolute path.
+
+    A given path is taken relative to the working directory; a relative one falls back to the
+    checkpoint's folder when that holds dict.txt. Without one: the checkpoint's folder when it holds
+    dict.txt, else the folder recorded at training time (relative to the working directory, then to
+    the checkpoint's folder, for checkpoints that stored a relative path).
+    """
+    checkpoint_dir = os.path.dirname(os.path.abspath(checkpoint))
+    if data_name_or_path is None:
+        if os.path.isfile(os.path.join(checkpoint_dir, "dict.txt")):
+            return checkpoint_dir
+        data_name_or_path, origin = _stored_data(state), "the data folder recorded in the checkpoint"
+        if data_name_or_path is None:
+            raise CheckpointError(checkpoint, "records no data folder; pass data_name_or_path= (--data) with dict.txt")
+    else:
+        origin = f"data folder {data_name_or_path}"
+    candidates = [os.path.abspath(data_name_or_path)]
+    if not os.path.isabs(data_name_or_path):
+        candidates.append(os.path.abspath(os.path.join(checkpoint_dir, data_name_or_path)))
+    for folder in candidates:
+        if os.path.isfile(os.path.join(folder, "dict.txt")):
+            return folder
+    raise CheckpointError(
+        checkpoint, f"{origin} has no dict.txt (tried {', '.join(candidates)}); "
+        "pass data_name_or_path= (--data) with the folder holding dict.txt and the tokenizer files",
+    )
+
+
+def load_hub_model(model_dir, checkpoint_file="checkpoint_best.pt", data_name_or_path=None, **overrides):
+    """Load a spanbert checkpoint and its task; the data folder holds dict.txt and the tokenizer files."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import overwrite_args_by_name
+
+    path = checkpoint_file if os.path.isabs(checkpoint_file) else os.path.join(model_dir, checkpoint_file)
+    if not os.path.isfile(path):
+        raise CheckpointError(path, "no such checkpoint")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    model_name = _model_name(state)
+    if model_name != "spanbert":
+        raise CheckpointError(path, f"not a spanbert checkpoint: its model is {model_name}")
+    data_dir = resolve_data_dir(path, data_name_or_path, state)
+    overrides = {"data": data_dir, "user_dir": USER_DIR, **overrides}
+    # the state is read once; apply the overrides as fairseq's loader would
+    if state.get("args") is not None:
+        for key, value in overrides.items():
+            setattr(state["args"], key, value)
+    if state.get("cfg") is not None:
+        overwrite_args_by_name(state["cfg"], overrides)
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)
+    return SpanBertHubInterface(cfg, task, models[0], data_dir)
+
+
+class SpanBertHubInterface(nn.Module):
+    """encode/decode text, extract features, fill masks and run classification heads."""
+
+    def __init__(self, cfg, task, model, data_dir):
+        super().__init__()
+        self.cfg, self.task, self.model = cfg, task, model
+        self.dictionary = task.source_dictionary
+        self.tokenizer = load_tokenizer(data_dir)
+        self.register_buffer("_float_tensor", torch.tensor([0], dtype=torch.float))
+        self.eval()
+
+    @property
+    def device(self):
+        return self._float_tensor.device
+
+    def encode(self, text: str, *addl_texts: str) -> torch.LongTensor:
+        """``[CLS] text [SEP] (addl [SEP])*`` as token ids of the training dictionary."""
+        d = self.dictionary
+        ids = [d.bos()] + self.tokenizer.encode(text).ids.tolist() + [d.eos()]
+        for extra in addl_texts:
+            ids += self.tokenizer.encode(extra).ids.tolist() + [d.eos()]
+        return torch.tensor(ids, dtype=torch.long)
+
+    def decode(self, tokens: torch.LongTensor) -> str:
+        """Text of token ids, without the begin/end tokens and padding."""
+        d = self.dictionary
+        drop = {d.bos(), d.eos(), d.pad()}
+        return self.tokenizer.decode([t for t in tokens.tolist() if t not in drop])
+
+    def _batch(self, tokens):
+        tokens = tokens.unsqueeze(0) if tokens.dim() == 1 else tokens
+        if tokens.size(-1) > self.model.max_positions():
+            raise ValueError(f"{tokens.size(-1)} tokens exceed the model's {self.model.max_positions()} positions")
+        return tokens.to(self.device)
+
+    def extract_features(self, tokens: torch.LongTensor, segment_labels=None) -> torch.Tensor:
+        """Final hidden states, B x T x H."""
+        features, _ = self.model(self._batch(tokens), segment_labels=segment_labels, features_only=True)
+        return features
+
+    @torch.no_grad()
+    def fill_mask(self, masked_input: str, topk: int = 5):
+        """Fill the single ``<mask>`` in the text: [(filled text, probability, predicted token)]."""
+        if masked_input.count(MASK_PLACEHOLDER) != 1:
+            raise ValueError(f"fill_mask needs exactly one {MASK_PLACEHOLDER} in the input")
+        before, after = masked_input.split(MASK_PLACEHOLDER)
+        d = self.dictionary
+        if not 1 <= topk <= len(d):
+            raise ValueError(f"fill_mask topk={topk}: must be between 1 and the vocabulary size {len(d)}")
+        ids = ([d.bos()] + self.tokenizer.encode(before.rstrip()).ids.tolist() + [d.mask_index]
+               + self.tokenizer.encode(after).ids.tolist() + [d.eos()])
+        tokens = torch.tensor(ids, dtype=torch.long)
+        masked = (tokens == d.mask_index).unsqueeze(0).to(self.device)
+        out, _ = self.model(self._batch(tokens), masked_tokens=masked)
+        probs = F.softmax(out["mlm_logits"][0].float(), dim=-1)
+        values, indices = probs.topk(topk)
+        results = []
+        for p, idx in zip(values.tolist(), indices.tolist()):
+            filled = tokens.clone()
+            filled[tokens == d.mask_index] = idx
+            results.append((self.decode(filled), p, d[idx]))
+        return results
+
+    def register_classification_head(self, name: str, num_classes: Optional[int] = None, **kwargs):
+        self.model.register_classification_head(name, num_classes=num_classes, **kwargs)
+
+    def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False):
+        """Log-probabilities (or logits) of a classification head on [CLS]."""
+        if head not in self.model.classification_heads:
+            registered = ", ".join(self.model.classification_heads) or "none"
+            raise ValueError(f"no classification head {head!r} (registered: {registered}); see register_classification_head")
+        logits, _ = self.model(self._batch(tokens), classification_head_name=head)
+        return logits if return_logits else F.log_softmax(logits, dim=-1)
+
+    def coref(self, text: str):
+        """Coreference clusters of raw text, each a list of ``{text, start, end}`` (character offsets, end exclusive).
+
+        Words are runs of letters/digits or single punctuation marks; a sentence ends after . ! or ?; the text is
+        cut into segments as ``spanbert-prepare-coref`` does with the checkpoint's settings.
+        """
+        return self._feature("coref")(self, text)
+
+    def answer(self, question: str, context: str, topk: int = 1, **kwargs):
+        """Extractive QA: the ``topk`` answers (text, character start/end, score, probability).
+
+        Long contexts are cut into windows as ``spanbert-prepare-qa`` does (the checkpoint's
+        window settings when it was fine-tuned with extractive_qa).
+        """
+        return self._feature("answer")(self, question, context, topk, **kwargs)
+
+    @staticmethod
+    def _feature(name):
+        if name not in HUB_FEATURES:
+            raise ValueError(f"hub.{name} is provided by a feature that is not loaded; import spanbert_plugin.registry")
+        return HUB_FEATURES[name]

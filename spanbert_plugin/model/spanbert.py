@@ -1,0 +1,338 @@
+"""The ``spanbert`` model: a BERT encoder with MLM and span-boundary (SBO) heads.
+
+Both heads live in the model (so DDP and checkpoints cover them), share the
+input embedding matrix as their decoder weight, and run only on masked
+positions: no B x T x V logits are ever formed.
+"""
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import FairseqEncoder, FairseqEncoderModel, register_model, register_model_architecture
+from torch import nn
+
+from ..core.dictionary import describe_tokenizer, symbol_hashes
+from ..core.errors import UsageError
+from .layers import BertEmbeddings, BertStack, ClassificationHead, MaskedLMHead, SpanBoundaryHead, init_bert_weights
+from .relation_head import RelationHead
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SpanBertConfig(FairseqDataclass):
+    encoder_layers: int = field(default=12, metadata={"help": "number of encoder layers"})
+    encoder_embed_dim: int = field(default=768, metadata={"help": "hidden size"})
+    encoder_ffn_embed_dim: int = field(default=3072, metadata={"help": "feed-forward inner size"})
+    encoder_attention_heads: int = field(default=12, metadata={"help": "attention heads per layer"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout on embeddings and every block output"})
+    attention_dropout: float = field(default=0.1, metadata={"help": "dropout on attention weights"})
+    pooler_dropout: float = field(default=0.1, metadata={"help": "dropout in classification heads"})
+    max_positions: int = field(default=512, metadata={"help": "learned absolute positions (from 0)"})
+    type_vocab_size: int = field(default=2, metadata={"help": "token-type (segment) embeddings"})
+    layer_norm_eps: float = field(default=1e-12, metadata={"help": "LayerNorm epsilon (BERT: 1e-12)"})
+    init_std: float = field(default=0.02, metadata={"help": "std of the N(0, std) initialisation"})
+    sbo_position_slots: int = field(
+        default=15, metadata={"help": "SBO relative-position slots; span tokens past the last get MLM only"}
+    )
+    sbo_position_dim: int = field(default=200, metadata={"help": "SBO relative-position embedding size"})
+
+
+class SpanBertEncoder(FairseqEncoder):
+    """Embeddings + post-LN stack, HuggingFace ``BertModel`` names (``embeddings``, ``encoder``)."""
+
+    def __init__(self, cfg: SpanBertConfig, dictionary):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_positions_ = cfg.max_positions
+        self.embeddings = BertEmbeddings(
+            len(dictionary), cfg.encoder_embed_dim, cfg.max_positions, cfg.type_vocab_size,
+            dictionary.pad(), cfg.layer_norm_eps, cfg.dropout,
+        )
+        self.encoder = BertStack(
+            cfg.encoder_layers, hidden=cfg.encoder_embed_dim, heads=cfg.encoder_attention_heads,
+            ffn=cfg.encoder_ffn_embed_dim, eps=cfg.layer_norm_eps, dropout=cfg.dropout,
+            attention_dropout=cfg.attention_dropout,
+        )
+
+    def forward(self, src_tokens, segment_labels=None, attention_probs_out=None, attention_drop_masks=None, **unused):
+        """Final hidden states; the two AD-DROP arguments are described in ``BertStack.forward``."""
+        if src_tokens.size(1) > self.max_positions_:
+            raise ValueError(f"input of {src_tokens.size(1)} tokens exceeds the model's {self.max_positions_} positions")
+        padding_mask = src_tokens.eq(self.padding_idx)
+        return self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask,
+                            attention_probs_out, attention_drop_masks)
+
+    def max_positions(self):
+        return self.max_positions_
+
+
+class VocabularyRecord(nn.Module):
+    """The vocabulary the embeddings belong to, saved with the weights: one hash per symbol and the tokenizer's name.
+
+    Buffers, so every checkpoint (fairseq-train's, the hub's, an import's) carries
+    them; integer dtypes, so fp16/bf16 conversion leaves them alone. Loading a
+    checkpoint into a model built over another dictionary compares the two
+    (``SpanBertModel._check_vocabulary``).
+    """
+
+    def __init__(self, dictionary):
+        super().__init__()
+        self.register_buffer("symbol_hashes", torch.from_numpy(symbol_hashes(dictionary.symbols)))
+        self.register_buffer("tokenizer", torch.empty(0, dtype=torch.uint8))
+        self.set_tokenizer(describe_tokenizer(dictionary))
+
+    def set_tokenizer(self, description: str) -> None:
+        """Record the tokenizer as 'KIND (FILE)', e.g. when the folder read at build time is moved into place later."""
+        self.tokenizer = torch.tensor(list(description.encode("utf-8")), dtype=torch.uint8)
+
+    @staticmethod
+    def tokenizer_of(state_dict, prefix):
+        return bytes(state_dict[prefix + "tokenizer"].tolist()).decode("utf-8", "replace")
+
+
+@register_model("spanbert", dataclass=SpanBertConfig)
+class SpanBertModel(FairseqEncoderModel):
+    """SpanBERT: encoder, tied MLM head and SBO head, optional classification heads."""
+
+    def __init__(self, cfg: SpanBertConfig, encoder: SpanBertEncoder):
+        super().__init__(encoder)
+        self.cfg = cfg
+        embed = encoder.embeddings.word_embeddings.weight
+        eps = cfg.layer_norm_eps
+        self.lm_head = MaskedLMHead(cfg.encoder_embed_dim, embed, eps)
+        self.sbo_head = SpanBoundaryHead(cfg.encoder_embed_dim, embed, cfg.sbo_position_slots, cfg.sbo_position_dim, eps)
+        self.classification_heads = nn.ModuleDict()
+        self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
+        self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
+        self.coref_head = None  # coreference (spanbert_plugin.coref.head.CorefHead), set by register_coref_head
+        self.apply(lambda m: init_bert_weights(m, cfg.init_std))
+        self.vocabulary = VocabularyRecord(encoder.dictionary)
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=None, **kwargs):
+        """Hub interface (encode, decode, extract_features, fill_mask, heads), like RobertaModel's."""
+        from .hub_interface import load_hub_model
+
+        return load_hub_model(model_name_or_path, checkpoint_file, data_name_or_path, **kwargs)
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        return cls(cfg, SpanBertEncoder(cfg, task.source_dictionary))
+
+    def forward(
+        self,
+        src_tokens,
+        src_lengths=None,
+        segment_labels=None,
+        masked_tokens: Optional[torch.Tensor] = None,
+        span_left: Optional[torch.Tensor] = None,
+        span_right: Optional[torch.Tensor] = None,
+        span_offset: Optional[torch.Tensor] = None,
+        features_only: bool = False,
+        classification_head_name: Optional[str] = None,
+        qa: bool = False,
+        relation_head_name: Optional[str] = None,
+        entity_positions: Optional[torch.Tensor] = None,
+        coref: Optional[dict] = None,
+        attention_probs_out: Optional[dict] = None,
+        attention_drop_masks: Optional[dict] = None,
+        **unused,
+    ):
+        """Features (B x T x H), class logits, QA (start, end) logits, or MLM/SBO logits on masked positions.
+
+        ``attention_probs_out`` / ``attention_drop_masks`` (AD-DROP) are described in ``BertStack.forward``.
+        """
+        x = self.encoder(src_tokens, segment_labels=segment_labels, attention_probs_out=attention_probs_out,
+                         attention_drop_masks=attention_drop_masks)
+        if coref is not None:  # one document's segments: the head sees its real tokens, flattened in order
+            return self.coref_head(x[src_tokens.ne(self.encoder.padding_idx)], **coref), {}
+        if qa:
+            start, end = self.qa_outputs(x).unbind(dim=-1)
+            return (start, end), {}
+        if relation_head_name is not None:  # entity_positions: B x 2 subject/object start markers
+            return self.relation_heads[relation_head_name](x, entity_positions), {}
+        if classification_head_name is not None:  # before features_only: fairseq's sentence_prediction passes both
+            return self.classification_heads[classification_head_name](x), {}
+        if features_only:
+            return x, {}
+        return self.pretraining_heads(x, masked_tokens, span_left, span_right, span_offset), {}
+
+    def pretraining_heads(self, features, masked_tokens=None, span_left=None, span_right=None, span_offset=None):
+        """MLM logits for masked positions, and SBO logits when span boundaries are given."""
+        if masked_tokens is None:
+            masked_tokens = features.new_ones(features.shape[:2], dtype=torch.bool)
+        rows, cols = masked_tokens.nonzero(as_tuple=True)
+        out = {"mlm_logits": self.lm_head(features[rows, cols])}
+        if span_left is not None:
+            offsets = span_offset[rows, cols]
+            # span tokens past the last position slot get MLM but no SBO (released setting)
+            in_table = offsets <= self.sbo_head.position_slots
+            rows, cols, offsets = rows[in_table], cols[in_table], offsets[in_table]
+            out["sbo_logits"] = self.sbo_head(
+                features[rows, span_left[rows, cols]], features[rows, span_right[rows, cols]], offsets
+            )
+            out["sbo_mask"] = in_table
+        return out
+
+    def register_classification_head(self, name, num_classes, inner_dim=None):
+        """Add (or replace) a [CLS] classification head."""
+        dim = self.cfg.encoder_embed_dim
+        self.classification_heads[name] = ClassificationHead(dim, inner_dim or dim, num_classes, self.cfg.pooler_dropout)
+        self.classification_heads[name].apply(lambda m: init_bert_weights(m, self.cfg.init_std))
+
+    def register_qa_head(self):
+        """Add the extractive-QA head: one linear layer to start and end logits (HF ``qa_outputs``)."""
+        if self.qa_outputs is None:
+            self.qa_outputs = nn.Linear(self.cfg.encoder_embed_dim, 2)
+            init_bert_weights(self.qa_outputs, self.cfg.init_std)
+
+    def register_relation_head(self, name, num_classes, pooling="cls"):
+        """Add (or replace) a relation head: ``cls`` or ``entity_start`` pooling (``RelationHead``)."""
+        head = RelationHead(self.cfg.encoder_embed_dim, num_classes, pooling, self.cfg.pooler_dropout)
+        head.apply(lambda m: init_bert_weights(m, self.cfg.init_std))
+        self.relation_heads[name] = head
+
+    def _check_vocabulary(self, state_dict, prefix, old, new):
+        """UsageError unless the data's dictionary is the checkpoint's, possibly with symbols appended.
+
+        Checkpoints written before the vocabulary record existed are checked by size only.
+        """
+        record = prefix + "vocabulary."
+        ours = f"{describe_tokenizer(self.encoder.dictionary)}; {new} symbols"
+        if record + "symbol_hashes" not in state_dict:
+            if old > new:
+                raise UsageError(
+                    f"the checkpoint's vocabulary has {old} symbols but the data's dict.txt has {new} ({ours}): prepare "
+                    "the data with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
+                )
+            return
+        theirs = f"{VocabularyRecord.tokenizer_of(state_dict, record)}; {old} symbols"
+        saved = state_dict[record + "symbol_hashes"]
+        if old > new:
+            problem = f"the checkpoint's vocabulary has {old} symbols but the data's dict.txt has {new}"
+        else:
+            differs = (saved != self.vocabulary.symbol_hashes[:old].to(saved)).nonzero()
+            if not len(differs):
+                return
+            first = int(differs[0])
+            problem = (f"the data's dict.txt does not start with the checkpoint's vocabulary (symbol {first} is "
+                       f"{self.encoder.dictionary.symbols[first]!r} in the data, another in the checkpoint)")
+        raise UsageError(
+            f"{problem}: the checkpoint was trained with {theirs}, the data was prepared with {ours}; prepare the "
+            "data with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
+        )
+
+    def register_coref_head(self, head: nn.Module):
+        """Set the coreference head (built by the coreference task from its options); fresh BERT-style weights."""
+        head.apply(lambda m: init_bert_weights(m, self.cfg.init_std))
+        self.coref_head = head
+
+    def _grow_vocabulary(self, state_dict, prefix):
+        """Give a checkpoint rows for symbols appended to the dictionary since (e.g. entity markers).
+
+        Old rows stay; new embedding rows keep this model's fresh N(0, init_std)
+        values and the MLM/SBO biases fresh zeros, as BERT initialises them.
+        The data's vocabulary must extend the checkpoint's (``_check_vocabulary``).
+        """
+        own = self.state_dict()
+        embed = "encoder.embeddings.word_embeddings.weight"
+        if prefix + embed in state_dict:
+            old, new = state_dict[prefix + embed].size(0), own[embed].size(0)
+            self._check_vocabulary(state_dict, prefix, old, new)
+        for key in ("vocabulary.symbol_hashes", "vocabulary.tokenizer"):  # the record follows the grown vocabulary
+            state_dict[prefix + key] = own[key]
+        if prefix + embed not in state_dict or old == new:
+            return
+        for key in (embed, "lm_head.weight", "sbo_head.weight", "lm_head.bias", "sbo_head.bias"):
+            saved = state_dict.get(prefix + key)
+            if saved is not None and saved.size(0) == old:
+                state_dict[prefix + key] = torch.cat([saved, own[key][old:].to(saved)])
+        logger.info(f"checkpoint vocabulary grown from {old} to {new} symbols: {new - old} new embedding rows "
+                    f"drawn from N(0, {self.cfg.init_std}), MLM/SBO biases 0")
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Create task heads found in a checkpoint; keep new heads' fresh weights; grow the vocabulary."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = name + "." if name else ""
+        self._grow_vocabulary(state_dict, prefix)
+        for key in [k for k in state_dict if k.startswith(prefix + "relation_heads.") and k.endswith(".dense.weight")]:
+            head = key[len(prefix + "relation_heads.") : -len(".dense.weight")]
+            if head not in self.relation_heads:
+                out_proj = state_dict[f"{prefix}relation_heads.{head}.out_proj.weight"]
+                self.register_relation_head(head, out_proj.size(0), RelationHead.pooling_of(state_dict[key]))
+        for head, module in self.relation_heads.items():
+            for sub, value in module.state_dict().items():
+                state_dict.setdefault(f"{prefix}relation_heads.{head}.{sub}", value)
+        coref_keys = [k for k in state_dict if k.startswith(prefix + "coref_head.")]
+        if self.coref_head is not None:
+            for sub, value in self.coref_head.state_dict().items():
+                state_dict.setdefault(f"{prefix}coref_head.{sub}", value)
+        elif coref_keys:  # a coreference checkpoint fine-tuned for another task: its head is not used
+            for key in coref_keys:
+                del state_dict[key]
+        if prefix + "qa_outputs.weight" in state_dict:
+            self.register_qa_head()
+        if self.qa_outputs is not None:
+            for sub, value in self.qa_outputs.state_dict().items():
+                state_dict.setdefault(f"{prefix}qa_outputs.{sub}", value)
+        for key in list(state_dict.keys()):
+            if key.startswith(prefix + "classification_heads.") and key.endswith(".out_proj.weight"):
+                head = key[len(prefix + "classification_heads.") : -len(".out_proj.weight")]
+                if head not in self.classification_heads:
+                    num_classes, inner = state_dict[key].shape
+                    self.register_classification_head(head, num_classes, inner)
+                else:
+                    self._drop_reshaped_head(state_dict, f"{prefix}classification_heads.{head}.", head)
+        for head, module in self.classification_heads.items():
+            for sub, value in module.state_dict().items():
+                state_dict.setdefault(f"{prefix}classification_heads.{head}.{sub}", value)
+
+    def _drop_reshaped_head(self, state_dict, head_prefix, head):
+        """Forget a saved classification head whose shape differs from this model's (e.g. a new number of classes).
+
+        As RoBERTa does: the head registered by the task keeps its fresh weights.
+        """
+        own = self.classification_heads[head].state_dict()
+        saved = {k[len(head_prefix):]: v for k, v in state_dict.items() if k.startswith(head_prefix)}
+        if all(sub in own and own[sub].shape == value.shape for sub, value in saved.items()):
+            return
+        for sub in saved:
+            del state_dict[head_prefix + sub]
+        logger.warning(
+            f"classification head {head!r}: the checkpoint's has {saved['out_proj.weight'].size(0)} outputs, this model's "
+            f"{own['out_proj.weight'].size(0)}; the checkpoint's head is left out and the new one starts from fresh weights"
+        )
+
+    def max_positions(self):
+        return self.cfg.max_positions
+
+
+def _sizes(args, layers, dim, ffn, heads):
+    args.encoder_layers = getattr(args, "encoder_layers", layers)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", dim)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", ffn)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", heads)
+    for key, value in SpanBertConfig().__dict__.items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
+
+
+@register_model_architecture("spanbert", "spanbert_tiny")
+def spanbert_tiny(args):
+    """2 layers, hidden 128, 2 heads, FFN 512: tests and the CPU demo."""
+    _sizes(args, 2, 128, 512, 2)
+
+
+@register_model_architecture("spanbert", "spanbert_base")
+def spanbert_base(args):
+    """BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072."""
+    _sizes(args, 12, 768, 3072, 12)
+
+
+@register_model_architecture("spanbert", "spanbert_large")
+def spanbert_large(args):
+    """BERT-large: 24 layers, hidden 1024, 16 heads, FFN 4096."""
+    _sizes(args, 24, 1024, 4096, 16)

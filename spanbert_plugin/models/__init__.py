@@ -1,1 +1,0 @@
-"""Registered components; see spanbert_plugin/__init__.py."""

@@ -1,0 +1,99 @@
+"""The ``span_bert`` criterion: MLM + sbo_weight * SBO cross-entropy over masked tokens (SPEC §1.2)."""
+import math
+from dataclasses import dataclass, field
+
+import torch.nn.functional as F
+from fairseq import metrics, utils
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+
+from ..core.errors import UsageError
+
+
+@dataclass
+class SpanBertCriterionConfig(FairseqDataclass):
+    sbo_weight: float = field(
+        default=1.0, metadata={"help": "weight of the span boundary objective; 0 turns SBO off (ablation)"}
+    )
+
+
+@register_criterion("span_bert", dataclass=SpanBertCriterionConfig)
+class SpanBertCriterion(FairseqCriterion):
+    """Summed losses over masked tokens; ``sample_size`` = number of masked (MLM target) tokens.
+
+    fairseq divides gradients by ``sample_size`` (summed over workers and
+    update_freq), so the losses returned here are sums, not means: the
+    optimised objective is the per-masked-token mean of L_MLM + w * L_SBO,
+    normalised exactly once.
+    """
+
+    def __init__(self, task, sbo_weight=1.0):
+        super().__init__(task)
+        if sbo_weight < 0:
+            raise UsageError(f"--sbo-weight must be >= 0, got {sbo_weight}")
+        self.sbo_weight = sbo_weight
+        self.padding_idx = task.source_dictionary.pad()
+
+    def forward(self, model, sample, reduce=True):
+        target = sample["target"]
+        masked = target.ne(self.padding_idx)
+        use_sbo = self.sbo_weight > 0
+        out, _ = model(
+            **sample["net_input"],
+            masked_tokens=masked,
+            span_left=sample["span_left"] if use_sbo else None,
+            span_right=sample["span_right"] if use_sbo else None,
+            span_offset=sample["span_offset"] if use_sbo else None,
+        )
+        targets = target[masked]
+        # log-softmax in fp32: fp16-safe
+        mlm_logits = out["mlm_logits"].float()
+        mlm_loss = F.cross_entropy(mlm_logits, targets, reduction="sum")
+        loss = mlm_loss
+        num_masked = targets.numel()
+        logging_output = {
+            "ntokens": sample["ntokens"],
+            "nsentences": sample["nsentences"],
+            "sample_size": num_masked,
+            "num_masked": num_masked,
+            "mlm_loss": mlm_loss.detach().item(),
+            "mlm_correct": (mlm_logits.argmax(-1) == targets).sum().item(),
+        }
+        if use_sbo:
+            sbo_logits = out["sbo_logits"].float()
+            sbo_targets = targets[out["sbo_mask"]]
+            sbo_loss = F.cross_entropy(sbo_logits, sbo_targets, reduction="sum")
+            loss = loss + self.sbo_weight * sbo_loss
+            logging_output.update(
+                num_sbo=sbo_targets.numel(),
+                sbo_loss=sbo_loss.detach().item(),
+                sbo_correct=(sbo_logits.argmax(-1) == sbo_targets).sum().item(),
+            )
+        logging_output["loss"] = loss.detach().item()
+        return loss, num_masked, logging_output
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        def total(key):
+            return sum(log.get(key, 0) for log in logging_outputs)
+
+        sample_size, num_masked, num_sbo = total("sample_size"), total("num_masked"), total("num_sbo")
+        metrics.log_scalar("num_masked", num_masked, priority=900, round=0)
+        # Batches without a masked token measure nothing: they log no loss (weight-0 values would still set the
+        # meters' last value, and a whole validation of them would report a loss of 0 and win checkpoint_best).
+        # spanbert_pretraining masks at least one token in every block that has one, and refuses splits without.
+        if sample_size:
+            # losses logged in base 2, as fairseq's masked_lm does
+            metrics.log_scalar("loss", total("loss") / sample_size / math.log(2), sample_size, round=3)
+        if num_masked:
+            metrics.log_scalar("mlm_loss", total("mlm_loss") / num_masked / math.log(2), num_masked, round=3)
+            metrics.log_scalar("mlm_acc", 100.0 * total("mlm_correct") / num_masked, num_masked, round=2)
+            metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["mlm_loss"].avg))
+        if num_sbo:
+            metrics.log_scalar("sbo_loss", total("sbo_loss") / num_sbo / math.log(2), num_sbo, round=3)
+            metrics.log_scalar("sbo_acc", 100.0 * total("sbo_correct") / num_sbo, num_sbo, round=2)
+            metrics.log_scalar("num_sbo", num_sbo, priority=901, round=0)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

@@ -1,0 +1,72 @@
+"""Dynamic SpanBERT masking over a dataset of framed blocks, fairseq style.
+
+Like fairseq's ``MaskTokensDataset``, masks change every epoch and are
+reproducible from (seed, epoch, index); unlike it, one item carries everything
+the SpanBERT criterion needs, and ``collater`` builds the whole batch.
+"""
+from functools import lru_cache
+
+import torch
+from fairseq.data import BaseWrapperDataset, data_utils
+
+from ..core.datasets import BatchesEveryExample, ItemRandom
+from .span_masking import SpanMasker
+
+
+class SpanMaskedDataset(BatchesEveryExample, BaseWrapperDataset):
+    """Items: masked ``source``, ``target`` (pad where unmasked), span boundaries and offsets."""
+
+    def __init__(self, dataset, masker: SpanMasker, pad_index: int, seed: int = 1):
+        super().__init__(dataset)
+        self.masker, self.pad_index, self.seed = masker, pad_index, seed
+        self.epoch = 0
+        self.item_random = ItemRandom()
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        # masks depend on the epoch: a reused iterator keeps its persistent DataLoader workers, whose copy of
+        # this dataset never sees set_epoch again (epoch-2 masks drawn as epoch 1's, unlike a resumed run)
+        return False
+
+    def set_epoch(self, epoch, **unused):
+        super().set_epoch(epoch)
+        self.epoch = epoch
+
+    def __getitem__(self, index):
+        return self._masked(self.seed, self.epoch, index)
+
+    @lru_cache(maxsize=8)
+    def _masked(self, seed, epoch, index):
+        tokens = self.dataset[index]
+        out = self.masker(tokens.numpy(), self.item_random(seed, epoch, index))
+        return {
+            "id": index,
+            "source": torch.from_numpy(out.source),
+            "target": torch.from_numpy(out.target),
+            "span_left": torch.from_numpy(out.span_left),
+            "span_right": torch.from_numpy(out.span_right),
+            "span_offset": torch.from_numpy(out.span_offset),
+        }
+
+    def collater(self, samples):
+        if len(samples) == 0:
+            return {}
+
+        def merge(key, pad):
+            return data_utils.collate_tokens([s[key] for s in samples], pad)
+
+        src_tokens = merge("source", self.pad_index)
+        target = merge("target", self.pad_index)
+        return {
+            "id": torch.LongTensor([s["id"] for s in samples]),
+            "net_input": {
+                "src_tokens": src_tokens,
+                "src_lengths": torch.LongTensor([len(s["source"]) for s in samples]),
+            },
+            "target": target,
+            "span_left": merge("span_left", 0),
+            "span_right": merge("span_right", 0),
+            "span_offset": merge("span_offset", 0),
+            "nsentences": len(samples),
+            "ntokens": sum(len(s["source"]) for s in samples),
+        }

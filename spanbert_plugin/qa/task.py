@@ -1,0 +1,95 @@
+"""The ``extractive_qa`` task: SQuAD 1.1 / 2.0 and MRQA fine-tuning on ``spanbert-prepare-qa`` data.
+
+The model gets a QA head (one linear layer to start and end logits, HF's
+``qa_outputs``) on top of the encoder; a checkpoint pre-trained here or
+imported with ``spanbert-import-hf`` is loaded with ``--finetune-from-model``.
+Training windows are shuffled each epoch; evaluation batches hold whole
+questions so that validation EM/F1 are computed over whole questions, exactly
+as ``spanbert-predict-qa`` computes them.
+"""
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq.data import data_utils
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II
+
+from ..core.dictionary import SpanBertDictionary
+from .span_drop import QASpanDropConfig, QASpanDropDataset
+from ..spandrop.finetune import span_dropper
+from .dataset import ExtractiveQADataset
+from ..core.errors import UsageError
+from ..core.tasks import OneDictionaryTask, missing_split_error, prepared_data_folder
+from .windows import QASplit
+from ..addrop.task_mixin import ADDropConfig, ADDropMixin
+
+logger = logging.getLogger(__name__)
+QA_CONFIG = "qa_config.json"
+
+
+@dataclass
+class ExtractiveQAConfig(ADDropConfig, QASpanDropConfig):
+    data: str = field(default="", metadata={"help": "spanbert-prepare-qa output folder"})
+    seed: int = II("common.seed")
+
+
+@register_task("extractive_qa", dataclass=ExtractiveQAConfig)
+class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
+    """Extractive QA fine-tuning (SPEC §1.4): start/end classifiers over the encoder output."""
+
+    cfg: ExtractiveQAConfig
+
+    def __init__(self, cfg: ExtractiveQAConfig, dictionary: SpanBertDictionary, qa_config: dict):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+        self.qa_config = qa_config
+        self._splits = {}
+
+    @classmethod
+    def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs):
+        data = prepared_data_folder(cfg, "extractive_qa", "spanbert-prepare-qa", (QA_CONFIG, "dict.txt"))
+        with open(os.path.join(data, QA_CONFIG)) as f:
+            qa_config = json.load(f)
+        return cls(cfg, SpanBertDictionary.load(os.path.join(data, "dict.txt")), qa_config)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if not hasattr(model, "register_qa_head"):
+            raise UsageError(f"extractive_qa needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
+        model.register_qa_head()
+        longest = int(self.qa_config.get("max_seq_length", 0))
+        if longest > model.max_positions():
+            raise UsageError(
+                f"{self.cfg.data}: windows of up to {longest} tokens exceed the model's {model.max_positions()} positions; "
+                "prepare the data again with a smaller --max-seq-length"
+            )
+        return model
+
+    def qa_split(self, split: str) -> QASplit:
+        """The metadata of a prepared split (windows, offsets, questions, contexts), loaded once."""
+        if split not in self._splits:
+            self._splits[split] = QASplit.load(self.cfg.data, split)
+        return self._splits[split]
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        prefix = os.path.join(self.cfg.data, split)
+        if not os.path.isfile(prefix + ".windows.npz"):
+            raise missing_split_error(self.cfg.data, split, "spanbert-prepare-qa")
+        windows = data_utils.load_indexed_dataset(prefix, self.dictionary, "mmap")
+        if windows is None:
+            raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
+        qa = self.qa_split(split)
+        is_train = split.startswith("train")  # training subsets shuffle windows; others keep questions whole
+        dataset = ExtractiveQADataset(
+            windows, qa, split, self.dictionary.pad(), group_questions=not is_train, shuffle=is_train, seed=self.cfg.seed
+        )
+        dropper = span_dropper(self.cfg, self.dictionary, self.cfg.data, self.cfg.seed) if is_train else None
+        if dropper is not None:  # SpanDrop on training windows only
+            dataset = QASpanDropDataset(dataset, dropper, self.cfg.span_drop_protect_question_overlap)
+        self.datasets[split] = dataset
+        logger.info(f"{prefix}: {qa.num_questions} questions, {qa.num_windows} windows ({qa.format})")
+
+    def max_positions(self):
+        return int(self.qa_config.get("max_seq_length", 512))

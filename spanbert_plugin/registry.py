@@ -1,0 +1,28 @@
+"""Registers every component of the plugin with fairseq, exactly once; ``user_dir/`` imports this for ``--user-dir``.
+
+It also allowlists what fairseq checkpoints hold for torch's safe loading, registers the hub's task methods
+(``hub.answer``, ``hub.coref``) and installs the hook that prints a plugin error in ``fairseq-train`` as one line.
+The package itself stays light (``--help`` of every command starts without torch); this module is the top layer.
+"""
+import logging
+
+# fairseq logs an install hint for an unused speech task at import; keep CLIs' output clean
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+# one of fairseq's model modules calls logging.basicConfig(level=DEBUG) at import: keep the caller's level
+_root_level = logging.getLogger().level
+
+from .core import checkpoint_loading  # noqa: F401,E402  (first: safe-loading allowlist)
+from .core.errors import install_excepthook  # noqa: E402
+
+install_excepthook()
+
+# Registered components (models, tasks, criteria, hub methods), one feature per line.
+from .model import spanbert  # noqa: F401,E402
+from .pretraining import criterion, span_masked_lm, task  # noqa: F401,E402,F811  (span_masked_lm: deprecated alias)
+from .qa import answer, criterion, task  # noqa: F401,E402,F811
+from .relation import criterion, task  # noqa: F401,E402,F811
+from .classification import criterion, task  # noqa: F401,E402,F811
+from .coref import criterion, hub, task  # noqa: F401,E402,F811
+from .spandrop import find_animals_task  # noqa: F401,E402
+
+logging.getLogger().setLevel(_root_level)

@@ -1,1 +1,0 @@
-"""Relation extraction (TACRED style): entity markers, data preparation and prediction."""
