@@ -8,6 +8,7 @@ allowlist exactly those types.
 """
 import argparse
 import collections
+import contextlib
 import functools
 import os
 import zipfile
@@ -148,5 +149,101 @@ def install_checkpoint_checks():
     if not getattr(checkpoint_utils.load_checkpoint, "spanbert_checked", False):
         checkpoint_utils.load_checkpoint = _resume_hint(checkpoint_utils.load_checkpoint)
 
+
+
+# ---------------------------------------------------------------------------
+# The encoder's shape comes from the checkpoint a run starts from.
+#
+# fairseq builds the model from the command's options before it loads
+# ``--finetune-from-model`` (or the checkpoint it resumes), so ``--arch spanbert_base``
+# with a 6-layer, 384-wide checkpoint would build 12 x 768 and fail with "please
+# ensure that the architectures match". Options left at their architecture's
+# defaults take the checkpoint's values instead; a value that differs from both
+# was given on purpose, and contradicting the checkpoint is a one-line error.
+
+# the options that fix the shape of a spanbert model's weights (attention heads: the weights' meaning)
+SHAPE_OPTIONS = (
+    "encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
+    "max_positions", "type_vocab_size", "sbo_position_slots", "sbo_position_dim",
+)
+
+
+def starting_checkpoint(checkpoint_cfg):
+    """The file fairseq-train will load first (as ``checkpoint_utils.load_checkpoint`` chooses it), or None.
+
+    ``checkpoint_last.pt`` in ``save_dir`` when it exists (a resumed run), else
+    ``--finetune-from-model``; an explicit ``--restore-file`` otherwise.
+    """
+    restore = checkpoint_cfg.get("restore_file") or "checkpoint_last.pt"
+    if restore != "checkpoint_last.pt":
+        path = restore
+    else:
+        last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+        path = last if os.path.exists(last) else checkpoint_cfg.get("finetune_from_model")
+    return path if path and os.path.isfile(path) else None
+
+
+def stored_model_options(path):
+    """The model options a fairseq checkpoint was built with (a dict), or None when the file does not tell.
+
+    A damaged file is left to fairseq's own loading, which names it in one line.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception:  # noqa: BLE001 - reported by the real load that follows
+        return None
+    if not isinstance(state, dict):
+        return None
+    if isinstance(state.get("cfg"), dict) and isinstance(state["cfg"].get("model"), (dict, argparse.Namespace)):
+        model = state["cfg"]["model"]
+    elif isinstance(state.get("args"), argparse.Namespace):
+        model = state["args"]
+    else:
+        return None
+    return dict(vars(model)) if isinstance(model, argparse.Namespace) else dict(model)
+
+
+def architecture_defaults(name):
+    """The option values an architecture (``spanbert_base``) or a model's dataclass (``spanbert``) fills in by itself."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY
+
+    dataclass = MODEL_DATACLASS_REGISTRY.get(ARCH_MODEL_NAME_REGISTRY.get(name, name))
+    defaults = {} if dataclass is None else {k: v for k, v in vars(dataclass()).items() if not k.startswith("_")}
+    if name in ARCH_CONFIG_REGISTRY:
+        args = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[name](args)
+        defaults.update(vars(args))
+    return defaults
+
+
+def take_shape_from_checkpoint(model_cfg, path):
+    """Set ``model_cfg``'s shape options left at their defaults to the checkpoint's; return the changes made.
+
+    An option set to a value other than its architecture's default and the checkpoint's
+    is a UsageError naming the option, the file and both values.
+    """
+    stored = stored_model_options(path)
+    if not stored:
+        return {}
+    defaults = architecture_defaults(model_cfg.get("_name") or model_cfg.get("arch") or "")
+    changes = {}
+    for key in SHAPE_OPTIONS:
+        ours, theirs = model_cfg.get(key), stored.get(key)
+        if ours is None or theirs is None or ours == theirs:
+            continue
+        if key not in defaults or ours != defaults[key]:
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(
+                f"{flag} {ours} (model.{key}) contradicts {path}, whose model has {key} {theirs}: leave {flag} out "
+                "to take the checkpoint's value"
+            )
+        changes[key] = theirs
+    if changes:
+        from omegaconf import OmegaConf, open_dict
+
+        with open_dict(model_cfg) if OmegaConf.is_config(model_cfg) else contextlib.nullcontext():
+            for key, value in changes.items():
+                model_cfg[key] = value
+    return changes
 
 install_checkpoint_checks()

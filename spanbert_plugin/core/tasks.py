@@ -19,6 +19,22 @@ class OneDictionaryTask:
     def target_dictionary(self):
         return self.dictionary
 
+    def build_model(self, cfg, from_checkpoint=False):
+        """A training run takes the encoder's shape from the checkpoint it starts from (``take_shape_from_checkpoint``).
+
+        Loading a checkpoint (``from_checkpoint``) builds the shape that checkpoint stored.
+        """
+        run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
+        if not from_checkpoint and OmegaConf.is_dict(run) and OmegaConf.is_dict(run.get("checkpoint")):
+            from .checkpoint_loading import starting_checkpoint, take_shape_from_checkpoint
+
+            path = starting_checkpoint(run.checkpoint)
+            changes = take_shape_from_checkpoint(cfg, path) if path else {}
+            if changes:
+                logging.getLogger(__name__).info(
+                    f"model shape from {path}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+        return super().build_model(cfg, from_checkpoint)
+
     def begin_epoch(self, epoch, model):
         """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings."""
         warn_if_validating_between_saves(self.cfg)
