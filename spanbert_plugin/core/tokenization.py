@@ -214,17 +214,66 @@ class WordPieceTokenizer(SpanTokenizer):
 
     kind = "wordpiece"
 
-    def __init__(self, vocab_file: str, lowercase: bool = False):
+    def __init__(self, vocab_file: str, lowercase: bool = False, strip_accents=None):
+        self._build(vocab_file, read_wordpiece_vocab(vocab_file), lowercase, strip_accents)
+
+    def _build(self, vocab_file, vocab, lowercase, strip_accents):
+        """``strip_accents`` None follows ``lowercase``, as BERT's normaliser does."""
         from tokenizers import BertWordPieceTokenizer
 
         self.vocab_file = vocab_file
         self.lowercase = lowercase
-        self.vocab = read_wordpiece_vocab(vocab_file)
+        self.strip_accents = lowercase if strip_accents is None else bool(strip_accents)
+        self.vocab = vocab
         # built from the checked list, not the file: tokenizers would keep a byte-order mark in token 0
         self.tok = BertWordPieceTokenizer(
             {piece: i for i, piece in enumerate(self.vocab)},
-            lowercase=lowercase, strip_accents=lowercase, clean_text=True,
+            lowercase=lowercase, strip_accents=self.strip_accents, clean_text=True,
         )
+
+    @classmethod
+    def from_tokenizer_json(cls, path: str) -> "WordPieceTokenizer":
+        """The WordPiece tokenizer a HuggingFace ``tokenizer.json`` describes (folders that ship no ``vocab.txt``).
+
+        The vocabulary comes from its WordPiece model (ids as stored); lower-casing and
+        accent stripping from its ``BertNormalizer``. Anything this class could not
+        reproduce exactly (another model or pre-tokenizer, other normaliser options, a
+        word-piece prefix other than ``##``, added tokens outside the vocabulary) is a
+        TokenizerError naming the file.
+        """
+        try:
+            spec = read_json(path)
+        except UsageError as err:
+            raise TokenizerError(str(err)) from None
+        model = spec.get("model") if isinstance(spec, dict) else None
+        if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+            kind = model.get("type") if isinstance(model, dict) else None
+            raise TokenizerError(f"{path}: a {kind or 'unknown'} tokenizer model; only WordPiece (BERT) can be read")
+        if model.get("continuing_subword_prefix", "##") != "##":
+            raise TokenizerError(f"{path}: word-piece prefix {model['continuing_subword_prefix']!r}; BERT's is '##'")
+        normalizer, pre_tokenizer = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}
+        if normalizer.get("type") != "BertNormalizer" or not normalizer.get("clean_text", True) \
+                or not normalizer.get("handle_chinese_chars", True):
+            raise TokenizerError(f"{path}: normalizer {json.dumps(normalizer)[:120]}; expected BERT's (BertNormalizer "
+                                 "with clean_text and handle_chinese_chars)")
+        if pre_tokenizer.get("type") != "BertPreTokenizer":
+            raise TokenizerError(f"{path}: pre_tokenizer {pre_tokenizer.get('type')!r}; expected BertPreTokenizer")
+        by_id = {}
+        for piece, index in model["vocab"].items():
+            if not isinstance(index, int) or isinstance(index, bool) or index in by_id:
+                raise TokenizerError(f"{path}: token {piece!r} has id {index!r}, not a unique integer")
+            by_id[index] = piece
+        if sorted(by_id) != list(range(len(by_id))):
+            raise TokenizerError(f"{path}: the WordPiece ids are not 0..{len(by_id) - 1} without gaps")
+        vocab = [by_id[i] for i in range(len(by_id))]
+        outside = [t for t in spec.get("added_tokens") or [] if by_id.get(t.get("id")) != t.get("content")]
+        if outside:
+            raise TokenizerError(f"{path}: added token {outside[0].get('content')!r} (id {outside[0].get('id')}) is not "
+                                 "the WordPiece vocabulary's token of that id")
+        check_wordpiece_vocab(vocab, path)
+        tokenizer = cls.__new__(cls)
+        tokenizer._build(path, vocab, bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents"))
+        return tokenizer
 
     @staticmethod
     def is_word_start_piece(piece: str) -> bool:
@@ -244,7 +293,10 @@ class WordPieceTokenizer(SpanTokenizer):
     def save(self, directory):
         with open(os.path.join(directory, WORDPIECE_FILE), "w", encoding="utf-8") as f:
             f.write("".join(p + "\n" for p in self.vocab))
-        _write_meta(directory, {"type": self.kind, "lowercase": self.lowercase})
+        meta = {"type": self.kind, "lowercase": self.lowercase}
+        if self.strip_accents != self.lowercase:  # recorded only where it departs from BERT's rule
+            meta["strip_accents"] = self.strip_accents
+        _write_meta(directory, meta)
 
 
 _TRAIN_SPM = "import json, sys, sentencepiece as spm; spm.SentencePieceTrainer.train(**json.loads(sys.argv[1]))"
@@ -281,17 +333,22 @@ def read_wordpiece_vocab(vocab_file: str) -> List[str]:
     vocab = [line.rstrip("\n") for line in io.StringIO(text, newline=None)]
     if vocab and vocab[-1] == "":
         vocab.pop()
+    check_wordpiece_vocab(vocab, vocab_file)
+    return vocab
+
+
+def check_wordpiece_vocab(vocab: List[str], source: str) -> None:
+    """TokenizerError naming ``source`` when BERT's special tokens are missing or a token repeats."""
     missing = [s for s in WORDPIECE_REQUIRED if s not in set(vocab)]
     if missing:
-        raise TokenizerError(f"{vocab_file}: missing required special tokens {' '.join(missing)}")
+        raise TokenizerError(f"{source}: missing required special tokens {' '.join(missing)}")
     seen = {}
     for line_no, piece in enumerate(vocab, 1):
         if piece in seen:
             raise TokenizerError(
-                f"{vocab_file}:{line_no}: duplicate token {piece!r} (first on line {seen[piece]})"
+                f"{source}:{line_no}: duplicate token {piece!r} (first on line {seen[piece]})"
             )
         seen[piece] = line_no
-    return vocab
 
 
 def _write_meta(directory, meta):
@@ -313,5 +370,6 @@ def load_tokenizer(directory: str) -> SpanTokenizer:
     if meta.get("type") == SentencePieceTokenizer.kind:
         return SentencePieceTokenizer(os.path.join(directory, SPM_FILE))
     if meta.get("type") == WordPieceTokenizer.kind:
-        return WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False))
+        return WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False),
+                                  meta.get("strip_accents"))
     raise TokenizerError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}")
