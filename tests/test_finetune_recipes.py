@@ -1,0 +1,211 @@
+"""Fine-tuning recipes (configs/finetune) and the encoder shape taken from the checkpoint a run starts from.
+
+Every recipe runs for two updates through ``fairseq-hydra-train`` from an imported HuggingFace BERT of a
+non-default shape (1 layer, hidden 48, 3 heads, FFN 96, 128 positions), with no size option anywhere.
+"""
+import glob
+import os
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT, bin_path, run_cli
+from test_coref_prepare import write_jsonl
+from test_coref_train import synthetic_documents
+from test_finetune_span_drop import VOCAB, synthetic_pairs, synthetic_qa, synthetic_re
+
+RECIPES = sorted(glob.glob(os.path.join(ROOT, "configs", "finetune", "*.yaml")))
+SHAPE = {"encoder_layers": 1, "encoder_embed_dim": 48, "encoder_ffn_embed_dim": 96, "encoder_attention_heads": 3,
+         "max_positions": 128}
+
+
+def recipe(path):
+    """A recipe as hydra reads it (OmegaConf's YAML loader: '2e-05' is a number there, a string for plain PyYAML)."""
+    return OmegaConf.to_container(OmegaConf.load(path))
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """spanbert-import-hf of a random BertModel of SHAPE over the test vocabulary (no MLM head, no pooler)."""
+    import spanbert_plugin.registry  # noqa: F401 - registers the tasks the import builds its model with
+    from transformers import BertConfig, BertModel
+
+    from spanbert_plugin.hf.interop import import_hf
+
+    d = tmp_path_factory.mktemp("recipes")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), num_hidden_layers=SHAPE["encoder_layers"],
+                        hidden_size=SHAPE["encoder_embed_dim"], intermediate_size=SHAPE["encoder_ffn_embed_dim"],
+                        num_attention_heads=SHAPE["encoder_attention_heads"], max_position_embeddings=SHAPE["max_positions"])
+    BertModel(config, add_pooling_layer=False).save_pretrained(str(d / "hf"))
+    (d / "hf" / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB), encoding="utf-8")
+    import_hf(str(d / "hf"), str(d / "imported"))
+    return str(d / "imported")
+
+
+@pytest.fixture(scope="module")
+def family_data(imported, tmp_path_factory):
+    """One small prepared folder per task family, all with the imported checkpoint's tokenizer."""
+    from spanbert_plugin.cli import prepare_classification, prepare_coref, prepare_re
+    from spanbert_plugin.qa.prepare import QAConfig, prepare_qa
+
+    d = tmp_path_factory.mktemp("recipe_data")
+    synthetic_qa(d / "qa_train.json", 40, 1)
+    synthetic_qa(d / "qa_valid.json", 16, 2)
+    prepare_qa({"train": str(d / "qa_train.json"), "valid": str(d / "qa_valid.json")}, imported, str(d / "qa"),
+               QAConfig(64, 16, 12))
+    synthetic_re(d / "re_train.json", 40, 3)
+    synthetic_re(d / "re_valid.json", 16, 4)
+    assert prepare_re.main(["--train", str(d / "re_train.json"), "--valid", str(d / "re_valid.json"), "--tokenizer-from",
+                            imported, "--destdir", str(d / "re"), "--max-seq-length", "64"]) == 0
+    synthetic_pairs(d / "cls_train.jsonl", 40, 5)
+    synthetic_pairs(d / "cls_valid.jsonl", 16, 6)
+    common = ["--tokenizer-from", imported, "--text-columns", "a,b", "--max-seq-length", "64"]
+    assert prepare_classification.main(["--train", str(d / "cls_train.jsonl"), "--valid", str(d / "cls_valid.jsonl"),
+                                        "--destdir", str(d / "cls"), "--label-column", "label", *common]) == 0
+    for split in ("train", "valid"):  # a numeric target: the length of the second text, for the regression recipe
+        with open(d / f"cls_{split}.jsonl", encoding="utf-8") as f, open(d / f"reg_{split}.jsonl", "w") as out:
+            for line in f:
+                out.write(line.replace('"label": "good"', '"score": 1.5').replace('"label": "bad"', '"score": 4.0'))
+    assert prepare_classification.main(["--train", str(d / "reg_train.jsonl"), "--valid", str(d / "reg_valid.jsonl"),
+                                        "--destdir", str(d / "reg"), "--label-column", "score", "--regression",
+                                        *common]) == 0
+    assert prepare_coref.main(["--train", write_jsonl(d / "coref_train.jsonl", synthetic_documents(6, 1)),
+                               "--valid", write_jsonl(d / "coref_valid.jsonl", synthetic_documents(3, 2)),
+                               "--tokenizer-from", imported, "--destdir", str(d / "coref"),
+                               "--max-segment-length", "48"]) == 0
+    return {name: str(d / name) for name in ("qa", "re", "cls", "reg", "coref")}
+
+
+def test_every_task_has_a_recipe():
+    names = {os.path.basename(p)[:-len(".yaml")] for p in RECIPES}
+    glue = {f"glue_{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")}
+    assert names == {"squad1", "squad2", "mrqa", "tacred", "coref"} | glue
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: os.path.basename(p))
+def test_recipe_schedule_is_ten_percent_warm_up_and_names_no_size(path):
+    """Warm-up is a tenth of the schedule, the schedule covers max_epoch; the shape is left to the checkpoint."""
+    cfg = recipe(path)
+    schedulers = ([g["lr_scheduler"] for g in cfg["optimizer"]["groups"].values()] if cfg["optimizer"]["_name"] ==
+                  "composite" else [cfg["lr_scheduler"]])
+    assert schedulers[0]["warmup_updates"] == round(schedulers[0]["total_num_update"] / 10)
+    assert schedulers[0]["total_num_update"] % cfg["optimization"]["max_epoch"] == 0  # whole epochs of updates
+    assert not set(SHAPE) & set(cfg["model"]), cfg["model"]
+    if cfg["task"]["_name"] != "coreference":
+        assert (cfg["dataset"]["batch_size"], cfg["optimization"]["lr"]) == (32, [2e-05])
+
+
+def _family(cfg, name):
+    task = cfg["task"]["_name"]
+    if task == "sentence_classification":
+        return "reg" if name == "glue_stsb" else "cls"
+    return {"extractive_qa": "qa", "relation_extraction": "re", "coreference": "coref"}[task]
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: os.path.basename(p))
+def test_recipe_runs_two_updates_from_a_checkpoint_of_another_shape(path, imported, family_data, tmp_path):
+    name = os.path.basename(path)[:-len(".yaml")]
+    cfg = recipe(path)
+    overrides = [f"task.data={family_data[_family(cfg, name)]}",
+                 f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
+                 f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "optimization.max_update=2",
+                 "dataset.num_workers=0", "common.log_interval=1"]
+    if cfg["optimizer"]["_name"] == "composite":
+        overrides += ["task.coref_ffnn_size=32"] + [f"optimizer.groups.{g}.lr_scheduler.{k}={v}" for g in
+                                                    cfg["optimizer"]["groups"] for k, v in
+                                                    (("warmup_updates", 0), ("total_num_update", 2))]
+    else:
+        overrides += ["dataset.batch_size=8", "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2"]
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
+                    "--config-name", name, *overrides])
+    assert "model shape from" in proc.stdout + proc.stderr
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert saved["optimizer_history"][-1]["num_updates"] == 2
+    assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
+    assert saved["model"]["encoder.embeddings.word_embeddings.weight"].shape == (len(VOCAB), SHAPE["encoder_embed_dim"])
+    metric = cfg["checkpoint"]["best_checkpoint_metric"]
+    assert f"| {metric} " in proc.stdout + proc.stderr  # the recipe's model-selection metric is logged
+
+
+# ------------------------------------------------------------------ fairseq-train: --arch spanbert_base and sizes
+
+def _train(data, checkpoint, save_dir, *extra, task="sentence_classification", criterion=None):
+    return [bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", task, "--criterion", criterion or task,
+            "--arch", "spanbert_base", "--finetune-from-model", checkpoint, "--optimizer", "adam", "--lr", "1e-4",
+            "--batch-size", "8", "--max-update", "2", "--cpu", "--num-workers", "0", "--save-dir", str(save_dir),
+            "--no-epoch-checkpoints", *extra]
+
+
+def test_arch_spanbert_base_takes_the_checkpoint_shape_and_resumes(imported, family_data, tmp_path):
+    checkpoint = os.path.join(imported, "model.pt")
+    run_cli(_train(family_data["cls"], checkpoint, tmp_path / "ck"))
+    run_cli(_train(family_data["cls"], checkpoint, tmp_path / "ck", "--max-update", "4"))  # resumes checkpoint_last.pt
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert saved["optimizer_history"][-1]["num_updates"] == 4
+    assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
+
+
+def test_continued_pretraining_takes_the_checkpoint_shape(imported, corpus_files, tmp_path):
+    from spanbert_plugin.cli.prepare import main as prepare
+
+    data = str(tmp_path / "corpus")
+    assert prepare(["--train", corpus_files[0], "--valid", corpus_files[1], "--destdir", data, "--wordpiece-vocab",
+                    os.path.join(imported, "vocab.txt"), "--lowercase"]) == 0
+    run_cli(_train(data, os.path.join(imported, "model.pt"), tmp_path / "ck", "--tokens-per-sample", "64",
+                   task="spanbert_pretraining", criterion="span_bert"))
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE and saved["cfg"]["task"]["_name"] == "spanbert_pretraining"
+
+
+@pytest.mark.parametrize("flag,value", [("--encoder-layers", "3"), ("--max-positions", "64")])
+def test_an_explicit_size_that_contradicts_the_checkpoint_is_one_line(flag, value, imported, family_data, tmp_path):
+    proc = run_cli(_train(family_data["cls"], os.path.join(imported, "model.pt"), tmp_path / "ck", flag, value),
+                   check=False)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    key = flag[2:].replace("-", "_")
+    assert errors == [f"error: {flag} {value} (model.{key}) contradicts {os.path.join(imported, 'model.pt')}, whose "
+                      f"model has {key} {SHAPE[key]}: leave {flag} out to take the checkpoint's value"], proc.stderr
+    assert not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")
+
+
+# ------------------------------------------------------------------ the rule itself
+
+def _saved(tmp_path, **model):
+    path = str(tmp_path / "c.pt")
+    torch.save({"model": {}, "cfg": {"model": {"_name": "spanbert_base", **model}}}, path)
+    return path
+
+
+def test_sizes_at_the_architecture_defaults_take_the_checkpoint_values(tmp_path):
+    import spanbert_plugin.registry  # noqa: F401 - the architectures' defaults
+    from spanbert_plugin.core.checkpoint_loading import take_shape_from_checkpoint
+
+    path = _saved(tmp_path, encoder_layers=6, encoder_embed_dim=384, encoder_ffn_embed_dim=1536, max_positions=512)
+    cfg = {"_name": "spanbert_base", "encoder_layers": 12, "encoder_embed_dim": 768, "encoder_ffn_embed_dim": 3072,
+           "max_positions": 512, "dropout": 0.3}
+    assert take_shape_from_checkpoint(cfg, path) == {"encoder_layers": 6, "encoder_embed_dim": 384,
+                                                     "encoder_ffn_embed_dim": 1536}
+    assert cfg["encoder_layers"] == 6 and cfg["dropout"] == 0.3  # other options stay the command's
+    # spanbert_tiny's defaults are 2 x 128: there 12 layers was given on purpose
+    tiny = {"_name": "spanbert_tiny", "encoder_layers": 12, "encoder_embed_dim": 128}
+    with pytest.raises(Exception, match=r"^--encoder-layers 12 \(model.encoder_layers\) contradicts .*encoder_layers 6"):
+        take_shape_from_checkpoint(tiny, path)
+    # hydra's model section (name 'spanbert'): the dataclass defaults count
+    hydra = {"_name": "spanbert", "encoder_layers": 12, "encoder_embed_dim": 384}
+    assert take_shape_from_checkpoint(hydra, path) == {"encoder_layers": 6}
+
+
+def test_starting_checkpoint_follows_fairseq(tmp_path):
+    from spanbert_plugin.core.checkpoint_loading import starting_checkpoint
+
+    finetune = _saved(tmp_path)
+    cfg = {"save_dir": str(tmp_path / "run"), "restore_file": "checkpoint_last.pt", "finetune_from_model": finetune}
+    assert starting_checkpoint(cfg) == finetune
+    os.makedirs(tmp_path / "run")
+    (tmp_path / "run" / "checkpoint_last.pt").write_bytes(b"x")
+    assert starting_checkpoint(cfg) == str(tmp_path / "run" / "checkpoint_last.pt")  # a resumed run
+    assert starting_checkpoint({**cfg, "restore_file": finetune, "finetune_from_model": None}) == finetune
+    assert starting_checkpoint({**cfg, "save_dir": str(tmp_path / "new"), "finetune_from_model": None}) is None
