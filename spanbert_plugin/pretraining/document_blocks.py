@@ -48,6 +48,14 @@ class DocumentBlockDataset(SizedDataset):
         block[1:-1] = self._slice(doc, start, length)
         return torch.from_numpy(block)
 
+    def block_spans(self, index, document_spans):
+        """The spans of ``document_spans`` (one flat [start, end, ...] item per document) wholly inside block
+        ``index``, as (k, 2) positions in the framed block (the begin token is position 0)."""
+        doc, start, length = self.block_doc[index], self.block_start[index], self.block_len[index]
+        spans = np.asarray(document_spans[doc], dtype=np.int64).reshape(-1, 2)
+        inside = (spans[:, 0] >= start) & (spans[:, 1] <= start + length)
+        return spans[inside] - start + 1
+
     def __len__(self):
         return len(self.block_doc)
 

@@ -16,9 +16,11 @@ from .span_masking import SpanMasker
 class SpanMaskedDataset(BatchesEveryExample, BaseWrapperDataset):
     """Items: masked ``source``, ``target`` (pad where unmasked), span boundaries and offsets."""
 
-    def __init__(self, dataset, masker: SpanMasker, pad_index: int, seed: int = 1):
+    def __init__(self, dataset, masker: SpanMasker, pad_index: int, seed: int = 1, unit_spans=None):
+        """``unit_spans``: index -> the item's annotated spans ((k, 2) positions), for the linguistic schemes."""
         super().__init__(dataset)
         self.masker, self.pad_index, self.seed = masker, pad_index, seed
+        self.unit_spans = unit_spans
         self.epoch = 0
         self.item_random = ItemRandom()
 
@@ -38,7 +40,8 @@ class SpanMaskedDataset(BatchesEveryExample, BaseWrapperDataset):
     @lru_cache(maxsize=8)
     def _masked(self, seed, epoch, index):
         tokens = self.dataset[index]
-        out = self.masker(tokens.numpy(), self.item_random(seed, epoch, index))
+        units = self.unit_spans(index) if self.unit_spans is not None else None
+        out = self.masker(tokens.numpy(), self.item_random(seed, epoch, index), units=units)
         return {
             "id": index,
             "source": torch.from_numpy(out.source),

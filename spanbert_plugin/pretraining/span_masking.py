@@ -29,6 +29,17 @@ is one long word) one word is the least there is to mask.
 Replacement (80% mask / 10% random / 10% unchanged) is decided per final
 (merged) span for the ``span`` scheme, and per drawn unit (whole word or
 subword token) for the ``word`` and ``subword`` ablations, as BERT does.
+
+The ``named_entity`` and ``noun_phrase`` ablations (the paper's appendix) take
+the block's annotated spans (``units``, from ``spanbert-prepare --annotate``):
+each draw is, with probability 1/2, a whole annotated span chosen uniformly
+among the block's, otherwise a random whole word (anchor uniform over tokens,
+as above), until the budget (mask_ratio of the maskable tokens, stochastically
+rounded) is reached; the draw that would cross the budget is kept with
+probability (budget left) / (its new tokens), so the expected masked count is
+the budget, and the first draw is always kept. Replacement is decided per
+merged span, and every merged span gets SBO targets. A block without
+annotated spans gets whole words only.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -37,7 +48,10 @@ import numpy as np
 
 from ..core.errors import UsageError
 
-SCHEMES = ("span", "word", "subword")
+SCHEMES = ("span", "word", "subword", "named_entity", "noun_phrase")
+LINGUISTIC_SCHEMES = ("named_entity", "noun_phrase")  # whole annotated spans (spanbert-prepare --annotate)
+_PER_SPAN_SCHEMES = ("span", *LINGUISTIC_SCHEMES)  # 80/10/10 decided per merged span, not per unit
+_UNIT_SHARE = 0.5  # the paper's appendix: half the draws are annotated spans, half random whole words
 _MASK, _RANDOM, _KEEP = 0, 1, 2
 _NONE = np.iinfo(np.int64).max
 
@@ -59,7 +73,9 @@ class SpanMaskOutput:
     span_right: np.ndarray  # right boundary position (0 where unmasked)
     span_offset: np.ndarray  # 1-based offset from the left boundary (0 where unmasked)
     spans: Optional[np.ndarray] = None  # (k, 2) merged spans as [start, end); with return_spans
-    drawn: Optional[np.ndarray] = None  # (j, 3) drawn spans: start position, words drawn, words covered
+    # (j, 3) drawn spans: start position, words drawn, words covered; for the linguistic schemes
+    # start, end, and 1 for an annotated span (0 for a whole word)
+    drawn: Optional[np.ndarray] = None
 
 
 class SpanMasker:
@@ -111,24 +127,25 @@ class SpanMasker:
             raise ValueError("replacement weights must cover the vocabulary and have positive mass")
         self.replacement_cdf = np.cumsum(weights / weights.sum())
 
-    def __call__(self, tokens: np.ndarray, rng: np.random.Generator, return_spans: bool = False) -> SpanMaskOutput:
-        """Mask one block; ``return_spans`` also reports merged and drawn spans (for analysis)."""
+    def __call__(self, tokens: np.ndarray, rng: np.random.Generator, return_spans: bool = False,
+                 units: Optional[np.ndarray] = None) -> SpanMaskOutput:
+        """Mask one block; ``return_spans`` also reports merged and drawn spans (for analysis).
+
+        ``units``: the block's annotated spans, (k, 2) [start, end) positions, for
+        the ``named_entity``/``noun_phrase`` schemes (None or empty: whole words only).
+        """
         tokens = np.asarray(tokens, dtype=np.int64)
         n = len(tokens)
         maskable = ~self.never_mask[tokens]
         if n:
             maskable[0] = maskable[-1] = False  # the block's begin/end token
-        owner, drawn = self._choose(tokens, maskable, rng, return_spans)
-        return self._apply(tokens, owner, drawn, rng, return_spans)
+        owner, drawn = self._choose(tokens, maskable, rng, return_spans, units)
+        return self._apply(tokens, owner, drawn if return_spans else None, rng, return_spans)
 
-    def _choose(self, tokens, maskable, rng, return_spans):
-        """Per position, the id of the drawn span that masks it (-1: unmasked); and the drawn spans."""
+    def _words(self, tokens, maskable, positions):
+        """Word starts and ends (positions) of the maskable tokens, each position's word, and whether they are one run."""
         n = len(tokens)
-        owner = np.full(n, -1, dtype=np.int64)
-        positions = maskable.nonzero()[0]
         num_maskable = len(positions)
-        if num_maskable == 0:
-            return owner, np.zeros((0, 3), dtype=np.int64) if return_spans else None
         # word starts: vocabulary flag, or the first maskable token after an unmaskable one
         single_run = positions[-1] - positions[0] + 1 == num_maskable  # the usual framed block
         if self.scheme == "subword":
@@ -142,7 +159,6 @@ class SpanMasker:
             after_gap[1:] = ~maskable[:-1]
             starts_mask = maskable & (after_gap | self.word_starts[tokens])
         word_start = starts_mask.nonzero()[0]
-        num_words = len(word_start)
         if single_run:
             word_end = np.concatenate((word_start[1:], [positions[-1] + 1]))
         else:
@@ -150,6 +166,52 @@ class SpanMasker:
             next_start = np.concatenate((word_start[1:], [n]))
             word_end = np.minimum(next_start, run_ends[np.searchsorted(run_ends, word_start, side="right")])
         word_of_pos = np.cumsum(starts_mask) - 1
+        return word_start, word_end, word_of_pos, single_run
+
+    def _choose_units(self, owner, maskable, positions, words, rng, units):
+        """Annotated spans or whole words, half and half, until the budget (module docstring); owner and drawn units."""
+        n, num_maskable = len(owner), len(positions)
+        word_start, word_end, word_of_pos, _ = words
+        units = np.zeros((0, 2), np.int64) if units is None else np.asarray(units, dtype=np.int64).reshape(-1, 2)
+        if len(units):  # only spans wholly inside the block's maskable tokens
+            unmaskable_before = np.concatenate(([0], np.cumsum(~maskable)))
+            inside = (units[:, 0] >= 0) & (units[:, 1] <= n) & (units[:, 0] < units[:, 1])
+            units = units[inside]
+            units = units[unmaskable_before[units[:, 1]] == unmaskable_before[units[:, 0]]]
+        budget = int(self.mask_ratio * num_maskable + rng.random())
+        covered, drawn = 0, []
+        for _ in range(10 * num_maskable + 100):  # bounded: late draws may hit masked tokens only
+            if covered >= budget and covered:
+                break
+            from_units = len(units) > 0 and rng.random() < _UNIT_SHARE
+            if from_units:
+                start, end = units[rng.integers(len(units))]
+            else:
+                word = word_of_pos[positions[rng.integers(num_maskable)]]
+                start, end = word_start[word], word_end[word]
+            fresh = start + (owner[start:end] < 0).nonzero()[0]
+            if len(fresh) == 0:
+                continue
+            if covered and covered + len(fresh) > budget and rng.random() >= (budget - covered) / len(fresh):
+                break
+            owner[fresh] = len(drawn)
+            drawn.append((start, end, int(from_units)))
+            covered += len(fresh)
+        return owner, np.array(drawn, dtype=np.int64).reshape(-1, 3)
+
+    def _choose(self, tokens, maskable, rng, return_spans, units=None):
+        """Per position, the id of the drawn span that masks it (-1: unmasked); and the drawn spans."""
+        n = len(tokens)
+        owner = np.full(n, -1, dtype=np.int64)
+        positions = maskable.nonzero()[0]
+        num_maskable = len(positions)
+        if num_maskable == 0:
+            return owner, np.zeros((0, 3), dtype=np.int64) if return_spans else None
+        words = self._words(tokens, maskable, positions)
+        if self.scheme in LINGUISTIC_SCHEMES:
+            return self._choose_units(owner, maskable, positions, words, rng, units)
+        word_start, word_end, word_of_pos, single_run = words
+        num_words = len(word_start)
         budget = self._budget(word_end - word_start, num_maskable, rng.random())
 
         tokens_per_word = num_maskable / num_words
@@ -252,7 +314,7 @@ class SpanMasker:
         masked_pos = masked.nonzero()[0]
         span_of_token = np.repeat(np.arange(len(span_start)), span_len)
 
-        if self.scheme == "span":
+        if self.scheme in _PER_SPAN_SCHEMES:
             actions = np.searchsorted(self.action_cdf, rng.random(len(span_start)), side="right")[span_of_token]
         else:
             unit_actions = np.searchsorted(self.action_cdf, rng.random(int(owner.max()) + 1 if n else 0), side="right")

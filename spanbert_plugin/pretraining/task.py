@@ -28,6 +28,7 @@ from omegaconf import II
 from ..core.dictionary import SpanBertDictionary
 from .document_blocks import DocumentBlockDataset
 from .span_masked_dataset import SpanMaskedDataset
+from .annotate import span_file
 from .span_masking import SCHEMES, SpanMasker
 from ..core.errors import UsageError
 from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
@@ -36,6 +37,7 @@ from ..core.tasks import OneDictionaryTask, record_in_run_config
 logger = logging.getLogger(__name__)
 TASK_NAME = "spanbert_pretraining"
 _WORD_START_RULES = {"sentencepiece": SentencePieceTokenizer, "wordpiece": WordPieceTokenizer}
+_ANNOTATION_OF_SCHEME = {"named_entity": "entities", "noun_phrase": "noun_phrases"}
 
 
 @dataclass
@@ -43,7 +45,8 @@ class SpanBertPretrainingConfig(FairseqDataclass):
     data: str = field(default="", metadata={"help": "spanbert-prepare folder, or several separated by ':' (one per epoch)"})
     tokens_per_sample: int = field(default=512, metadata={"help": "block length including the begin/end tokens"})
     mask_scheme: ChoiceEnum(SCHEMES) = field(
-        default="span", metadata={"help": "span (geometric, SpanBERT), word (whole words) or subword (BERT)"}
+        default="span", metadata={"help": "span (geometric, SpanBERT), word (whole words), subword (BERT), named_entity or "
+                                          "noun_phrase (annotated spans or whole words, half each; spanbert-prepare --annotate)"}
     )
     mask_ratio: float = field(default=0.15, metadata={"help": "masking budget: share of each block's maskable tokens"})
     geometric_p: float = field(default=0.2, metadata={"help": "p of the geometric span-length distribution (in words)"})
@@ -189,12 +192,29 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
             documents, documents.sizes, self.cfg.tokens_per_sample - 2, self.dictionary.bos(), self.dictionary.eos()
         )
         logger.info(f"{split_path}: {len(documents)} documents, {len(blocks)} blocks, {int(blocks.sizes.sum())} tokens")
-        dataset = SpanMaskedDataset(blocks, self.masker, self.dictionary.pad(), seed=self.cfg.seed)
+        unit_spans = self._unit_spans(split_path, blocks, len(documents))
+        dataset = SpanMaskedDataset(blocks, self.masker, self.dictionary.pad(), seed=self.cfg.seed, unit_spans=unit_spans)
         # one folder is loaded once, in epoch 1, by an uninterrupted run: a run resumed later gets that order too
         order_epoch = epoch if len(folders) > 1 else 1
         with data_utils.numpy_seed(self.cfg.seed + order_epoch):
             shuffle = np.random.permutation(len(dataset))
         self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, blocks.sizes])
+
+    def _unit_spans(self, split_path, blocks, num_documents):
+        """index -> the block's annotated spans, for --mask-scheme named_entity/noun_phrase; None for the others."""
+        kind = _ANNOTATION_OF_SCHEME.get(str(self.cfg.mask_scheme))
+        if kind is None:
+            return None
+        path = span_file(split_path, kind)
+        if not MMapIndexedDataset.exists(path):
+            raise UsageError(
+                f"{path}.bin: no {kind.replace('_', '-')} annotations; --mask-scheme {self.cfg.mask_scheme} needs a folder "
+                "prepared with spanbert-prepare --annotate spacy"
+            )
+        spans = MMapIndexedDataset(path)
+        if len(spans) != num_documents:
+            raise UsageError(f"{path}.bin: {len(spans)} annotated documents for {num_documents} documents; prepare the folder again")
+        return lambda index: blocks.block_spans(index, spans)
 
     def max_positions(self):
         return self.cfg.tokens_per_sample
