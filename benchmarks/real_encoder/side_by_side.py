@@ -1,0 +1,356 @@
+#!/usr/bin/env python
+"""Fine-tune a real pre-trained encoder (all-MiniLM-L6-v2) here and with transformers, side by side.
+
+The same weights, data, hyper-parameters and seeds on every side:
+
+* ``ours``: ``spanbert-import-hf`` of the fetched folder, then ``fairseq-train --arch spanbert_base
+  --finetune-from-model imported/model.pt`` (shape from the checkpoint; fairseq batches by length);
+* ``transformers``: ``BertForSequenceClassification`` / ``BertForQuestionAnswering`` loaded from the same
+  folder, trained in a plain PyTorch loop that does what ``Trainer``'s defaults do (``transformers``' Trainer
+  needs ``accelerate``, which is not installed here): a random permutation cut into batches of
+  ``--batch-size``, each padded to its longest example (``DataCollatorWithPadding``), ``torch.optim.AdamW``
+  with the same betas, eps and weight decay, gradients clipped at 1.0, and the learning rate set by the
+  same linear warm-up/decay schedule (fairseq's ``polynomial_decay`` object, stepped as fairseq steps it).
+  ``--group-by-length`` orders each random megabatch of 50 batches by length first, as
+  ``Trainer(group_by_length=True)``'s ``LengthGroupedSampler`` does. Both read the examples ours prepared
+  (same token ids, token types, labels and QA windows);
+* ``random-init``: ours with the same shape (6 x 384, FFN 1536, 12 heads) from random initialisation.
+
+Tasks: ``sst2`` and ``rte`` (GLUE dev accuracy; ``--train-size`` keeps the first N training rows), ``squad``
+(SQuAD 1.1 dev split by article as benchmarks/qa_quality.py does: the first ``--train-articles`` train,
+the rest evaluate; EM/F1 with the official metrics). Per run: the dev score after every epoch, the
+training time of every epoch (training steps only, no validation), and the achieved FLOP/s:
+6 x non-embedding parameters per real (unpadded) token plus attention (12 x layers x hidden x length^2
+per example), over the time, next to this machine's fp32 matmul peak on the same threads (a 2048 x 2048
+``torch.mm``, best of 5).
+
+    .venv/bin/python benchmarks/real_encoder/side_by_side.py --task sst2 --train-size 2000 --max-epoch 1 --seeds 1
+    .venv/bin/python benchmarks/real_encoder/side_by_side.py --task sst2 --seeds 1 2 3          # full size: 67,349 rows x 3 epochs
+    .venv/bin/python benchmarks/real_encoder/side_by_side.py --task squad --train-articles 38 --max-epoch 2
+
+Results (``--out``, default benchmarks/real_encoder/results/TASK): ``runs.jsonl`` (one line per run, appended
+as runs finish), ``summary.md`` (mean and sample sd per side, wall-time ratios, FLOP/s) and ``commands.md``.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.dirname(sys.executable)
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+SIDES = ("ours", "transformers", "random-init")
+
+
+def _script(path, name):
+    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fetch = _script(os.path.join(HERE, "fetch_minilm.py"), "fetch_minilm")
+qa_quality = _script(os.path.join(ROOT, "benchmarks", "qa_quality.py"), "qa_quality")
+sst2_experiment = _script(os.path.join(ROOT, "benchmarks", "sst2_experiment.py"), "sst2_experiment")
+
+GLUE_TASKS = {"sst2": "SST-2", "rte": "RTE"}
+
+
+# ----------------------------------------------------------------------------- inputs
+def imported_checkpoint(work, log):
+    """The fetched folder and its spanbert-import-hf output (made once per --work)."""
+    import spanbert_plugin.registry  # noqa: F401 - the tasks the import builds its model with
+    from spanbert_plugin.hf.interop import import_hf
+
+    folder = fetch.fetch_minilm()
+    out = os.path.join(work, "imported")
+    log.append(f"spanbert-import-hf --hf {folder} --out {out}")
+    if not os.path.isfile(os.path.join(out, "model.pt")):
+        report = import_hf(folder, out)
+        for note in report.get("notes", []):
+            print(f"   import: {note}", flush=True)
+    return folder, out
+
+
+def prepared_data(args, imported, log):
+    """The prepared training/validation folder of the task (one per settings under --work)."""
+    if args.task in GLUE_TASKS:
+        return sst2_experiment.prepare_glue(args.work, GLUE_TASKS[args.task], imported, args.train_size,
+                                            args.max_seq_length, log)
+    folder = os.path.join(args.work, "data", f"squad_{args.train_articles}_{args.max_seq_length}_{args.doc_stride}")
+    if not os.path.isfile(os.path.join(folder, "qa_config.json")):
+        os.makedirs(os.path.join(args.work, "data"), exist_ok=True)
+        paths = qa_quality.split_by_article(os.path.join(SHARED, "squad", "dev-v1.1.json"), args.train_articles,
+                                            os.path.join(args.work, "data"))
+        sst2_experiment.run_logged([os.path.join(BIN, "spanbert-prepare-qa"), "--train", paths["train"], "--valid",
+                                    paths["eval"], "--tokenizer-from", imported, "--destdir", folder,
+                                    "--max-seq-length", str(args.max_seq_length), "--doc-stride", str(args.doc_stride)],
+                                   log)
+    return folder
+
+
+def task_options(args):
+    if args.task in GLUE_TASKS:
+        return ["--task", "sentence_classification", "--criterion", "sentence_classification",
+                "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric"]
+    return ["--task", "extractive_qa", "--criterion", "extractive_qa", "--best-checkpoint-metric", "f1",
+            "--maximize-best-checkpoint-metric"]
+
+
+def common_options(args, seed):
+    """fairseq-train options of every side (the transformers loop reads the same ones); a schedule over
+    ``args.updates_per_epoch`` x epochs, 10% warm-up."""
+    total = args.max_epoch * args.updates_per_epoch
+    return ["--user-dir", os.path.join(ROOT, "user_dir"), *task_options(args), "--arch", "spanbert_base",
+            "--dropout", "0.1", "--attention-dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.999)",
+            "--adam-eps", "1e-6", "--weight-decay", "0.01", "--clip-norm", "1.0", "--lr", str(args.lr),
+            "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(max(1, round(total / 10))),
+            "--total-num-update", str(total), "--max-epoch", str(args.max_epoch), "--batch-size", str(args.batch_size),
+            "--seed", str(seed), "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "1000"]
+
+
+RANDOM_INIT_SHAPE = ["--encoder-layers", "6", "--encoder-embed-dim", "384", "--encoder-ffn-embed-dim", "1536",
+                     "--encoder-attention-heads", "12"]  # the imported encoder's
+
+
+def train_argv(data, args, seed, side, imported, save_dir):
+    """fairseq-train's command line for ``side``."""
+    argv = [os.path.join(BIN, "fairseq-train"), data, *common_options(args, seed), "--save-dir", save_dir, "--no-save"]
+    if side == "random-init":
+        return argv + RANDOM_INIT_SHAPE
+    return argv + ["--finetune-from-model", os.path.join(imported, "model.pt")]
+
+
+def fairseq_task(data, args, seed):
+    """(cfg, task) of the common options, both splits loaded (the data and schedule; the model is not built)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    argv = [data, *common_options(args, seed), *RANDOM_INIT_SHAPE]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    task = tasks.setup_task(cfg.task)
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+    return cfg, task
+
+
+# ----------------------------------------------------------------------------- cost
+def flops_per_epoch(sizes, layers=6, hidden=384, ffn=1536):
+    """Training FLOPs of one pass over examples of these real lengths: 6 x non-embedding parameters per token
+    (forward 2, backward 4) plus attention scores and mixing (12 x layers x hidden x length^2 per example)."""
+    import numpy as np
+
+    per_layer = 4 * hidden * hidden + 2 * hidden * ffn + 9 * hidden + ffn  # Q, K, V, O, FFN and their biases, LNs
+    lengths = np.asarray(sizes, dtype=np.float64)
+    return 6 * layers * per_layer * lengths.sum() + 12 * layers * hidden * (lengths ** 2).sum()
+
+
+def matmul_peak(threads, n=2048, repeats=5):
+    """fp32 FLOP/s of the best of ``repeats`` n x n torch matmuls on ``threads`` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    return 2 * n ** 3 / best
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------- the sides
+def ours_run(data, args, seed, side, imported, log):
+    save_dir = os.path.join(args.work, "runs", f"{args.task}-{side}-{seed}")
+    argv = train_argv(data, args, seed, side, imported, save_dir)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    output = qa_quality.CommandLog().run(argv, f"{side}, seed {seed}", env)
+    log.append(" ".join(argv))
+    valid, train = sst2_experiment.epoch_stats(output, "valid"), sst2_experiment.epoch_stats(output, "train")
+    metric = "valid_accuracy" if args.task in GLUE_TASKS else "valid_f1"
+    epochs = sorted(valid)
+    return {"score_per_epoch": [float(valid[e][metric]) for e in epochs],
+            "em_per_epoch": [float(valid[e]["valid_em"]) for e in epochs] if args.task == "squad" else None,
+            "epoch_seconds": [float(train[e]["train_wall"]) for e in sorted(train)]}
+
+
+def _trainer_batches(sizes, batch_size, generator, group_by_length):
+    """Index batches as Trainer's samplers draw them: a random permutation cut into batches; with
+    ``group_by_length``, megabatches of 50 batches each ordered by decreasing length first."""
+    import torch
+
+    order = torch.randperm(len(sizes), generator=generator).tolist()
+    if group_by_length:
+        mega = 50 * batch_size
+        order = [i for lo in range(0, len(order), mega)
+                 for i in sorted(order[lo:lo + mega], key=lambda i: -int(sizes[i]))]
+    return [order[lo:lo + batch_size] for lo in range(0, len(order), batch_size)]
+
+
+def transformers_run(data, args, seed, hf_dir):
+    import numpy as np
+    import torch
+    from fairseq.optim.lr_scheduler import build_lr_scheduler
+    from transformers import BertForQuestionAnswering, BertForSequenceClassification
+
+    torch.set_num_threads(args.threads)
+    cfg, task = fairseq_task(data, args, seed)
+    pad = task.source_dictionary.pad()
+    train, valid = task.dataset("train"), task.dataset("valid")
+    torch.manual_seed(seed)  # the fresh head and dropout
+    if args.task in GLUE_TASKS:
+        model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=task.num_classes)
+    else:
+        model = BertForQuestionAnswering.from_pretrained(hf_dir)
+    betas = tuple(float(x) for x in cfg.optimizer.adam_betas.strip("()").split(","))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optimization.lr[0], betas=betas,
+                                  eps=cfg.optimizer.adam_eps, weight_decay=cfg.optimizer.weight_decay)
+    scheduler = build_lr_scheduler(cfg.lr_scheduler, qa_quality._scheduler_view(optimizer))
+    scheduler.step_update(0)
+    generator = torch.Generator().manual_seed(seed)
+    updates, scores, ems, seconds = 0, [], [], []
+    for _ in range(args.max_epoch):
+        model.train()
+        start = time.perf_counter()
+        for indices in _trainer_batches(train.sizes, args.batch_size, generator, args.group_by_length):
+            batch = train.collater([train[i] for i in indices])
+            inputs = qa_quality._hf_inputs(batch, pad)
+            if args.task in GLUE_TASKS:
+                loss = model(**inputs, labels=batch["target"]).loss
+            else:
+                loss = model(**inputs, start_positions=batch["start_positions"], end_positions=batch["end_positions"]).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimization.clip_norm)
+            optimizer.step()
+            optimizer.zero_grad()
+            updates += 1
+            scheduler.step_update(updates)
+        seconds.append(time.perf_counter() - start)
+        score, em = _transformers_eval(model, task, valid, pad, args, np, torch)
+        scores.append(score)
+        ems.append(em)
+        print(f"   transformers seed {seed}: epoch {len(scores)}, {seconds[-1]:.1f} s, dev {score:.2f}", flush=True)
+    return {"score_per_epoch": scores, "em_per_epoch": ems if args.task == "squad" else None, "epoch_seconds": seconds}
+
+
+def _transformers_eval(model, task, valid, pad, args, np, torch):
+    """Dev accuracy (GLUE) or (F1, EM) with the plugin's post-processing and the official SQuAD metrics."""
+    model.eval()
+    batches = [list(range(lo, min(lo + 128, len(valid)))) for lo in range(0, len(valid), 128)]
+    with torch.no_grad():
+        if args.task in GLUE_TASKS:
+            correct = 0
+            for indices in batches:
+                batch = valid.collater([valid[i] for i in indices])
+                logits = model(**qa_quality._hf_inputs(batch, pad)).logits
+                correct += int((logits.argmax(-1) == batch["target"]).sum())
+            return 100.0 * correct / len(valid), None
+        from spanbert_plugin.qa.postprocess import postprocess
+        from spanbert_plugin.qa.squad_metrics import evaluate
+
+        split = task.qa_split("valid")
+        lowest = np.finfo(np.float32).min
+        starts = np.full((len(valid), int(valid.sizes.max())), lowest, dtype=np.float32)
+        ends = starts.copy()
+        for indices in batches:
+            batch = valid.collater([valid[i] for i in indices])
+            out = model(**qa_quality._hf_inputs(batch, pad))
+            padding = batch["net_input"]["src_tokens"].eq(pad)
+            rows, width = batch["id"].numpy(), padding.size(1)
+            starts[rows, :width] = out.start_logits.masked_fill(padding, lowest).numpy()
+            ends[rows, :width] = out.end_logits.masked_fill(padding, lowest).numpy()
+        scores = evaluate(split.questions, postprocess(split, np.arange(len(valid)), starts, ends).predictions)
+        return scores["f1"], scores["exact"]
+
+
+# ----------------------------------------------------------------------------- report
+def _mean_sd(values):
+    return (statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def summary(rows, args, peak, flops):
+    metric = "accuracy" if args.task in GLUE_TASKS else "F1"
+    lines = [f"# {args.task}: all-MiniLM-L6-v2, ours vs transformers", "",
+             f"Settings: {args.settings}", "",
+             f"Peak: 2048 x 2048 fp32 matmul on {args.threads} thread(s): {peak / 1e9:.1f} GFLOP/s. "
+             f"Training FLOPs per epoch (real tokens): {flops / 1e12:.3f} TFLOP.", "",
+             f"| side | runs | dev {metric} after the last epoch (mean ± sd) | seconds per epoch (mean) | "
+             "GFLOP/s | share of peak |", "|---|---|---|---|---|---|"]
+    seconds = {}
+    for side in SIDES:
+        runs = [r for r in rows if r["side"] == side]
+        if not runs:
+            continue
+        mean, sd = _mean_sd([r["score_per_epoch"][-1] for r in runs])
+        seconds[side] = statistics.mean(s for r in runs for s in r["epoch_seconds"])
+        rate = flops / seconds[side]
+        lines.append(f"| {side} | {len(runs)} | {mean:.2f} ± {sd:.2f} | {seconds[side]:.1f} | {rate / 1e9:.1f} | "
+                     f"{100 * rate / peak:.0f}% |")
+    if "ours" in seconds and "transformers" in seconds:
+        batching = "group_by_length" if args.group_by_length else "Trainer-default random batches"
+        lines += ["", f"Wall time per epoch, ours / transformers ({batching}): "
+                      f"{seconds['ours'] / seconds['transformers']:.2f}x"]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=("sst2", "rte", "squad"), required=True)
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--train-size", type=int, default=0, help="GLUE: first N training rows (0: all)")
+    parser.add_argument("--train-articles", type=int, default=38, help="SQuAD: first N dev articles train, the rest evaluate")
+    parser.add_argument("--max-epoch", type=int, default=None, help="epochs (default: 3 GLUE/SST-2, 10 RTE, 2 SQuAD)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--max-seq-length", type=int, default=None, help="default 128 (GLUE), 384 (SQuAD)")
+    parser.add_argument("--doc-stride", type=int, default=128)
+    parser.add_argument("--group-by-length", action="store_true", help="transformers side: Trainer(group_by_length=True)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads on every side")
+    parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data, runs)")
+    parser.add_argument("--out", default=None, help="results folder (default benchmarks/real_encoder/results/TASK)")
+    args = parser.parse_args()
+    args.max_epoch = args.max_epoch or {"sst2": 3, "rte": 10, "squad": 2}[args.task]
+    args.max_seq_length = args.max_seq_length or (384 if args.task == "squad" else 128)
+    args.out = args.out or os.path.join(HERE, "results", args.task + ("_group_by_length" if args.group_by_length else ""))
+    args.settings = (f"task {args.task}, train size {args.train_size or 'all'}"
+                     f"{f', {args.train_articles} training articles' if args.task == 'squad' else ''}, "
+                     f"{args.max_epoch} epoch(s), batch {args.batch_size}, lr {args.lr} (10% warm-up, linear decay), "
+                     f"max_seq_length {args.max_seq_length}, seeds {args.seeds}, {args.threads} thread(s)")
+    os.makedirs(args.out, exist_ok=True)
+    log = []
+    hf_dir, imported = imported_checkpoint(args.work, log)
+    data = prepared_data(args, imported, log)
+    args.updates_per_epoch = 1  # counted next, from fairseq's own batches
+    cfg, task = fairseq_task(data, args, seed=1)
+    args.updates_per_epoch = len(list(qa_quality._epoch_batches(task, cfg, 1)))
+    flops = flops_per_epoch(task.dataset("train").sizes)
+    peak = matmul_peak(args.threads)
+    rows = []
+    for seed in args.seeds:
+        for side in args.sides:
+            if side == "transformers":
+                result = transformers_run(data, args, seed, hf_dir)
+            else:
+                result = ours_run(data, args, seed, side, imported, log)
+            rows.append({"side": side, "seed": seed, "settings": args.settings, **result})
+            with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
+            print(f"{side}, seed {seed}: {result}", flush=True)
+    text = summary(rows, args, peak, flops)
+    qa_quality.write_atomic(os.path.join(args.out, "summary.md"), text)
+    qa_quality.write_atomic(os.path.join(args.out, "commands.md"),
+                            "\n".join(f"    {c}" for c in [" ".join(sys.argv)] + log) + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
