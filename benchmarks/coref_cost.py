@@ -60,7 +60,7 @@ def concatenated_document(litbank: str, words: int) -> dict:
 def prepare(words: int, work: str, litbank: str, vocab: str) -> str:
     """A coreference data folder holding the one document of ``words`` words (cached in ``work``)."""
     from spanbert_plugin.cli.prepare_coref import main as prepare_coref
-    from spanbert_plugin.pretraining.prepare import cli_main as prepare_tokenizer
+    from spanbert_plugin.cli.prepare import main as prepare_tokenizer
 
     tok = os.path.join(work, "tok")
     if not os.path.isdir(tok):

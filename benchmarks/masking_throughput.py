@@ -30,7 +30,7 @@ def prepared_data(out, max_docs=None):
     data = os.path.join(out, "data" if max_docs is None else f"data-{max_docs}-docs")
     if not os.path.isfile(os.path.join(data, "dict.txt")):
         from spanbert_plugin.pretraining.default_corpus import write_default_corpus
-        from spanbert_plugin.pretraining.prepare import cli_main
+        from spanbert_plugin.cli.prepare import main as cli_main
 
         os.makedirs(out, exist_ok=True)
         train, valid = os.path.join(out, "train.txt"), os.path.join(out, "valid.txt")

@@ -161,7 +161,7 @@ def wordpiece_vocab(corpus_files, tmp_path_factory):
 @pytest.fixture(scope="session")
 def spm_data(corpus_files, tmp_path_factory):
     """A spanbert-prepare directory with a 1,000-piece sentencepiece model."""
-    from spanbert_plugin.pretraining.prepare import cli_main
+    from spanbert_plugin.cli.prepare import main as cli_main
 
     dest = str(tmp_path_factory.mktemp("data") / "spm")
     assert cli_main(["--train", corpus_files[0], "--valid", corpus_files[1], "--destdir", dest, "--vocab-size", "1000"]) == 0
@@ -170,7 +170,7 @@ def spm_data(corpus_files, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def wordpiece_data(corpus_files, wordpiece_vocab, tmp_path_factory):
-    from spanbert_plugin.pretraining.prepare import cli_main
+    from spanbert_plugin.cli.prepare import main as cli_main
 
     dest = str(tmp_path_factory.mktemp("data") / "wp")
     assert cli_main(["--train", corpus_files[0], "--valid", corpus_files[1], "--destdir", dest,

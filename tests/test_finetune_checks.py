@@ -280,7 +280,7 @@ def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files,
 
     from test_hf_interop import _export, _import, _sample_lines, random_hf_bert
 
-    from spanbert_plugin.hf.interop import RELATION_CONFIG, RELATION_WEIGHTS
+    from spanbert_plugin.hf.heads import RELATION
     from spanbert_plugin.model.spanbert import SpanBertModel
 
     random_hf_bert(tmp_path / "hf", wordpiece_vocab)
@@ -300,10 +300,10 @@ def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files,
 
     stdout = _export(tmp_path / "re" / "checkpoint_best.pt", tmp_path / "back", "--data", tmp_path / "imported")
     assert "relation_logits:relation_head" in stdout and "relation_logits:cls_head" in stdout
-    config = json.loads((tmp_path / "back" / RELATION_CONFIG).read_text())
+    config = json.loads((tmp_path / "back" / RELATION.config_file).read_text())
     assert config["heads"]["relation_head"] == {"pooling": "entity_start", "num_classes": 5}
     assert config["heads"]["cls_head"] == {"pooling": "cls", "num_classes": 3}
-    assert (tmp_path / "back" / RELATION_WEIGHTS).is_file()
+    assert (tmp_path / "back" / RELATION.weights_file).is_file()
 
     stdout = _import(tmp_path / "back", tmp_path / "again")
     record = torch.load(tmp_path / "again" / "model.pt", weights_only=False)["model"]["vocabulary.tokenizer"]

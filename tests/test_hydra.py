@@ -97,7 +97,9 @@ def _compose(recipe, *overrides):
     from hydra import compose, initialize_config_dir
 
     hydra_init("config")
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "configs", "pretrain"), version_base=None):
+    # version_base 1.1, as fairseq-hydra-train runs: a newer base is process-global and breaks fairseq's own
+    # hydra.experimental calls in every later test
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "configs", "pretrain"), version_base="1.1"):
         cfg = compose(recipe, overrides=["task.data=/corpus", *overrides])
     add_defaults(cfg)  # fills the optimizer / lr_scheduler sections from fairseq's registered dataclasses
     cfg = OmegaConf.merge(OmegaConf.structured(FairseqConfig), cfg)

@@ -137,11 +137,12 @@ def test_misconfiguration_errors(spm_data, extra, message):
 def test_unknown_mask_scheme_is_argparse_usage_error(spm_data, capsys):
     """A value outside the choices stops at parsing: argparse's status 2 and one error line naming the flag."""
     with pytest.raises(SystemExit) as err:
-        build(spm_data, "--mask-scheme", "noun_phrase")
+        build(spm_data, "--mask-scheme", "noun_phrases")
     assert err.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert errors == [errors[0]] and errors[0].endswith(
-        "error: argument --mask-scheme: invalid choice: 'noun_phrase' (choose from 'span', 'word', 'subword')")
+        "error: argument --mask-scheme: invalid choice: 'noun_phrases' (choose from 'span', 'word', 'subword', "
+        "'named_entity', 'noun_phrase')")
 
 
 def test_dictionary_without_mask_symbol(spm_data, tmp_path):

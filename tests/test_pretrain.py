@@ -129,7 +129,7 @@ def _valid_logs(output):
 def test_tiny_validation_split_masks_every_epoch(corpus_files, wordpiece_vocab, tmp_path):
     """A 1-block validation split of two tokens: its budget rounds to 0 seven times in ten, yet every
     validation masks a token and reports a real loss (it used to log num_masked 0, loss 0, best_loss 0)."""
-    from spanbert_plugin.pretraining.prepare import cli_main
+    from spanbert_plugin.cli.prepare import main as cli_main
 
     documents = open(corpus_files[0], encoding="utf-8").read().split("\n\n")[:3]
     (tmp_path / "train.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")

@@ -305,7 +305,7 @@ def test_qa_folder_without_valid_split_names_the_fix(tmp_path, wordpiece_data):
 # spanbert-findanimals with each fairseq-train run replaced by a child that writes its pid, then waits forever
 FINDANIMALS_DRIVER = """
 import os, sys
-from spanbert_plugin import findanimals_experiment
+from spanbert_plugin.spandrop import find_animals_experiment as findanimals_experiment
 from spanbert_plugin.cli import findanimals
 
 markers = sys.argv[1]

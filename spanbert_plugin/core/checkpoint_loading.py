@@ -22,6 +22,19 @@ from .errors import UsageError
 USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "user_dir")
 
 
+def register_plugin() -> None:
+    """Register every component of the plugin the way ``--user-dir`` does (``user_dir`` imports the registry).
+
+    Code that loads a checkpoint needs its task and model registered; going through fairseq's own mechanism keeps
+    the lower layers from importing the registry above them.
+    """
+    from argparse import Namespace
+
+    from fairseq import utils
+
+    utils.import_user_module(Namespace(user_dir=USER_DIR))
+
+
 def _numpy_scalar_globals():
     try:
         from numpy._core.multiarray import scalar

@@ -89,10 +89,11 @@ def load_finetuned_checkpoint(checkpoint: str, task_name: str, data: Optional[st
     from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import overwrite_args_by_name
 
-    from .checkpoint_loading import USER_DIR
+    from .checkpoint_loading import USER_DIR, register_plugin
 
     if not os.path.isfile(checkpoint):
         raise UsageError(f"--checkpoint {checkpoint}: no such file")
+    register_plugin()
     state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint, {"user_dir": USER_DIR})
     found = state["cfg"].task.get("_name")
     if found != task_name:

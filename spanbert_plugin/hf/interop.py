@@ -10,23 +10,19 @@ both sides). Task heads map onto transformers' own: the extractive-QA head
 classification head ``classification_heads.NAME.{dense,out_proj}`` is BERT's
 pooler + classifier, ``bert.pooler.dense`` + ``classifier``
 (``BertForSequenceClassification``: dense -> tanh -> dropout -> linear on the
-first token, as ours). The SBO head has no place in ``transformers``; export
-writes it to ``sbo_head.safetensors`` + ``sbo_config.json`` beside the model,
-and import reads it back when present; relation-extraction heads (no
-transformers class either) go to ``relation_heads.safetensors`` +
-``relation_config.json`` the same way, and the coreference head to
-``coref_head.safetensors`` + ``coref_config.json`` (``spanbert_plugin.coref.hf_head``).
+first token, as ours). Heads ``transformers`` has no class for (SBO, relation extraction,
+coreference) are written beside the model in their own files; ``hf/heads.py`` holds
+the table of every head's mapping.
 """
-import json
 import os
 
 import torch
 
-from ..core.errors import UsageError
+from ..core.checkpoint_loading import register_plugin
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
+from .files import InteropError, read_json, read_weights
+from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, SIDE_HEADS
 
-SBO_WEIGHTS, SBO_CONFIG = "sbo_head.safetensors", "sbo_config.json"
-RELATION_WEIGHTS, RELATION_CONFIG = "relation_heads.safetensors", "relation_config.json"
 TOLERANCE = 1e-4
 SAMPLE_TEXT = (
     "SpanBERT masks contiguous random spans rather than random tokens, and trains the span "
@@ -34,61 +30,43 @@ SAMPLE_TEXT = (
 )
 
 
-class InteropError(UsageError):
-    """Bad input for export/import: the message names the file and the problem."""
-
-
 IMPORTED_HEAD = "sentence_classification_head"  # the name fairseq's sentence_prediction (and ours) use
 QA_HEAD = "qa"  # --head value selecting the extractive-QA head
 
 
+def _renamed(key, pairs):
+    """``key`` with the first matching prefix of ``pairs`` replaced, or None (a prefix without a final dot matches whole)."""
+    for old, new in pairs:
+        if key == old or (old.endswith(".") and key.startswith(old)):
+            return new + key[len(old):]
+    return None
+
+
 def to_hf_state_dict(state, classification_head=None):
     """spanbert state dict -> transformers BERT names: encoder, MLM head, QA head, one classification head."""
-    out = {}
-    head_prefix = f"classification_heads.{classification_head}."
-    for key, value in state.items():
-        if key.startswith("encoder.embeddings.") or key.startswith("encoder.encoder."):
-            out["bert." + key[len("encoder."):]] = value
-        elif key.startswith("lm_head."):
-            name = key[len("lm_head."):]
-            if name == "bias":
-                out["cls.predictions.bias"] = value
-            elif name != "weight":  # tied decoder weight
-                out["cls.predictions.transform." + name] = value
-        elif key.startswith("qa_outputs."):
-            out[key] = value
-        elif classification_head is not None and key.startswith(head_prefix):
-            name = key[len(head_prefix):]
-            if name.startswith("dense."):
-                out["bert.pooler." + name] = value
-            elif name.startswith("out_proj."):
-                out["classifier." + name[len("out_proj."):]] = value
-    return out
+    pairs = list(NATIVE_NAMES)
+    if classification_head is not None:
+        pairs += [(f"classification_heads.{classification_head}.{ours}", theirs) for ours, theirs in CLASSIFICATION_NAMES]
+    renamed = ((_renamed(key, pairs), value) for key, value in state.items())
+    return {key: value for key, value in renamed if key is not None}
 
 
 def from_hf_state_dict(hf_state):
     """BERT (HF) names -> spanbert names; unknown keys (NSP, a pooler without classifier) are returned separately."""
+    pairs = [(theirs, ours) for ours, theirs in NATIVE_NAMES] + [("cls.predictions.decoder.bias", "lm_head.bias")]
+    if "classifier.weight" in hf_state:  # BERT's pooler belongs to the classification head only when there is one
+        pairs += [(theirs, f"classification_heads.{IMPORTED_HEAD}.{ours}") for ours, theirs in CLASSIFICATION_NAMES]
     ours, ignored = {}, []
-    has_classifier = "classifier.weight" in hf_state
     for key, value in hf_state.items():
-        name = key[len("bert."):] if key.startswith("bert.") else key
-        if name.startswith("embeddings.") or name.startswith("encoder.layer."):
-            ours["encoder." + name] = value
-        elif name.startswith("cls.predictions.transform."):
-            ours["lm_head." + name[len("cls.predictions.transform."):]] = value
-        elif name in ("cls.predictions.bias", "cls.predictions.decoder.bias"):
-            ours["lm_head.bias"] = value
-        elif name.startswith("qa_outputs."):
-            ours[name] = value
-        elif has_classifier and name.startswith("pooler.dense."):
-            ours[f"classification_heads.{IMPORTED_HEAD}.dense." + name[len("pooler.dense."):]] = value
-        elif name.startswith("classifier."):
-            ours[f"classification_heads.{IMPORTED_HEAD}.out_proj." + name[len("classifier."):]] = value
-        elif name == "embeddings.position_ids" or name.endswith("position_ids"):
+        if key.endswith("position_ids"):
             continue
-        else:
+        # a bare BertModel's weights have no "bert." prefix
+        name = "bert." + key if key.startswith(("embeddings.", "encoder.", "pooler.")) else key
+        renamed = _renamed(name, pairs)
+        if renamed is None:
             ignored.append(key)
-    ours.pop("encoder.embeddings.position_ids", None)
+        else:
+            ours[renamed] = value
     return ours, ignored
 
 
@@ -218,7 +196,7 @@ def _max_diff(ours, theirs):
 
 
 @torch.no_grad()
-def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAMPLE_TEXT, relation_heads=False):
+def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAMPLE_TEXT):
     """Reload ``directory`` with transformers; max abs differences from fairseq of every exported output."""
     from transformers.utils import logging as hf_logging
 
@@ -228,14 +206,14 @@ def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAM
     hf_logging.set_verbosity_error()  # each class ignores the other heads' weights: expected, not worth a warning
     hf_logging.disable_progress_bar()  # a bar per reload would bury the command's one-line report
     try:
-        return _compare(hub, directory, tokens, inputs, qa, classification_head, relation_heads)
+        return _compare(hub, directory, tokens, inputs, qa, classification_head)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
 
 
-def _compare(hub, directory, tokens, inputs, qa, classification_head, relation_heads=False):
+def _compare(hub, directory, tokens, inputs, qa, classification_head):
     from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
 
     ours = hub.model
@@ -245,8 +223,9 @@ def _compare(hub, directory, tokens, inputs, qa, classification_head, relation_h
     hf_out = mlm(**inputs, output_hidden_states=True)
     diffs = {"hidden": _max_diff(features, hf_out.hidden_states[-1]),
              "mlm_logits": _max_diff(ours.lm_head(features), hf_out.logits)}
-    if relation_heads:
-        diffs.update(_compare_relation_heads(ours, directory, features, hf_out.hidden_states[-1]))
+    for side in SIDE_HEADS:
+        if side.present(ours):
+            diffs.update(side.compare(hub, directory, features, hf_out.hidden_states[-1]))
     if qa:
         (start, end), _ = ours(tokens, qa=True)
         hf_qa = _load_checked(BertForQuestionAnswering, directory)(**inputs)
@@ -256,57 +235,6 @@ def _compare(hub, directory, tokens, inputs, qa, classification_head, relation_h
         logits, _ = ours(tokens, classification_head_name=classification_head)
         diffs["class_logits"] = _max_diff(logits, _load_checked(BertForSequenceClassification, directory)(**inputs).logits)
     return diffs
-
-
-def _compare_relation_heads(model, directory, features, hidden):
-    """Relation heads rebuilt from the exported files, on transformers' hidden states, against fairseq's logits."""
-    entity_positions = torch.tensor([[1, min(2, features.size(1) - 1)]])  # any two positions test the gather
-    diffs = {}
-    for name, head in read_relation_heads(directory, model.cfg.encoder_embed_dim).items():
-        ours = model.relation_heads[name].eval()(features, entity_positions)
-        diffs[f"relation_logits:{name}"] = _max_diff(ours, head.eval()(hidden, entity_positions))
-    return diffs
-
-
-def write_relation_heads(model, directory, labels=None):
-    """``relation_heads.safetensors`` (NAME.dense.*, NAME.out_proj.*) and ``relation_config.json`` (pooling, classes)."""
-    from safetensors.torch import save_file
-
-    weights = {f"{name}.{k}": v.detach().float().contiguous()
-               for name, head in model.relation_heads.items() for k, v in head.state_dict().items()}
-    save_file(weights, os.path.join(directory, RELATION_WEIGHTS))
-    heads = {name: {"pooling": head.pooling, "num_classes": head.out_proj.out_features,
-                    **({"labels": labels} if labels and len(labels) == head.out_proj.out_features else {})}
-             for name, head in model.relation_heads.items()}
-    with open(os.path.join(directory, RELATION_CONFIG), "w") as f:
-        json.dump({"heads": heads, "layer": "dense -> tanh -> dropout -> out_proj",
-                   "inputs": "cls: the first token's final hidden state; entity_start: [subject start marker; "
-                             "object start marker] final hidden states"}, f, indent=2)
-
-
-def read_relation_heads(directory, hidden):
-    """The relation heads an export wrote, as ``RelationHead`` modules by name; InteropError on a bad file."""
-    from ..model.relation_head import RE_POOLINGS, RelationHead
-
-    config_path = os.path.join(directory, RELATION_CONFIG)
-    heads = _read_json(config_path).get("heads")
-    if not isinstance(heads, dict) or not heads:
-        raise InteropError(f"{config_path}: expected a non-empty 'heads' object")
-    weights = _read_weights(os.path.join(directory, RELATION_WEIGHTS))
-    modules = {}
-    for name, spec in heads.items():
-        if not isinstance(spec, dict) or spec.get("pooling") not in RE_POOLINGS or not isinstance(spec.get("num_classes"), int):
-            raise InteropError(f"{config_path}: head {name!r} needs a pooling ({', '.join(RE_POOLINGS)}) and num_classes")
-        head = RelationHead(hidden, spec["num_classes"], spec["pooling"], dropout=0.0)
-        own = {k: v for k, v in weights.items() if k.startswith(name + ".")}
-        state = {k[len(name) + 1:]: v for k, v in own.items()}
-        expected = head.state_dict()
-        if set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in expected):
-            raise InteropError(f"{os.path.join(directory, RELATION_WEIGHTS)}: head {name!r} does not match "
-                               f"{config_path} ({spec['pooling']} pooling, {spec['num_classes']} classes, hidden {hidden})")
-        head.load_state_dict(state)
-        modules[name] = head
-    return modules
 
 
 def _load_checked(model_class, directory):
@@ -351,26 +279,11 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
         config.save_pretrained(work)
         save_file(weights, os.path.join(work, "model.safetensors"), metadata={"format": "pt"})
         save_hf_tokenizer(hub.tokenizer, d, work, model.max_positions())
-        sbo = {k: v.contiguous() for k, v in model.sbo_head.state_dict().items() if k != "weight"}
-        save_file(sbo, os.path.join(work, SBO_WEIGHTS))
-        with open(os.path.join(work, SBO_CONFIG), "w") as f:
-            json.dump({"position_slots": model.sbo_head.position_slots,
-                       "position_dim": model.sbo_head.position_embeddings.embedding_dim,
-                       "layer_norm_eps": model.cfg.layer_norm_eps,
-                       "decoder": "tied to bert.embeddings.word_embeddings.weight",
-                       "inputs": "[left boundary state; right boundary state; position embedding of offset-1]"}, f, indent=2)
-        if len(model.relation_heads):
-            write_relation_heads(model, work, getattr(hub.task, "labels", None))
-        if model.coref_head is not None:
-            from ..coref.hf_head import write_coref_head
-
-            write_coref_head(model, hub.task, work)
+        for side in SIDE_HEADS:
+            if side.present(model):
+                side.write(hub, work)
         # self-check: reload from disk with transformers and compare with fairseq again
-        diffs = compare_outputs(hub, work, qa, classification_head, relation_heads=bool(len(model.relation_heads)))
-        if model.coref_head is not None:
-            from ..coref.hf_head import compare_coref_head
-
-            diffs.update(compare_coref_head(hub, work))
+        diffs = compare_outputs(hub, work, qa, classification_head)
         if max(diffs.values()) > TOLERANCE:
             raise InteropError(f"export check failed: transformers and fairseq differ by {diffs} (tolerance {TOLERANCE})")
     return diffs
@@ -380,40 +293,11 @@ REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_a
                         "intermediate_size", "max_position_embeddings")
 
 
-def _read_json(path):
-    """A JSON object from a file; malformed JSON is an InteropError naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise InteropError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(value, dict):
-        raise InteropError(f"{path}: expected a JSON object, found {type(value).__name__}")
-    return value
-
-
-def _read_weights(path):
-    """Tensors of a safetensors or torch file; a damaged or truncated file is an InteropError."""
-    try:
-        if path.endswith(".safetensors"):
-            from safetensors.torch import load_file
-
-            weights = load_file(path)
-        else:
-            weights = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any reader failure means a damaged file
-        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-        raise InteropError(f"{path}: damaged or truncated weights file ({reason})") from None
-    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
-        raise InteropError(f"{path}: expected a dictionary of tensors (a state dict)")
-    return weights
-
-
 def _read_hf_dir(hf_dir):
     config_path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(config_path):
         raise InteropError(f"{config_path}: no such file (not a HuggingFace model directory?)")
-    config = _read_json(config_path)
+    config = read_json(config_path)
     if config.get("model_type") != "bert":
         raise InteropError(f"{config_path}: model_type {config.get('model_type')!r} is not a BERT model (expected 'bert')")
     for key in ("pre_layer_norm", "pre_layernorm", "normalize_before", "pre_norm"):
@@ -430,9 +314,9 @@ def _read_hf_dir(hf_dir):
     safetensors_path = os.path.join(hf_dir, "model.safetensors")
     bin_path = os.path.join(hf_dir, "pytorch_model.bin")
     if os.path.isfile(safetensors_path):
-        weights = _read_weights(safetensors_path)
+        weights = read_weights(safetensors_path)
     elif os.path.isfile(bin_path):
-        weights = _read_weights(bin_path)
+        weights = read_weights(bin_path)
     else:
         raise InteropError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
     vocab_path = os.path.join(hf_dir, "vocab.txt")
@@ -451,12 +335,13 @@ def import_hf(hf_dir, out_dir, force=False):
     from ..core.tokenization import WordPieceTokenizer, TokenizerError
 
     check_destination(out_dir, "spanbert-import-hf", [hf_dir], force, "--out")
+    register_plugin()  # the tasks and options the checkpoint is built with
     config, weights, vocab_path = _read_hf_dir(hf_dir)
     try:
         lowercase = False
         tok_cfg = os.path.join(hf_dir, "tokenizer_config.json")
         if os.path.isfile(tok_cfg):
-            lowercase = bool(_read_json(tok_cfg).get("do_lower_case", False))
+            lowercase = bool(read_json(tok_cfg).get("do_lower_case", False))
         tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
     except TokenizerError as err:
         raise InteropError(str(err)) from None
@@ -484,27 +369,24 @@ def import_hf(hf_dir, out_dir, force=False):
                "--init-std", str(config.get("initializer_range", 0.02)),
                "--pooler-dropout", str(config.get("classifier_dropout") or config.get("hidden_dropout_prob", 0.1)),
                "--tokens-per-sample", str(min(512, config["max_position_embeddings"]))]
-        sbo_config_path = os.path.join(hf_dir, SBO_CONFIG)
-        sbo_config = _read_json(sbo_config_path) if os.path.isfile(sbo_config_path) else None
-        if sbo_config:
-            for key in ("position_slots", "position_dim"):
-                if not isinstance(sbo_config.get(key), int) or sbo_config[key] <= 0:
-                    raise InteropError(f"{sbo_config_path}: {key} must be a positive integer, found {sbo_config.get(key)!r}")
-            cli += ["--sbo-position-slots", str(sbo_config["position_slots"]), "--sbo-position-dim", str(sbo_config["position_dim"])]
-        from ..coref.hf_head import coref_task_arguments, read_coref_config, write_coref_meta
-
-        coref_config = read_coref_config(hf_dir)
-        if coref_config:  # a coreference checkpoint whose folder is also its data folder
-            write_coref_meta(coref_config, work)
-            at = cli.index("--tokens-per-sample")  # a pre-training option; the task and criterion change too
-            cli = [a for a in cli[:at] + cli[at + 2:] if a not in ("--task", "spanbert_pretraining", "--criterion",
-                                                                  "span_bert")] + coref_task_arguments(coref_config)
+        side_configs = {side: side.load_config(hf_dir) for side in SIDE_HEADS}
+        side_configs = {side: c for side, c in side_configs.items() if c is not None}
+        for side, side_config in side_configs.items():
+            cli += side.model_arguments(side_config, hf_dir)
+        for side, side_config in side_configs.items():
+            if side.task_arguments is not None:  # e.g. a coreference checkpoint: its task replaces pre-training's
+                at = cli.index("--tokens-per-sample")
+                cli = [a for a in cli[:at] + cli[at + 2:] if a not in ("--task", "spanbert_pretraining", "--criterion",
+                                                                      "span_bert")]
+                cli += side.task_arguments(side_config, hf_dir, work)
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
-        if sbo_config:
-            ours.update({"sbo_head." + k: v for k, v in _read_weights(os.path.join(hf_dir, SBO_WEIGHTS)).items()})
         heads, labels = _register_task_heads(model, ours, config, hf_dir)
+        for side, side_config in side_configs.items():
+            weights, line = side.restore(model, hf_dir, side_config, config["hidden_size"])
+            ours.update(weights)
+            heads += [line] if line else []
         expected = model.state_dict()
         for key, value in ours.items():
             if key not in expected:
@@ -533,17 +415,6 @@ def import_hf(hf_dir, out_dir, force=False):
 def _register_task_heads(model, ours, config, hf_dir):
     """Create the QA / classification heads the HF weights hold: (descriptions for the report, class names or None)."""
     heads, labels = [], None
-    if os.path.isfile(os.path.join(hf_dir, RELATION_CONFIG)):  # written by spanbert-export-hf
-        for name, head in read_relation_heads(hf_dir, config["hidden_size"]).items():
-            model.register_relation_head(name, head.out_proj.out_features, head.pooling)
-            ours.update({f"relation_heads.{name}.{k}": v for k, v in head.state_dict().items()})
-            heads.append(f"relation head {name} ({head.pooling} pooling, {head.out_proj.out_features} classes; "
-                         f"from {RELATION_WEIGHTS})")
-    if getattr(model, "coref_head", None) is not None:  # built by the coreference task from coref_config.json
-        from ..coref.hf_head import COREF_WEIGHTS, read_coref_weights
-
-        ours.update(read_coref_weights(hf_dir))
-        heads.append(f"coreference head (from {COREF_WEIGHTS})")
     qa = ours.get("qa_outputs.weight")
     if qa is not None:
         if qa.dim() != 2 or qa.shape[0] != 2:

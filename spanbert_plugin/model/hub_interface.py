@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.checkpoint_loading import USER_DIR, CheckpointError
+from ..core.checkpoint_loading import USER_DIR, CheckpointError, register_plugin
 from ..core.tokenization import load_tokenizer
 
 MASK_PLACEHOLDER = "<mask>"
@@ -85,6 +85,7 @@ def load_hub_model(model_dir, checkpoint_file="checkpoint_best.pt", data_name_or
     path = checkpoint_file if os.path.isabs(checkpoint_file) else os.path.join(model_dir, checkpoint_file)
     if not os.path.isfile(path):
         raise CheckpointError(path, "no such checkpoint")
+    register_plugin()  # the checkpoint's task and model
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
     model_name = _model_name(state)
     if model_name != "spanbert":

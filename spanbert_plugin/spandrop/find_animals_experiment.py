@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Dict, Iterator, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..core.checkpoint_loading import USER_DIR
+
 METHODS = {
     "baseline": [],
     "spandrop": ["--span-drop-p", "0.1"],
@@ -57,7 +58,7 @@ class RunOptions:
 def train_command(method: str, size: int, seed: int, options: RunOptions) -> List[str]:
     """The fairseq-train command line of one run."""
     o = options
-    return [os.path.join(os.path.dirname(sys.executable), "fairseq-train"), "--user-dir", os.path.join(ROOT, "user_dir"),
+    return [os.path.join(os.path.dirname(sys.executable), "fairseq-train"), "--user-dir", USER_DIR,
             "--task", "find_animals", "--criterion", "sentence_prediction", *MODEL,
             "--max-positions", str(o.seq_len + 16), "--seq-len", str(o.seq_len), "--animals", o.animals,
             "--train-size", str(size), "--test-size", str(o.test_size), "--data-seed", str(seed), "--seed", str(seed),
