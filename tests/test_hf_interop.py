@@ -1,14 +1,17 @@
 """HuggingFace export/import and the hub interface; offline, models built from configs."""
+import contextlib
+import io
 import json
 import math
 import os
+import re
 import shutil
 
 import pytest
 import torch
 import transformers
 
-from conftest import bin_path, run_cli
+from conftest import ROOT, bin_path, run_cli
 from test_pretrain import TINY, train_logs
 
 
@@ -397,6 +400,16 @@ def test_qa_head_round_trip(wordpiece_vocab, corpus_files, tmp_path):
         again = back(input_ids=tokens, attention_mask=mask.long())
     assert (again.start_logits - reference.start_logits)[mask].abs().max() <= 1e-4
     assert (again.end_logits - reference.end_logits)[mask].abs().max() <= 1e-4
+
+    # the README's recipe for running an exported QA model with transformers, as written there
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    snippet = re.search(r"```python\n(  import torch\n  from transformers import AutoTokenizer, BertForQuestionAnswering\n.*?)```",
+                        readme, re.S).group(1)
+    code = "\n".join(line[2:] for line in snippet.splitlines()).replace("hf/spanbert-qa", str(tmp_path / "back"))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, "README.md", "exec"), {})
+    assert printed.getvalue().strip() in "ada lives in oslo.", printed.getvalue()  # a span of the (uncased) context
 
 
 def _classifier_dir(directory, vocab_file):
