@@ -595,8 +595,6 @@ def test_fine_tuned_regression_head_exports_problem_type(spm_data, corpus_files,
         assert ours.shape == (1, 1) and (back(input_ids=tokens[None]).logits - ours).abs().max() <= 1e-4
 
 
-@pytest.mark.xfail(strict=True, reason="import keeps a regression head as a 1-class head: its export loses "
-                                       "problem_type (the checkpoint does not record that the head is a regression)")
 def test_regression_head_survives_import_and_export(wordpiece_vocab, corpus_files, tmp_path):
     """A BertForSequenceClassification regression model (1 output, problem_type regression) survives import and export."""
     from transformers import BertForSequenceClassification

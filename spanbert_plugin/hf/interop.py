@@ -271,7 +271,8 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
         architectures.append("BertForSequenceClassification")
         num_labels = module.out_proj.out_features
         labels = label_names(hub.task, num_labels)
-        regression = bool(getattr(hub.task, "regression", False)) and num_labels == 1
+        stored = getattr(getattr(hub.task, "state", None), "state_dict", None) or {}  # an imported head's task state
+        regression = bool(getattr(hub.task, "regression", False) or stored.get("regression")) and num_labels == 1
     config = bert_config_of(model.cfg, d, architectures, num_labels, labels, regression)
     weights = {k: v.detach().float().contiguous() for k, v in to_hf_state_dict(model.state_dict(), classification_head).items()
                if qa or not k.startswith("qa_outputs.")}
@@ -382,7 +383,7 @@ def import_hf(hf_dir, out_dir, force=False):
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
-        heads, labels = _register_task_heads(model, ours, config, hf_dir)
+        heads, task_state = _register_task_heads(model, ours, config, hf_dir)
         for side, side_config in side_configs.items():
             weights, line = side.restore(model, hf_dir, side_config, config["hidden_size"])
             ours.update(weights)
@@ -401,8 +402,7 @@ def import_hf(hf_dir, out_dir, force=False):
         model.vocabulary.set_tokenizer(f"{tokenizer.kind} ({os.path.join(cfg.task.data, 'vocab.txt')})")
         checkpoint_utils.torch_persistent_save(
             {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict(),
-             # class names kept where tasks keep them, so an export gives them back
-             "criterion": None, "task_state": {"labels": labels} if labels else {},
+             "criterion": None, "task_state": task_state,
              # a fresh start: no optimizer state, update 0, epoch 1
              "optimizer_history": [{"criterion_name": "SpanBertCriterion", "optimizer_name": "none",
                                     "lr_scheduler_state": {"best": None}, "num_updates": 0}],
@@ -413,8 +413,12 @@ def import_hf(hf_dir, out_dir, force=False):
 
 
 def _register_task_heads(model, ours, config, hf_dir):
-    """Create the QA / classification heads the HF weights hold: (descriptions for the report, class names or None)."""
-    heads, labels = [], None
+    """Create the QA / classification heads the HF weights hold: (descriptions for the report, task state).
+
+    The task state keeps what the weights cannot say (class names, a regression head), where fine-tuning tasks
+    keep them, so an export gives them back.
+    """
+    heads, task_state = [], {}
     qa = ours.get("qa_outputs.weight")
     if qa is not None:
         if qa.dim() != 2 or qa.shape[0] != 2:
@@ -430,7 +434,9 @@ def _register_task_heads(model, ours, config, hf_dir):
         id2label = config.get("id2label") if isinstance(config.get("id2label"), dict) else {}
         names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_classes)]
         if names != [f"LABEL_{i}" for i in range(num_classes)]:  # transformers' defaults are no names
-            labels = names
-        kind = "regression" if config.get("problem_type") == "regression" else f"{num_classes} classes: {', '.join(names)}"
+            task_state["labels"] = names
+        if config.get("problem_type") == "regression":
+            task_state["regression"] = True
+        kind = "regression" if task_state.get("regression") else f"{num_classes} classes: {', '.join(names)}"
         heads.append(f"classification head {IMPORTED_HEAD} (from bert.pooler + classifier; {kind})")
-    return heads, labels
+    return heads, task_state
