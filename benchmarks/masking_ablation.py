@@ -1,0 +1,299 @@
+#!/usr/bin/env python
+"""The SpanBERT paper's masking ablation (Tables 6 and 7) as one command.
+
+Pre-trains the same architecture with the same budget under each masking scheme, then
+fine-tunes every pre-trained model on four tasks, over several seeds, and prints (and plots)
+the table: rows are schemes, columns tasks, cells mean ± sample sd over the seeds.
+
+Schemes (``--schemes``): ``subword`` (BERT), ``word`` (whole words), ``named_entity``,
+``noun_phrase`` (spaCy spans, half the draws), ``span`` (geometric spans) — all without the
+span boundary objective, as in Table 6 — and ``span+sbo`` (Table 7's SpanBERT). Tasks
+(``--tasks``): ``squad`` (SQuAD 1.1 dev split by article, as ``benchmarks/qa_quality.py``: F1),
+``sst2`` (GLUE SST-2, accuracy on dev), ``tacred`` (TACRED-style JSON, by default the sample in
+``../shared/data/tacred_sample``, or SemEval/TACRED files via ``--re-data``: F1) and ``coref``
+(LitBank, fold ``--fold``: CoNLL F1).
+
+Pre-training text: LitBank's novels (``../shared/data/litbank/novels``) except those whose
+excerpts are in the coreference evaluation fold (dev and test lists of ``--fold``; the files share
+the numeric prefix), prepared once with ``spanbert-prepare --join-wrapped-lines --annotate spacy``
+(needs ``pip install -e .[linguistic]``) and the BERT uncased WordPiece vocabulary, so every
+scheme reads the same blocks.
+
+Settings:
+
+* ``--setting cpu``: ``spanbert_tiny``, 128-token blocks, a few hundred updates per scheme and per
+  fine-tuning run (minutes each on a laptop CPU);
+* ``--setting gpu``: a ``spanbert_base``-sized model, 512-token blocks, 20k pre-training updates of
+  256 blocks (``--update-freq``), fine-tuning as the paper's recipes at small scale; run it where a GPU is;
+* ``--from-model DIR``: continued pre-training of an imported encoder (a ``spanbert-import-hf``
+  folder: ``model.pt`` and its ``vocab.txt``) under each scheme, then the same fine-tuning — the
+  cheapest setting where the schemes can differ measurably. The corpus is then prepared with that
+  folder's vocabulary and the model's size is the imported one.
+
+Every budget can be overridden (``--pretrain-updates``, ``--finetune-updates``, ``--novels``,
+``--seeds`` …). Results: ``--results`` (default ``benchmarks/masking_ablation``): ``results.csv``
+(one row per scheme, task and seed, kept across runs with the same settings), ``table.md``,
+``table.png`` and ``commands.md``.
+
+    .venv/bin/python benchmarks/masking_ablation.py --setting cpu [--seeds 1 2 3] [--novels 20]
+    .venv/bin/python benchmarks/masking_ablation.py --setting cpu --smoke     # a tiny budget: the plumbing only
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qa_quality import CommandLog, split_by_article, write_atomic  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+SHARED = os.path.join(ROOT, "..", "shared", "data")
+LITBANK = os.path.join(SHARED, "litbank")
+BERT_VOCAB = os.path.join(SHARED, "bert_uncased_vocab", "vocab.txt")
+SCHEMES = {  # name: (--mask-scheme, --sbo-weight)
+    "subword": ("subword", 0.0),
+    "word": ("word", 0.0),
+    "named_entity": ("named_entity", 0.0),
+    "noun_phrase": ("noun_phrase", 0.0),
+    "span": ("span", 0.0),
+    "span+sbo": ("span", 1.0),
+}
+TASKS = {"squad": "f1", "sst2": "accuracy", "tacred": "f1", "coref": "conll_f1"}
+SETTINGS = {
+    "cpu": dict(arch="spanbert_tiny", tokens=128, pretrain_updates=600, batch=16, update_freq=1, pretrain_lr=1e-3,
+                finetune_updates=300, finetune_lr=1e-3, finetune_batch=16, novels=20, cpu=True),
+    "gpu": dict(arch="spanbert_base", tokens=512, pretrain_updates=20000, batch=32, update_freq=8, pretrain_lr=5e-4,
+                finetune_updates=2000, finetune_lr=3e-5, finetune_batch=32, novels=0, cpu=False),
+}
+FIELDS = ["scheme", "task", "seed", "metric", "value"]
+
+
+def eval_fold_prefixes(fold):
+    """Numeric prefixes of the novels whose excerpts are in the fold's dev and test lists."""
+    prefixes = set()
+    for split in ("dev", "test"):
+        with open(os.path.join(LITBANK, "splits", f"fold{fold}", f"{split}.txt")) as f:
+            prefixes |= {os.path.basename(line).split("_", 1)[0] for line in f if line.strip()}
+    return prefixes
+
+
+def pretraining_novels(fold, limit):
+    """The novels pre-training may read: all but the evaluation fold's; the first ``limit`` (0: all) by name."""
+    held = eval_fold_prefixes(fold)
+    names = sorted(n for n in os.listdir(os.path.join(LITBANK, "novels")) if n.split("_", 1)[0] not in held)
+    return [os.path.join(LITBANK, "novels", n) for n in (names[:limit] if limit else names)], held
+
+
+def last_valid(output, metric):
+    """The last validation value of ``metric`` in fairseq-train's json log."""
+    values = [json.loads(line[line.index("{"):]) for line in output.splitlines() if f'"valid_{metric}"' in line]
+    if not values:
+        sys.exit(f"no valid_{metric} in fairseq-train's output:\n{output[-3000:]}")
+    return float(values[-1][f"valid_{metric}"])
+
+
+def common_train_args(cfg, updates, lr, batch, seed):
+    return ["--user-dir", os.path.join(ROOT, "user_dir"), "--optimizer", "adam", "--adam-betas", "(0.9,0.999)",
+            "--adam-eps", "1e-8", "--weight-decay", "0.01", "--clip-norm", "1.0", "--lr", str(lr),
+            "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(max(1, updates // 10)),
+            "--total-num-update", str(updates), "--max-update", str(updates), "--batch-size", str(batch),
+            "--seed", str(seed), "--num-workers", "0", "--log-format", "json", "--log-interval", "50",
+            *(["--cpu"] if cfg["cpu"] else ["--fp16"])]
+
+
+def model_args(args, cfg):
+    """The architecture: the setting's, or with --from-model the imported encoder's (--from-model-arch)."""
+    return ["--arch", args.from_model_arch if args.from_model else cfg["arch"]]
+
+
+def pretrain(log, args, cfg, data, scheme, env):
+    """Pre-train (or continue pre-training) under ``scheme``; return the checkpoint."""
+    mask_scheme, sbo_weight = SCHEMES[scheme]
+    save_dir = os.path.join(args.work, "pretrain", scheme)
+    checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+    if os.path.isfile(checkpoint) and not args.fresh:
+        return checkpoint
+    argv = [os.path.join(BIN, "fairseq-train"), data, "--task", "spanbert_pretraining", "--criterion", "span_bert",
+            *model_args(args, cfg), "--tokens-per-sample", str(cfg["tokens"]), "--mask-scheme", mask_scheme,
+            "--sbo-weight", str(sbo_weight), "--update-freq", str(cfg["update_freq"]), "--save-dir", save_dir,
+            "--no-epoch-checkpoints", "--save-interval-updates", str(cfg["pretrain_updates"]), "--disable-validation",
+            *common_train_args(cfg, cfg["pretrain_updates"], cfg["pretrain_lr"], cfg["batch"], args.pretrain_seed)]
+    if args.from_model:
+        argv += ["--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt")]
+    log.run(argv, f"pre-train {scheme}", env)
+    return checkpoint
+
+
+def prepare_tasks(log, args, cfg, tokenizer_from, env):
+    """Each task's prepared folder (built once), and the fairseq-train options of its fine-tuning."""
+    out, work = {}, os.path.join(args.work, "tasks")
+    os.makedirs(work, exist_ok=True)
+    seq = str(cfg["tokens"])
+    if "squad" in args.tasks:
+        files = split_by_article(os.path.join(SHARED, "squad", "dev-v1.1.json"), args.squad_train_articles, work)
+        dest = os.path.join(work, "squad")
+        log.run([os.path.join(BIN, "spanbert-prepare-qa"), "--train", files["train"], "--valid", files["eval"],
+                 "--tokenizer-from", tokenizer_from, "--destdir", dest, "--max-seq-length", seq, "--doc-stride", str(cfg["tokens"] // 2),
+                 "--max-query-length", str(cfg["tokens"] // 4), "--force"], "prepare squad", env)
+        out["squad"] = (dest, ["--task", "extractive_qa", "--criterion", "extractive_qa"])
+    if "sst2" in args.tasks:
+        train = os.path.join(work, "sst2_train.tsv")
+        with open(os.path.join(SHARED, "glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+            lines = f.readlines()
+        write_atomic(train, "".join(lines[: args.sst2_train_examples + 1]))  # header + the first N examples
+        dest = os.path.join(work, "sst2")
+        log.run([os.path.join(BIN, "spanbert-prepare-classification"), "--train", train, "--valid",
+                 os.path.join(SHARED, "glue", "SST-2", "dev.tsv"), "--tokenizer-from", tokenizer_from, "--destdir", dest,
+                 "--text-columns", "sentence", "--label-column", "label", "--max-seq-length", seq, "--force"],
+                "prepare sst2", env)
+        out["sst2"] = (dest, ["--task", "sentence_classification", "--criterion", "sentence_classification"])
+    if "tacred" in args.tasks:
+        dest, labels = os.path.join(work, "tacred"), os.path.join(work, "tacred_labels.txt")
+        names = set()
+        for split in ("train", "dev"):  # a small sample's dev split has relations its train split lacks
+            with open(os.path.join(args.re_data, f"{split}.json"), encoding="utf-8") as f:
+                names |= {example["relation"] for example in json.load(f)}
+        write_atomic(labels, "".join(f"{name}\n" for name in sorted(names)))
+        log.run([os.path.join(BIN, "spanbert-prepare-re"), "--train", os.path.join(args.re_data, "train.json"),
+                 "--valid", os.path.join(args.re_data, "dev.json"), "--tokenizer-from", tokenizer_from, "--destdir", dest,
+                 "--labels", labels, "--max-seq-length", seq, "--force"], "prepare tacred", env)
+        out["tacred"] = (dest, ["--task", "relation_extraction", "--criterion", "relation_extraction"])
+    if "coref" in args.tasks:
+        splits = os.path.join(LITBANK, "splits", f"fold{args.fold}")
+        dest = os.path.join(work, "coref")
+        log.run([os.path.join(BIN, "spanbert-prepare-coref"), "--train", os.path.join(splits, "train.txt"),
+                 "--valid", os.path.join(splits, "test.txt"), "--tokenizer-from", tokenizer_from, "--destdir", dest,
+                 "--max-segment-length", seq, "--force"], "prepare coref", env)
+        out["coref"] = (dest, ["--task", "coreference", "--criterion", "coreference"])
+    return out
+
+
+def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
+    data, task_args = prepared
+    batch = 1 if task == "coref" else cfg["finetune_batch"]  # a coreference batch is one document
+    argv = [os.path.join(BIN, "fairseq-train"), data, *task_args, *model_args(args, cfg),
+            "--finetune-from-model", os.path.abspath(checkpoint), "--no-save", "--validate-interval", "1000000",
+            *common_train_args(cfg, cfg["finetune_updates"], cfg["finetune_lr"], batch, seed)]
+    output = log.run(argv, f"fine-tune {task}, seed {seed}, from {os.path.basename(os.path.dirname(checkpoint))}", env)
+    return last_valid(output, TASKS[task])
+
+
+def write_table(rows, args, settings, log):
+    cells, tasks = {}, [t for t in TASKS if t in args.tasks]
+    for row in rows:
+        cells.setdefault((row["scheme"], row["task"]), []).append(float(row["value"]))
+
+    def cell(values):
+        if not values:
+            return "–"
+        sd = f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else ""
+        return f"{statistics.mean(values):.1f}{sd}"
+
+    header = "| scheme | " + " | ".join(f"{t} ({TASKS[t]})" for t in tasks) + " |"
+    lines = [header, "|" + "---|" * (len(tasks) + 1)]
+    for scheme in args.schemes:
+        lines.append(f"| {scheme} | " + " | ".join(cell(cells.get((scheme, t), [])) for t in tasks) + " |")
+    seeds = sorted({int(r["seed"]) for r in rows})
+    text = "\n".join(lines)
+    print("\n" + text, flush=True)
+    write_atomic(os.path.join(args.results, "table.md"),
+                 f"# Masking ablation ({settings['setting']} setting)\n\nmean ± sample sd over seeds {seeds}; "
+                 f"settings: `{json.dumps(settings)}`\n\n{text}\n")
+    write_atomic(os.path.join(args.results, "commands.md"),
+                 "".join(f"- {what}: `{command}`\n" for what, command in log.lines))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.5), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        means = [statistics.mean(cells.get((s, task), [0])) for s in args.schemes]
+        sds = [statistics.stdev(cells[(s, task)]) if len(cells.get((s, task), [])) > 1 else 0 for s in args.schemes]
+        ax.bar(range(len(args.schemes)), means, yerr=sds, capsize=3)
+        ax.set_xticks(range(len(args.schemes)), args.schemes, rotation=45, ha="right")
+        ax.set_title(f"{task} ({TASKS[task]})")
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.results, "table.png"), dpi=120)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--setting", choices=list(SETTINGS), default="cpu")
+    parser.add_argument("--from-model", help="spanbert-import-hf folder: continued pre-training of that encoder")
+    parser.add_argument("--from-model-arch", default="spanbert_base", help="architecture of the --from-model encoder")
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="fine-tuning seeds")
+    parser.add_argument("--pretrain-seed", type=int, default=1)
+    parser.add_argument("--novels", type=int, help="pre-training novels (0: all but the evaluation fold's)")
+    parser.add_argument("--pretrain-updates", type=int)
+    parser.add_argument("--finetune-updates", type=int)
+    parser.add_argument("--fold", type=int, default=0, help="LitBank fold whose dev/test novels pre-training leaves out")
+    parser.add_argument("--squad-train-articles", type=int, default=38)
+    parser.add_argument("--sst2-train-examples", type=int, default=5000)
+    parser.add_argument("--re-data", default=os.path.join(SHARED, "tacred_sample"), help="folder with train.json and dev.json")
+    parser.add_argument("--workers", type=int, default=1, help="spanbert-prepare --workers")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (OMP_NUM_THREADS)")
+    parser.add_argument("--smoke", action="store_true", help="a tiny budget that only checks the plumbing (numbers mean nothing)")
+    parser.add_argument("--work", default="/tmp/masking_ablation")
+    parser.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "masking_ablation"))
+    parser.add_argument("--fresh", action="store_true", help="discard earlier checkpoints and results")
+    args = parser.parse_args(argv)
+    cfg = dict(SETTINGS[args.setting])
+    if args.smoke:
+        cfg.update(pretrain_updates=4, finetune_updates=3, novels=2, batch=4, finetune_batch=4)
+        args.sst2_train_examples, args.squad_train_articles = min(args.sst2_train_examples, 64), 46
+    for key in ("novels", "pretrain_updates", "finetune_updates"):
+        if getattr(args, key) is not None:
+            cfg[key] = getattr(args, key)
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.results, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    log = CommandLog()
+
+    novels, held = pretraining_novels(args.fold, cfg["novels"])
+    vocab = os.path.join(args.from_model, "vocab.txt") if args.from_model else BERT_VOCAB
+    data = os.path.join(args.work, "pretrain_data")
+    needs_spans = {"named_entity", "noun_phrase"} & set(args.schemes)
+    if args.fresh or not os.path.isfile(os.path.join(data, "prepare_stats.json")):
+        log.run([os.path.join(BIN, "spanbert-prepare"), "--train", *novels, "--join-wrapped-lines", "--wordpiece-vocab", vocab,
+                 "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
+                 "--valid-fraction", "0.05", "--destdir", data, "--force"], "prepare the pre-training corpus", env)
+    with open(os.path.join(data, "prepare_stats.json")) as f:
+        corpus = json.load(f)
+    settings = {"setting": args.setting, "from_model": args.from_model, "smoke": args.smoke, **cfg,
+                "novels_used": len(novels), "novels_left_out": sorted(held), "train_tokens": corpus["train"]["tokens"],
+                "pretrain_seed": args.pretrain_seed}
+    print(json.dumps(settings), flush=True)
+    settings_path, csv_path = os.path.join(args.results, "settings.json"), os.path.join(args.results, "results.csv")
+    same = os.path.isfile(settings_path) and json.load(open(settings_path)) == settings
+    rows = list(csv.DictReader(open(csv_path))) if same and not args.fresh and os.path.isfile(csv_path) else []
+    write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
+
+    prepared = prepare_tasks(log, args, cfg, data, env)
+    for scheme in args.schemes:
+        checkpoint = pretrain(log, args, cfg, data, scheme, env)
+        for task in args.tasks:
+            for seed in args.seeds:
+                if any(r["scheme"] == scheme and r["task"] == task and int(r["seed"]) == seed for r in rows):
+                    continue
+                value = finetune(log, args, cfg, task, prepared[task], checkpoint, seed, env)
+                rows.append({"scheme": scheme, "task": task, "seed": seed, "metric": TASKS[task], "value": value})
+                print(f"   -> {scheme} / {task} / seed {seed}: {TASKS[task]} {value:.2f}", flush=True)
+                with open(csv_path + ".tmp", "w", newline="") as f:
+                    writer = csv.DictWriter(f, fieldnames=FIELDS)
+                    writer.writeheader()
+                    writer.writerows(rows)
+                os.replace(csv_path + ".tmp", csv_path)
+                write_table(rows, args, settings, log)
+    write_table(rows, args, settings, log)
+
+
+if __name__ == "__main__":
+    main()
