@@ -161,13 +161,9 @@ def _hf_inputs(batch, pad):
 
 def transformers_run(prepared, hf_dir, seed, args):
     """Fine-tune BertForQuestionAnswering in a plain PyTorch loop; score with postprocess + evaluate."""
-    import numpy as np
     import torch
     from fairseq.optim.lr_scheduler import build_lr_scheduler
     from transformers import BertForQuestionAnswering
-
-    from spanbert_plugin.qa.squad_metrics import evaluate
-    from spanbert_plugin.qa.postprocess import postprocess
 
     torch.set_num_threads(args.threads)
     cfg, task = _fairseq_setup(prepared, seed, args)
@@ -197,6 +193,17 @@ def transformers_run(prepared, hf_dir, seed, args):
                 break
         epoch += 1
     seconds = time.perf_counter() - start
+    scores = hf_qa_scores(model, task, pad)
+    return {"em": scores["exact"], "f1": scores["f1"], "updates": updates, "train_seconds": round(seconds, 1)}
+
+
+def hf_qa_scores(model, task, pad):
+    """Official SQuAD scores of a transformers QA model on the task's prepared valid windows (the plugin's post-processing)."""
+    import numpy as np
+    import torch
+
+    from spanbert_plugin.qa.postprocess import postprocess
+    from spanbert_plugin.qa.squad_metrics import evaluate
 
     model.eval()
     valid, split = task.dataset("valid"), task.qa_split("valid")
@@ -214,7 +221,7 @@ def transformers_run(prepared, hf_dir, seed, args):
     result = postprocess(split, np.arange(len(valid)), starts, ends)
     scores = evaluate(split.questions, result.predictions)
     assert scores["missing"] == 0 and scores["total"] == split.num_questions
-    return {"em": scores["exact"], "f1": scores["f1"], "updates": updates, "train_seconds": round(seconds, 1)}
+    return scores
 
 
 def read_rows(path):

@@ -82,11 +82,17 @@ def prepared_data(args, imported, log):
     if args.task in GLUE_TASKS:
         return sst2_experiment.prepare_glue(args.work, GLUE_TASKS[args.task], imported, args.train_size,
                                             args.max_seq_length, log)
-    folder = os.path.join(args.work, "data", f"squad_{args.train_articles}_{args.max_seq_length}_{args.doc_stride}")
+    folder = os.path.join(args.work, "data", f"squad_{args.train_articles}_{args.eval_articles or 'rest'}_"
+                                             f"{args.max_seq_length}_{args.doc_stride}")
     if not os.path.isfile(os.path.join(folder, "qa_config.json")):
         os.makedirs(os.path.join(args.work, "data"), exist_ok=True)
         paths = qa_quality.split_by_article(os.path.join(SHARED, "squad", "dev-v1.1.json"), args.train_articles,
                                             os.path.join(args.work, "data"))
+        if args.eval_articles:  # a smaller budget: only the first held-out articles evaluate
+            with open(paths["eval"], encoding="utf-8") as f:
+                held_out = json.load(f)
+            held_out["data"] = held_out["data"][:args.eval_articles]
+            qa_quality.write_atomic(paths["eval"], json.dumps(held_out, ensure_ascii=False))
         sst2_experiment.run_logged([os.path.join(BIN, "spanbert-prepare-qa"), "--train", paths["train"], "--valid",
                                     paths["eval"], "--tokenizer-from", imported, "--destdir", folder,
                                     "--max-seq-length", str(args.max_seq_length), "--doc-stride", str(args.doc_stride)],
@@ -196,7 +202,6 @@ def _trainer_batches(sizes, batch_size, generator, group_by_length):
 
 
 def transformers_run(data, args, seed, hf_dir):
-    import numpy as np
     import torch
     from fairseq.optim.lr_scheduler import build_lr_scheduler
     from transformers import BertForQuestionAnswering, BertForSequenceClassification
@@ -234,14 +239,14 @@ def transformers_run(data, args, seed, hf_dir):
             updates += 1
             scheduler.step_update(updates)
         seconds.append(time.perf_counter() - start)
-        score, em = _transformers_eval(model, task, valid, pad, args, np, torch)
+        score, em = _transformers_eval(model, task, valid, pad, args, torch)
         scores.append(score)
         ems.append(em)
         print(f"   transformers seed {seed}: epoch {len(scores)}, {seconds[-1]:.1f} s, dev {score:.2f}", flush=True)
     return {"score_per_epoch": scores, "em_per_epoch": ems if args.task == "squad" else None, "epoch_seconds": seconds}
 
 
-def _transformers_eval(model, task, valid, pad, args, np, torch):
+def _transformers_eval(model, task, valid, pad, args, torch):
     """Dev accuracy (GLUE) or (F1, EM) with the plugin's post-processing and the official SQuAD metrics."""
     model.eval()
     batches = [list(range(lo, min(lo + 128, len(valid)))) for lo in range(0, len(valid), 128)]
@@ -253,21 +258,7 @@ def _transformers_eval(model, task, valid, pad, args, np, torch):
                 logits = model(**qa_quality._hf_inputs(batch, pad)).logits
                 correct += int((logits.argmax(-1) == batch["target"]).sum())
             return 100.0 * correct / len(valid), None
-        from spanbert_plugin.qa.postprocess import postprocess
-        from spanbert_plugin.qa.squad_metrics import evaluate
-
-        split = task.qa_split("valid")
-        lowest = np.finfo(np.float32).min
-        starts = np.full((len(valid), int(valid.sizes.max())), lowest, dtype=np.float32)
-        ends = starts.copy()
-        for indices in batches:
-            batch = valid.collater([valid[i] for i in indices])
-            out = model(**qa_quality._hf_inputs(batch, pad))
-            padding = batch["net_input"]["src_tokens"].eq(pad)
-            rows, width = batch["id"].numpy(), padding.size(1)
-            starts[rows, :width] = out.start_logits.masked_fill(padding, lowest).numpy()
-            ends[rows, :width] = out.end_logits.masked_fill(padding, lowest).numpy()
-        scores = evaluate(split.questions, postprocess(split, np.arange(len(valid)), starts, ends).predictions)
+        scores = qa_quality.hf_qa_scores(model, task, pad)
         return scores["f1"], scores["exact"]
 
 
@@ -308,6 +299,7 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--train-size", type=int, default=0, help="GLUE: first N training rows (0: all)")
     parser.add_argument("--train-articles", type=int, default=38, help="SQuAD: first N dev articles train, the rest evaluate")
+    parser.add_argument("--eval-articles", type=int, default=0, help="SQuAD: evaluate on the first N held-out articles (0: all)")
     parser.add_argument("--max-epoch", type=int, default=None, help="epochs (default: 3 GLUE/SST-2, 10 RTE, 2 SQuAD)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-5)
@@ -321,8 +313,8 @@ def main():
     args.max_epoch = args.max_epoch or {"sst2": 3, "rte": 10, "squad": 2}[args.task]
     args.max_seq_length = args.max_seq_length or (384 if args.task == "squad" else 128)
     args.out = args.out or os.path.join(HERE, "results", args.task + ("_group_by_length" if args.group_by_length else ""))
-    args.settings = (f"task {args.task}, train size {args.train_size or 'all'}"
-                     f"{f', {args.train_articles} training articles' if args.task == 'squad' else ''}, "
+    squad = f", {args.train_articles} training articles, {args.eval_articles or 'all other'} evaluated"
+    args.settings = (f"task {args.task}, train size {args.train_size or 'all'}{squad if args.task == 'squad' else ''}, "
                      f"{args.max_epoch} epoch(s), batch {args.batch_size}, lr {args.lr} (10% warm-up, linear decay), "
                      f"max_seq_length {args.max_seq_length}, seeds {args.seeds}, {args.threads} thread(s)")
     os.makedirs(args.out, exist_ok=True)
