@@ -29,6 +29,8 @@ def main(argv=None):
     print(f"{PROG}: wrote {args.out}/model.pt")
     for head in report["task_heads"]:
         print(f"task head kept: {head}")
+    for note in report["notes"]:
+        print(note)
     if report["freshly_initialised"]:
         print("freshly initialised (not in the HF checkpoint): " + ", ".join(report["freshly_initialised"]))
     if report["ignored_hf_weights"]:

@@ -14,6 +14,7 @@ first token, as ours). Heads ``transformers`` has no class for (SBO, relation ex
 coreference) are written beside the model in their own files; ``hf/heads.py`` holds
 the table of every head's mapping.
 """
+import logging
 import os
 
 import torch
@@ -321,9 +322,37 @@ def _read_hf_dir(hf_dir):
     else:
         raise InteropError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
     vocab_path = os.path.join(hf_dir, "vocab.txt")
+    if not os.path.isfile(vocab_path):  # modern folders may carry only the fast tokenizer's file
+        vocab_path = os.path.join(hf_dir, "tokenizer.json")
     if not os.path.isfile(vocab_path):
-        raise InteropError(f"{vocab_path}: no such file (a WordPiece vocab.txt is required)")
+        raise InteropError(f"{hf_dir}: no vocab.txt or tokenizer.json (a WordPiece tokenizer is required)")
     return config, weights, vocab_path
+
+
+# files of a sentence-transformers model folder beside the BERT encoder (its pooling/normalising modules)
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def _import_notes(hf_dir, tokenizer, ours, ignored):
+    """One line each on what the import read or dropped that a user would otherwise miss, and warnings."""
+    notes, warnings = [], []
+    if tokenizer.vocab_file.endswith("tokenizer.json"):
+        rules = f"{'lower-cased' if tokenizer.lowercase else 'cased'}, accents {'stripped' if tokenizer.strip_accents else 'kept'}"
+        notes.append(f"tokenizer: {len(tokenizer.vocab)} WordPiece tokens read from tokenizer.json ({rules}); "
+                     "written as vocab.txt")
+    extras = sorted(n + ("/" if os.path.isdir(os.path.join(hf_dir, n)) else "") for n in os.listdir(hf_dir)
+                    if n in SENTENCE_TRANSFORMERS_FILES or (n[:1].isdigit() and "_" in n
+                                                            and os.path.isdir(os.path.join(hf_dir, n))))
+    if extras:
+        notes.append(f"sentence-transformers files ignored (the encoder alone is imported): {', '.join(extras)}")
+    pooler = sorted(k for k in ignored if k.startswith("pooler."))
+    if pooler:
+        notes.append(f"pooler dropped ({', '.join(pooler)}): spanbert has no pooler; a classification head "
+                     "starts its own dense layer fresh")
+    if "lm_head.dense.weight" not in ours:
+        warnings.append(f"{hf_dir} has no MLM head (cls.predictions.*): the MLM head starts from fresh weights "
+                        "(continued pre-training begins with an untrained head; fine-tuning does not use it)")
+    return notes, warnings
 
 
 def import_hf(hf_dir, out_dir, force=False):
@@ -339,11 +368,14 @@ def import_hf(hf_dir, out_dir, force=False):
     register_plugin()  # the tasks and options the checkpoint is built with
     config, weights, vocab_path = _read_hf_dir(hf_dir)
     try:
-        lowercase = False
-        tok_cfg = os.path.join(hf_dir, "tokenizer_config.json")
-        if os.path.isfile(tok_cfg):
-            lowercase = bool(read_json(tok_cfg).get("do_lower_case", False))
-        tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
+        if vocab_path.endswith("tokenizer.json"):  # lower-casing and accents from its normaliser
+            tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path)
+        else:
+            lowercase = False
+            tok_cfg = os.path.join(hf_dir, "tokenizer_config.json")
+            if os.path.isfile(tok_cfg):
+                lowercase = bool(read_json(tok_cfg).get("do_lower_case", False))
+            tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
     except TokenizerError as err:
         raise InteropError(str(err)) from None
     if len(tokenizer.vocab) != config["vocab_size"]:
@@ -353,7 +385,8 @@ def import_hf(hf_dir, out_dir, force=False):
     if embed is None:
         raise InteropError(f"{hf_dir}: no embeddings.word_embeddings.weight in the weights")
     if embed.shape[0] != len(tokenizer.vocab):
-        raise InteropError(f"{hf_dir}: word embeddings have {embed.shape[0]} rows but vocab.txt has {len(tokenizer.vocab)} tokens")
+        raise InteropError(f"{hf_dir}: word embeddings have {embed.shape[0]} rows but {os.path.basename(vocab_path)} has "
+                           f"{len(tokenizer.vocab)} tokens")
 
     with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
         tokenizer.save(work)
@@ -409,7 +442,10 @@ def import_hf(hf_dir, out_dir, force=False):
              "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}},
             os.path.join(work, "model.pt"),
         )
-    return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads}
+    notes, warnings = _import_notes(hf_dir, tokenizer, ours, ignored)
+    for warning in warnings:
+        logging.getLogger(__name__).warning(warning)
+    return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads, "notes": notes}
 
 
 def _register_task_heads(model, ours, config, hf_dir):
