@@ -322,21 +322,22 @@ def _encoded_documents(documents, tokenizer_dir, workers, annotator, chunk_chars
             yield from _encode_chunk(chunk)
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: the tokenizers' and torch's thread pools do not survive a fork
-    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_worker, initargs=(tokenizer_dir, annotator))
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker, initargs=(tokenizer_dir, annotator))
     try:
         pending = deque()
         for chunk in chunks:
-            pending.append(executor.submit(_encode_chunk, chunk))
+            pending.append(pool.apply_async(_encode_chunk, (chunk,)))
             if len(pending) >= 2 * workers:
-                yield from pending.popleft().result()
+                yield from pending.popleft().get()
         while pending:
-            yield from pending.popleft().result()
+            yield from pending.popleft().get()
+        pool.close()
     finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+        # on an error or a signal the workers are stopped at once, not after their current chunk
+        pool.terminate()
+        pool.join()
 
 
 class SplitWriter:
