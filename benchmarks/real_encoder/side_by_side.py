@@ -156,6 +156,28 @@ def flops_per_epoch(sizes, layers=6, hidden=384, ffn=1536):
     return 6 * layers * per_layer * lengths.sum() + 12 * layers * hidden * (lengths ** 2).sum()
 
 
+def padding_lines(cfg, task, args):
+    """Tokens computed in one training epoch, padding included, under each batching (no model needed):
+    fairseq's length-ordered batches, Trainer's random batches and Trainer(group_by_length=True)'s."""
+    import numpy as np
+    import torch
+
+    sizes = task.dataset("train").sizes
+    real = int(sizes.sum())
+    iterator = task.get_batch_iterator(dataset=task.dataset("train"), max_sentences=args.batch_size,
+                                       required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
+                                       seed=cfg.common.seed, epoch=1, disable_iterator_cache=True)
+    batchings = {"ours (fairseq, by length)": [np.asarray(b) for b in iterator.frozen_batches]}
+    for name, grouped in (("Trainer default (random batches)", False), ("Trainer(group_by_length=True)", True)):
+        generator = torch.Generator().manual_seed(cfg.common.seed)
+        batchings[name] = [np.asarray(b) for b in _trainer_batches(sizes, args.batch_size, generator, grouped)]
+    lines = [f"Real tokens per training epoch: {real:,}."]
+    for name, batches in batchings.items():
+        computed = sum(len(b) * int(sizes[b].max()) for b in batches)
+        lines.append(f"{name}: {computed:,} tokens computed with padding ({computed / real:.2f}x the real ones)")
+    return lines
+
+
 def matmul_peak(threads, n=2048, repeats=5):
     """fp32 FLOP/s of the best of ``repeats`` n x n torch matmuls on ``threads`` threads."""
     import torch
@@ -306,6 +328,8 @@ def main():
     parser.add_argument("--max-seq-length", type=int, default=None, help="default 128 (GLUE), 384 (SQuAD)")
     parser.add_argument("--doc-stride", type=int, default=128)
     parser.add_argument("--group-by-length", action="store_true", help="transformers side: Trainer(group_by_length=True)")
+    parser.add_argument("--padding-only", action="store_true",
+                        help="print the tokens each batching computes per epoch (padding included) and stop")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on every side")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data, runs)")
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/real_encoder/results/TASK)")
@@ -317,7 +341,6 @@ def main():
     args.settings = (f"task {args.task}, train size {args.train_size or 'all'}{squad if args.task == 'squad' else ''}, "
                      f"{args.max_epoch} epoch(s), batch {args.batch_size}, lr {args.lr} (10% warm-up, linear decay), "
                      f"max_seq_length {args.max_seq_length}, seeds {args.seeds}, {args.threads} thread(s)")
-    os.makedirs(args.out, exist_ok=True)
     log = []
     hf_dir, imported = imported_checkpoint(args.work, log)
     data = prepared_data(args, imported, log)
@@ -325,6 +348,11 @@ def main():
     cfg, task = fairseq_task(data, args, seed=1)
     args.updates_per_epoch = len(list(qa_quality._epoch_batches(task, cfg, 1)))
     flops = flops_per_epoch(task.dataset("train").sizes)
+    padding = padding_lines(cfg, task, args)
+    print("\n".join(padding), flush=True)
+    if args.padding_only:
+        return
+    os.makedirs(args.out, exist_ok=True)
     peak = matmul_peak(args.threads)
     rows = []
     for seed in args.seeds:
@@ -337,7 +365,7 @@ def main():
             with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
             print(f"{side}, seed {seed}: {result}", flush=True)
-    text = summary(rows, args, peak, flops)
+    text = summary(rows, args, peak, flops) + "\n" + "\n".join(f"- {line}" for line in padding) + "\n"
     qa_quality.write_atomic(os.path.join(args.out, "summary.md"), text)
     qa_quality.write_atomic(os.path.join(args.out, "commands.md"),
                             "\n".join(f"    {c}" for c in [" ".join(sys.argv)] + log) + "\n")
