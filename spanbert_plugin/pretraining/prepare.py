@@ -309,22 +309,31 @@ def _encode_chunk(documents):
 
 
 def _encoded_documents(documents, tokenizer_dir, workers, annotator, chunk_chars):
-    """Yield (tokens, spans) per document, in corpus order, encoding chunks on ``workers`` processes.
+    """(tokens, spans) per document, in corpus order, encoding chunks on ``workers`` processes.
 
-    At most two chunks per worker are in flight, so memory stays bounded
-    whatever the corpus size; the order of results is the order of chunks, so
-    the output does not depend on the number of workers.
+    The worker processes start when this is called (so they load while the caller
+    does other work); the result is a generator. At most two chunks per worker
+    are in flight, so memory stays bounded whatever the corpus size; results are
+    taken in the order of the chunks, so the output does not depend on the number
+    of workers.
     """
     chunks = _chunks(documents, chunk_chars)
     if workers <= 1:
-        _start_worker(tokenizer_dir, annotator)
-        for chunk in chunks:
-            yield from _encode_chunk(chunk)
-        return
+        return _encoded_in_process(chunks, tokenizer_dir, annotator)
     import multiprocessing
 
     # spawn, not fork: the tokenizers' and torch's thread pools do not survive a fork
     pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker, initargs=(tokenizer_dir, annotator))
+    return _encoded_on_pool(pool, chunks, workers)
+
+
+def _encoded_in_process(chunks, tokenizer_dir, annotator):
+    _start_worker(tokenizer_dir, annotator)
+    for chunk in chunks:
+        yield from _encode_chunk(chunk)
+
+
+def _encoded_on_pool(pool, chunks, workers):
     try:
         pending = deque()
         for chunk in chunks:
@@ -382,14 +391,30 @@ def _line_counting(documents, counter):
 
 
 def binarize(documents, split_of, writers, tokenizer_dir, workers=1, annotator=None, chunk_chars=None):
-    """Encode ``documents`` (streamed) and write each to ``writers[split_of(index)]``, one item per document."""
+    """Encode ``documents`` (streamed) and write each to ``writers()[split_of(index)]``, one item per document.
+
+    ``writers`` is called once the encoding processes are starting, so that fairseq's import (the writers
+    need it) overlaps their start.
+    """
     chunk_chars = chunk_chars or DEFAULT_CHUNK_CHARS
     line_counts = deque()
     encoded = _encoded_documents(_line_counting(documents, line_counts), tokenizer_dir, workers, annotator, chunk_chars)
-    with tqdm(desc="binarize", unit="doc", disable=None) as bar:
-        for index, (tokens, spans) in enumerate(encoded):
-            writers[split_of(index)].add(tokens, spans, line_counts.popleft())
-            bar.update(1)
+    try:
+        outputs = writers()
+        with tqdm(desc="binarize", unit="doc", disable=None) as bar:
+            for index, (tokens, spans) in enumerate(encoded):
+                outputs[split_of(index)].add(tokens, spans, line_counts.popleft())
+                bar.update(1)
+    finally:
+        encoded.close()  # a pool that has not started yielding is stopped too
+
+
+def _import_in_background(module):
+    """Import ``module`` on a thread: fairseq and torch take seconds, which then overlap reading and training."""
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=(module,), daemon=True).start()
 
 
 def prepare(args):
@@ -397,9 +422,8 @@ def prepare(args):
 
     ``args`` carries the command's options (see ``spanbert_plugin.cli.prepare``).
     """
-    from ..core.dictionary import SpanBertDictionary
-
     resolve_options(args)
+    _import_in_background("fairseq.data.indexed_dataset")
     workers = getattr(args, "workers", 1) or 1
     if workers < 1:
         raise PrepareError(f"--workers must be at least 1, got {workers}")
@@ -425,7 +449,13 @@ def prepare(args):
         n_valid = 0 if valid_reader else held_out_count(num_train, ", ".join(train_files), args.valid_fraction)
         vocab_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)
         kinds = SPAN_KINDS if annotator is not None else ()
-        writers = {split: SplitWriter(os.path.join(workdir, split), vocab_size, kinds) for split in ("train", "valid")}
+        made = {}
+
+        def writers():
+            if not made:
+                made.update({split: SplitWriter(os.path.join(workdir, split), vocab_size, kinds) for split in ("train", "valid")})
+            return made
+
         train_only = (lambda index: "train") if valid_reader else (lambda index: "train" if index < num_train - n_valid else "valid")
         binarize(train_reader, train_only, writers, workdir, workers, annotator)
         train_empty = train_reader.empty_documents
@@ -433,10 +463,12 @@ def prepare(args):
         if valid_reader:
             binarize(valid_reader, lambda index: "valid", writers, workdir, workers, annotator)
             valid_empty = valid_reader.empty_documents
+        from ..core.dictionary import SpanBertDictionary
+
         stats = {"tokenizer": tokenizer.kind, "vocab_size": vocab_size, "lowercase": bool(tokenizer.lowercase)}
         unk = tokenizer.vocab.index(tokenizer.special_symbols()["unk"])
         for split, empty in (("train", train_empty), ("valid", valid_empty)):
-            writer = writers[split]
+            writer = writers()[split]
             writer.finalize()
             stats[split] = {
                 "documents": writer.documents,
@@ -449,7 +481,7 @@ def prepare(args):
                 stats[split]["annotations"] = dict(writer.spans)
         if annotator is not None:
             stats["annotator"] = annotator.describe()
-        SpanBertDictionary.from_tokenizer(tokenizer, writers["train"].counts).save(os.path.join(workdir, "dict.txt"))
+        SpanBertDictionary.from_tokenizer(tokenizer, writers()["train"].counts).save(os.path.join(workdir, "dict.txt"))
         with open(os.path.join(workdir, "prepare_stats.json"), "w") as f:
             json.dump(stats, f, indent=2)
     return stats
