@@ -29,7 +29,8 @@ per example), over the time, next to this machine's fp32 matmul peak on the same
     .venv/bin/python benchmarks/real_encoder/side_by_side.py --task squad --train-articles 38 --max-epoch 2
 
 Results (``--out``, default benchmarks/real_encoder/results/TASK): ``runs.jsonl`` (one line per run, appended
-as runs finish), ``summary.md`` (mean and sample sd per side, wall-time ratios, FLOP/s) and ``commands.md``.
+as runs finish; later seeds can be added by another invocation with the same settings), ``summary.md`` (mean
+and sample sd per side over every run of these settings, wall-time ratios, FLOP/s) and ``commands.md``.
 """
 import argparse
 import importlib.util
@@ -167,7 +168,7 @@ def padding_lines(cfg, task, args):
     iterator = task.get_batch_iterator(dataset=task.dataset("train"), max_sentences=args.batch_size,
                                        required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
                                        seed=cfg.common.seed, epoch=1, disable_iterator_cache=True)
-    batchings = {"ours (fairseq, by length)": [np.asarray(b) for b in iterator.frozen_batches]}
+    batchings = {"ours (fairseq's batches)": [np.asarray(b) for b in iterator.frozen_batches]}
     for name, grouped in (("Trainer default (random batches)", False), ("Trainer(group_by_length=True)", True)):
         generator = torch.Generator().manual_seed(cfg.common.seed)
         batchings[name] = [np.asarray(b) for b in _trainer_batches(sizes, args.batch_size, generator, grouped)]
@@ -343,7 +344,7 @@ def main():
     squad = f", {args.train_articles} training articles, {args.eval_articles or 'all other'} evaluated"
     args.settings = (f"task {args.task}, train size {args.train_size or 'all'}{squad if args.task == 'squad' else ''}, "
                      f"{args.max_epoch} epoch(s), batch {args.batch_size}, lr {args.lr} (10% warm-up, linear decay), "
-                     f"max_seq_length {args.max_seq_length}, seeds {args.seeds}, {args.threads} thread(s)")
+                     f"max_seq_length {args.max_seq_length}, {args.threads} thread(s)")
     log = []
     hf_dir, imported = imported_checkpoint(args.work, log)
     data = prepared_data(args, imported, log)
@@ -368,6 +369,8 @@ def main():
             with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
             print(f"{side}, seed {seed}: {result}", flush=True)
+    with open(os.path.join(args.out, "runs.jsonl"), encoding="utf-8") as f:  # earlier seeds of the same settings too
+        rows = [row for row in map(json.loads, f) if row["settings"] == args.settings]
     text = summary(rows, args, peak, flops) + "\n" + "\n".join(f"- {line}" for line in padding) + "\n"
     qa_quality.write_atomic(os.path.join(args.out, "summary.md"), text)
     qa_quality.write_atomic(os.path.join(args.out, "commands.md"),
