@@ -45,9 +45,11 @@ class ClassificationDataset(SizedDataset):
         self.epoch = epoch
 
     def ordered_indices(self):
-        """Training: a fresh random order each epoch (seeded); otherwise by length, for fast inference."""
+        """By length, as fairseq's sentence_prediction batches (few pad tokens; fairseq shuffles the batches);
+        ties in a fresh seeded random order each training epoch."""
         if self.shuffle:
-            return np.random.default_rng((self.seed, self.epoch)).permutation(len(self))
+            order = np.random.default_rng((self.seed, self.epoch)).permutation(len(self))
+            return order[np.argsort(self._sizes[order], kind="stable")]
         return np.argsort(self._sizes, kind="stable")
 
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
