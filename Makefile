@@ -40,7 +40,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests
+	# two workers: the machine's two cores (every child process runs on one thread)
+	$(BIN)/python -m pytest -q -n 2 tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/masking_throughput.py

@@ -287,6 +287,8 @@ def test_qa_folder_without_valid_split_names_the_fix(tmp_path, wordpiece_data):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    import spanbert_plugin.registry  # noqa: F401  (the extractive_qa task)
+
     qas = [question(f"q{i}") for i in range(4)]
     squad_file = write_text(tmp_path / "train.json", json.dumps(squad(qas)))
     assert prepare_qa.main(["--train", squad_file, "--tokenizer-from", wordpiece_data, "--destdir", str(tmp_path / "qa"),

@@ -18,22 +18,6 @@ import torch
 
 from .errors import UsageError
 
-# the folder fairseq's --user-dir imports to register the plugin (beside the package in a checkout or install)
-USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "user_dir")
-
-
-def register_plugin() -> None:
-    """Register every component of the plugin the way ``--user-dir`` does (``user_dir`` imports the registry).
-
-    Code that loads a checkpoint needs its task and model registered; going through fairseq's own mechanism keeps
-    the lower layers from importing the registry above them.
-    """
-    from argparse import Namespace
-
-    from fairseq import utils
-
-    utils.import_user_module(Namespace(user_dir=USER_DIR))
-
 
 def _numpy_scalar_globals():
     try:
@@ -161,7 +145,6 @@ def install_checkpoint_checks():
         checkpoint_utils.load_checkpoint_to_cpu = _checked_load_checkpoint_to_cpu(checkpoint_utils.load_checkpoint_to_cpu)
     if not getattr(checkpoint_utils.load_checkpoint, "spanbert_checked", False):
         checkpoint_utils.load_checkpoint = _resume_hint(checkpoint_utils.load_checkpoint)
-
 
 
 # ---------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def load_finetuned_checkpoint(checkpoint: str, task_name: str, data: Optional[st
     from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import overwrite_args_by_name
 
-    from .checkpoint_loading import USER_DIR, register_plugin
+    from .user_dir import USER_DIR, register_plugin
 
     if not os.path.isfile(checkpoint):
         raise UsageError(f"--checkpoint {checkpoint}: no such file")

@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from ..core.checkpoint_loading import register_plugin
+from ..core.user_dir import register_plugin
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from .files import InteropError, read_json, read_weights
 from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, SIDE_HEADS

@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.checkpoint_loading import USER_DIR, CheckpointError, register_plugin
+from ..core.checkpoint_loading import CheckpointError
+from ..core.user_dir import USER_DIR, register_plugin
 from ..core.tokenization import load_tokenizer
 
 MASK_PLACEHOLDER = "<mask>"

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Dict, Iterator, List
 
-from ..core.checkpoint_loading import USER_DIR
+from ..core.user_dir import USER_DIR
 
 METHODS = {
     "baseline": [],
