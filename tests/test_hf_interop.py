@@ -409,7 +409,9 @@ def test_qa_head_round_trip(wordpiece_vocab, corpus_files, tmp_path):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(code, "README.md", "exec"), {})
-    assert printed.getvalue().strip() in "ada lives in oslo.", printed.getvalue()  # a span of the (uncased) context
+    # random weights pick any span, but it must come from the context: no question or special tokens
+    answer = printed.getvalue().strip().replace("##", "").replace(" ", "").lower()
+    assert answer and answer in "adalivesinoslo.", printed.getvalue()
 
 
 def _classifier_dir(directory, vocab_file):
