@@ -1,7 +1,7 @@
 """Dataset building blocks every feature shares: precomputed sizes, per-item random generators keyed by
 (seed, epoch, index), and batching that never drops an example."""
 import numpy as np
-from fairseq.data import FairseqDataset
+from fairseq.data import BaseWrapperDataset, FairseqDataset
 
 
 class SizedDataset(FairseqDataset):
@@ -29,6 +29,22 @@ def _mix64(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
     return x ^ (x >> 31)
+
+
+class EpochKeyedWrapper(BaseWrapperDataset):
+    """A wrapper whose items are drawn anew each epoch: it follows ``set_epoch`` and never lets fairseq reuse an
+    iterator across epochs (a reused iterator keeps persistent DataLoader workers, whose copy of the dataset would
+    never see the new epoch: its items would be drawn as the first epoch's, unlike a resumed run's)."""
+
+    epoch = 1
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        return False
+
+    def set_epoch(self, epoch, **unused):
+        super().set_epoch(epoch)
+        self.epoch = epoch
 
 
 class ItemRandom:

@@ -7,13 +7,13 @@ the SpanBERT criterion needs, and ``collater`` builds the whole batch.
 from functools import lru_cache
 
 import torch
-from fairseq.data import BaseWrapperDataset, data_utils
+from fairseq.data import data_utils
 
-from ..core.datasets import BatchesEveryExample, ItemRandom
+from ..core.datasets import BatchesEveryExample, EpochKeyedWrapper, ItemRandom
 from .span_masking import SpanMasker
 
 
-class SpanMaskedDataset(BatchesEveryExample, BaseWrapperDataset):
+class SpanMaskedDataset(BatchesEveryExample, EpochKeyedWrapper):
     """Items: masked ``source``, ``target`` (pad where unmasked), span boundaries and offsets."""
 
     def __init__(self, dataset, masker: SpanMasker, pad_index: int, seed: int = 1, unit_spans=None):
@@ -23,16 +23,6 @@ class SpanMaskedDataset(BatchesEveryExample, BaseWrapperDataset):
         self.unit_spans = unit_spans
         self.epoch = 0
         self.item_random = ItemRandom()
-
-    @property
-    def can_reuse_epoch_itr_across_epochs(self):
-        # masks depend on the epoch: a reused iterator keeps its persistent DataLoader workers, whose copy of
-        # this dataset never sees set_epoch again (epoch-2 masks drawn as epoch 1's, unlike a resumed run)
-        return False
-
-    def set_epoch(self, epoch, **unused):
-        super().set_epoch(epoch)
-        self.epoch = epoch
 
     def __getitem__(self, index):
         return self._masked(self.seed, self.epoch, index)

@@ -21,13 +21,12 @@ from typing import Optional
 
 import numpy as np
 import torch
-from fairseq.data import BaseWrapperDataset
 from fairseq.dataclass import ChoiceEnum
 
 from ..core.errors import UsageError
 from ..core.tokenization import TokenizerError, load_tokenizer
 from .sampler import SpanDropSampling, check_span_drop_args, sample_keep_mask
-from ..core.datasets import ItemRandom
+from ..core.datasets import EpochKeyedWrapper, ItemRandom
 
 FINETUNE_UNITS = ("token", "chunk", "word", "sentence")
 SENTENCE_FINAL_SYMBOLS = (".", "!", "?")
@@ -174,20 +173,12 @@ def span_dropper(cfg, dictionary, folder: str, seed: int) -> Optional[SpanDroppe
 # ----------------------------------------------------------------------------- the task datasets
 
 
-class SpanDropWrapper(BaseWrapperDataset):
+class SpanDropWrapper(EpochKeyedWrapper):
     """Base of the per-task wrappers: items drawn once per (epoch, index); subclasses implement ``drop``."""
 
     def __init__(self, dataset, dropper: SpanDropper):
         super().__init__(dataset)
-        self.dropper, self.epoch = dropper, 1
-
-    @property
-    def can_reuse_epoch_itr_across_epochs(self):
-        return False
-
-    def set_epoch(self, epoch, **unused):
-        super().set_epoch(epoch)
-        self.epoch = epoch
+        self.dropper = dropper
 
     def __getitem__(self, index):
         return self._dropped(self.epoch, index)
