@@ -19,6 +19,11 @@ CPU) for reference; the ratio goal is about the models, both under torch's Adam.
 
     .venv/bin/python benchmarks/qa_step_time.py [--layers 4 --dim 256 --heads 4 --ffn 1024 --batch 8 --seq 384]
     .venv/bin/python benchmarks/qa_step_time.py --layers 2 --dim 128 --heads 2 --ffn 512   # spanbert_tiny's size
+
+On a GPU (``--device cuda``), ``--amp`` runs both sides under ``torch.autocast`` (fp16) with a
+``GradScaler`` each, and every step ends with ``torch.cuda.synchronize()`` so it is timed whole:
+
+    python benchmarks/qa_step_time.py --device cuda --amp --layers 12 --dim 768 --heads 12 --ffn 3072 --steps 50
 """
 import argparse
 import os
@@ -29,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
+SQUAD_DEV = os.environ.get("SQUAD_DEV", os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -121,6 +126,8 @@ def main():
     parser.add_argument("--tokenizer-from", help="tokenizer folder (default: the benchmark corpus' sentencepiece, "
                         "vocabulary 8,001, prepared under benchmarks/out)")
     parser.add_argument("--no-fairseq-adam", action="store_true", help="skip the reference row with fairseq's Adam")
+    parser.add_argument("--device", default="cpu", help="torch device of both models (cpu, cuda)")
+    parser.add_argument("--amp", action="store_true", help="fp16 autocast + GradScaler on both sides (CUDA)")
     args = parser.parse_args()
     if not os.path.isfile(SQUAD_DEV):
         raise SystemExit(f"{SQUAD_DEV}: no such file (the shared SQuAD 1.1 dev set)")
@@ -137,15 +144,36 @@ def main():
     hf = hf_copy(model, cfg, task.source_dictionary)
     task.load_dataset("train")
     batches = full_length_batches(task.dataset("train"), args.seq, args.batch, args.steps + args.warmup)
+    device = torch.device(args.device)
+    model.to(device)
+    hf.to(device)
+    if device.type == "cuda":
+        from fairseq.utils import move_to_cuda
+
+        batches = [move_to_cuda(b, device) for b in batches]
     ours_loss, theirs_loss = check_same_loss(model, criterion, hf, batches[0], pad)
+    scalers = {}
+
+    def backward(name, loss):
+        # under --amp each side has its own GradScaler (what a user's loop or fairseq's --amp does)
+        if args.amp:
+            scalers.setdefault(name, torch.amp.GradScaler(device.type)).scale(loss).backward()
+        else:
+            loss.backward()
+
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.float16, enabled=args.amp)
 
     def spanbert_step(batch):
-        loss, sample_size, _ = criterion(model, batch)
-        (loss / sample_size).backward()
+        with autocast():
+            loss, sample_size, _ = criterion(model, batch)
+        backward(OURS, loss / sample_size)
 
     def hf_step(batch):
-        hf(**hf_inputs(batch, pad), start_positions=batch["start_positions"],
-           end_positions=batch["end_positions"]).loss.backward()
+        with autocast():
+            loss = hf(**hf_inputs(batch, pad), start_positions=batch["start_positions"],
+                      end_positions=batch["end_positions"]).loss
+        backward(THEIRS, loss)
 
     runs = {OURS: (model, spanbert_step, torch.optim.Adam(model.parameters(), lr=args.lr)),
             THEIRS: (hf, hf_step, torch.optim.Adam(hf.parameters(), lr=args.lr))}
@@ -158,8 +186,9 @@ def main():
         twin_criterion = task.build_criterion(cfg.criterion)
 
         def twin_step(batch):
-            loss, sample_size, _ = twin_criterion(twin, batch)
-            (loss / sample_size).backward()
+            with autocast():
+                loss, sample_size, _ = twin_criterion(twin, batch)
+            backward(OURS_FAIRSEQ_ADAM, loss / sample_size)
 
         runs[OURS_FAIRSEQ_ADAM] = (twin, twin_step, optim.build_optimizer(cfg.optimizer, list(twin.parameters())))
     times = {name: [] for name in runs}
@@ -169,12 +198,20 @@ def main():
             net.train()
             start = time.perf_counter()
             run(batch)
-            optimizer.step()
+            if name in scalers:
+                scalers[name].step(optimizer)
+                scalers[name].update()
+            else:
+                optimizer.step()
             optimizer.zero_grad()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             if step >= args.warmup:
                 times[name].append(time.perf_counter() - start)
     print(f"encoder {args.layers} x {args.dim} (heads {args.heads}, FFN {args.ffn}), vocab {len(task.source_dictionary)}, "
-          f"batch {args.batch} x {args.seq} tokens (SQuAD dev windows), {torch.get_num_threads()} threads, "
+          f"batch {args.batch} x {args.seq} tokens (SQuAD dev windows), "
+          f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'}"
+          f"{', fp16 autocast' if args.amp else ''}, "
           f"{args.steps} timed steps; eval-mode loss on batch 0: ours {ours_loss:.6f}, transformers {theirs_loss:.6f}")
     for name, t in times.items():
         print(f"{name:40s} {statistics.median(t) * 1000:8.1f} ms/step (min {min(t) * 1000:.1f}, max {max(t) * 1000:.1f})")

@@ -42,6 +42,8 @@ def get_parser():
     parser.add_argument("--position-bias", default="uniform", choices=["uniform", "fixed", "first100"], help="training position bias")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where runs train; with cuda, the --jobs runs share the GPU")
     return parser
 
 
@@ -60,7 +62,7 @@ def main(argv=None):
     sizes, seeds = args.sizes or setting["sizes"], args.seeds or setting["seeds"]
     options = RunOptions(seq_len=args.seq_len or setting["seq_len"], max_update=args.max_update or setting["max_update"],
                          animals=args.animals or setting["animals"], test_size=args.test_size,
-                         position_bias=args.position_bias, threads=args.threads)
+                         position_bias=args.position_bias, threads=args.threads, device=args.device)
     from tqdm import tqdm
 
     from ..spandrop.find_animals_data import parse_animals  # imports fairseq: after parsing, so --help is quick

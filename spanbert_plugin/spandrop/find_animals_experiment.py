@@ -53,6 +53,7 @@ class RunOptions:
     test_size: int = 10000
     position_bias: str = "uniform"
     threads: int = 1
+    device: str = "cpu"  # "cuda": runs train on the GPU (several at once share it)
 
 
 def train_command(method: str, size: int, seed: int, options: RunOptions) -> List[str]:
@@ -64,8 +65,8 @@ def train_command(method: str, size: int, seed: int, options: RunOptions) -> Lis
             "--train-size", str(size), "--test-size", str(o.test_size), "--data-seed", str(seed), "--seed", str(seed),
             "--position-bias", o.position_bias, "--batch-size", "32", "--optimizer", "adam", "--lr", "1e-3",
             "--lr-scheduler", "polynomial_decay", "--warmup-updates", "50", "--total-num-update", str(o.max_update),
-            "--max-update", str(o.max_update), "--validate-interval", "100000", "--cpu", "--num-workers", "0",
-            "--log-format", "json", "--no-save", *METHODS[method]]
+            "--max-update", str(o.max_update), "--validate-interval", "100000", *(["--cpu"] if o.device == "cpu" else []),
+            "--num-workers", "0", "--log-format", "json", "--no-save", *METHODS[method]]
 
 
 class ChildRuns:
