@@ -16,6 +16,10 @@ from .core.errors import install_excepthook  # noqa: E402
 
 install_excepthook()
 
+from .core import loss_scaler_state  # noqa: E402
+
+loss_scaler_state.install()  # fp16/amp checkpoints keep the whole loss-scaler state (exact resume)
+
 # Registered components (models, tasks, criteria, hub methods), one feature per line.
 from .model import spanbert  # noqa: F401,E402
 from .pretraining import criterion, span_masked_lm, task  # noqa: F401,E402,F811  (span_masked_lm: deprecated alias)

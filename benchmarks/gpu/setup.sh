@@ -3,8 +3,8 @@
 #   source benchmarks/gpu/setup.sh
 # Installs into the machine's own Python 3.12 + CUDA torch environment (the machine is bare at every
 # start, so nothing is left behind): the carried wheels, fairseq-fixed built against that torch (or the
-# wheel an earlier call built, kept in .gpu/built/), and the plugin (editable). A wheel it builds is
-# copied to $OUT, to be kept in .gpu/built/ for the next call.
+# wheel an earlier call built, kept in .gpu/built/), and the plugin. A fairseq wheel it builds is
+# returned in parts through $OUT: keep them in .gpu/built/ for the next call.
 set -eo pipefail
 start=$SECONDS
 PY=$(python3 -c 'import sys; print(sys.executable)')
@@ -13,17 +13,23 @@ if ! "$PY" -c "import fairseq, spanbert_plugin" 2>/dev/null; then
     PIP="$PY -m pip"
     $PIP install -q --no-index --no-deps --no-compile .gpu/whl/*.whl
     $PIP install -q --no-index --no-deps --no-build-isolation .gpu/src/antlr4-python3-runtime-*.tar.gz
-    if ls .gpu/built/fairseq*.whl >/dev/null 2>&1; then
-        $PIP install -q --no-index --no-deps .gpu/built/fairseq*.whl
+    mkdir -p /tmp/fairseq_wheel
+    if ls .gpu/built/fairseq*.whl.part-* >/dev/null 2>&1; then
+        # an earlier call's build, brought back in parts (at most 16 MiB per returned file)
+        first=$(ls .gpu/built/fairseq*.whl.part-* | head -1)
+        cat .gpu/built/fairseq*.whl.part-* > "/tmp/fairseq_wheel/$(basename "${first%.part-*}")"
     else
         # CPU extensions only (CUDA_HOME unset): the CUDA ones serve models this plugin does not use
-        mkdir -p /tmp/fairseq_wheel
         env -u CUDA_HOME MAX_JOBS=16 $PIP wheel -q --no-index --no-deps --no-build-isolation \
             -w /tmp/fairseq_wheel .gpu/src/fairseq_fixed-*.tar.gz
-        $PIP install -q --no-index --no-deps /tmp/fairseq_wheel/fairseq*.whl
-        if [ -n "${OUT:-}" ]; then cp /tmp/fairseq_wheel/fairseq*.whl "$OUT/"; fi
+        if [ -n "${OUT:-}" ]; then
+            for w in /tmp/fairseq_wheel/fairseq*.whl; do split -b 15000000 "$w" "$OUT/$(basename "$w").part-"; done
+        fi
     fi
-    $PIP install -q --no-index --no-deps --no-build-isolation -e .
+    $PIP install -q --no-index --no-deps /tmp/fairseq_wheel/fairseq*.whl
+    # the plugin as a wheel (console scripts included); an editable install would fetch build tools
+    $PIP wheel -q --no-index --no-deps --no-build-isolation -w /tmp/plugin_wheel .
+    $PIP install -q --no-index --no-deps /tmp/plugin_wheel/spanbert_plugin*.whl
 fi
 "$PY" - <<'PYCODE'
 import torch, fairseq, hydra, omegaconf, spanbert_plugin.registry  # noqa: F401

@@ -2,14 +2,13 @@
 # ON THE GPU MACHINE, after `source benchmarks/gpu/setup.sh`: training throughput of spanbert_base +
 # span_bert (MLM + SBO, and MLM only) against fairseq's roberta_base + masked_lm, fp16, batch 8 x 512,
 # same data (8 LitBank novels, BERT uncased WordPiece, 30,522 embeddings on both sides), 2 alternating
-# rounds; the data pipelines alone; the QA fine-tuning step against transformers; one FINDANIMALS run
-# at n = 300 to time the full setting. Logs: $OUT/throughput.tgz.
+# rounds; then the data pipelines alone (masking included). Logs: $OUT/throughput.tgz.
 LOGS=/tmp/gpulogs/throughput; mkdir -p $LOGS
 source benchmarks/gpu/common.sh
 COMMON=(--tokens-per-sample 512 --batch-size 8 --num-workers 2 --seed 1 --fp16
         --optimizer adam --adam-betas '(0.9,0.999)' --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0
         --lr 1e-4 --lr-scheduler polynomial_decay --warmup-updates 30 --total-num-update 1000
-        --log-format json --log-interval 10 --disable-validation --no-save --max-update 300)
+        --log-format json --log-interval 10 --disable-validation --no-save --max-update 200)
 SPAN=(fairseq-train .gpu/novels8 --user-dir user_dir --task spanbert_pretraining --criterion span_bert --arch spanbert_base)
 ROBERTA=(fairseq-train .gpu/novels8_roberta --task masked_lm --criterion masked_lm --arch roberta_base)
 for round in 1 2; do
@@ -24,11 +23,4 @@ for round in 1 2; do
 done
 run loader_span 120 python benchmarks/gpu/loader_speed.py --batches 2000 -- "${SPAN[@]:1}" "${COMMON[@]}"
 run loader_roberta 120 python benchmarks/gpu/loader_speed.py --batches 2000 -- "${ROBERTA[@]:1}" "${COMMON[@]}"
-# extractive_qa step at spanbert_base size, 384 tokens, fp16 autocast, against BertForQuestionAnswering
-SQUAD_DEV=.gpu/squad/dev-v1.1.json run qa_step 240 python benchmarks/qa_step_time.py --device cuda --amp \
-    --layers 12 --dim 768 --heads 12 --ffn 3072 --batch 32 --seq 384 --steps 40 --warmup 5 \
-    --tokenizer-from .gpu/novels8 --no-fairseq-adam
-# one FINDANIMALS run at the paper's n = 300, 1,000 updates: time per update on this GPU
-run findanimals_probe 150 spanbert-findanimals --setting full --device cuda --methods baseline --sizes 200 \
-    --seeds 1 --max-update 1000 --jobs 1 --out /tmp/fa_probe
 tar czf $OUT/throughput.tgz -C /tmp/gpulogs throughput
