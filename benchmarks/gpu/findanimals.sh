@@ -15,12 +15,16 @@ if [ "${QA_STEP:-1}" = 1 ]; then
     tail -8 $LOGS/qa_step.log
 fi
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits -l 5 > $LOGS/gpu.csv &
+sampler=$!
+pids=()
 for size in $SIZES; do
     echo "== size $size: spanbert-findanimals --setting full --device cuda --methods $METHODS --sizes $size --seeds $SEEDS --max-update $MAX_UPDATE --jobs $JOBS" | tee -a $LOGS/commands.txt
     timeout $DEADLINE spanbert-findanimals --setting full --device cuda --methods $METHODS --sizes $size \
         --seeds $SEEDS --max-update $MAX_UPDATE --jobs $JOBS --out $LOGS/size$size > $LOGS/size$size.log 2>&1 &
+    pids+=($!)
 done
-wait
+wait "${pids[@]}"  # not the sampler, which never ends by itself
+kill $sampler 2>/dev/null
 for f in $LOGS/size*/results.csv; do [ -f "$f" ] && cp "$f" "$OUT/results_$(basename $(dirname $f)).csv"; done
 tar czf $OUT/findanimals.tgz -C /tmp/gpulogs findanimals
 tail -n 12 $LOGS/size*.log
