@@ -49,8 +49,15 @@ def parse_args():
 
 def build_model(args, device):
     import torch
-    from spanbert_plugin.core.dictionary import SpanBertDictionary
-    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+
+    import spanbert_plugin
+
+    if os.path.isdir(os.path.join(os.path.dirname(spanbert_plugin.__file__), "core")):
+        from spanbert_plugin.core.dictionary import SpanBertDictionary
+        from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+    else:  # a --compare-root checkout from before the one-folder-per-feature layout
+        from spanbert_plugin.data.dictionary import SpanBertDictionary
+        from spanbert_plugin.models.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     torch.manual_seed(1)
     dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(8000)])
