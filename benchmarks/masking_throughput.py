@@ -3,7 +3,9 @@
 
 Same blocks (the embedded corpus, sentencepiece 8k), same process, one thread,
 15% budget; each side masks every block once per epoch for several epochs
-(new (seed, epoch, index) each time, so no cache hits).
+(new (seed, epoch, index) each time, so no cache hits). The sides run in ``--runs``
+alternating runs of ``--epochs-per-run`` epochs each (``benchmarks/timing.py``: the order flips every run,
+after one untimed run); ratios are the medians of the per-run ratios, with their range.
 
 fairseq's masked_lm task builds one training example from *two*
 MaskTokensDatasets (``apply_mask``: the masked source and the targets, each
@@ -11,18 +13,20 @@ re-drawing the same mask); SpanMaskedDataset yields source, targets and span
 boundaries from one draw. The headline compares one training example each;
 the single MaskTokensDataset (source only) is printed too.
 
-    .venv/bin/python benchmarks/masking_throughput.py [--epochs 6]
+    .venv/bin/python benchmarks/masking_throughput.py [--runs 7]
     .venv/bin/python benchmarks/masking_throughput.py --quick   # smoke run (the test suite): no meaningful numbers
 """
 import argparse
 import os
+import statistics
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import torch  # noqa: E402
+from timing import alternating_runs, ratio_line, time_line  # noqa: E402
 
 
 
@@ -39,26 +43,26 @@ def prepared_data(out, max_docs=None):
     return data
 
 
-def time_dataset(dataset, epochs):
-    n = 0
-    start = time.perf_counter()
-    for epoch in range(1, epochs + 1):
-        dataset.set_epoch(epoch)
-        for i in range(len(dataset)):
-            dataset[i]
-            n += 1
-    return n / (time.perf_counter() - start)
+def epoch_runner(dataset, epochs):
+    """fn(run index): mask every block ``epochs`` times, each under a new epoch (new masks, no cache hits)."""
+    def run(index):
+        for epoch in range(index * epochs + 1, (index + 1) * epochs + 1):
+            dataset.set_epoch(epoch)
+            for i in range(len(dataset)):
+                dataset[i]
+    return run
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=6, help="passes over the ~590 blocks")
+    parser.add_argument("--runs", type=int, default=7, help="alternating timed runs of every side")
+    parser.add_argument("--epochs-per-run", type=int, default=3, help="passes over the ~590 blocks in one run")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out"), help="work folder")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run that checks the script works: 40 documents, 1 epoch; the numbers mean nothing")
+                        help="smoke run that checks the script works: 40 documents, 3 runs of 1 epoch; the numbers mean nothing")
     args = parser.parse_args()
     if args.quick:
-        args.epochs = 1
+        args.runs, args.epochs_per_run = 3, 1
     torch.set_num_threads(1)
 
     from fairseq.data import MaskTokensDataset, data_utils
@@ -101,19 +105,23 @@ def main():
 
     if not full:
         sys.exit("masking_throughput: the corpus has no document of 510 tokens or more")
-    print(f"{len(full)} blocks of 512 tokens x {args.epochs} epochs, 1 thread" + (" (--quick: not a measurement)" if args.quick else ""))
-    results = {}
-    for name, ds in (
-        ("fairseq MaskTokensDataset, source only", MaskTokensDataset(source, d, **kwargs)),
-        ("fairseq masked_lm example (src + tgt)", FairseqExample()),
-        ("spanbert SpanMaskedDataset example", spanbert),
-    ):
-        time_dataset(ds, 1)  # warm-up
-        results[name] = time_dataset(ds, args.epochs)
-        print(f"{name:40s} {results[name]:8.0f} blocks/s")
-    example = results["spanbert SpanMaskedDataset example"]
-    print(f"ratio per training example (spanbert / fairseq masked_lm): {example / results['fairseq masked_lm example (src + tgt)']:.2f}x")
-    print(f"ratio against a single MaskTokensDataset: {example / results['fairseq MaskTokensDataset, source only']:.2f}x")
+    print(f"{len(full)} blocks of 512 tokens, {args.runs} alternating runs of {args.epochs_per_run} epoch(s), 1 thread"
+          + (" (--quick: not a measurement)" if args.quick else ""))
+    sides = {
+        "fairseq MaskTokensDataset, source only": MaskTokensDataset(source, d, **kwargs),
+        "fairseq masked_lm example (src + tgt)": FairseqExample(),
+        "spanbert SpanMaskedDataset example": spanbert,
+    }
+    per_run = alternating_runs({name: epoch_runner(ds, args.epochs_per_run) for name, ds in sides.items()}, args.runs)
+    for name, times in per_run.items():
+        print(time_line(f"{name} run", times, unit="s", scale=1.0, places=3))
+    for name, times in per_run.items():  # median throughput of the runs
+        print(f"{name:40s} {len(full) * args.epochs_per_run / statistics.median(times):8.0f} blocks/s")
+    example = per_run["spanbert SpanMaskedDataset example"]
+    # a throughput ratio is the inverse time ratio: fairseq's time over ours
+    masked_lm, single = per_run["fairseq masked_lm example (src + tgt)"], per_run["fairseq MaskTokensDataset, source only"]
+    print(ratio_line("ratio per training example (spanbert / fairseq masked_lm)", masked_lm, example))
+    print(ratio_line("ratio against a single MaskTokensDataset", single, example))
 
 
 if __name__ == "__main__":

@@ -116,3 +116,13 @@ def test_findanimals_command_writes_results_and_protects_them(tmp_path):
     assert again.returncode == 1 and again.stderr.strip().splitlines()[-1].startswith("spanbert-findanimals: error: --out")
     bad = run_cli(command + ["--animals", "Cat", "--force"], check=False)
     assert bad.returncode == 1 and "--animals 'Cat'" in bad.stderr
+
+
+def test_run_command_trains_where_device_says():
+    from spanbert_plugin.spandrop.find_animals_experiment import RunOptions, train_command
+
+    options = dict(seq_len=300, max_update=10, animals="cat")
+    on_cpu = train_command("spandrop", 200, 1, RunOptions(**options))
+    on_gpu = train_command("spandrop", 200, 1, RunOptions(**options, device="cuda"))
+    assert "--cpu" in on_cpu and "--cpu" not in on_gpu
+    assert [a for a in on_cpu if a != "--cpu"] == on_gpu  # nothing else differs
