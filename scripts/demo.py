@@ -103,9 +103,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.max_update < 1:
         parser.error(f"--max-update must be at least 1, got {args.max_update}")
+    from spanbert_plugin.core.file_utils import signals_as_interrupt
+
     claim_output(args.out, [p for p in (args.train, args.valid) if p])
     try:
-        run_demo(args)
+        # SIGTERM/SIGHUP too end in the finally below, so the manifest lists what this run wrote
+        # (a killed run's unlisted checkpoints would make the next run refuse the folder)
+        with signals_as_interrupt():
+            run_demo(args)
     except KeyboardInterrupt:
         sys.exit(f"demo: interrupted; {args.out} keeps what was written so far (a new run starts over)")
     finally:
