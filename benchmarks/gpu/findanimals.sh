@@ -6,14 +6,6 @@
 LOGS=/tmp/gpulogs/findanimals; mkdir -p $LOGS
 SIZES=${SIZES:-"200 1000 5000"}; SEEDS=${SEEDS:-1,2,3}; METHODS=${METHODS:-baseline,spandrop,beta_spandrop}
 JOBS=${JOBS:-9}; MAX_UPDATE=${MAX_UPDATE:-10000}; DEADLINE=${DEADLINE:-480}
-# first the extractive_qa fine-tuning step at spanbert_base size, 384 tokens, fp16 autocast, against
-# transformers' BertForQuestionAnswering (same weights, same batches)
-if [ "${QA_STEP:-1}" = 1 ]; then
-    SQUAD_DEV=.gpu/squad/dev-v1.1.json timeout 200 python benchmarks/qa_step_time.py --device cuda --amp \
-        --layers 12 --dim 768 --heads 12 --ffn 3072 --batch 32 --seq 384 --steps 40 --warmup 5 \
-        --tokenizer-from .gpu/novels8 --no-fairseq-adam > $LOGS/qa_step.log 2>&1
-    tail -8 $LOGS/qa_step.log
-fi
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader,nounits -l 5 > $LOGS/gpu.csv &
 sampler=$!
 pids=()

@@ -41,6 +41,8 @@ def main():
             tokens += int(batch["net_input"]["src_tokens"].numel())
         if n == args.warmup + args.batches:
             break
+    if start is None or n < args.warmup + args.batches:
+        raise SystemExit(f"the epoch has {n + 1} batches: fewer than --warmup {args.warmup} + --batches {args.batches}")
     elapsed = time.perf_counter() - start
     print(f"{cfg.task._name}: {args.batches / elapsed:.1f} batches/s, {tokens / elapsed:,.0f} tokens/s "
           f"({cfg.dataset.num_workers} workers, batch {cfg.dataset.batch_size}, {args.batches} batches in {elapsed:.1f} s)")

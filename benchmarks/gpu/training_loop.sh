@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ON THE GPU MACHINE, after `source benchmarks/gpu/setup.sh`: the fp16 training loop of spanbert_base
-# (dynamic loss scaling, resume, bf16, amp, NCCL). Logs go to $OUT/loop.tgz; summarise them here with
-# `.venv/bin/python benchmarks/gpu/summarize.py FILES_AT`.
+# (dynamic loss scaling, resume, bf16, amp, NCCL). Logs go to $OUT/loop.tgz (fairseq's json log lines:
+# losses and loss_scale per 10 updates, and the overflow notes).
 #   bash benchmarks/gpu/training_loop.sh            (PARTS="fp16 resume bf16 amp nccl" by default)
 LOGS=/tmp/gpulogs/loop; mkdir -p $LOGS; rm -rf /tmp/ckpt; mkdir -p /tmp/ckpt
 PARTS=" ${PARTS:-fp16 resume bf16 amp nccl} "
