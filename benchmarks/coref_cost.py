@@ -14,7 +14,9 @@ allocated GPU memory) is its own.
 
 Writes ``results.json`` and ``results.md`` (a table, and the growth factor per
 doubling of the document) to ``--out``. ``--steps`` repeats each measurement in
-its process and reports the median after one warm-up.
+its process and reports the median after ``--warmup`` untimed ones (base shapes
+on a CPU: ``--warmup 0``, a step takes minutes). ``--max-training-segments N``
+measures training as c2f-coref trains long documents (a window of N segments).
 """
 import argparse
 import json
@@ -78,8 +80,8 @@ def prepare(words: int, work: str, litbank: str, vocab: str) -> str:
     return data
 
 
-def measure(data: str, shape: str, mode: str, steps: int, cpu: bool) -> dict:
-    """Seconds (median of ``steps`` after one warm-up) and peak memory of one document, in this process."""
+def measure(data: str, shape: str, mode: str, steps: int, cpu: bool, warmup: int = 1, max_training_segments: int = 0) -> dict:
+    """Seconds (median of ``steps`` after ``warmup`` untimed steps) and peak memory of one document, in this process."""
     import torch
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -89,7 +91,8 @@ def measure(data: str, shape: str, mode: str, steps: int, cpu: bool) -> dict:
         data, "--user-dir", os.path.join(ROOT, "user_dir"), "--task", "coreference", "--criterion", "coreference",
         "--arch", "spanbert_base", "--encoder-layers", str(layers), "--encoder-embed-dim", str(hidden),
         "--encoder-ffn-embed-dim", str(ffn), "--encoder-attention-heads", str(heads),
-        "--coref-ffnn-size", str(head_ffnn), "--batch-size", "1", "--optimizer", "adam", "--lr", "1e-5",
+        "--coref-ffnn-size", str(head_ffnn), "--max-training-segments", str(max_training_segments),
+        "--batch-size", "1", "--optimizer", "adam", "--lr", "1e-5",
         *(["--cpu"] if cpu else [])])
     cfg = convert_namespace_to_omegaconf(args)
     torch.manual_seed(0)
@@ -105,7 +108,7 @@ def measure(data: str, shape: str, mode: str, steps: int, cpu: bool) -> dict:
     sample = utils.apply_to_sample(lambda t: t.to(device), dataset.collater([dataset[0]]))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
     times = []
-    for _ in range(steps + 1):
+    for _ in range(steps + warmup):
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -122,9 +125,11 @@ def measure(data: str, shape: str, mode: str, steps: int, cpu: bool) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+    if mode == "train" and max_training_segments:
+        mode = f"train ({max_training_segments} segments)"
     result = {"shape": shape, "mode": mode, "words": int(dataset.a["doc_words"][0]),
               "tokens": int(dataset.sizes[0]), "segments": int(len(dataset.a["segment_lengths"])),
-              "seconds": statistics.median(times[1:]),
+              "seconds": statistics.median(times[warmup:]),
               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "device": device.type}
     if device.type == "cuda":
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
@@ -152,7 +157,10 @@ def main():
     parser.add_argument("--shapes", default="tiny,base")
     parser.add_argument("--sizes", default="1000,2000,4000,8000,16000")
     parser.add_argument("--modes", default="train,predict")
-    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=1, help="timed steps per measurement (the median is reported)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
+    parser.add_argument("--max-training-segments", type=int, default=0,
+                        help="train on a random window of this many segments (c2f-coref's max_training_sentences)")
     parser.add_argument("--out", help="folder for results.json and results.md (default: print only)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "spanbert_coref_cost"))
     parser.add_argument("--litbank", default=os.path.join(SHARED, "litbank"))
@@ -161,7 +169,8 @@ def main():
     parser.add_argument("--one", nargs=3, metavar=("DATA", "SHAPE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(measure(*args.one, steps=args.steps, cpu=args.cpu)))
+        print("RESULT " + json.dumps(measure(*args.one, steps=args.steps, cpu=args.cpu, warmup=args.warmup,
+                                             max_training_segments=args.max_training_segments)))
         return 0
     os.makedirs(args.work, exist_ok=True)
     results = []
@@ -169,7 +178,8 @@ def main():
         for mode in args.modes.split(","):
             for words in map(int, args.sizes.split(",")):
                 data = prepare(words, args.work, args.litbank, args.vocab)
-                proc = subprocess.run([sys.executable, __file__, "--one", data, shape, mode, "--steps", str(args.steps)]
+                proc = subprocess.run([sys.executable, __file__, "--one", data, shape, mode, "--steps", str(args.steps),
+                                       "--warmup", str(args.warmup), "--max-training-segments", str(args.max_training_segments)]
                                       + (["--cpu"] if args.cpu else []), capture_output=True, text=True)
                 line = next((out for out in proc.stdout.splitlines() if out.startswith("RESULT ")), None)
                 if line is None:  # e.g. out of memory: recorded, the larger sizes of this shape and mode are skipped

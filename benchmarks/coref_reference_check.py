@@ -100,6 +100,12 @@ def main():
         for path, lines in ((key_file, key_lines), (response_file, response_lines)):
             with open(path, "w", encoding="utf-8") as f:
                 f.write("\n".join(lines) + "\n")
+        # Both sides score what the file says: two crossing mentions of one cluster (which a random response
+        # can hold, a prediction cannot) have no bracket notation, and are read back as other spans.
+        read_back = {d.doc_key: d.clusters for d in read_documents(response_file)}
+        altered = sum(sorted(map(sorted, read_back[doc.doc_key])) != sorted(map(sorted, r)) for doc, (_, r) in zip(docs, pairs))
+        pairs = [(key, read_back[doc.doc_key]) for doc, (key, _) in zip(docs, pairs)]
+        print(f"{altered} of {len(pairs)} responses read back otherwise than written (crossing mentions of one cluster)")
     total = {}
     for key, response in pairs:
         total = add_counts(total, coref_counts(key, response))
