@@ -167,7 +167,9 @@ def prepare_tasks(log, args, cfg, tokenizer_from, env):
         log.run([os.path.join(BIN, "spanbert-prepare-coref"), "--train", os.path.join(splits, "train.txt"),
                  "--valid", os.path.join(splits, "test.txt"), "--tokenizer-from", tokenizer_from, "--destdir", dest,
                  "--max-segment-length", seq, "--force"], "prepare coref", env)
-        out["coref"] = (dest, ["--task", "coreference", "--criterion", "coreference"])
+        # the cpu setting scales the head down as configs/coref/tiny_cpu.yaml does (c2f-coref: 3000 at base size)
+        head = ["--coref-ffnn-size", "150" if cfg["cpu"] else "3000"]
+        out["coref"] = (dest, ["--task", "coreference", "--criterion", "coreference", *head])
     return out
 
 

@@ -127,7 +127,11 @@ RANDOM_INIT_SHAPE = ["--encoder-layers", "6", "--encoder-embed-dim", "384", "--e
 
 def train_argv(data, args, seed, side, imported, save_dir):
     """fairseq-train's command line for ``side``."""
-    argv = [os.path.join(BIN, "fairseq-train"), data, *common_options(args, seed), "--save-dir", save_dir, "--no-save"]
+    keep = getattr(args, "keep_checkpoint", False) and side == "ours"
+    if keep and os.path.isfile(os.path.join(save_dir, "checkpoint_last.pt")):  # fairseq-train would resume from it
+        sys.exit(f"{save_dir}: holds a checkpoint_last.pt already; --keep-checkpoint writes a fresh one (move it away)")
+    saving = ["--no-epoch-checkpoints", "--no-save-optimizer-state"] if keep else ["--no-save"]
+    argv = [os.path.join(BIN, "fairseq-train"), data, *common_options(args, seed), "--save-dir", save_dir, *saving]
     if side == "random-init":
         return argv + RANDOM_INIT_SHAPE
     return argv + ["--finetune-from-model", os.path.join(imported, "model.pt")]
@@ -335,6 +339,8 @@ def main():
     parser.add_argument("--padding-only", action="store_true",
                         help="print the tokens each batching computes per epoch (padding included) and stop")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on every side")
+    parser.add_argument("--keep-checkpoint", action="store_true",
+                        help="ours: keep the fine-tuned model (WORK/runs/TASK-ours-SEED/checkpoint_last.pt), e.g. for qa_inference.py")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data, runs)")
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/real_encoder/results/TASK)")
     args = parser.parse_args()

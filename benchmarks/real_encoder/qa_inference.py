@@ -1,0 +1,192 @@
+#!/usr/bin/env python
+"""Extractive QA inference, ours against transformers, on the same fine-tuned weights.
+
+From raw SQuAD JSON to answers, as a user runs each side:
+
+* ``ours``: ``spanbert-prepare-qa --valid`` (windows of 384 tokens, doc stride 128) then
+  ``spanbert-predict-qa`` (fairseq batches windows by length);
+* ``transformers``: ``BertForQuestionAnswering`` on the ``spanbert-export-hf`` export of the same checkpoint,
+  with the feature building and post-processing of transformers' ``run_qa`` example, written out here (the
+  pinned transformers 5.x has no question-answering pipeline): the fast tokenizer with
+  ``truncation="only_second"``, ``max_length=384``, ``stride=128`` (tokens shared by neighbouring windows),
+  ``padding="max_length"`` (the example's default), batches of 8 (its default evaluation batch); per
+  question the best start + end logit over every window's 20 best starts and ends, answers of at most 30
+  tokens, text cut from the context by the offset mapping.
+
+Each side runs as its own process (imports and loading included) and is timed from outside; the sides
+alternate for ``--rounds`` rounds. Prints and writes (``--out``) questions per second, the ratio, EM/F1 of
+each side with the official SQuAD 1.1 metrics, and the share of questions with identical answer strings.
+
+    .venv/bin/python benchmarks/real_encoder/qa_inference.py --checkpoint CKPT --tokenizer-from IMPORTED \\
+        --skip-articles 5 --questions 1000 --threads 1 --out benchmarks/real_encoder/results/qa_inference
+
+``CKPT``: an extractive_qa checkpoint fine-tuned from the imported encoder (``side_by_side.py --task squad
+--keep-checkpoint``); ``IMPORTED``: the spanbert-import-hf folder it was prepared with. ``--skip-articles``
+leaves out the dev articles the checkpoint was trained on.
+"""
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.dirname(sys.executable)
+SQUAD_DEV = os.path.join(os.path.dirname(ROOT), "shared", "data", "squad", "dev-v1.1.json")
+sys.path.insert(0, ROOT)
+
+
+def held_out_questions(squad: str, skip_articles: int, questions: int, path: str) -> int:
+    """Write the SQuAD file of the first ``questions`` questions after ``skip_articles`` articles (0: all)."""
+    with open(squad, encoding="utf-8") as f:
+        data = json.load(f)
+    kept, total = [], 0
+    for article in data["data"][skip_articles:]:
+        paragraphs = []
+        for paragraph in article["paragraphs"]:
+            qas = paragraph["qas"][:questions - total] if questions else paragraph["qas"]
+            if qas:
+                paragraphs.append({**paragraph, "qas": qas})
+                total += len(qas)
+        if paragraphs:
+            kept.append({**article, "paragraphs": paragraphs})
+        if questions and total >= questions:
+            break
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"version": data.get("version", "1.1"), "data": kept}, f)
+    return total
+
+
+def transformers_side(hf_dir: str, squad: str, out: str, threads: int, batch_size: int = 8, max_length: int = 384,
+                      stride: int = 128, n_best: int = 20, max_answer_length: int = 30) -> None:
+    """run_qa's evaluation path: features, logits, post-processing; writes {id: answer} to ``out``."""
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer, BertForQuestionAnswering
+
+    torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    model = BertForQuestionAnswering.from_pretrained(hf_dir).eval()
+    with open(squad, encoding="utf-8") as f:
+        examples = [(qa["id"], qa["question"].lstrip(), p["context"])
+                    for a in json.load(f)["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    features = tokenizer([q for _, q, _ in examples], [c for _, _, c in examples], truncation="only_second",
+                         max_length=max_length, stride=stride, return_overflowing_tokens=True,
+                         return_offsets_mapping=True, padding="max_length")
+    example_of = features["overflow_to_sample_mapping"]
+    names = [n for n in ("input_ids", "token_type_ids", "attention_mask") if n in features]
+    starts, ends = [], []
+    with torch.no_grad():
+        for lo in range(0, len(example_of), batch_size):
+            batch = {n: torch.tensor(features[n][lo:lo + batch_size]) for n in names}
+            output = model(**batch)
+            starts.append(output.start_logits.numpy())
+            ends.append(output.end_logits.numpy())
+    starts, ends = np.concatenate(starts), np.concatenate(ends)
+    windows = collections.defaultdict(list)
+    for feature, example in enumerate(example_of):
+        windows[example].append(feature)
+    answers = {}
+    for e, (qid, _, context) in enumerate(examples):
+        best, text = -np.inf, ""
+        for feature in windows[e]:
+            in_context = np.array(features.sequence_ids(feature)) == 1
+            offsets = features["offset_mapping"][feature]
+            start_logits, end_logits = starts[feature], ends[feature]
+            for s in np.argsort(start_logits)[::-1][:n_best]:
+                for t in np.argsort(end_logits)[::-1][:n_best]:
+                    if not (in_context[s] and in_context[t]) or t < s or t - s + 1 > max_answer_length:
+                        continue
+                    score = start_logits[s] + end_logits[t]
+                    if score > best:
+                        best, text = score, context[offsets[s][0]:offsets[t][1]]
+        answers[qid] = text
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(answers, f)
+
+
+def timed(argv, env) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def scores(squad: str, predictions: dict) -> dict:
+    from spanbert_plugin.qa.squad_metrics import question_scores
+
+    with open(squad, encoding="utf-8") as f:
+        qas = [qa for a in json.load(f)["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    pairs = [question_scores(predictions.get(qa["id"], ""), [a["text"] for a in qa["answers"]]) for qa in qas]
+    return {"exact_match": 100.0 * sum(e for e, _ in pairs) / len(pairs), "f1": 100.0 * sum(f for _, f in pairs) / len(pairs)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", help="extractive_qa checkpoint (.pt) fine-tuned from the imported encoder")
+    parser.add_argument("--tokenizer-from", help="the spanbert-import-hf folder the checkpoint's data was prepared with")
+    parser.add_argument("--squad", default=SQUAD_DEV, help="SQuAD 1.1 JSON (default: the shared dev set)")
+    parser.add_argument("--skip-articles", type=int, default=0, help="leave out the first N articles (trained on)")
+    parser.add_argument("--questions", type=int, default=0, help="first N questions after them (0: all)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of ours, transformers")
+    parser.add_argument("--work", default="/tmp/qa_inference", help="scratch folder")
+    parser.add_argument("--out", help="results folder (summary.md, results.json)")
+    parser.add_argument("--transformers-side", nargs=3, metavar=("HF_DIR", "SQUAD", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.transformers_side:
+        transformers_side(*args.transformers_side, threads=args.threads)
+        return 0
+    if not (args.checkpoint and args.tokenizer_from):
+        parser.error("--checkpoint and --tokenizer-from are required")
+    os.makedirs(args.work, exist_ok=True)
+    squad = os.path.join(args.work, "questions.json")
+    n = held_out_questions(args.squad, args.skip_articles, args.questions, squad)
+    hf_dir = os.path.join(args.work, "hf")
+    if not os.path.isfile(os.path.join(hf_dir, "config.json")):
+        subprocess.run([os.path.join(BIN, "spanbert-export-hf"), "--checkpoint", args.checkpoint, "--out", hf_dir], check=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    data, predicted = os.path.join(args.work, "ours_data"), os.path.join(args.work, "ours_out")
+    theirs_file = os.path.join(args.work, "transformers_predictions.json")
+    ours_cmds = [[os.path.join(BIN, "spanbert-prepare-qa"), "--valid", squad, "--tokenizer-from", args.tokenizer_from,
+                  "--destdir", data, "--max-seq-length", "384", "--doc-stride", "128", "--force"],
+                 [os.path.join(BIN, "spanbert-predict-qa"), "--checkpoint", args.checkpoint, "--data", data, "--split", "valid",
+                  "--out", predicted, "--cpu", "--force"]]
+    theirs_cmd = [sys.executable, __file__, "--threads", str(args.threads), "--transformers-side", hf_dir, squad, theirs_file]
+    seconds = {"ours": [], "transformers": []}
+    for r in range(args.rounds):
+        seconds["ours"].append(sum(timed(c, env) for c in ours_cmds))
+        seconds["transformers"].append(timed(theirs_cmd, env))
+        print(f"round {r + 1}: ours {seconds['ours'][-1]:.1f} s, transformers {seconds['transformers'][-1]:.1f} s", flush=True)
+    with open(os.path.join(predicted, "predictions.json"), encoding="utf-8") as f:
+        ours = json.load(f)
+    with open(theirs_file, encoding="utf-8") as f:
+        theirs = json.load(f)
+    same = sum(ours.get(k) == v for k, v in theirs.items())
+    result = {"questions": n, "threads": args.threads, "seconds": seconds,
+              "questions_per_second": {s: n / statistics.median(t) for s, t in seconds.items()},
+              "ratio_ours_over_transformers": statistics.median(seconds["transformers"]) / statistics.median(seconds["ours"]),
+              "identical_answers": same / n, "ours": scores(squad, ours), "transformers": scores(squad, theirs)}
+    text = (f"# QA inference, ours vs transformers ({n:,} SQuAD 1.1 dev questions, {args.threads} thread(s), "
+            f"{args.rounds} round(s))\n\n| side | seconds (median) | questions/s | EM | F1 |\n|---|---|---|---|---|\n"
+            + "".join(f"| {s} | {statistics.median(seconds[s]):.1f} | {result['questions_per_second'][s]:.2f} | "
+                      f"{result[s]['exact_match']:.2f} | {result[s]['f1']:.2f} |\n" for s in seconds)
+            + f"\nSpeed ratio ours / transformers: {result['ratio_ours_over_transformers']:.2f}x; identical answers: "
+              f"{same:,} of {n:,} ({100 * same / n:.2f}%).\n")
+    print(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        with open(os.path.join(args.out, "summary.md"), "w", encoding="utf-8") as f:
+            f.write(text + "\n    " + " ".join(sys.argv) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
