@@ -28,7 +28,8 @@ Settings:
 * ``--from-model DIR``: continued pre-training of an imported encoder (a ``spanbert-import-hf``
   folder: ``model.pt`` and its ``vocab.txt``) under each scheme, then the same fine-tuning — the
   cheapest setting where the schemes can differ measurably. The corpus is then prepared with that
-  folder's vocabulary and the model's size is the imported one.
+  folder's vocabulary, the model's size is the imported one, and the learning rates are 1e-4
+  (continued pre-training) and 5e-5 (fine-tuning) unless given.
 
 Every budget can be overridden (``--pretrain-updates``, ``--finetune-updates``, ``--novels``,
 ``--seeds`` …). Results: ``--results`` (default ``benchmarks/masking_ablation``): ``results.csv``
@@ -61,6 +62,7 @@ SCHEMES = {  # name: (--mask-scheme, --sbo-weight)
     "span": ("span", 0.0),
     "span+sbo": ("span", 1.0),
 }
+NO_PRETRAINING = "none"  # with --from-model: the imported encoder fine-tuned as it is, the baseline row
 TASKS = {"squad": "f1", "sst2": "accuracy", "tacred": "f1", "coref": "conll_f1"}
 SETTINGS = {
     "cpu": dict(arch="spanbert_tiny", tokens=128, pretrain_updates=600, batch=16, update_freq=1, pretrain_lr=1e-3,
@@ -111,6 +113,8 @@ def model_args(args, cfg):
 
 def pretrain(log, args, cfg, data, scheme, env):
     """Pre-train (or continue pre-training) under ``scheme``; return the checkpoint."""
+    if scheme == NO_PRETRAINING:
+        return os.path.join(os.path.abspath(args.from_model), "model.pt")
     mask_scheme, sbo_weight = SCHEMES[scheme]
     save_dir = os.path.join(args.work, "pretrain", scheme)
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
@@ -229,13 +233,16 @@ def main(argv=None):
     parser.add_argument("--setting", choices=list(SETTINGS), default="cpu")
     parser.add_argument("--from-model", help="spanbert-import-hf folder: continued pre-training of that encoder")
     parser.add_argument("--from-model-arch", default="spanbert_base", help="architecture of the --from-model encoder")
-    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=[*SCHEMES, NO_PRETRAINING],
+                        help=f"masking schemes; '{NO_PRETRAINING}' (with --from-model): no continued pre-training")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="fine-tuning seeds")
     parser.add_argument("--pretrain-seed", type=int, default=1)
     parser.add_argument("--novels", type=int, help="pre-training novels (0: all but the evaluation fold's)")
     parser.add_argument("--pretrain-updates", type=int)
     parser.add_argument("--finetune-updates", type=int)
+    parser.add_argument("--pretrain-lr", type=float, help="pre-training peak lr (default: the setting's; 1e-4 with --from-model)")
+    parser.add_argument("--finetune-lr", type=float, help="fine-tuning peak lr (default: the setting's; 5e-5 with --from-model)")
     parser.add_argument("--fold", type=int, default=0, help="LitBank fold whose dev/test novels pre-training leaves out")
     parser.add_argument("--squad-train-articles", type=int, default=38)
     parser.add_argument("--sst2-train-examples", type=int, default=5000)
@@ -247,11 +254,15 @@ def main(argv=None):
     parser.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "masking_ablation"))
     parser.add_argument("--fresh", action="store_true", help="discard earlier checkpoints and results")
     args = parser.parse_args(argv)
+    if NO_PRETRAINING in args.schemes and not args.from_model:
+        parser.error(f"--schemes {NO_PRETRAINING} needs --from-model (the encoder to fine-tune as it is)")
     cfg = dict(SETTINGS[args.setting])
     if args.smoke:
         cfg.update(pretrain_updates=4, finetune_updates=3, novels=2, batch=4, finetune_batch=4)
         args.sst2_train_examples, args.squad_train_articles = min(args.sst2_train_examples, 64), 46
-    for key in ("novels", "pretrain_updates", "finetune_updates"):
+    if args.from_model:  # a real encoder: the learning rates of continued pre-training and of fine-tuning it
+        cfg.update(pretrain_lr=1e-4, finetune_lr=5e-5)
+    for key in ("novels", "pretrain_updates", "finetune_updates", "pretrain_lr", "finetune_lr"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
     os.makedirs(args.work, exist_ok=True)
