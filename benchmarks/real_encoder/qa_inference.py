@@ -97,8 +97,9 @@ def transformers_side(hf_dir: str, squad: str, out: str, threads: int, batch_siz
             in_context = np.array(features.sequence_ids(feature)) == 1
             offsets = features["offset_mapping"][feature]
             start_logits, end_logits = starts[feature], ends[feature]
+            best_ends = np.argsort(end_logits)[::-1][:n_best]
             for s in np.argsort(start_logits)[::-1][:n_best]:
-                for t in np.argsort(end_logits)[::-1][:n_best]:
+                for t in best_ends:
                     if not (in_context[s] and in_context[t]) or t < s or t - s + 1 > max_answer_length:
                         continue
                     score = start_logits[s] + end_logits[t]
@@ -118,12 +119,14 @@ def timed(argv, env) -> float:
 
 
 def scores(squad: str, predictions: dict) -> dict:
-    from spanbert_plugin.qa.squad_metrics import question_scores
+    """EM and F1 (percent) with the official SQuAD 1.1 metrics."""
+    from spanbert_plugin.qa.squad_metrics import evaluate
 
     with open(squad, encoding="utf-8") as f:
-        qas = [qa for a in json.load(f)["data"] for p in a["paragraphs"] for qa in p["qas"]]
-    pairs = [question_scores(predictions.get(qa["id"], ""), [a["text"] for a in qa["answers"]]) for qa in qas]
-    return {"exact_match": 100.0 * sum(e for e, _ in pairs) / len(pairs), "f1": 100.0 * sum(f for _, f in pairs) / len(pairs)}
+        questions = [{"id": qa["id"], "answers": [a["text"] for a in qa["answers"]]}
+                     for a in json.load(f)["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    official = evaluate(questions, predictions)
+    return {"exact_match": official["exact"], "f1": official["f1"]}
 
 
 def main():

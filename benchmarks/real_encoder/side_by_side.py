@@ -127,7 +127,7 @@ RANDOM_INIT_SHAPE = ["--encoder-layers", "6", "--encoder-embed-dim", "384", "--e
 
 def train_argv(data, args, seed, side, imported, save_dir):
     """fairseq-train's command line for ``side``."""
-    keep = getattr(args, "keep_checkpoint", False) and side == "ours"
+    keep = args.keep_checkpoint and side == "ours"
     if keep and os.path.isfile(os.path.join(save_dir, "checkpoint_last.pt")):  # fairseq-train would resume from it
         sys.exit(f"{save_dir}: holds a checkpoint_last.pt already; --keep-checkpoint writes a fresh one (move it away)")
     saving = ["--no-epoch-checkpoints", "--no-save-optimizer-state"] if keep else ["--no-save"]
