@@ -7,7 +7,9 @@ the table: rows are schemes, columns tasks, cells mean ± sample sd over the see
 
 Schemes (``--schemes``): ``subword`` (BERT), ``word`` (whole words), ``named_entity``,
 ``noun_phrase`` (spaCy spans, half the draws), ``span`` (geometric spans) — all without the
-span boundary objective, as in Table 6 — and ``span+sbo`` (Table 7's SpanBERT). Tasks
+span boundary objective, as in Table 6 — and ``span+sbo`` (Table 7's SpanBERT); ``none`` adds the
+baseline row without pre-training (the imported encoder as it is with ``--from-model``, random
+initialisation otherwise). Tasks
 (``--tasks``): ``squad`` (SQuAD 1.1 dev split by article, as ``benchmarks/qa_quality.py``: F1),
 ``sst2`` (GLUE SST-2, accuracy on dev), ``tacred`` (TACRED-style JSON, by default the sample in
 ``../shared/data/tacred_sample``, or SemEval/TACRED files via ``--re-data``: F1) and ``coref``
@@ -62,7 +64,7 @@ SCHEMES = {  # name: (--mask-scheme, --sbo-weight)
     "span": ("span", 0.0),
     "span+sbo": ("span", 1.0),
 }
-NO_PRETRAINING = "none"  # with --from-model: the imported encoder fine-tuned as it is, the baseline row
+NO_PRETRAINING = "none"  # the baseline row: the imported encoder as it is (--from-model), else random initialisation
 TASKS = {"squad": "f1", "sst2": "accuracy", "tacred": "f1", "coref": "conll_f1"}
 SETTINGS = {
     "cpu": dict(arch="spanbert_tiny", tokens=128, pretrain_updates=600, batch=16, update_freq=1, pretrain_lr=1e-3,
@@ -114,7 +116,7 @@ def model_args(args, cfg):
 def pretrain(log, args, cfg, data, scheme, env):
     """Pre-train (or continue pre-training) under ``scheme``; return the checkpoint."""
     if scheme == NO_PRETRAINING:
-        return os.path.join(os.path.abspath(args.from_model), "model.pt")
+        return os.path.join(os.path.abspath(args.from_model), "model.pt") if args.from_model else None
     mask_scheme, sbo_weight = SCHEMES[scheme]
     save_dir = os.path.join(args.work, "pretrain", scheme)
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
@@ -180,14 +182,16 @@ def prepare_tasks(log, args, cfg, tokenizer_from, env):
 def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
     data, task_args = prepared
     batch = 1 if task == "coref" else cfg["finetune_batch"]  # a coreference batch is one document
-    argv = [os.path.join(BIN, "fairseq-train"), data, *task_args, *model_args(args, cfg),
-            "--finetune-from-model", os.path.abspath(checkpoint), "--no-save", "--validate-interval", "1000000",
+    start = ["--finetune-from-model", os.path.abspath(checkpoint)] if checkpoint else []  # None: random initialisation
+    argv = [os.path.join(BIN, "fairseq-train"), data, *task_args, *model_args(args, cfg), *start,
+            "--no-save", "--validate-interval", "1000000",
             *common_train_args(cfg, cfg["finetune_updates"], cfg["finetune_lr"], batch, seed)]
-    output = log.run(argv, f"fine-tune {task}, seed {seed}, from {os.path.basename(os.path.dirname(checkpoint))}", env)
+    origin = os.path.basename(os.path.dirname(checkpoint)) if checkpoint else "random initialisation"
+    output = log.run(argv, f"fine-tune {task}, seed {seed}, from {origin}", env)
     return last_valid(output, TASKS[task])
 
 
-def write_table(rows, args, settings, log):
+def write_table(rows, args, settings, log, earlier_commands=""):
     cells, tasks = {}, [t for t in TASKS if t in args.tasks]
     for row in rows:
         cells.setdefault((row["scheme"], row["task"]), []).append(float(row["value"]))
@@ -208,8 +212,8 @@ def write_table(rows, args, settings, log):
     write_atomic(os.path.join(args.results, "table.md"),
                  f"# Masking ablation ({settings['setting']} setting)\n\nmean ± sample sd over seeds {seeds}; "
                  f"settings: `{json.dumps(settings)}`\n\n{text}\n")
-    write_atomic(os.path.join(args.results, "commands.md"),
-                 "".join(f"- {what}: `{command}`\n" for what, command in log.lines))
+    invocation = f"\n## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {what}: `{command}`\n" for what, command in log.lines)
+    write_atomic(os.path.join(args.results, "commands.md"), earlier_commands + invocation)
     try:
         import matplotlib
 
@@ -234,7 +238,7 @@ def main(argv=None):
     parser.add_argument("--from-model", help="spanbert-import-hf folder: continued pre-training of that encoder")
     parser.add_argument("--from-model-arch", default="spanbert_base", help="architecture of the --from-model encoder")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=[*SCHEMES, NO_PRETRAINING],
-                        help=f"masking schemes; '{NO_PRETRAINING}' (with --from-model): no continued pre-training")
+                        help=f"masking schemes; '{NO_PRETRAINING}': no (continued) pre-training, the baseline row")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="fine-tuning seeds")
     parser.add_argument("--pretrain-seed", type=int, default=1)
@@ -254,14 +258,12 @@ def main(argv=None):
     parser.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "masking_ablation"))
     parser.add_argument("--fresh", action="store_true", help="discard earlier checkpoints and results")
     args = parser.parse_args(argv)
-    if NO_PRETRAINING in args.schemes and not args.from_model:
-        parser.error(f"--schemes {NO_PRETRAINING} needs --from-model (the encoder to fine-tune as it is)")
     cfg = dict(SETTINGS[args.setting])
     if args.smoke:
         cfg.update(pretrain_updates=4, finetune_updates=3, novels=2, batch=4, finetune_batch=4)
         args.sst2_train_examples, args.squad_train_articles = min(args.sst2_train_examples, 64), 46
     if args.from_model:  # a real encoder: the learning rates of continued pre-training and of fine-tuning it
-        cfg.update(pretrain_lr=1e-4, finetune_lr=5e-5)
+        cfg.update(arch=args.from_model_arch, pretrain_lr=1e-4, finetune_lr=5e-5)
     for key in ("novels", "pretrain_updates", "finetune_updates", "pretrain_lr", "finetune_lr"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
@@ -274,7 +276,9 @@ def main(argv=None):
     vocab = os.path.join(args.from_model, "vocab.txt") if args.from_model else BERT_VOCAB
     data = os.path.join(args.work, "pretrain_data")
     needs_spans = {"named_entity", "noun_phrase"} & set(args.schemes)
-    if args.fresh or not os.path.isfile(os.path.join(data, "prepare_stats.json")):
+    stats = os.path.join(data, "prepare_stats.json")
+    annotated = os.path.isfile(stats) and "annotator" in json.load(open(stats))
+    if args.fresh or not os.path.isfile(stats) or (needs_spans and not annotated):  # same text; spans added when needed
         log.run([os.path.join(BIN, "spanbert-prepare"), "--train", *novels, "--join-wrapped-lines", "--wordpiece-vocab", vocab,
                  "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
                  "--valid-fraction", "0.05", "--destdir", data, "--force"], "prepare the pre-training corpus", env)
@@ -287,6 +291,8 @@ def main(argv=None):
     settings_path, csv_path = os.path.join(args.results, "settings.json"), os.path.join(args.results, "results.csv")
     same = os.path.isfile(settings_path) and json.load(open(settings_path)) == settings
     rows = list(csv.DictReader(open(csv_path))) if same and not args.fresh and os.path.isfile(csv_path) else []
+    commands_path = os.path.join(args.results, "commands.md")  # earlier invocations' commands, kept with their rows
+    earlier_commands = open(commands_path, encoding="utf-8").read() if rows and os.path.isfile(commands_path) else ""
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
 
     prepared = prepare_tasks(log, args, cfg, data, env)
@@ -304,8 +310,8 @@ def main(argv=None):
                     writer.writeheader()
                     writer.writerows(rows)
                 os.replace(csv_path + ".tmp", csv_path)
-                write_table(rows, args, settings, log)
-    write_table(rows, args, settings, log)
+                write_table(rows, args, settings, log, earlier_commands)
+    write_table(rows, args, settings, log, earlier_commands)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,21 @@ def test_predict_commands_share_their_options(module, split):
         ("c.pt", "o", 4, 99, True, True, "d")
     assert parser.parse_args(["--checkpoint", "c.pt", "--out", "o"]).split == split
     assert parser.prog == module.PROG
+    assert parser.parse_args(["--checkpoint", "c.pt", "--out", "o", "--bf16"]).bf16
+
+
+def test_bf16_option_runs_the_model_under_bfloat16_autocast():
+    import argparse
+
+    import torch
+
+    from spanbert_plugin.cli import model_precision
+
+    layer = torch.nn.Linear(4, 2)
+    with model_precision(argparse.Namespace(bf16=True, cpu=True)):
+        assert layer(torch.ones(1, 4)).dtype == torch.bfloat16
+    with model_precision(argparse.Namespace(bf16=False, cpu=True)):
+        assert layer(torch.ones(1, 4)).dtype == torch.float32
 
 
 def test_predict_qa_checks_its_own_options(tmp_path, capsys):

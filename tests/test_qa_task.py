@@ -105,6 +105,22 @@ def test_predict_equals_validation(qa_run, qa_data, tmp_path):
         assert sum(a["probability"] for a in answers) == pytest.approx(1, abs=1e-4)
 
 
+def test_predict_bf16_answers_as_fp32_does(qa_run, qa_data, tmp_path):
+    """--bf16 runs the model under bfloat16 autocast; a trained model's answers survive the rounding."""
+    save, _ = qa_run
+    scores, predictions = {}, {}
+    for name, extra in (("fp32", []), ("bf16", ["--bf16"])):
+        out = tmp_path / name
+        run_cli([bin_path("spanbert-predict-qa"), "--checkpoint", os.path.join(save, "checkpoint_best.pt"),
+                 "--data", qa_data, "--split", "valid", "--out", str(out), "--cpu", *extra])
+        scores[name] = json.load(open(out / "eval.json"))
+        predictions[name] = json.load(open(out / "predictions.json"))
+    assert scores["bf16"]["total"] == 80
+    same = sum(predictions["bf16"][q] == a for q, a in predictions["fp32"].items())
+    # bf16 keeps 8 bits of mantissa: only near-ties between candidate spans can flip, few on a trained model
+    assert same >= 72, (same, scores)
+
+
 def test_resume_continues(qa_run, qa_data):
     import torch
 

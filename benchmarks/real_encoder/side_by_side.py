@@ -45,6 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 BIN = os.path.dirname(sys.executable)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 SIDES = ("ours", "transformers", "random-init")
+GROUPED = "transformers (group_by_length)"  # the label of transformers rows run with --group-by-length
 
 
 def _script(path, name):
@@ -306,7 +307,7 @@ def summary(rows, args, peak, flops):
              f"| side | runs | dev {metric} after the last epoch (mean ± sd) | seconds per epoch (mean) | "
              "GFLOP/s | share of peak |", "|---|---|---|---|---|---|"]
     seconds = {}
-    for side in SIDES:
+    for side in (*SIDES, GROUPED):
         runs = [r for r in rows if r["side"] == side]
         if not runs:
             continue
@@ -315,10 +316,9 @@ def summary(rows, args, peak, flops):
         rate = flops / seconds[side]
         lines.append(f"| {side} | {len(runs)} | {mean:.2f} ± {sd:.2f} | {seconds[side]:.1f} | {rate / 1e9:.1f} | "
                      f"{100 * rate / peak:.0f}% |")
-    if "ours" in seconds and "transformers" in seconds:
-        batching = "group_by_length" if args.group_by_length else "Trainer-default random batches"
-        lines += ["", f"Wall time per epoch, ours / transformers ({batching}): "
-                      f"{seconds['ours'] / seconds['transformers']:.2f}x"]
+    for peer, batching in (("transformers", "Trainer-default random batches"), (GROUPED, "group_by_length")):
+        if "ours" in seconds and peer in seconds:
+            lines += ["", f"Wall time per epoch, ours / transformers ({batching}): {seconds['ours'] / seconds[peer]:.2f}x"]
     return "\n".join(lines) + "\n"
 
 
@@ -371,7 +371,8 @@ def main():
                 result = transformers_run(data, args, seed, hf_dir)
             else:
                 result = ours_run(data, args, seed, side, imported, log)
-            rows.append({"side": side, "seed": seed, "settings": args.settings, **result})
+            label = GROUPED if side == "transformers" and args.group_by_length else side
+            rows.append({"side": label, "seed": seed, "settings": args.settings, **result})
             with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
             print(f"{side}, seed {seed}: {result}", flush=True)
@@ -379,8 +380,9 @@ def main():
         rows = [row for row in map(json.loads, f) if row["settings"] == args.settings]
     text = summary(rows, args, peak, flops) + "\n" + "\n".join(f"- {line}" for line in padding) + "\n"
     qa_quality.write_atomic(os.path.join(args.out, "summary.md"), text)
-    qa_quality.write_atomic(os.path.join(args.out, "commands.md"),
-                            "\n".join(f"    {c}" for c in [" ".join(sys.argv)] + log) + "\n")
+    commands = os.path.join(args.out, "commands.md")  # every invocation's commands, so sides run apart are all listed
+    earlier = open(commands, encoding="utf-8").read() if os.path.isfile(commands) else ""
+    qa_quality.write_atomic(commands, earlier + "\n".join(f"    {c}" for c in [" ".join(sys.argv)] + log) + "\n\n")
     print(text)
 
 

@@ -109,6 +109,19 @@ def add_predict_arguments(parser, prog: str, task: str, prepare_command: str, de
     parser.add_argument("--batch-size", type=int, help=f"{unit} per batch (default: the checkpoint's validation batch size)")
     parser.add_argument("--max-tokens", type=int, help="tokens per batch (default: the checkpoint's validation setting)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
+    parser.add_argument("--bf16", action="store_true",
+                        help="run the model under bfloat16 autocast: several times faster on CPUs with AVX512-BF16 or AMX "
+                        "and on recent GPUs; scores may differ slightly from fp32")
+
+
+def model_precision(args):
+    """The context the model runs in: bfloat16 autocast on the model's device with ``--bf16``, else nothing."""
+    if not args.bf16:
+        return contextlib.nullcontext()
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"  # where load_finetuned_checkpoint puts it
+    return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 
 def check_predict_arguments(args) -> None:
@@ -137,8 +150,9 @@ def predict_command(prog: str, description: str, task: str, prepare_command: str
         args = get_parser().parse_args(argv)
         check_predict_arguments(args)
         predict_split = importlib.import_module(library).predict_split
-        scores = predict_split(args.checkpoint, args.data, args.split, args.out, args.force,
-                               args.batch_size, args.max_tokens, args.cpu)
+        with model_precision(args):
+            scores = predict_split(args.checkpoint, args.data, args.split, args.out, args.force,
+                                   args.batch_size, args.max_tokens, args.cpu)
         shown = {key: value for key, value in scores.items() if key not in hidden}
         print(f"{prog}: wrote {args.out}: " + json.dumps(shown))
         return 0

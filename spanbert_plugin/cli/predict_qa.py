@@ -5,7 +5,7 @@ import math
 import sys
 
 from ..core.errors import UsageError
-from . import HelpFormatter, add_predict_arguments, check_predict_arguments, command
+from . import HelpFormatter, add_predict_arguments, check_predict_arguments, command, model_precision
 
 PROG = "spanbert-predict-qa"
 
@@ -39,8 +39,9 @@ def main(argv=None):
     from ..qa.scoring import AnswerOptions
 
     options = AnswerOptions(args.n_best, args.max_answer_length, args.null_threshold)
-    scores = predict_split(args.checkpoint, args.data, args.split, args.out, options, args.force,
-                           args.batch_size, args.max_tokens, args.cpu)
+    with model_precision(args):
+        scores = predict_split(args.checkpoint, args.data, args.split, args.out, options, args.force,
+                               args.batch_size, args.max_tokens, args.cpu)
     print(f"{PROG}: wrote {args.out}: " + json.dumps(scores))
     return 0
 
