@@ -14,8 +14,9 @@ From raw SQuAD JSON to answers, as a user runs each side:
   tokens, text cut from the context by the offset mapping.
 
 Each side runs as its own process (imports and loading included) and is timed from outside; the sides
-alternate for ``--rounds`` rounds. Prints and writes (``--out``) questions per second, the ratio, EM/F1 of
-each side with the official SQuAD 1.1 metrics, and the share of questions with identical answer strings.
+alternate for ``--rounds`` rounds. ``--bf16`` adds both sides under bfloat16 autocast. Prints and writes
+(``--out``) questions per second, the speed over transformers in fp32, EM/F1 of each side with the official
+SQuAD 1.1 metrics, and the share of questions whose answer string is identical to transformers' in fp32.
 
     .venv/bin/python benchmarks/real_encoder/qa_inference.py --checkpoint CKPT --tokenizer-from IMPORTED \\
         --skip-articles 5 --questions 1000 --threads 1 --out benchmarks/real_encoder/results/qa_inference
@@ -61,9 +62,11 @@ def held_out_questions(squad: str, skip_articles: int, questions: int, path: str
     return total
 
 
-def transformers_side(hf_dir: str, squad: str, out: str, threads: int, batch_size: int = 8, max_length: int = 384,
-                      stride: int = 128, n_best: int = 20, max_answer_length: int = 30) -> None:
-    """run_qa's evaluation path: features, logits, post-processing; writes {id: answer} to ``out``."""
+def transformers_side(hf_dir: str, squad: str, out: str, threads: int, bf16: bool = False, batch_size: int = 8,
+                      max_length: int = 384, stride: int = 128, n_best: int = 20, max_answer_length: int = 30) -> None:
+    """run_qa's evaluation path: features, logits, post-processing; writes {id: answer} to ``out``.
+
+    ``bf16``: the model under bfloat16 autocast, as ours runs with ``spanbert-predict-qa --bf16``."""
     import numpy as np
     import torch
     from transformers import AutoTokenizer, BertForQuestionAnswering
@@ -80,12 +83,12 @@ def transformers_side(hf_dir: str, squad: str, out: str, threads: int, batch_siz
     example_of = features["overflow_to_sample_mapping"]
     names = [n for n in ("input_ids", "token_type_ids", "attention_mask") if n in features]
     starts, ends = [], []
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         for lo in range(0, len(example_of), batch_size):
             batch = {n: torch.tensor(features[n][lo:lo + batch_size]) for n in names}
             output = model(**batch)
-            starts.append(output.start_logits.numpy())
-            ends.append(output.end_logits.numpy())
+            starts.append(output.start_logits.float().numpy())
+            ends.append(output.end_logits.float().numpy())
     starts, ends = np.concatenate(starts), np.concatenate(ends)
     windows = collections.defaultdict(list)
     for feature, example in enumerate(example_of):
@@ -140,10 +143,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of ours, transformers")
     parser.add_argument("--work", default="/tmp/qa_inference", help="scratch folder")
     parser.add_argument("--out", help="results folder (summary.md, results.json)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also both sides under bfloat16 autocast (ours: spanbert-predict-qa --bf16)")
     parser.add_argument("--transformers-side", nargs=3, metavar=("HF_DIR", "SQUAD", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.transformers_side:
-        transformers_side(*args.transformers_side, threads=args.threads)
+        transformers_side(*args.transformers_side, threads=args.threads, bf16=args.bf16)
         return 0
     if not (args.checkpoint and args.tokenizer_from):
         parser.error("--checkpoint and --tokenizer-from are required")
@@ -154,33 +159,49 @@ def main():
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         subprocess.run([os.path.join(BIN, "spanbert-export-hf"), "--checkpoint", args.checkpoint, "--out", hf_dir], check=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    data, predicted = os.path.join(args.work, "ours_data"), os.path.join(args.work, "ours_out")
-    theirs_file = os.path.join(args.work, "transformers_predictions.json")
-    ours_cmds = [[os.path.join(BIN, "spanbert-prepare-qa"), "--valid", squad, "--tokenizer-from", args.tokenizer_from,
-                  "--destdir", data, "--max-seq-length", "384", "--doc-stride", "128", "--force"],
-                 [os.path.join(BIN, "spanbert-predict-qa"), "--checkpoint", args.checkpoint, "--data", data, "--split", "valid",
-                  "--out", predicted, "--cpu", "--force"]]
-    theirs_cmd = [sys.executable, __file__, "--threads", str(args.threads), "--transformers-side", hf_dir, squad, theirs_file]
-    seconds = {"ours": [], "transformers": []}
+    data = os.path.join(args.work, "ours_data")
+    prepare = [os.path.join(BIN, "spanbert-prepare-qa"), "--valid", squad, "--tokenizer-from", args.tokenizer_from,
+               "--destdir", data, "--max-seq-length", "384", "--doc-stride", "128", "--force"]
+    sides = {}  # name: (commands, the predictions file they write)
+    for precision in ("fp32", "bf16") if args.bf16 else ("fp32",):
+        flag = ["--bf16"] if precision == "bf16" else []
+        suffix = "" if precision == "fp32" else " (bf16)"
+        predicted = os.path.join(args.work, f"ours_out_{precision}")
+        sides["ours" + suffix] = ([prepare, [os.path.join(BIN, "spanbert-predict-qa"), "--checkpoint", args.checkpoint,
+                                             "--data", data, "--split", "valid", "--out", predicted, "--cpu", "--force",
+                                             *flag]], os.path.join(predicted, "predictions.json"))
+        theirs_file = os.path.join(args.work, f"transformers_predictions_{precision}.json")
+        sides["transformers" + suffix] = ([[sys.executable, __file__, "--threads", str(args.threads), *flag,
+                                            "--transformers-side", hf_dir, squad, theirs_file]], theirs_file)
+    seconds = {side: [] for side in sides}
     for r in range(args.rounds):
-        seconds["ours"].append(sum(timed(c, env) for c in ours_cmds))
-        seconds["transformers"].append(timed(theirs_cmd, env))
-        print(f"round {r + 1}: ours {seconds['ours'][-1]:.1f} s, transformers {seconds['transformers'][-1]:.1f} s", flush=True)
-    with open(os.path.join(predicted, "predictions.json"), encoding="utf-8") as f:
-        ours = json.load(f)
-    with open(theirs_file, encoding="utf-8") as f:
-        theirs = json.load(f)
-    same = sum(ours.get(k) == v for k, v in theirs.items())
+        for side, (commands, _) in sides.items():
+            seconds[side].append(sum(timed(c, env) for c in commands))
+        print(f"round {r + 1}: " + ", ".join(f"{side} {t[-1]:.1f} s" for side, t in seconds.items()), flush=True)
+    answers = {}
+    for side, (_, path) in sides.items():
+        with open(path, encoding="utf-8") as f:
+            answers[side] = json.load(f)
+    reference = answers["transformers"]  # identical answers are counted against transformers in fp32
+
+    def same(side):
+        return sum(answers[side].get(k) == v for k, v in reference.items())
+
     result = {"questions": n, "threads": args.threads, "seconds": seconds,
               "questions_per_second": {s: n / statistics.median(t) for s, t in seconds.items()},
-              "ratio_ours_over_transformers": statistics.median(seconds["transformers"]) / statistics.median(seconds["ours"]),
-              "identical_answers": same / n, "ours": scores(squad, ours), "transformers": scores(squad, theirs)}
+              "speed_over_transformers_fp32": {s: statistics.median(seconds["transformers"]) / statistics.median(t)
+                                               for s, t in seconds.items()},
+              "identical_to_transformers_fp32": {s: same(s) / n for s in sides},
+              "scores": {s: scores(squad, answers[s]) for s in sides}}
+    if args.bf16:
+        result["ours_bf16_identical_to_ours_fp32"] = sum(answers["ours (bf16)"].get(k) == v
+                                                         for k, v in answers["ours"].items()) / n
     text = (f"# QA inference, ours vs transformers ({n:,} SQuAD 1.1 dev questions, {args.threads} thread(s), "
-            f"{args.rounds} round(s))\n\n| side | seconds (median) | questions/s | EM | F1 |\n|---|---|---|---|---|\n"
+            f"{args.rounds} round(s))\n\n| side | seconds (median) | questions/s | speed over transformers fp32 | "
+            "answers identical to transformers fp32 | EM | F1 |\n|---|---|---|---|---|---|---|\n"
             + "".join(f"| {s} | {statistics.median(seconds[s]):.1f} | {result['questions_per_second'][s]:.2f} | "
-                      f"{result[s]['exact_match']:.2f} | {result[s]['f1']:.2f} |\n" for s in seconds)
-            + f"\nSpeed ratio ours / transformers: {result['ratio_ours_over_transformers']:.2f}x; identical answers: "
-              f"{same:,} of {n:,} ({100 * same / n:.2f}%).\n")
+                      f"{result['speed_over_transformers_fp32'][s]:.2f}x | {same(s):,} ({100 * same(s) / n:.2f}%) | "
+                      f"{result['scores'][s]['exact_match']:.2f} | {result['scores'][s]['f1']:.2f} |\n" for s in sides))
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
