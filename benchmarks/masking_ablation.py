@@ -192,7 +192,11 @@ def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
 
 
 def write_table(rows, args, settings, log, earlier_commands=""):
-    cells, tasks = {}, [t for t in TASKS if t in args.tasks]
+    # every scheme and task with results so far (earlier invocations' too), in the canonical order
+    present = {(row["scheme"], row["task"]) for row in rows}
+    tasks = [t for t in TASKS if t in args.tasks or any(t == task for _, task in present)]
+    schemes = [s for s in (NO_PRETRAINING, *SCHEMES) if s in args.schemes or any(s == scheme for scheme, _ in present)]
+    cells = {}
     for row in rows:
         cells.setdefault((row["scheme"], row["task"]), []).append(float(row["value"]))
 
@@ -204,7 +208,7 @@ def write_table(rows, args, settings, log, earlier_commands=""):
 
     header = "| scheme | " + " | ".join(f"{t} ({TASKS[t]})" for t in tasks) + " |"
     lines = [header, "|" + "---|" * (len(tasks) + 1)]
-    for scheme in args.schemes:
+    for scheme in schemes:
         lines.append(f"| {scheme} | " + " | ".join(cell(cells.get((scheme, t), [])) for t in tasks) + " |")
     seeds = sorted({int(r["seed"]) for r in rows})
     text = "\n".join(lines)
@@ -223,10 +227,10 @@ def write_table(rows, args, settings, log, earlier_commands=""):
         return
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.5), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        means = [statistics.mean(cells.get((s, task), [0])) for s in args.schemes]
-        sds = [statistics.stdev(cells[(s, task)]) if len(cells.get((s, task), [])) > 1 else 0 for s in args.schemes]
-        ax.bar(range(len(args.schemes)), means, yerr=sds, capsize=3)
-        ax.set_xticks(range(len(args.schemes)), args.schemes, rotation=45, ha="right")
+        means = [statistics.mean(cells.get((s, task), [0])) for s in schemes]
+        sds = [statistics.stdev(cells[(s, task)]) if len(cells.get((s, task), [])) > 1 else 0 for s in schemes]
+        ax.bar(range(len(schemes)), means, yerr=sds, capsize=3)
+        ax.set_xticks(range(len(schemes)), schemes, rotation=45, ha="right")
         ax.set_title(f"{task} ({TASKS[task]})")
     fig.tight_layout()
     fig.savefig(os.path.join(args.results, "table.png"), dpi=120)
