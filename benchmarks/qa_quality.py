@@ -153,10 +153,10 @@ def _epoch_batches(task, cfg, epoch):
     return iterator.next_epoch_itr(shuffle=True)
 
 
-def _hf_inputs(batch, pad):
+def _hf_inputs(batch, pad, device="cpu"):
     net = batch["net_input"]
-    return dict(input_ids=net["src_tokens"], token_type_ids=net["segment_labels"],
-                attention_mask=net["src_tokens"].ne(pad).long())
+    return dict(input_ids=net["src_tokens"].to(device), token_type_ids=net["segment_labels"].to(device),
+                attention_mask=net["src_tokens"].ne(pad).long().to(device))
 
 
 def transformers_run(prepared, hf_dir, seed, args):
@@ -206,6 +206,7 @@ def hf_qa_scores(model, task, pad):
     from spanbert_plugin.qa.squad_metrics import evaluate
 
     model.eval()
+    device = next(model.parameters()).device
     valid, split = task.dataset("valid"), task.qa_split("valid")
     lowest = np.finfo(np.float32).min  # padding never wins, as in the criterion's qa_logits
     starts = np.full((len(valid), int(valid.sizes.max())), lowest, dtype=np.float32)
@@ -213,11 +214,11 @@ def hf_qa_scores(model, task, pad):
     with torch.no_grad():
         for lo in range(0, len(valid), 128):
             batch = valid.collater([valid[i] for i in range(lo, min(lo + 128, len(valid)))])
-            out = model(**_hf_inputs(batch, pad))
+            out = model(**_hf_inputs(batch, pad, device))
             padding = batch["net_input"]["src_tokens"].eq(pad)
             rows, width = batch["id"].numpy(), padding.size(1)
-            starts[rows, :width] = out.start_logits.float().masked_fill(padding, lowest).numpy()
-            ends[rows, :width] = out.end_logits.float().masked_fill(padding, lowest).numpy()
+            starts[rows, :width] = out.start_logits.float().cpu().masked_fill(padding, lowest).numpy()
+            ends[rows, :width] = out.end_logits.float().cpu().masked_fill(padding, lowest).numpy()
     result = postprocess(split, np.arange(len(valid)), starts, ends)
     scores = evaluate(split.questions, result.predictions)
     assert scores["missing"] == 0 and scores["total"] == split.num_questions

@@ -119,7 +119,8 @@ def common_options(args, seed):
             "--adam-eps", "1e-6", "--weight-decay", "0.01", "--clip-norm", "1.0", "--lr", str(args.lr),
             "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(max(1, round(total / 10))),
             "--total-num-update", str(total), "--max-epoch", str(args.max_epoch), "--batch-size", str(args.batch_size),
-            "--seed", str(seed), "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "1000"]
+            "--seed", str(seed), *(["--cpu"] if args.device == "cpu" else []), "--num-workers", "0",
+            "--log-format", "json", "--log-interval", "1000"]
 
 
 RANDOM_INIT_SHAPE = ["--encoder-layers", "6", "--encoder-embed-dim", "384", "--encoder-ffn-embed-dim", "1536",
@@ -184,20 +185,31 @@ def padding_lines(cfg, task, args):
     return lines
 
 
-def matmul_peak(threads, n=2048, repeats=5):
-    """fp32 FLOP/s of the best of ``repeats`` n x n torch matmuls on ``threads`` threads."""
+def matmul_peak(threads, device="cpu", n=2048, repeats=5):
+    """fp32 FLOP/s of the best of ``repeats`` n x n torch matmuls on ``threads`` threads (on a GPU: 8192 x 8192)."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    n = 8192 if device != "cpu" else n
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     torch.mm(a, b)
-    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    best = min(_timed(lambda: torch.mm(a, b), device) for _ in range(repeats))
     return 2 * n ** 3 / best
 
 
-def _timed(fn):
+def _synchronize(device):
+    """Wait for the GPU's queued work, so wall-clock times cover it (nothing to wait for on a CPU)."""
+    import torch
+
+    if device != "cpu":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device="cpu"):
+    _synchronize(device)
     start = time.perf_counter()
     fn()
+    _synchronize(device)
     return time.perf_counter() - start
 
 
@@ -238,6 +250,7 @@ def transformers_run(data, args, seed, hf_dir):
     from transformers import BertForQuestionAnswering, BertForSequenceClassification
 
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     cfg, task = fairseq_task(data, args, seed)
     pad = task.source_dictionary.pad()
     train, valid = task.dataset("train"), task.dataset("valid")
@@ -246,6 +259,7 @@ def transformers_run(data, args, seed, hf_dir):
         model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=task.num_classes)
     else:
         model = BertForQuestionAnswering.from_pretrained(hf_dir)
+    model.to(device)
     betas = tuple(float(x) for x in cfg.optimizer.adam_betas.strip("()").split(","))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optimization.lr[0], betas=betas,
                                   eps=cfg.optimizer.adam_eps, weight_decay=cfg.optimizer.weight_decay)
@@ -255,20 +269,23 @@ def transformers_run(data, args, seed, hf_dir):
     updates, scores, ems, seconds = 0, [], [], []
     for _ in range(args.max_epoch):
         model.train()
+        _synchronize(args.device)
         start = time.perf_counter()
         for indices in _trainer_batches(train.sizes, args.batch_size, generator, args.group_by_length):
             batch = train.collater([train[i] for i in indices])
-            inputs = qa_quality._hf_inputs(batch, pad)
+            inputs = qa_quality._hf_inputs(batch, pad, device)
             if args.task in GLUE_TASKS:
-                loss = model(**inputs, labels=batch["target"]).loss
+                loss = model(**inputs, labels=batch["target"].to(device)).loss
             else:
-                loss = model(**inputs, start_positions=batch["start_positions"], end_positions=batch["end_positions"]).loss
+                loss = model(**inputs, start_positions=batch["start_positions"].to(device),
+                             end_positions=batch["end_positions"].to(device)).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimization.clip_norm)
             optimizer.step()
             optimizer.zero_grad()
             updates += 1
             scheduler.step_update(updates)
+        _synchronize(args.device)
         seconds.append(time.perf_counter() - start)
         score, em = _transformers_eval(model, task, valid, pad, args, torch)
         scores.append(score)
@@ -280,14 +297,15 @@ def transformers_run(data, args, seed, hf_dir):
 def _transformers_eval(model, task, valid, pad, args, torch):
     """Dev accuracy (GLUE) or (F1, EM) with the plugin's post-processing and the official SQuAD metrics."""
     model.eval()
+    device = next(model.parameters()).device
     batches = [list(range(lo, min(lo + 128, len(valid)))) for lo in range(0, len(valid), 128)]
     with torch.no_grad():
         if args.task in GLUE_TASKS:
             correct = 0
             for indices in batches:
                 batch = valid.collater([valid[i] for i in indices])
-                logits = model(**qa_quality._hf_inputs(batch, pad)).logits
-                correct += int((logits.argmax(-1) == batch["target"]).sum())
+                logits = model(**qa_quality._hf_inputs(batch, pad, device)).logits
+                correct += int((logits.argmax(-1).cpu() == batch["target"]).sum())
             return 100.0 * correct / len(valid), None
         scores = qa_quality.hf_qa_scores(model, task, pad)
         return scores["f1"], scores["exact"]
@@ -300,9 +318,11 @@ def _mean_sd(values):
 
 def summary(rows, args, peak, flops):
     metric = "accuracy" if args.task in GLUE_TASKS else "F1"
+    peak = max([r["peak_flops"] for r in rows if r.get("peak_flops")] or [peak])  # measured where the runs ran
+    where = f"on {args.threads} thread(s)" if args.device == "cpu" else f"(8192 x 8192) on {args.device_name}"
     lines = [f"# {args.task}: all-MiniLM-L6-v2, ours vs transformers", "",
              f"Settings: {args.settings}", "",
-             f"Peak: 2048 x 2048 fp32 matmul on {args.threads} thread(s): {peak / 1e9:.1f} GFLOP/s. "
+             f"Peak: fp32 matmul {where}: {peak / 1e9:.1f} GFLOP/s. "
              f"Training FLOPs per epoch (real tokens): {flops / 1e12:.3f} TFLOP.", "",
              f"| side | runs | dev {metric} after the last epoch (mean ± sd) | seconds per epoch (mean) | "
              "GFLOP/s | share of peak |", "|---|---|---|---|---|---|"]
@@ -339,6 +359,10 @@ def main():
     parser.add_argument("--padding-only", action="store_true",
                         help="print the tokens each batching computes per epoch (padding included) and stop")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on every side")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where every side trains (cuda: the first GPU; ours then runs fairseq-train without --cpu)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: rewrite summary.md from the runs.jsonl rows of these settings")
     parser.add_argument("--keep-checkpoint", action="store_true",
                         help="ours: keep the fine-tuned model (WORK/runs/TASK-ours-SEED/checkpoint_last.pt), e.g. for qa_inference.py")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data, runs)")
@@ -351,6 +375,12 @@ def main():
     args.settings = (f"task {args.task}, train size {args.train_size or 'all'}{squad if args.task == 'squad' else ''}, "
                      f"{args.max_epoch} epoch(s), batch {args.batch_size}, lr {args.lr} (10% warm-up, linear decay), "
                      f"max_seq_length {args.max_seq_length}, {args.threads} thread(s)")
+    args.device_name, base_settings = "CPU", args.settings
+    if args.device == "cuda":
+        import torch
+
+        args.device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "a GPU"
+        args.settings += f", device cuda ({args.device_name})"
     log = []
     hf_dir, imported = imported_checkpoint(args.work, log)
     data = prepared_data(args, imported, log)
@@ -363,26 +393,31 @@ def main():
     if args.padding_only:
         return
     os.makedirs(args.out, exist_ok=True)
-    peak = matmul_peak(args.threads)
+    peak = 0.0 if args.report_only else matmul_peak(args.threads, args.device)
     rows = []
-    for seed in args.seeds:
+    for seed in ([] if args.report_only else args.seeds):
         for side in args.sides:
             if side == "transformers":
                 result = transformers_run(data, args, seed, hf_dir)
             else:
                 result = ours_run(data, args, seed, side, imported, log)
             label = GROUPED if side == "transformers" and args.group_by_length else side
-            rows.append({"side": label, "seed": seed, "settings": args.settings, **result})
+            rows.append({"side": label, "seed": seed, "settings": args.settings, **result, "peak_flops": peak})
             with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
             print(f"{side}, seed {seed}: {result}", flush=True)
     with open(os.path.join(args.out, "runs.jsonl"), encoding="utf-8") as f:  # earlier seeds of the same settings too
-        rows = [row for row in map(json.loads, f) if row["settings"] == args.settings]
+        rows = [row for row in map(json.loads, f) if row["settings"] == args.settings
+                or (args.report_only and row["settings"].startswith(f"{base_settings}, device {args.device}"))]
+    if not rows:
+        sys.exit(f"{args.out}/runs.jsonl: no runs of these settings ({args.settings})")
+    if args.device == "cuda":  # the GPU the rows ran on (a report may be written on another machine)
+        args.device_name = rows[-1]["settings"].rsplit("(", 1)[-1].rstrip(")")
     text = summary(rows, args, peak, flops) + "\n" + "\n".join(f"- {line}" for line in padding) + "\n"
     qa_quality.write_atomic(os.path.join(args.out, "summary.md"), text)
-    commands = os.path.join(args.out, "commands.md")  # every invocation's commands, so sides run apart are all listed
-    earlier = open(commands, encoding="utf-8").read() if os.path.isfile(commands) else ""
-    qa_quality.write_atomic(commands, earlier + "\n".join(f"    {c}" for c in [" ".join(sys.argv)] + log) + "\n\n")
+    if not args.report_only:  # every invocation's commands, so sides run apart (or at once) are all listed
+        with open(os.path.join(args.out, "commands.md"), "a", encoding="utf-8") as f:
+            f.write("\n".join(f"    {c}" for c in [" ".join(sys.argv)] + log) + "\n\n")
     print(text)
 
 
