@@ -55,7 +55,8 @@ job() { echo "$*" >> "$jobs_file"; }
 coref() {  # arm seed: LitBank fold 0, the coreference recipe with LitBank's schedule (80 documents x 20 epochs)
     local arm=$1 seed=$2 save=$WORK/runs/coref-$1-$2
     local init="checkpoint.finetune_from_model=$WORK/imported/model.pt"
-    [ "$arm" = random-init ] && init="model.encoder_layers=6 model.encoder_embed_dim=384 model.encoder_ffn_embed_dim=1536 model.encoder_attention_heads=12 model.max_positions=512"
+    # the recipe names no sizes (they come from the checkpoint), so the random-init arm adds them with '+'
+    [ "$arm" = random-init ] && init="+model.encoder_layers=6 +model.encoder_embed_dim=384 +model.encoder_ffn_embed_dim=1536 +model.encoder_attention_heads=12 +model.max_positions=512"
     job "coref-$arm-$seed fairseq-hydra-train --config-dir configs/finetune --config-name coref task.data=$COREF_DATA" \
         "checkpoint.save_dir=$save common.seed=$seed common.log_format=json common.log_interval=20 dataset.num_workers=0" \
         "optimizer.groups.default.lr_scheduler.warmup_updates=160 optimizer.groups.default.lr_scheduler.total_num_update=1600" \
