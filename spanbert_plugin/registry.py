@@ -21,6 +21,7 @@ from .core import loss_scaler_state  # noqa: E402
 loss_scaler_state.install()  # fp16/amp checkpoints keep the whole loss-scaler state (exact resume)
 
 # Registered components (models, tasks, criteria, hub methods), one feature per line.
+from .core import torch_adamw  # noqa: F401,E402  (--optimizer torch_adamw)
 from .model import spanbert  # noqa: F401,E402
 from .pretraining import criterion, span_masked_lm, task  # noqa: F401,E402,F811  (span_masked_lm: deprecated alias)
 from .qa import answer, criterion, task  # noqa: F401,E402,F811

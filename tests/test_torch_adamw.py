@@ -1,0 +1,102 @@
+"""``--optimizer torch_adamw``: torch's multi-tensor AdamW with fairseq's adam options."""
+import torch
+from fairseq import utils as fairseq_utils
+from omegaconf import OmegaConf
+
+import spanbert_plugin.registry  # noqa: F401  (registers the optimizer)
+from conftest import bin_path, run_cli
+from spanbert_plugin.core.torch_adamw import TorchAdamW, TorchAdamWConfig
+
+TINY_PRETRAIN = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
+                 "--arch", "spanbert_tiny", "--tokens-per-sample", "128", "--batch-size", "8",
+                 "--optimizer", "torch_adamw", "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6",
+                 "--weight-decay", "0.01", "--lr", "1e-3", "--lr-scheduler", "polynomial_decay",
+                 "--warmup-updates", "2", "--total-num-update", "20", "--clip-norm", "1.0", "--cpu",
+                 "--num-workers", "0", "--log-format", "json", "--log-interval", "1", "--seed", "3"]
+
+
+def _toy_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def _backward(model, step):
+    generator = torch.Generator().manual_seed(100 + step)
+    x, y = torch.randn(16, 6, generator=generator), torch.randn(16, 3, generator=generator)
+    (3.0 * ((model(x) - y) ** 2).sum()).backward()  # large enough that clipping at 0.5 acts
+
+
+def _config(**overrides):
+    cfg = OmegaConf.structured(TorchAdamWConfig(lr=[0.01], adam_betas="(0.9,0.98)", adam_eps=1e-6, weight_decay=0.1))
+    for key, value in overrides.items():
+        cfg[key] = value
+    return cfg
+
+
+def test_updates_equal_torch_adamw_with_torch_clipping():
+    """Six updates (grads scaled, clipped to 0.5, stepped) give the parameters torch.optim.AdamW gives after
+    torch.nn.utils.clip_grad_norm_: the same operations, so equal to float32 rounding."""
+    ours_model, reference_model = _toy_model(0), _toy_model(0)
+    ours = TorchAdamW(_config(), list(ours_model.parameters()))
+    reference = torch.optim.AdamW(reference_model.parameters(), lr=0.01, betas=(0.9, 0.98), eps=1e-6,
+                                  weight_decay=0.1, foreach=False)
+    for step in range(6):
+        _backward(ours_model, step)
+        _backward(reference_model, step)
+        ours.multiply_grads(0.5)
+        for p in reference_model.parameters():
+            p.grad.mul_(0.5)
+        ours_norm = ours.clip_grad_norm(0.5)
+        reference_norm = torch.nn.utils.clip_grad_norm_(reference_model.parameters(), 0.5)
+        assert torch.allclose(ours_norm, reference_norm, rtol=1e-6)
+        ours.step()
+        reference.step()
+        ours.zero_grad()
+        reference.zero_grad()
+    for p, q in zip(ours_model.parameters(), reference_model.parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6)
+
+
+def test_clip_grad_norm_equals_fairseqs():
+    """The total norm and the clipped gradients equal fairseq's utils.clip_grad_norm_ (per-tensor norms)."""
+    ours_model, fairseq_model = _toy_model(1), _toy_model(1)
+    _backward(ours_model, 0)
+    _backward(fairseq_model, 0)
+    ours = TorchAdamW(_config(), list(ours_model.parameters()))
+    assert torch.allclose(ours.clip_grad_norm(0.25), fairseq_utils.clip_grad_norm_(list(fairseq_model.parameters()), 0.25),
+                          rtol=1e-6)
+    for p, q in zip(ours_model.parameters(), fairseq_model.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-6, atol=0)
+    unclipped = ours.clip_grad_norm(0.0)  # 0: report the norm, change nothing
+    assert abs(float(unclipped) - 0.25) < 1e-5
+
+
+def test_options_as_fairseq_adam_and_state_round_trip():
+    model = _toy_model(2)
+    optimizer = TorchAdamW(_config(), list(model.parameters()))
+    group = optimizer.optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (0.01, (0.9, 0.98), 1e-6, 0.1)
+    assert group["foreach"] is True  # CPU tensors: multi-tensor kernels (fused on CUDA)
+    _backward(model, 0)
+    optimizer.step()
+    restored = TorchAdamW(_config(), list(model.parameters()))
+    restored.load_state_dict(optimizer.state_dict())
+    state = next(iter(restored.optimizer.state.values()))
+    assert int(state["step"]) == 1 and torch.count_nonzero(state["exp_avg"]) > 0
+
+
+def test_fairseq_train_with_torch_adamw_saves_and_resumes(spm_data, tmp_path):
+    """fairseq-train runs with --optimizer torch_adamw, and a second run resumes its optimizer state."""
+    from fairseq import checkpoint_utils
+
+    save = str(tmp_path / "ck")
+    run_cli([bin_path("fairseq-train"), spm_data, *TINY_PRETRAIN, "--max-update", "3", "--save-dir", save])
+    state = checkpoint_utils.load_checkpoint_to_cpu(f"{save}/checkpoint_last.pt")
+    assert state["cfg"]["optimizer"]["_name"] == "torch_adamw"
+    assert state["last_optimizer_state"]["state"] and state["optimizer_history"][-1]["num_updates"] == 3
+    second = run_cli([bin_path("fairseq-train"), spm_data, *TINY_PRETRAIN, "--max-update", "5", "--save-dir", save])
+    assert "loaded checkpoint" in (second.stdout + second.stderr).lower()
+    resumed = checkpoint_utils.load_checkpoint_to_cpu(f"{save}/checkpoint_last.pt")
+    assert resumed["optimizer_history"][-1]["num_updates"] == 5
+    steps = {int(s["step"]) for s in resumed["last_optimizer_state"]["state"].values()}
+    assert steps == {5}  # the moments went on from update 3, not from a fresh optimizer
