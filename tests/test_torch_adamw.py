@@ -76,7 +76,7 @@ def test_options_as_fairseq_adam_and_state_round_trip():
     optimizer = TorchAdamW(_config(), list(model.parameters()))
     group = optimizer.optimizer.param_groups[0]
     assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (0.01, (0.9, 0.98), 1e-6, 0.1)
-    assert group["foreach"] is True  # CPU tensors: multi-tensor kernels (fused on CUDA)
+    assert group["fused"] is True  # one fused kernel for all tensors (CPU here; CUDA alike)
     _backward(model, 0)
     optimizer.step()
     restored = TorchAdamW(_config(), list(model.parameters()))

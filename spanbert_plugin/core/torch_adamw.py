@@ -3,7 +3,7 @@
 Without NVIDIA apex, fairseq's ``adam`` updates each parameter tensor in a Python loop, about ten small
 operations per tensor: on a GPU every one is a kernel launch, and for a small encoder these launches cost
 more per update than the matrix products. ``torch.optim.AdamW`` updates all tensors with a few multi-tensor
-kernels (``fused`` on CUDA, ``foreach`` elsewhere), and it is the optimizer ``transformers``' ``Trainer``
+kernels (``fused`` on CUDA and CPU), and it is the optimizer ``transformers``' ``Trainer``
 uses, so a fine-tune moved from there runs the same update rule. Weight decay is decoupled in both. The one
 numerical difference to fairseq's ``adam``: torch adds ``eps`` after the second-moment bias correction,
 fairseq before it.
@@ -30,15 +30,16 @@ class TorchAdamWConfig(FairseqDataclass):
 
 @register_optimizer("torch_adamw", dataclass=TorchAdamWConfig)
 class TorchAdamW(FairseqOptimizer):
-    """torch.optim.AdamW (fused on CUDA, foreach elsewhere) with fairseq's adam options; gradient norms
+    """torch.optim.AdamW (fused on CUDA and CPU, foreach elsewhere) with fairseq's adam options; gradient norms
     and clipping through torch's multi-tensor kernels too."""
 
     def __init__(self, cfg: TorchAdamWConfig, params):
         super().__init__(cfg)
         params = list(params)
         tensors = [t for group in params for t in (group["params"] if isinstance(group, dict) else [group])]
-        on_cuda = bool(tensors) and all(t.is_cuda and t.is_floating_point() for t in tensors)
-        kernel = {"fused": True} if on_cuda else {"foreach": True}
+        # fused: one kernel reads and writes each parameter and moment once (CUDA and CPU); foreach elsewhere
+        fusable = bool(tensors) and all(t.device.type in ("cuda", "cpu") and t.is_floating_point() for t in tensors)
+        kernel = {"fused": True} if fusable else {"foreach": True}
         self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **kernel)
 
     @property
@@ -61,7 +62,9 @@ class TorchAdamW(FairseqOptimizer):
         experts = [p.grad.detach() for p in self.params if p.grad is not None and hasattr(p, "expert")]
         if not grads:
             return self.params[0].new_tensor(0.0) if self.params else torch.tensor(0.0)
-        total_norm = torch.nn.utils.get_total_norm([g.float() if g.dtype != torch.float32 else g for g in grads])
+        grads32 = [g.float() if g.dtype != torch.float32 else g for g in grads]
+        foreach = all(g.device.type in ("cuda", "cpu") for g in grads32)  # one multi-tensor norm, not one per tensor
+        total_norm = torch.nn.utils.get_total_norm(grads32, foreach=foreach)
         if aggregate_norm_fn is not None:
             total_norm = aggregate_norm_fn(total_norm)
         if max_norm > 0:
