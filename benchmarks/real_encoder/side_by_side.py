@@ -27,6 +27,8 @@ per example), over the time, next to this machine's fp32 matmul peak on the same
     .venv/bin/python benchmarks/real_encoder/side_by_side.py --task sst2 --train-size 2000 --max-epoch 1 --seeds 1
     .venv/bin/python benchmarks/real_encoder/side_by_side.py --task sst2 --seeds 1 2 3          # full size: 67,349 rows x 3 epochs
     .venv/bin/python benchmarks/real_encoder/side_by_side.py --task squad --train-articles 38 --max-epoch 2
+    python benchmarks/real_encoder/side_by_side.py --task squad --device cuda ...   # on a GPU (benchmarks/gpu/real_encoder.sh)
+    .venv/bin/python benchmarks/real_encoder/side_by_side.py --task squad ... --report-only   # summary.md from runs.jsonl
 
 Results (``--out``, default benchmarks/real_encoder/results/TASK): ``runs.jsonl`` (one line per run, appended
 as runs finish; later seeds can be added by another invocation with the same settings), ``summary.md`` (mean
