@@ -84,7 +84,7 @@ def finetune_and_test(args, data, sizes, arm, seed, log):
                f"optimizer.groups.default.lr_float={args.encoder_lr}",
                f"optimizer.groups.coref_head.lr_float={args.head_lr}",
                f"task.coref_ffnn_size={args.ffnn_size}"]
-    command += [f"model.{key}={value}" for key, value in sizes.items()]
+    command += [f"model.{key}={value}" for key, value in sizes.items()] + args.override
     if arm == "pretrained":
         command.append(f"checkpoint.finetune_from_model={os.path.abspath(args.checkpoint)}")
     proc = run(command, log)
@@ -132,6 +132,8 @@ def main():
     parser.add_argument("--ffnn-size", type=int, default=150)
     parser.add_argument("--max-segment-length", type=int, default=384)
     parser.add_argument("--train-docs", type=int, help="keep the first N training documents (smoke tests)")
+    parser.add_argument("--override", nargs="*", default=[],
+                        help="hydra overrides appended to every fine-tuning run, e.g. task.max_training_segments=3")
     parser.add_argument("--litbank", default=LITBANK)
     parser.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "out", "coref_work"))
     args = parser.parse_args()
