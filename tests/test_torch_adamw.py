@@ -85,6 +85,17 @@ def test_options_as_fairseq_adam_and_state_round_trip():
     assert int(state["step"]) == 1 and torch.count_nonzero(state["exp_avg"]) > 0
 
 
+def test_sixteen_bit_parameters_are_a_one_line_error():
+    """--memory-efficient-fp16 hands the optimizer the model's fp16 parameters, which AdamW's fp32 semantics
+    do not cover: a UsageError (one line in fairseq-train) naming the options that work."""
+    import pytest
+
+    from spanbert_plugin.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="--memory-efficient-fp16"):
+        TorchAdamW(_config(), [torch.zeros(3, dtype=torch.float16, requires_grad=True)])
+
+
 def test_fairseq_train_with_torch_adamw_saves_and_resumes(spm_data, tmp_path):
     """fairseq-train runs with --optimizer torch_adamw, and a second run resumes its optimizer state."""
     from fairseq import checkpoint_utils
