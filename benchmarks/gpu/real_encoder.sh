@@ -83,6 +83,8 @@ accuracy_jobs() {
 }
 timing_jobs() {
     job "time-sst2 $SBS --task sst2 --sides ours transformers --seeds 1 --max-epoch 1 --out $RES/sst2_1epoch_alone"
+    job "time-sst2-fused $SBS --task sst2 --sides ours --optimizer torch_adamw --seeds 1 --max-epoch 1 --out $RES/sst2_1epoch_alone"
+    job "time-squad-fused $SBS --task squad --sides ours --optimizer torch_adamw --seeds 1 --max-epoch 1 --lr 5e-5 --out $RES/squad_38articles_1epoch_alone"
     job "time-sst2-gbl $SBS --task sst2 --sides transformers --group-by-length --seeds 1 --max-epoch 1 --out $RES/sst2_1epoch_alone"
     job "time-squad $SBS --task squad --sides ours transformers --seeds 1 --max-epoch 1 --lr 5e-5 --out $RES/squad_38articles_1epoch_alone"
     job "time-squad-gbl $SBS --task squad --sides transformers --group-by-length --seeds 1 --max-epoch 1 --lr 5e-5 --out $RES/squad_38articles_1epoch_alone"
@@ -106,10 +108,10 @@ run_list() {  # LIST PARALLEL SECONDS: the list's runs not done yet, PARALLEL at
 }
 BUDGET=${BUDGET:-560}  # seconds for the runs; the call's 600 s hold the set-up and the tar too
 if [ "$GROUP" = accuracy ]; then
-    run_list accuracy_jobs 14 $((BUDGET - SECONDS))
+    run_list accuracy_jobs ${PARALLEL:-6} $((BUDGET - SECONDS))
 else  # timing alone first, then what an earlier call left of the accuracy runs
     run_list timing_jobs 1 $((BUDGET - SECONDS))
-    [ $((BUDGET - SECONDS)) -gt 30 ] && run_list accuracy_jobs 14 $((BUDGET - SECONDS))
+    [ $((BUDGET - SECONDS)) -gt 30 ] && run_list accuracy_jobs ${PARALLEL:-6} $((BUDGET - SECONDS))
 fi
 nvidia-smi --query-gpu=name,memory.used --format=csv
 tar czf $OUT/real_encoder_gpu.tar.gz -C /tmp gpu_results && ls -la $OUT

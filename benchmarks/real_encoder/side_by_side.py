@@ -48,6 +48,7 @@ BIN = os.path.dirname(sys.executable)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 SIDES = ("ours", "transformers", "random-init")
 GROUPED = "transformers (group_by_length)"  # the label of transformers rows run with --group-by-length
+FUSED = "ours (torch_adamw)"  # the label of ours rows run with --optimizer torch_adamw
 
 
 def _script(path, name):
@@ -117,7 +118,7 @@ def common_options(args, seed):
     ``args.updates_per_epoch`` x epochs, 10% warm-up."""
     total = args.max_epoch * args.updates_per_epoch
     return ["--user-dir", os.path.join(ROOT, "user_dir"), *task_options(args), "--arch", "spanbert_base",
-            "--dropout", "0.1", "--attention-dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.999)",
+            "--dropout", "0.1", "--attention-dropout", "0.1", "--optimizer", args.optimizer, "--adam-betas", "(0.9,0.999)",
             "--adam-eps", "1e-6", "--weight-decay", "0.01", "--clip-norm", "1.0", "--lr", str(args.lr),
             "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(max(1, round(total / 10))),
             "--total-num-update", str(total), "--max-epoch", str(args.max_epoch), "--batch-size", str(args.batch_size),
@@ -329,7 +330,7 @@ def summary(rows, args, peak, flops):
              f"| side | runs | dev {metric} after the last epoch (mean ± sd) | seconds per epoch (mean) | "
              "GFLOP/s | share of peak |", "|---|---|---|---|---|---|"]
     seconds = {}
-    for side in (*SIDES, GROUPED):
+    for side in (*SIDES, FUSED, GROUPED):
         runs = [r for r in rows if r["side"] == side]
         if not runs:
             continue
@@ -338,9 +339,11 @@ def summary(rows, args, peak, flops):
         rate = flops / seconds[side]
         lines.append(f"| {side} | {len(runs)} | {mean:.2f} ± {sd:.2f} | {seconds[side]:.1f} | {rate / 1e9:.1f} | "
                      f"{100 * rate / peak:.0f}% |")
-    for peer, batching in (("transformers", "Trainer-default random batches"), (GROUPED, "group_by_length")):
-        if "ours" in seconds and peer in seconds:
-            lines += ["", f"Wall time per epoch, ours / transformers ({batching}): {seconds['ours'] / seconds[peer]:.2f}x"]
+    for ours in ("ours", FUSED):
+        for peer, batching in (("transformers", "Trainer-default random batches"), (GROUPED, "group_by_length")):
+            if ours in seconds and peer in seconds:
+                lines += ["", f"Wall time per epoch, {ours} / transformers ({batching}): "
+                              f"{seconds[ours] / seconds[peer]:.2f}x"]
     return "\n".join(lines) + "\n"
 
 
@@ -363,6 +366,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2, help="torch threads on every side")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where every side trains (cuda: the first GPU; ours then runs fairseq-train without --cpu)")
+    parser.add_argument("--optimizer", choices=("adam", "torch_adamw"), default="adam",
+                        help="ours: fairseq's adam, or the plugin's fused torch_adamw (rows labelled 'ours (torch_adamw)')")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: rewrite summary.md from the runs.jsonl rows of these settings")
     parser.add_argument("--keep-checkpoint", action="store_true",
@@ -404,6 +409,7 @@ def main():
             else:
                 result = ours_run(data, args, seed, side, imported, log)
             label = GROUPED if side == "transformers" and args.group_by_length else side
+            label = FUSED if side == "ours" and args.optimizer == "torch_adamw" else label
             rows.append({"side": label, "seed": seed, "settings": args.settings, **result, "peak_flops": peak})
             with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
