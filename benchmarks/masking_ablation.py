@@ -236,6 +236,11 @@ def write_table(rows, args, settings, log, earlier_commands=""):
     fig.savefig(os.path.join(args.results, "table.png"), dpi=120)
 
 
+def _read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", choices=list(SETTINGS), default="cpu")
@@ -281,22 +286,27 @@ def main(argv=None):
     data = os.path.join(args.work, "pretrain_data")
     needs_spans = {"named_entity", "noun_phrase"} & set(args.schemes)
     stats = os.path.join(data, "prepare_stats.json")
-    annotated = os.path.isfile(stats) and "annotator" in json.load(open(stats))
+    annotated = os.path.isfile(stats) and "annotator" in _read_json(stats)
     if args.fresh or not os.path.isfile(stats) or (needs_spans and not annotated):  # same text; spans added when needed
         log.run([os.path.join(BIN, "spanbert-prepare"), "--train", *novels, "--join-wrapped-lines", "--wordpiece-vocab", vocab,
                  "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
                  "--valid-fraction", "0.05", "--destdir", data, "--force"], "prepare the pre-training corpus", env)
-    with open(os.path.join(data, "prepare_stats.json")) as f:
-        corpus = json.load(f)
+    corpus = _read_json(stats)
     settings = {"setting": args.setting, "from_model": args.from_model, "smoke": args.smoke, **cfg,
                 "novels_used": len(novels), "novels_left_out": sorted(held), "train_tokens": corpus["train"]["tokens"],
                 "pretrain_seed": args.pretrain_seed}
     print(json.dumps(settings), flush=True)
     settings_path, csv_path = os.path.join(args.results, "settings.json"), os.path.join(args.results, "results.csv")
-    same = os.path.isfile(settings_path) and json.load(open(settings_path)) == settings
-    rows = list(csv.DictReader(open(csv_path))) if same and not args.fresh and os.path.isfile(csv_path) else []
+    same = os.path.isfile(settings_path) and _read_json(settings_path) == settings
+    rows = []
+    if same and not args.fresh and os.path.isfile(csv_path):
+        with open(csv_path, newline="") as f:
+            rows = list(csv.DictReader(f))
     commands_path = os.path.join(args.results, "commands.md")  # earlier invocations' commands, kept with their rows
-    earlier_commands = open(commands_path, encoding="utf-8").read() if rows and os.path.isfile(commands_path) else ""
+    earlier_commands = ""
+    if rows and os.path.isfile(commands_path):
+        with open(commands_path, encoding="utf-8") as f:
+            earlier_commands = f.read()
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
 
     prepared = prepare_tasks(log, args, cfg, data, env)
