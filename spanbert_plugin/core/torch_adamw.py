@@ -10,6 +10,7 @@ fairseq before it.
 
     fairseq-train ... --optimizer torch_adamw --adam-betas '(0.9,0.999)' --adam-eps 1e-6 --weight-decay 0.01
 """
+import ast
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, List
@@ -52,7 +53,10 @@ class TorchAdamW(FairseqOptimizer):
         """The options a checkpoint's optimizer state is overridden with (as fairseq's adam)."""
         lr = self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr
         betas = self.cfg.adam_betas
-        betas = eval(betas) if isinstance(betas, str) else OmegaConf.to_container(betas) if OmegaConf.is_config(betas) else betas
+        if isinstance(betas, str):  # "(0.9,0.999)" on the command line: a literal, never evaluated as code
+            betas = ast.literal_eval(betas)
+        elif OmegaConf.is_config(betas):
+            betas = OmegaConf.to_container(betas)
         return {"lr": lr, "betas": tuple(betas), "eps": self.cfg.adam_eps, "weight_decay": self.cfg.weight_decay}
 
     @property
