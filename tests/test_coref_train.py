@@ -217,7 +217,9 @@ def test_learns_to_resolve_repeated_names(synthetic_data):
 
     before = conll_f1()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for epoch in range(6):
+    # 10 epochs: the starting point varies from run to run (the fixtures' WordPiece vocabulary is trained
+    # in parallel), and after 6 epochs conll_f1 ranged 64-88 over runs; after 10 it ranged 80-89 over 6 runs
+    for epoch in range(10):
         for i in np.random.default_rng(epoch).permutation(len(train)):
             loss, _, _ = criterion(model, train.collater([train[i]]))
             optimizer.zero_grad()
