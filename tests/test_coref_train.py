@@ -217,8 +217,8 @@ def test_learns_to_resolve_repeated_names(synthetic_data):
 
     before = conll_f1()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    # 10 epochs: the starting point varies from run to run (the fixtures' WordPiece vocabulary is trained
-    # in parallel), and after 6 epochs conll_f1 ranged 64-88 over runs; after 10 it ranged 80-89 over 6 runs
+    # 10 epochs: the starting point varies from run to run (conll_f1 before training 3-8; the source of that
+    # variation is not pinned down), and after 6 epochs conll_f1 ranged 64-88 over runs; after 10, 80-89 over 6
     for epoch in range(10):
         for i in np.random.default_rng(epoch).permutation(len(train)):
             loss, _, _ = criterion(model, train.collater([train[i]]))
