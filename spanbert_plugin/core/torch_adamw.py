@@ -42,7 +42,7 @@ class TorchAdamW(FairseqOptimizer):
         tensors = [t for group in params for t in (group["params"] if isinstance(group, dict) else [group])]
         if any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors):  # only memory-efficient modes pass these
             raise UsageError("--optimizer torch_adamw: the parameters are 16-bit (--memory-efficient-fp16/-bf16); "
-                             "use --fp16, --bf16 or --amp (fp32 master weights), or --optimizer adam")
+                             "use --fp16 or --amp (fp32 master weights), or --optimizer adam")
         # fused: one kernel reads and writes each parameter and moment once (CUDA and CPU); foreach elsewhere
         fusable = bool(tensors) and all(t.device.type in ("cuda", "cpu") and t.is_floating_point() for t in tensors)
         kernel = {"fused": True} if fusable else {"foreach": True}
