@@ -12,6 +12,8 @@ BIN = os.path.dirname(sys.executable)
 # the whole suite, and thread counts change float summation order, hence results.
 THREAD_PINS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 os.environ.update(THREAD_PINS)
+# a child that dies from a signal prints every thread's Python stack, so the failure names its cause
+CHILD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 # ---------------------------------------------------------------- ../shared/data
@@ -76,7 +78,7 @@ def pytest_runtest_setup(item):
 
 def run_cli(args, timeout=600, check=True, env=None):
     """Run a console command of the venv; return the CompletedProcess."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    full_env = dict(os.environ, **CHILD_ENV, **(env or {}))
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
@@ -103,7 +105,7 @@ def run_gloo_ranks(command, world_size=2, timeout=600):
                 # output to files, not pipes: an unread pipe that fills up would block a worker
                 logs.append(tempfile.TemporaryFile("w+", encoding="utf-8"))
                 procs.append(subprocess.Popen(args, cwd=ROOT, stdout=logs[-1], stderr=subprocess.STDOUT,
-                                              env=dict(os.environ, PYTHONUNBUFFERED="1", **THREAD_PINS)))
+                                              env=dict(os.environ, **CHILD_ENV, **THREAD_PINS)))
             deadline, stop_reason = time.monotonic() + timeout, None
             while stop_reason is None and None in [p.poll() for p in procs]:  # a list: poll every worker
                 failed = [rank for rank, p in enumerate(procs) if p.returncode not in (None, 0)]
@@ -114,6 +116,7 @@ def run_gloo_ranks(command, world_size=2, timeout=600):
                 else:
                     time.sleep(0.2)
         finally:
+            killed = [p.poll() is None for p in procs]
             for p in procs:
                 if p.poll() is None:
                     p.kill()
@@ -123,10 +126,9 @@ def run_gloo_ranks(command, world_size=2, timeout=600):
                 log.seek(0)
                 outputs.append(log.read())
                 log.close()
-    failures = [f"gloo worker {rank} of {world_size} exited with {p.returncode}:\n{out[-4000:]}"
-                for rank, (p, out) in enumerate(zip(procs, outputs)) if p.returncode > 0]
-    failures += [f"gloo worker {rank} of {world_size} killed ({stop_reason})"
-                 for rank, p in enumerate(procs) if p.returncode < 0]
+    failures = [f"gloo worker {rank} of {world_size} killed ({stop_reason})" if was_killed else
+                f"gloo worker {rank} of {world_size} exited with {p.returncode}:\n{out[-4000:]}"
+                for rank, (p, out, was_killed) in enumerate(zip(procs, outputs, killed)) if p.returncode != 0]
     assert not failures, "\n".join(failures)
     return outputs
 
@@ -155,7 +157,13 @@ def wordpiece_vocab(corpus_files, tmp_path_factory):
     tok = BertWordPieceTokenizer(lowercase=False, strip_accents=False)
     tok.train([corpus_files[0]], vocab_size=1500, min_frequency=2)
     tok.save_model(str(d))
-    return str(d / "vocab.txt")
+    # The trainer returns the same pieces in a run-dependent order; fix the ids (specials first, then sorted) so
+    # that every run trains on identical inputs
+    path = d / "vocab.txt"
+    pieces = path.read_text(encoding="utf-8").splitlines()
+    specials = [p for p in pieces if p in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")]
+    path.write_text("\n".join(specials + sorted(set(pieces) - set(specials))) + "\n", encoding="utf-8")
+    return str(path)
 
 
 @pytest.fixture(scope="session")
