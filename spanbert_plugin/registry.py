@@ -1,7 +1,8 @@
 """Registers every component of the plugin with fairseq, exactly once; ``user_dir/`` imports this for ``--user-dir``.
 
 It also allowlists what fairseq checkpoints hold for torch's safe loading, registers the hub's task methods
-(``hub.answer``, ``hub.coref``) and installs the hook that prints a plugin error in ``fairseq-train`` as one line.
+(``hub.answer``, ``hub.coref``), installs the hook that prints a plugin error in ``fairseq-train`` as one line, and
+stops fairseq's prefetch threads at exit.
 The package itself stays light (``--help`` of every command starts without torch); this module is the top layer.
 """
 import logging
@@ -19,6 +20,10 @@ install_excepthook()
 from .core import loss_scaler_state  # noqa: E402
 
 loss_scaler_state.install()  # fp16/amp checkpoints keep the whole loss-scaler state (exact resume)
+
+from .core import clean_exit  # noqa: E402
+
+clean_exit.install()  # a run stopped mid-epoch exits 0, not with an abort from fairseq's prefetch thread
 
 # Registered components (models, tasks, criteria, hub methods), one feature per line.
 from .core import torch_adamw  # noqa: F401,E402  (--optimizer torch_adamw)

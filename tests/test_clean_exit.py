@@ -1,0 +1,60 @@
+"""fairseq's prefetch thread is stopped at exit, so a run that stops mid-epoch cannot abort while Python finalises."""
+
+import subprocess
+import sys
+import threading
+
+import torch
+
+from conftest import ROOT
+
+STOPPED_MID_EPOCH = """
+import torch
+{register}
+from fairseq.data.iterators import BufferedIterator
+
+class Batches:
+    def __len__(self):
+        return 100
+
+    def __iter__(self):
+        try:
+            for i in range(100):
+                yield {{"tokens": torch.full((4, 8), i)}}
+        finally:
+            print("source closed", flush=True)  # runs only when the prefetch thread leaves its loop
+
+batches = BufferedIterator(2, Batches())
+next(batches)
+"""
+
+
+def _prefetchers():
+    from fairseq.data.iterators import BackgroundConsumer
+
+    return [t for t in threading.enumerate() if isinstance(t, BackgroundConsumer) and t.is_alive()]
+
+
+def test_stop_ends_a_prefetch_thread_blocked_on_a_full_queue():
+    from fairseq.data.iterators import BufferedIterator
+    from spanbert_plugin.core.clean_exit import stop_background_consumers
+
+    batches = BufferedIterator(2, [torch.full((4, 8), i) for i in range(50)])
+    assert int(next(batches)[0, 0]) == 0
+    assert _prefetchers()  # blocked on the full queue, as after --max-update
+    stop_background_consumers()
+    assert not _prefetchers()
+
+
+def _run(register):
+    code = STOPPED_MID_EPOCH.format(register=register)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_importing_the_plugin_stops_the_thread_at_exit():
+    with_plugin = _run("import spanbert_plugin.registry")
+    assert with_plugin.returncode == 0, with_plugin.stderr[-2000:]
+    assert "source closed" in with_plugin.stdout
+    # the control: without the plugin the thread is still blocked when Python finalises
+    without = _run("")
+    assert "source closed" not in without.stdout
