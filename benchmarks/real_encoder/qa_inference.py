@@ -132,6 +132,47 @@ def scores(squad: str, predictions: dict) -> dict:
     return {"exact_match": official["exact"], "f1": official["f1"]}
 
 
+MARGINS = (0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 4)
+
+
+def recheck_sweep(nbest_bf16: dict, bf16: dict, fp32: dict, reference: dict) -> list:
+    """Per margin M: the share of questions whose bf16 answer leads by less than M, and the identity of the answers
+    when those take fp32's answer (what ``--fp32-recheck-margin M`` does, up to fp32 rounding of other batches)."""
+    from spanbert_plugin.qa.predict import answer_lead
+
+    lead = {qid: answer_lead(entries) for qid, entries in nbest_bf16.items()}
+    rows = []
+    for margin in MARGINS:
+        mixed = {qid: fp32[qid] if lead[qid] < margin else answer for qid, answer in bf16.items()}
+        rows.append({"margin": margin, "rechecked": sum(lead[q] < margin for q in bf16) / len(bf16),
+                     "identical_to_transformers_fp32": sum(mixed.get(k) == v for k, v in reference.items()) / len(reference),
+                     "identical_to_ours_fp32": sum(mixed[k] == v for k, v in fp32.items()) / len(fp32)})
+    return rows
+
+
+def plot_sweep(rows: list, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    rechecked = [100 * r["rechecked"] for r in rows]
+    for key, label in (("identical_to_transformers_fp32", "vs transformers fp32"), ("identical_to_ours_fp32", "vs ours fp32")):
+        ax.plot(rechecked, [100 * r[key] for r in rows], marker="o", label=label)
+    for r, x in zip(rows, rechecked):
+        ax.annotate(f"{r['margin']:g}", (x, 100 * r["identical_to_ours_fp32"]), fontsize=7, xytext=(2, 4),
+                    textcoords="offset points")
+    ax.axhline(99, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("questions computed again in fp32 (%)")
+    ax.set_ylabel("answers identical (%)")
+    ax.set_title("--bf16 --fp32-recheck-margin M (labels: M, logits)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", help="extractive_qa checkpoint (.pt) fine-tuned from the imported encoder")
@@ -145,6 +186,9 @@ def main():
     parser.add_argument("--out", help="results folder (summary.md, results.json)")
     parser.add_argument("--bf16", action="store_true",
                         help="also both sides under bfloat16 autocast (ours: spanbert-predict-qa --bf16)")
+    parser.add_argument("--fp32-recheck-margin", type=float, default=0.0,
+                        help="with --bf16, also ours under bf16 with spanbert-predict-qa --fp32-recheck-margin M")
+    parser.add_argument("--sides", nargs="+", help="run only these sides (names as in the table; default: all)")
     parser.add_argument("--transformers-side", nargs=3, metavar=("HF_DIR", "SQUAD", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.transformers_side:
@@ -173,6 +217,18 @@ def main():
         theirs_file = os.path.join(args.work, f"transformers_predictions_{precision}.json")
         sides["transformers" + suffix] = ([[sys.executable, __file__, "--threads", str(args.threads), *flag,
                                             "--transformers-side", hf_dir, squad, theirs_file]], theirs_file)
+    if args.bf16 and args.fp32_recheck_margin > 0:
+        margin = f"{args.fp32_recheck_margin:g}"
+        predicted = os.path.join(args.work, f"ours_out_bf16_recheck_{margin}")
+        sides[f"ours (bf16, fp32 recheck {margin})"] = (
+            [prepare, [os.path.join(BIN, "spanbert-predict-qa"), "--checkpoint", args.checkpoint, "--data", data,
+                       "--split", "valid", "--out", predicted, "--cpu", "--force", "--bf16", "--fp32-recheck-margin",
+                       margin]], os.path.join(predicted, "predictions.json"))
+    if args.sides:
+        unknown = sorted(set(args.sides) - set(sides))
+        if unknown or "transformers" not in args.sides:
+            parser.error(f"--sides: unknown {unknown} (known: {sorted(sides)}); 'transformers' is the reference")
+        sides = {name: side for name, side in sides.items() if name in args.sides}
     seconds = {side: [] for side in sides}
     for r in range(args.rounds):
         for side, (commands, _) in sides.items():
@@ -193,18 +249,29 @@ def main():
                                                for s, t in seconds.items()},
               "identical_to_transformers_fp32": {s: same(s) / n for s in sides},
               "scores": {s: scores(squad, answers[s]) for s in sides}}
-    if args.bf16:
+    if "ours (bf16)" in answers and "ours" in answers:
         result["ours_bf16_identical_to_ours_fp32"] = sum(answers["ours (bf16)"].get(k) == v
                                                          for k, v in answers["ours"].items()) / n
+    if "ours (bf16)" in answers and "ours" in answers:
+        with open(os.path.join(args.work, "ours_out_bf16", "nbest_predictions.json"), encoding="utf-8") as f:
+            result["fp32_recheck_sweep"] = recheck_sweep(json.load(f), answers["ours (bf16)"], answers["ours"], reference)
     text = (f"# QA inference, ours vs transformers ({n:,} SQuAD 1.1 dev questions, {args.threads} thread(s), "
             f"{args.rounds} round(s))\n\n| side | seconds (median) | questions/s | speed over transformers fp32 | "
             "answers identical to transformers fp32 | EM | F1 |\n|---|---|---|---|---|---|---|\n"
             + "".join(f"| {s} | {statistics.median(seconds[s]):.1f} | {result['questions_per_second'][s]:.2f} | "
                       f"{result['speed_over_transformers_fp32'][s]:.2f}x | {same(s):,} ({100 * same(s) / n:.2f}%) | "
                       f"{result['scores'][s]['exact_match']:.2f} | {result['scores'][s]['f1']:.2f} |\n" for s in sides))
+    if "fp32_recheck_sweep" in result:
+        text += ("\n## `--bf16 --fp32-recheck-margin M`, simulated: ours bf16, with ours fp32's answer where the bf16 "
+                 "answer leads by less than M\n\n| M | questions rechecked | identical to transformers fp32 | "
+                 "identical to ours fp32 |\n|---|---|---|---|\n"
+                 + "".join(f"| {row['margin']:g} | {100 * row['rechecked']:.2f}% | {100 * row['identical_to_transformers_fp32']:.2f}% "
+                           f"| {100 * row['identical_to_ours_fp32']:.2f}% |\n" for row in result["fp32_recheck_sweep"]))
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
+        if "fp32_recheck_sweep" in result:
+            plot_sweep(result["fp32_recheck_sweep"], os.path.join(args.out, "fp32_recheck_sweep.png"))
         with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
         with open(os.path.join(args.out, "summary.md"), "w", encoding="utf-8") as f:

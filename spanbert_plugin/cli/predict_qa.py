@@ -22,6 +22,9 @@ def get_parser():
                         help="SQuAD 2.0: answer '' when null score minus best span score exceeds this")
     parser.add_argument("--n-best", type=int, default=20, help="best start/end positions per window and answers kept")
     parser.add_argument("--max-answer-length", type=int, default=30, help="longest answer, in tokens")
+    parser.add_argument("--fp32-recheck-margin", type=float, default=0.0, metavar="LOGITS",
+                        help="with --bf16: compute again in fp32 the questions whose best answer leads the next by less "
+                        "than this (start + end logits), so near ties are decided as in fp32 (0: off)")
     return parser
 
 
@@ -35,13 +38,17 @@ def main(argv=None):
             raise UsageError(f"{flag} must be at least 1")
     if math.isnan(args.null_threshold):
         raise UsageError("--null-threshold nan: must be a number (every comparison with nan is false)")
+    if not args.fp32_recheck_margin >= 0 or math.isinf(args.fp32_recheck_margin):
+        raise UsageError(f"--fp32-recheck-margin {args.fp32_recheck_margin}: must be a finite number of at least 0")
+    if args.fp32_recheck_margin > 0 and not args.bf16:
+        raise UsageError("--fp32-recheck-margin: only with --bf16 (without it every window is computed in fp32)")
     from ..qa.predict import predict_split  # imports torch and fairseq: after parsing, so --help is quick
     from ..qa.scoring import AnswerOptions
 
     options = AnswerOptions(args.n_best, args.max_answer_length, args.null_threshold)
     with model_precision(args):
         scores = predict_split(args.checkpoint, args.data, args.split, args.out, options, args.force,
-                               args.batch_size, args.max_tokens, args.cpu)
+                               args.batch_size, args.max_tokens, args.cpu, args.fp32_recheck_margin)
     print(f"{PROG}: wrote {args.out}: " + json.dumps(scores))
     return 0
 

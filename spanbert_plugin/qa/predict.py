@@ -46,9 +46,48 @@ def split_logits(model, task, cfg, split: str, batch_size=None, max_tokens=None)
     return SplitLogits(np.arange(len(logits)), logits[:, 0], logits[:, 1])
 
 
+def near_ties(result, margin: float, null_threshold: float = 0.0) -> np.ndarray:
+    """Indices of the questions whose answer a change of less than ``margin`` in a span score could flip.
+
+    That is: the best span leads the next distinct one by less than ``margin`` (start + end logits), or, with
+    unanswerable questions, the null odds lie within ``margin`` of ``null_threshold``."""
+    close = []
+    for index, qid in zip(result.question_indices.tolist(), result.ids):
+        odds = result.null_odds.get(qid)
+        if answer_lead(result.nbest[qid]) < margin or (odds is not None and abs(odds - null_threshold) < margin):
+            close.append(index)
+    return np.asarray(close, dtype=np.int64)
+
+
+def answer_lead(nbest) -> float:
+    """How far the best span's score (start + end logits) leads the next distinct span's (inf with fewer than 2)."""
+    spans = [e["start_logit"] + e["end_logit"] for e in nbest[:3] if e["start"] >= 0][:2]  # the null entry aside
+    return spans[0] - spans[1] if len(spans) == 2 else float("inf")
+
+
+def window_logits_fp32(model, dataset, windows: np.ndarray, width: int, batch_size: int = 32) -> SplitLogits:
+    """Start/end logits of ``windows`` computed in fp32 whatever autocast is active, batched by length."""
+    from .criterion import qa_logits
+
+    windows = windows[np.argsort(dataset.sizes[windows], kind="stable")]
+    fill = np.finfo(np.float32).min
+    start, end = np.full((len(windows), width), fill, np.float32), np.full((len(windows), width), fill, np.float32)
+    device = next(model.parameters()).device
+    with torch.no_grad(), torch.autocast(device_type=device.type, enabled=False):
+        for lo in range(0, len(windows), batch_size):
+            sample = dataset.collater([dataset[int(i)] for i in windows[lo:lo + batch_size]])
+            net_input = {k: v.to(device) for k, v in sample["net_input"].items()}
+            s, e = qa_logits(model, {"net_input": net_input})
+            start[lo:lo + len(s), : s.shape[1]], end[lo:lo + len(e), : e.shape[1]] = s.cpu().numpy(), e.cpu().numpy()
+    return SplitLogits(windows, start, end)
+
+
 def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=False, batch_size=None,
-                  max_tokens=None, cpu=False):
-    """Write predictions.json, null_odds.json (SQuAD 2.0), nbest_predictions.json and eval.json to ``out``."""
+                  max_tokens=None, cpu=False, fp32_recheck_margin: float = 0.0):
+    """Write predictions.json, null_odds.json (SQuAD 2.0), nbest_predictions.json and eval.json to ``out``.
+
+    With ``fp32_recheck_margin`` > 0 (meant for bfloat16 autocast), the windows of every question that is a near
+    tie (:func:`near_ties`) are computed again in fp32 and those questions answered from the fp32 logits."""
     from .squad_metrics import evaluate
     from .postprocess import postprocess
 
@@ -57,8 +96,20 @@ def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=Fa
     model, task, cfg = load_qa_checkpoint(checkpoint, data, cpu)
     qa = task.qa_split(split)
     logits = split_logits(model, task, cfg, split, batch_size, max_tokens)
-    result = postprocess(qa, logits.window_ids, logits.start, logits.end, n_best=options.n_best,
-                         max_answer_length=options.max_answer_length, null_threshold=options.null_threshold)
+
+    def answer():
+        return postprocess(qa, logits.window_ids, logits.start, logits.end, n_best=options.n_best,
+                           max_answer_length=options.max_answer_length, null_threshold=options.null_threshold)
+
+    result = answer()
+    if fp32_recheck_margin > 0:
+        close = near_ties(result, fp32_recheck_margin, options.null_threshold)
+        windows = np.flatnonzero(np.isin(qa.question_index, close))
+        fp32 = window_logits_fp32(model, task.dataset(split), windows, logits.start.shape[1])
+        logits.start[fp32.window_ids], logits.end[fp32.window_ids] = fp32.start, fp32.end
+        result = answer()
+        print(f"{COMMAND}: {len(close)} of {len(qa.questions)} questions were near ties (margin "
+              f"{fp32_recheck_margin:g}); their {len(windows)} windows were computed again in fp32", file=sys.stderr)
     missing = [q["id"] for q in qa.questions if q["id"] not in result.predictions]
     if missing:
         raise RuntimeError(f"split {split!r}: {len(missing)} questions got no prediction (first: {missing[0]})")
