@@ -14,7 +14,10 @@ From raw SQuAD JSON to answers, as a user runs each side:
   tokens, text cut from the context by the offset mapping.
 
 Each side runs as its own process (imports and loading included) and is timed from outside; the sides
-alternate for ``--rounds`` rounds. ``--bf16`` adds both sides under bfloat16 autocast. Prints and writes
+alternate for ``--rounds`` rounds. ``--bf16`` adds both sides under bfloat16 autocast, and with
+``--fp32-recheck-margin M`` ours with ``spanbert-predict-qa --bf16 --fp32-recheck-margin M``; ``--sides`` runs a
+subset. With ours in fp32 and bf16, a sweep over M is simulated from their outputs (bf16's answer, or fp32's
+where bf16's leads by less than M): table and ``fp32_recheck_sweep.png``. Prints and writes
 (``--out``) questions per second, the speed over transformers in fp32, EM/F1 of each side with the official
 SQuAD 1.1 metrics, and the share of questions whose answer string is identical to transformers' in fp32.
 
@@ -132,7 +135,7 @@ def scores(squad: str, predictions: dict) -> dict:
     return {"exact_match": official["exact"], "f1": official["f1"]}
 
 
-MARGINS = (0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 4)
+MARGINS = (0, 0.01, 0.02, 0.04, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 4)
 
 
 def recheck_sweep(nbest_bf16: dict, bf16: dict, fp32: dict, reference: dict) -> list:
