@@ -255,7 +255,6 @@ def main():
     if "ours (bf16)" in answers and "ours" in answers:
         result["ours_bf16_identical_to_ours_fp32"] = sum(answers["ours (bf16)"].get(k) == v
                                                          for k, v in answers["ours"].items()) / n
-    if "ours (bf16)" in answers and "ours" in answers:
         with open(os.path.join(args.work, "ours_out_bf16", "nbest_predictions.json"), encoding="utf-8") as f:
             result["fp32_recheck_sweep"] = recheck_sweep(json.load(f), answers["ours (bf16)"], answers["ours"], reference)
     text = (f"# QA inference, ours vs transformers ({n:,} SQuAD 1.1 dev questions, {args.threads} thread(s), "
