@@ -14,6 +14,9 @@ THREAD_PINS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 os.environ.update(THREAD_PINS)
 # a child that dies from a signal prints every thread's Python stack, so the failure names its cause
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+# Safe loading of fairseq checkpoints needs the plugin's allowlist, as in any process using the plugin; installed
+# here so that a test reading a checkpoint with torch.load does not depend on an earlier test having imported it
+import spanbert_plugin.core.checkpoint_loading  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------- ../shared/data
