@@ -250,6 +250,7 @@ def _trainer_batches(sizes, batch_size, generator, group_by_length):
 def transformers_run(data, args, seed, hf_dir):
     import torch
     from fairseq.optim.lr_scheduler import build_lr_scheduler
+    from tqdm import tqdm
     from transformers import BertForQuestionAnswering, BertForSequenceClassification
 
     torch.set_num_threads(args.threads)
@@ -274,7 +275,8 @@ def transformers_run(data, args, seed, hf_dir):
         model.train()
         _synchronize(args.device)
         start = time.perf_counter()
-        for indices in _trainer_batches(train.sizes, args.batch_size, generator, args.group_by_length):
+        batches = _trainer_batches(train.sizes, args.batch_size, generator, args.group_by_length)
+        for indices in tqdm(batches, desc=f"transformers seed {seed}, epoch {len(scores) + 1}", mininterval=30):
             batch = train.collater([train[i] for i in indices])
             inputs = qa_quality._hf_inputs(batch, pad, device)
             if args.task in GLUE_TASKS:
