@@ -1,6 +1,7 @@
 """Shared fixtures: a small real-text corpus, prepared data directories, the shared data sets and gloo workers."""
 import functools
 import os
+import signal
 import subprocess
 import sys
 
@@ -17,6 +18,13 @@ CHILD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
 # Safe loading of fairseq checkpoints needs the plugin's allowlist, as in any process using the plugin; installed
 # here so that a test reading a checkpoint with torch.load does not depend on an earlier test having imported it
 import spanbert_plugin.core.checkpoint_loading  # noqa: E402,F401
+
+# A shell without job control starts background jobs with SIGINT ignored, and exec keeps an ignored signal
+# ignored (Python then installs no KeyboardInterrupt handler): the tests that stop a command with SIGINT would
+# wait for it forever when the suite itself was started that way (`make test &` in a script). A handled signal
+# is reset to the default in children, so handling it here gives every command the tests start its Ctrl-C.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # ---------------------------------------------------------------- ../shared/data
