@@ -155,14 +155,19 @@ def test_signal_leaves_no_temporary_folder(tmp_path, previous_output, signum, to
     options = ["--wordpiece-vocab", vocab] if tokenizer == "wordpiece" else ["--vocab-size", "300"]
     proc = subprocess.Popen([PREPARE, "--train", corpus, *options, "--destdir", str(dest), "--force"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not marker.exists():  # a marker the command writes, then it waits for the signal
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the command never reached its output phase"
-        time.sleep(0.05)
-    assert leftovers(tmp_path), "paused without a temporary folder"
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():  # a marker the command writes, then it waits for the signal
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the command never reached its output phase"
+            time.sleep(0.05)
+        assert leftovers(tmp_path), "paused without a temporary folder"
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+    finally:  # a command that failed the test must not stay paused behind it
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 128 + signum, (proc.returncode, err[-2000:])
     assert "interrupted" in err.strip().splitlines()[-1]
     assert not leftovers(tmp_path)

@@ -5,6 +5,7 @@ Most cases call a command's ``main(argv)`` in this process (fast: torch is impor
 start-up and signals run the console command in a subprocess.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -351,15 +352,20 @@ def test_findanimals_stops_its_training_runs_on_a_signal(tmp_path, signum):
     markers = [tmp_path / "baseline", tmp_path / "spandrop"]
     proc = subprocess.Popen([sys.executable, "-c", FINDANIMALS_DRIVER, str(tmp_path)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    children = []
     try:
         wait_for(lambda: all(m.exists() for m in markers), proc, "both child runs")
         children = [int(m.read_text()) for m in markers]
         assert all(alive(pid) for pid in children)
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=120)
-    finally:
+    finally:  # a driver that failed the test must not leave itself or its hour-long children behind
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 128 + signum or (signum == signal.SIGINT and proc.returncode == 130), (proc.returncode, err)
     assert err.strip().splitlines()[-1] == ("spanbert-findanimals: interrupted; no output written, "
                                             "an earlier one left as it was"), err
