@@ -147,7 +147,7 @@ class ADDropMixin:
             first_pass = dict(sample, net_input=dict(sample["net_input"], attention_probs_out=probs))
             while hasattr(model, "module"):  # outside DDP: this pass must not start a gradient all-reduce
                 model = model.module
-            with torch.autocast(device_type=tokens.device.type, enabled=autocast):
+            with torch.autocast(device_type=tokens.device.type, enabled=autocast), self.forward_precision(model):
                 with torch.set_grad_enabled(attribution == "gradient"):
                     objective = criterion.ad_drop_objective(model, first_pass)
             if attribution == "gradient":

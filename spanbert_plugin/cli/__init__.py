@@ -132,16 +132,21 @@ def check_predict_arguments(args) -> None:
 
 
 def predict_command(prog: str, description: str, task: str, prepare_command: str, default_split: str, library: str,
-                    hidden=()):
-    """(get_parser, main) of a predict command with only the shared options; ``library``.predict_split does the work.
+                    hidden=(), add_arguments=None):
+    """(get_parser, main) of a predict command with the shared options; ``library``.predict_split does the work.
 
     The library module is imported when the command runs (it imports fairseq); keys in ``hidden`` are left out
-    of the summary line printed on success.
+    of the summary line printed on success. ``add_arguments(parser)`` adds the command's own options; their
+    values go to ``predict_split`` as keyword arguments.
     """
 
     def get_parser():
         parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
         add_predict_arguments(parser, prog, task, prepare_command, default_split)
+        if add_arguments is not None:
+            shared = {action.dest for action in parser._actions}
+            add_arguments(parser)
+            parser.set_defaults(_own_options=[action.dest for action in parser._actions if action.dest not in shared])
         return parser
 
     @command(prog)
@@ -150,9 +155,10 @@ def predict_command(prog: str, description: str, task: str, prepare_command: str
         args = get_parser().parse_args(argv)
         check_predict_arguments(args)
         predict_split = importlib.import_module(library).predict_split
+        own = {dest: getattr(args, dest) for dest in getattr(args, "_own_options", [])}
         with model_precision(args):
             scores = predict_split(args.checkpoint, args.data, args.split, args.out, args.force,
-                                   args.batch_size, args.max_tokens, args.cpu)
+                                   args.batch_size, args.max_tokens, args.cpu, **own)
         shown = {key: value for key, value in scores.items() if key not in hidden}
         print(f"{prog}: wrote {args.out}: " + json.dumps(shown))
         return 0

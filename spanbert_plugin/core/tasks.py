@@ -3,13 +3,46 @@ import logging
 import os
 import warnings
 
+import torch
 from omegaconf import OmegaConf
 
 from .errors import UsageError
+from .precision import check_bf16_autocast, forward_precision
 
 
 class OneDictionaryTask:
-    """Listed before ``FairseqTask``: source and target dictionary are the task's ``self.dictionary`` (encoder-only models)."""
+    """Listed before ``FairseqTask``: source and target dictionary are the task's ``self.dictionary`` (encoder-only models).
+
+    It also runs the forward passes of training and validation under ``--bf16-autocast`` (``core.precision``).
+    """
+
+    def __init__(self, cfg, **kwargs):
+        check_bf16_autocast(cfg)
+        super().__init__(cfg, **kwargs)
+
+    def forward_precision(self, model):
+        """The context of a training or validation forward pass: bfloat16 autocast with ``--bf16-autocast``."""
+        return forward_precision(self.cfg, model)
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        """FairseqTask.train_step with the forward pass under ``forward_precision``; backward outside it."""
+        from fairseq.optim.amp_optimizer import AMPOptimizer
+
+        model.train()
+        model.set_num_updates(update_num)
+        with torch.autograd.profiler.record_function("forward"), self.forward_precision(model):
+            with torch.autocast(device_type="cuda", enabled=isinstance(optimizer, AMPOptimizer)):
+                loss, sample_size, logging_output = criterion(model, sample)
+        if ignore_grad:
+            loss *= 0
+        with torch.autograd.profiler.record_function("backward"):
+            optimizer.backward(loss)
+        return loss, sample_size, logging_output
+
+    def valid_step(self, sample, model, criterion):
+        model.eval()
+        with torch.no_grad(), self.forward_precision(model):
+            return criterion(model, sample)
 
     @property
     def source_dictionary(self):

@@ -1,4 +1,10 @@
-"""The ``coreference`` criterion: c2f-coref's marginal log-likelihood, and exact CoNLL metric counts at validation."""
+"""The ``coreference`` criterion: c2f-coref's marginal log-likelihood (+ the mention loss), and exact CoNLL metric
+counts at validation under both scoring conventions.
+
+Validation logs the scores of the task's convention under their plain names
+(``muc_f1`` ... ``conll_f1``, ``mentions_f1``; ``conll_f1`` picks checkpoint_best) and
+the other convention's with its name in front (``without_singletons_conll_f1``).
+"""
 import math
 
 import torch
@@ -7,7 +13,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from .head import predicted_clusters
-from .metrics import COUNT_KEYS, METRICS, coref_counts, coref_scores
+from .metrics import CONVENTIONS, COUNT_KEYS, SCORED, convention_counts, coref_scores
 
 
 def gold_clusters(gold: torch.Tensor):
@@ -32,9 +38,15 @@ class CoreferenceCriterion(FairseqCriterion):
         out = coref_outputs(model, sample)
         loss = out["loss"]
         logging_output = {"loss": loss.detach(), "ntokens": sample["ntokens"], "nsentences": 1, "sample_size": 1}
+        if "mention_loss" in out:
+            logging_output["mention_loss"] = out["mention_loss"].detach()
         if not model.training:
-            predicted = predicted_clusters(out, sample["coref"]["token_word"])
-            logging_output.update(coref_counts(gold_clusters(sample["gold"]), predicted))
+            predicted = predicted_clusters(out, sample["coref"]["token_word"], self.task.singleton_threshold)
+            by_convention = convention_counts(gold_clusters(sample["gold"]), predicted)
+            in_use = self.task.scoring_convention
+            for convention, counts in by_convention.items():
+                prefix = "" if convention == in_use else convention + "_"
+                logging_output.update({prefix + key: value for key, value in counts.items()})
         return loss, 1, logging_output
 
     @staticmethod
@@ -44,14 +56,19 @@ class CoreferenceCriterion(FairseqCriterion):
 
         documents = total("sample_size")
         metrics.log_scalar("loss", float(total("loss")) / max(documents, 1) / math.log(2), documents, round=4)
-        if not any(COUNT_KEYS[0] in log for log in logging_outputs):
-            return
-        for key in COUNT_KEYS:
-            metrics.log_scalar_sum(key, float(total(key)))
-        names = [f"{m}_{part}" for m in METRICS for part in ("p", "r", "f1")] + ["conll_f1"]
-        for name in names:
-            metrics.log_derived(name, lambda meters, name=name: round(
-                coref_scores({k: meters[k].sum for k in COUNT_KEYS})[name], 4))
+        if any("mention_loss" in log for log in logging_outputs):
+            metrics.log_scalar("mention_loss", float(total("mention_loss")) / max(documents, 1) / math.log(2),
+                               documents, round=4)
+        for prefix in ("",) + tuple(c + "_" for c in CONVENTIONS):
+            if not any(prefix + COUNT_KEYS[0] in log for log in logging_outputs):
+                continue
+            for key in COUNT_KEYS:
+                metrics.log_scalar_sum(prefix + key, float(total(prefix + key)))
+            parts = ("p", "r", "f1") if not prefix else ("f1",)
+            names = [f"{m}_{part}" for m in SCORED for part in parts] + ["conll_f1"]
+            for name in names:
+                metrics.log_derived(prefix + name, lambda meters, name=name, prefix=prefix: round(
+                    coref_scores({k: meters[prefix + k].sum for k in COUNT_KEYS})[name], 4))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

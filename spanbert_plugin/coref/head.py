@@ -16,7 +16,13 @@ sentence, segment and speaker. Steps:
    antecedent distance]) are added; ``depth`` rounds of higher-order refinement
    replace g_i by a gated mix with its expected antecedent;
 6. loss: marginal log-likelihood of the gold antecedents, the dummy antecedent
-   (score 0) being gold for spans with none.
+   (score 0) being gold for spans with none; with ``mention_loss_weight`` > 0,
+   plus that weight times the binary cross-entropy of every candidate span's
+   mention score (a logit) against "is a gold mention" (coref-hoi's mention
+   loss, over all candidates rather than the kept ones, so that gold mentions
+   the pruning missed are pushed up too). It is what teaches the head
+   singletons: a kept span with no antecedent is a one-mention cluster when its
+   mention probability sigmoid(score) passes a threshold (``predicted_clusters``).
 
 Memory is linear in the document: candidates are capped by width, the head
 attention and pair scoring run over row chunks under activation checkpointing,
@@ -27,6 +33,7 @@ Every parameter carries ``param_group = "coref_head"`` for fairseq's
 from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -97,8 +104,9 @@ class CorefHead(nn.Module):
 
     def __init__(self, hidden: int, ffnn_size: int = 1000, max_span_width: int = 30, feature_size: int = 20,
                  num_genres: int = 8, depth: int = 1, dropout: float = 0.3, top_span_ratio: float = 0.4,
-                 max_top_antecedents: int = 50):
+                 max_top_antecedents: int = 50, mention_loss_weight: float = 0.0):
         super().__init__()
+        self.mention_loss_weight = mention_loss_weight
         self.max_span_width, self.depth = max_span_width, depth
         self.top_span_ratio, self.max_top_antecedents = top_span_ratio, max_top_antecedents
         span_dim = 3 * hidden + feature_size
@@ -209,7 +217,8 @@ class CorefHead(nn.Module):
         starts, ends = self.candidate_spans(token_word, token_sentence, token_segment)
         n = starts.numel()
         chunk = max(1, CHUNK_ELEMENTS // (self.max_span_width * features.size(-1)))
-        with torch.no_grad():
+        mention_loss = target is not None and self.mention_loss_weight > 0
+        with torch.set_grad_enabled(torch.is_grad_enabled() and mention_loss):
             candidate_scores = _chunked(lambda s, e: self._scored_spans(features, attention_logits, s, e)[1],
                                         n, chunk, starts, ends)
         k = max(1, min(n, int(self.top_span_ratio * int(num_words))))
@@ -238,9 +247,14 @@ class CorefHead(nn.Module):
             gate = torch.sigmoid(self.refinement_gate(torch.cat([g, expected], dim=-1)))
             g = gate * g + (1 - gate) * expected
         scores = torch.cat([scores.new_zeros(k, 1), scores], dim=1)
-        out = {"starts": top_starts, "ends": top_ends, "antecedents": antecedents, "scores": scores}
+        out = {"starts": top_starts, "ends": top_ends, "antecedents": antecedents, "scores": scores,
+               "mention_scores": mention_scores.detach().float()}
         if target is not None:
-            out["loss"] = self.loss(scores, antecedents, top_starts, top_ends, target, features.size(0))
+            out["antecedent_loss"] = self.loss(scores, antecedents, top_starts, top_ends, target, features.size(0))
+            out["loss"] = out["antecedent_loss"]
+            if mention_loss:
+                out["mention_loss"] = self.mention_loss(candidate_scores, starts, ends, target, features.size(0))
+                out["loss"] = out["loss"] + self.mention_loss_weight * out["mention_loss"]
         return out
 
     @staticmethod
@@ -257,6 +271,11 @@ class CorefHead(nn.Module):
         found = sorted_keys[at] == span_keys
         return torch.where(found, target[order[at], 2] + 1, cluster)
 
+    def mention_loss(self, mention_scores, starts, ends, target, num_tokens: int) -> torch.Tensor:
+        """Summed binary cross-entropy of the spans' mention scores (logits) against "is a gold mention"."""
+        is_gold = (self.gold_clusters_of(starts, ends, target, num_tokens) > 0).float()
+        return F.binary_cross_entropy_with_logits(mention_scores.float(), is_gold, reduction="sum")
+
     def loss(self, scores, antecedents, starts, ends, target, num_tokens: int) -> torch.Tensor:
         """Summed -log sum over gold antecedents (the dummy when there is none) of the antecedent softmax."""
         cluster = self.gold_clusters_of(starts, ends, target, num_tokens)
@@ -266,8 +285,14 @@ class CorefHead(nn.Module):
         return (torch.logsumexp(scores, dim=1) - torch.logsumexp(gold_scores, dim=1)).sum()
 
 
-def predicted_clusters(out: dict, token_word: torch.Tensor) -> List[List[Tuple[int, int]]]:
-    """Clusters of word spans: each top span joins its best antecedent's cluster unless the dummy scores best."""
+def predicted_clusters(out: dict, token_word: torch.Tensor,
+                       singleton_threshold: Optional[float] = None) -> List[List[Tuple[int, int]]]:
+    """Clusters of word spans: each top span joins its best antecedent's cluster unless the dummy scores best.
+
+    With ``singleton_threshold``, a top span left in no cluster whose mention probability
+    (sigmoid of its mention score) is above the threshold becomes a one-mention cluster;
+    ``None`` predicts none (the OntoNotes convention).
+    """
     best = out["scores"].argmax(dim=1).tolist()
     antecedents = out["antecedents"].tolist()
     starts = token_word[out["starts"]].tolist()
@@ -283,4 +308,7 @@ def predicted_clusters(out: dict, token_word: torch.Tensor) -> List[List[Tuple[i
             clusters.append([(starts[j], ends[j])])
         cluster_of[i] = cluster_of[j]
         clusters[cluster_of[j]].append((starts[i], ends[i]))
+    if singleton_threshold is not None:
+        likely = (torch.sigmoid(out["mention_scores"].float()) > singleton_threshold).tolist()
+        clusters += [[(starts[i], ends[i])] for i, keep in enumerate(likely) if keep and i not in cluster_of]
     return clusters

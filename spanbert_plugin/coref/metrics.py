@@ -1,6 +1,6 @@
 """MUC, B-cubed and CEAF-phi4 from their definitions (Pradhan et al. 2014), as the CoNLL-2012 scorer v8.01 counts them.
 
-Each metric is four counts per document (recall numerator and denominator,
+Each metric (and mention identification) is four counts per document (recall numerator and denominator,
 precision numerator and denominator); the reference scorer sums them over the
 documents of a corpus and only then divides, so ``coref_counts`` of several
 documents add up (``add_counts``) and ``coref_scores`` turns any sum into
@@ -17,7 +17,22 @@ from typing import Dict, Hashable, Iterable, List, Sequence
 import numpy as np
 
 METRICS = ("muc", "bcub", "ceafe")
-COUNT_KEYS = tuple(f"{m}_{part}" for m in METRICS for part in ("r_num", "r_den", "p_num", "p_den"))
+SCORED = METRICS + ("mentions",)  # "mentions": the scorer's "Identification of Mentions" line
+COUNT_KEYS = tuple(f"{m}_{part}" for m in SCORED for part in ("r_num", "r_den", "p_num", "p_den"))
+# with_singletons: the files as they are (LitBank, PreCo, GUM); without_singletons: one-mention clusters removed
+# from key and response before scoring (OntoNotes, whose files hold none)
+CONVENTIONS = ("with_singletons", "without_singletons")
+
+
+def without_singletons(clusters: Iterable[Sequence[Hashable]]) -> List[List[Hashable]]:
+    """The clusters of two or more mentions (a one-mention cluster removed as if it were not in the file)."""
+    return [list(c) for c in clusters if len(c) > 1]
+
+
+def convention_counts(key, response) -> Dict[str, Dict[str, float]]:
+    """{convention: counts} of one document under both conventions."""
+    return {CONVENTIONS[0]: coref_counts(key, response),
+            CONVENTIONS[1]: coref_counts(without_singletons(key), without_singletons(response))}
 
 
 def _deduplicated(response: Iterable[Iterable[Hashable]]) -> List[List[Hashable]]:
@@ -68,6 +83,10 @@ def coref_counts(key: Sequence[Sequence[Hashable]], response: Sequence[Sequence[
         similarity = float(phi[rows, cols].sum())
     counts.update(ceafe_r_num=similarity, ceafe_r_den=float(len(key)),
                   ceafe_p_num=similarity, ceafe_p_den=float(len(response)))
+    # mention identification: exact-match mentions found in both
+    found = float(common.sum())
+    counts.update(mentions_r_num=found, mentions_r_den=float(key_sizes.sum()),
+                  mentions_p_num=found, mentions_p_den=float(response_sizes.sum()))
     return counts
 
 
@@ -81,11 +100,12 @@ def _ratio(num: float, den: float) -> float:
 
 
 def coref_scores(counts: Dict[str, float]) -> Dict[str, float]:
-    """``{metric}_p``, ``{metric}_r``, ``{metric}_f1`` (percent) and ``conll_f1``, the mean of the three F1s."""
+    """``{metric}_p``, ``{metric}_r``, ``{metric}_f1`` (percent, also for ``mentions``) and ``conll_f1``, the mean
+    of the MUC, B-cubed and CEAF-e F1s."""
     scores = {}
-    for metric in METRICS:
-        recall = _ratio(counts[f"{metric}_r_num"], counts[f"{metric}_r_den"])
-        precision = _ratio(counts[f"{metric}_p_num"], counts[f"{metric}_p_den"])
+    for metric in SCORED:
+        recall = _ratio(counts.get(f"{metric}_r_num", 0.0), counts.get(f"{metric}_r_den", 0.0))
+        precision = _ratio(counts.get(f"{metric}_p_num", 0.0), counts.get(f"{metric}_p_den", 0.0))
         f1 = _ratio(2 * precision * recall, precision + recall)
         scores.update({f"{metric}_p": 100 * precision, f"{metric}_r": 100 * recall, f"{metric}_f1": 100 * f1})
     scores["conll_f1"] = sum(scores[f"{m}_f1"] for m in METRICS) / len(METRICS)

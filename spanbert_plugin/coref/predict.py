@@ -20,7 +20,7 @@ from .conll import CorefDocument, with_coref_column
 from .criterion import coref_outputs, gold_clusters
 from .dataset import collate_document
 from .head import predicted_clusters
-from .metrics import METRICS, add_counts, coref_counts, coref_scores
+from .metrics import CONVENTIONS, METRICS, SCORED, add_counts, convention_counts, coref_scores
 from .prepare import DocumentEncoder, load_documents
 
 COMMAND = "spanbert-predict-coref"
@@ -35,11 +35,11 @@ def _to_device(sample, device):
     return utils.apply_to_sample(lambda t: t.to(device), sample)
 
 
-def document_clusters(model, sample) -> list:
-    """Predicted clusters (word spans) of one collated document."""
+def document_clusters(model, sample, singleton_threshold: Optional[float] = None) -> list:
+    """Predicted clusters (word spans) of one collated document (one-mention ones with ``singleton_threshold``)."""
     with torch.no_grad():
         out = coref_outputs(model, sample)
-    return predicted_clusters(out, sample["coref"]["token_word"])
+    return predicted_clusters(out, sample["coref"]["token_word"], singleton_threshold)
 
 
 def predict_documents(model, task, split: str):
@@ -51,35 +51,58 @@ def predict_documents(model, task, split: str):
     predicted, gold = [], []
     for index in range(len(dataset)):
         sample = _to_device(dataset.collater([dataset[index]]), device)
-        predicted.append(document_clusters(model, sample))
+        predicted.append(document_clusters(model, sample, task.singleton_threshold))
         gold.append(gold_clusters(sample["gold"]))
     return predicted, gold
 
 
 def scores_of(counts: dict) -> dict:
-    """eval.json's layout: each metric's p/r/f1 (percent), conll_f1 and the summed counts."""
+    """One convention's scores: each metric's and mention identification's p/r/f1 (percent), and conll_f1."""
     flat = coref_scores(counts)
-    nested = {m: {part: flat[f"{m}_{part}"] for part in ("p", "r", "f1")} for m in METRICS}
-    return {**nested, "conll_f1": flat["conll_f1"], "counts": counts}
+    nested = {m: {part: flat[f"{m}_{part}"] for part in ("p", "r", "f1")} for m in SCORED}
+    return {**{m: nested[m] for m in METRICS}, "conll_f1": flat["conll_f1"], "mentions": nested["mentions"]}
 
 
-def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False) -> dict:
+def evaluation(gold: list, predicted: list, convention: str) -> dict:
+    """eval.json: the scores of ``convention`` and its summed counts at the top (as before both conventions
+    existed), ``convention``, and each convention's scores under its name."""
+    totals = {c: {} for c in CONVENTIONS}
+    for key, response in zip(gold, predicted):
+        for c, counts in convention_counts(key, response).items():
+            totals[c] = add_counts(totals[c], counts)
+    return {**scores_of(totals[convention]), "counts": totals[convention], "convention": convention,
+            **{c: scores_of(totals[c]) for c in CONVENTIONS}}
+
+
+def apply_prediction_options(task, no_singletons=None, singleton_threshold=None, scoring_convention=None) -> None:
+    """Override the checkpoint's singleton and scoring settings (None keeps the checkpoint's)."""
+    if singleton_threshold is not None:
+        task.cfg.singleton_threshold = singleton_threshold
+    if no_singletons is not None:
+        task.cfg.no_singletons = no_singletons
+    if scoring_convention is not None:
+        task.cfg.scoring_convention = scoring_convention
+
+
+def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False,
+                  no_singletons=None, singleton_threshold=None, scoring_convention=None) -> dict:
     """Write ``<split>.conll``, ``<split>.gold.conll``, ``clusters.jsonl`` and ``eval.json`` to ``out``.
 
     ``batch_size``/``max_tokens`` are accepted for the shared predict options; a batch is always one document.
+    The singleton and scoring options override the checkpoint's (None keeps them).
     """
+    if singleton_threshold is not None and not 0 < singleton_threshold < 1:
+        raise UsageError(f"--singleton-threshold must be in (0, 1), got {singleton_threshold}")
     inputs = [checkpoint] + ([data] if data else [])
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
+    apply_prediction_options(task, no_singletons, singleton_threshold, scoring_convention)
     documents = load_documents(task.cfg.data, split)
     predicted, gold = predict_documents(model, task, split)
     if len(predicted) != len(documents):
         raise UsageError(f"{task.cfg.data}: {split}.npz holds {len(predicted)} documents but {split}.docs.jsonl "
                          f"{len(documents)}; prepare the folder again")
-    counts = {}
-    for key, response in zip(gold, predicted):
-        counts = add_counts(counts, coref_counts(key, response))
-    scores = {**scores_of(counts), "split": split, "documents": len(documents)}
+    scores = {**evaluation(gold, predicted, task.scoring_convention), "split": split, "documents": len(documents)}
     with atomic_directory(out, COMMAND, inputs, force, "--out") as work:
         with open(os.path.join(work, f"{split}.conll"), "w", encoding="utf-8") as pred_file, \
                 open(os.path.join(work, f"{split}.gold.conll"), "w", encoding="utf-8") as gold_file, \
@@ -124,7 +147,7 @@ def resolve_text(model, task, tokenizer, text: str) -> List[List[dict]]:
     if not words:
         return []
     sample = words_sample(tokenizer, task.dictionary, task.meta, words, sentence_ids)
-    clusters = document_clusters(model, _to_device(sample, next(model.parameters()).device))
+    clusters = document_clusters(model, _to_device(sample, next(model.parameters()).device), task.singleton_threshold)
     return [[{"text": text[offsets[s][0]:offsets[e][1]], "start": offsets[s][0], "end": offsets[e][1]}
              for s, e in cluster] for cluster in clusters]
 

@@ -195,7 +195,8 @@ def prepare_coref_data(args) -> dict:
         splits[split] = (documents, encode_documents(encoder, documents, counts))
         stats[split] = {key: counts[key] for key in STAT_KEYS}
     meta = {"max_segment_length": args.max_segment_length, "max_span_width": args.max_span_width,
-            "genres": list(GENRES), "splits": sorted(splits), "tokenizer": tokenizer.kind}
+            "genres": list(GENRES), "splits": sorted(splits), "tokenizer": tokenizer.kind,
+            "singletons": {split: stats[split]["singletons"] for split in splits}}
     with atomic_directory(args.destdir, COMMAND, inputs, args.force) as work:
         copy_tokenizer_files(args.tokenizer_from, work)
         for split, (documents, encoded) in splits.items():
@@ -207,6 +208,21 @@ def prepare_coref_data(args) -> dict:
 
 def load_coref_meta(folder: str) -> dict:
     return read_prepared_json(folder, META_FILE, COMMAND)
+
+
+def data_has_singletons(folder: str, meta: dict) -> bool:
+    """Whether the folder's gold clusters include one-mention clusters: its training split's, else any split's.
+
+    Folders written before ``coref_meta.json`` counted them are read from ``prepare_stats.json``.
+    """
+    counts = meta.get("singletons")
+    if counts is None:
+        stats_path = os.path.join(folder, STATS_FILE)
+        stats = read_prepared_json(folder, STATS_FILE, COMMAND) if os.path.isfile(stats_path) else {}
+        counts = {split: values.get("singletons", 0) for split, values in stats.items()}
+    if "train" in counts:
+        return counts["train"] > 0
+    return any(count > 0 for count in counts.values())
 
 
 def load_documents(folder: str, split: str) -> List[dict]:

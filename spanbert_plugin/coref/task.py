@@ -9,6 +9,7 @@ CEAF-e precision/recall/F1 and ``conll_f1`` from counts summed over the split.
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
@@ -17,17 +18,19 @@ from omegaconf import II
 from ..core.dictionary import SpanBertDictionary
 from ..spandrop.sampler import SpanDropSampling, check_span_drop_args
 from ..core.errors import UsageError
-from ..core.tasks import OneDictionaryTask, prepared_data_folder
+from ..core.precision import Bf16AutocastConfig
+from ..core.tasks import OneDictionaryTask, prepared_data_folder, record_in_run_config
 from .conll import GENRES
 from .dataset import CorefDataset
 from .head import CorefHead
-from .prepare import COMMAND, load_coref_meta
+from .metrics import CONVENTIONS
+from .prepare import COMMAND, data_has_singletons, load_coref_meta
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class CoreferenceConfig(SpanDropSampling):
+class CoreferenceConfig(Bf16AutocastConfig, SpanDropSampling):
     data: str = field(default="", metadata={"help": "spanbert-prepare-coref output folder"})
     max_span_width: int = field(default=30, metadata={"help": "widest candidate span, in tokens"})
     top_span_ratio: float = field(default=0.4, metadata={"help": "spans kept after mention scoring, per word"})
@@ -40,6 +43,20 @@ class CoreferenceConfig(SpanDropSampling):
         default=0, metadata={"help": "train on a random run of this many consecutive segments of each document "
                              "(c2f-coref's max_training_sentences, e.g. 3 with 384-token segments); "
                              "0: whole documents"})
+    mention_loss_weight: Optional[float] = field(
+        default=None, metadata={"help": "weight of the mention loss (binary cross-entropy of every candidate span's "
+                                "mention score against 'is a gold mention'), added to the antecedent loss; default: "
+                                "1 when the training data holds singletons (prepare_stats.json), else 0"})
+    singleton_threshold: float = field(
+        default=0.5, metadata={"help": "a kept span with no antecedent becomes a one-mention cluster when its mention "
+                               "probability is above this"})
+    no_singletons: bool = field(
+        default=False, metadata={"help": "predict no one-mention clusters (the OntoNotes convention)"})
+    scoring_convention: ChoiceEnum(("auto",) + CONVENTIONS) = field(
+        default="auto", metadata={"help": "which scores conll_f1 (and so checkpoint_best) reports: with_singletons "
+                                  "(LitBank, PreCo, GUM), without_singletons (OntoNotes: one-mention clusters "
+                                  "removed from key and response); auto: with_singletons when the data holds "
+                                  "singletons. Validation logs both"})
     span_drop_unit: ChoiceEnum(("sentence", "token")) = field(
         default="sentence", metadata={"help": "SpanDrop unit: whole sentences or words holding no gold mention"})
     seed: int = II("common.seed")
@@ -69,6 +86,16 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
             raise UsageError(f"--max-training-segments must be at least 0, got {cfg.max_training_segments}")
         if cfg.coref_depth < 0:
             raise UsageError(f"--coref-depth must be at least 0, got {cfg.coref_depth}")
+        if not 0 < cfg.singleton_threshold < 1:
+            raise UsageError(f"--singleton-threshold must be in (0, 1), got {cfg.singleton_threshold}")
+        if cfg.mention_loss_weight is not None and not cfg.mention_loss_weight >= 0:
+            raise UsageError(f"--mention-loss-weight must be at least 0, got {cfg.mention_loss_weight}")
+        singletons = data_has_singletons(data, meta)
+        if cfg.mention_loss_weight is None:
+            cfg.mention_loss_weight = 1.0 if singletons else 0.0
+        if cfg.scoring_convention == "auto":
+            cfg.scoring_convention = CONVENTIONS[0] if singletons else CONVENTIONS[1]
+        record_in_run_config(cfg)  # the resolved defaults go into the checkpoint
         dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
         logger.info(f"{data}: segments of up to {meta['max_segment_length']} tokens, {len(dictionary)} symbols")
         return cls(cfg, dictionary, meta)
@@ -76,7 +103,17 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
     def build_coref_head(self, hidden: int) -> CorefHead:
         c = self.cfg
         return CorefHead(hidden, c.coref_ffnn_size, c.max_span_width, c.coref_feature_size, len(GENRES),
-                         c.coref_depth, c.coref_dropout, c.top_span_ratio, c.max_top_antecedents)
+                         c.coref_depth, c.coref_dropout, c.top_span_ratio, c.max_top_antecedents,
+                         c.mention_loss_weight or 0.0)
+
+    @property
+    def singleton_threshold(self) -> Optional[float]:
+        """The threshold predictions use for one-mention clusters; None with --no-singletons."""
+        return None if self.cfg.no_singletons else self.cfg.singleton_threshold
+
+    @property
+    def scoring_convention(self) -> str:
+        return str(self.cfg.scoring_convention)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)

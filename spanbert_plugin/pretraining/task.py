@@ -21,7 +21,7 @@ from typing import List
 import numpy as np
 from fairseq.data import SortDataset, data_utils
 from fairseq.data.indexed_dataset import MMapIndexedDataset
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
@@ -31,6 +31,7 @@ from .span_masked_dataset import SpanMaskedDataset
 from .annotate import span_file
 from .span_masking import SCHEMES, SpanMasker
 from ..core.errors import UsageError
+from ..core.precision import Bf16AutocastConfig
 from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
 from ..core.tasks import OneDictionaryTask, record_in_run_config
 
@@ -41,7 +42,7 @@ _ANNOTATION_OF_SCHEME = {"named_entity": "entities", "noun_phrase": "noun_phrase
 
 
 @dataclass
-class SpanBertPretrainingConfig(FairseqDataclass):
+class SpanBertPretrainingConfig(Bf16AutocastConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare folder, or several separated by ':' (one per epoch)"})
     tokens_per_sample: int = field(default=512, metadata={"help": "block length including the begin/end tokens"})
     mask_scheme: ChoiceEnum(SCHEMES) = field(
