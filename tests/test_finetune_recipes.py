@@ -81,7 +81,7 @@ def family_data(imported, tmp_path_factory):
 def test_every_task_has_a_recipe():
     names = {os.path.basename(p)[:-len(".yaml")] for p in RECIPES}
     glue = {f"glue_{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")}
-    assert names == {"squad1", "squad2", "mrqa", "tacred", "coref"} | glue
+    assert names == {"squad1", "squad2", "mrqa", "tacred", "coref", "litbank"} | glue
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: os.path.basename(p))

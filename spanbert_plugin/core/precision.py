@@ -19,8 +19,9 @@ from omegaconf import OmegaConf
 
 from .errors import UsageError
 
-HALF_PRECISION_FLAGS = (("fp16", "--fp16"), ("memory_efficient_fp16", "--memory-efficient-fp16"), ("bf16", "--bf16"),
-                        ("memory_efficient_bf16", "--memory-efficient-bf16"), ("amp", "--amp"))
+# the memory-efficient modes first: fairseq turns --fp16/--bf16 on with them
+HALF_PRECISION_FLAGS = (("memory_efficient_fp16", "--memory-efficient-fp16"), ("fp16", "--fp16"),
+                        ("memory_efficient_bf16", "--memory-efficient-bf16"), ("bf16", "--bf16"), ("amp", "--amp"))
 
 
 @dataclass
