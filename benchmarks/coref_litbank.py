@@ -1,28 +1,35 @@
 #!/usr/bin/env python
-"""LitBank coreference, one cross-validation fold: a pre-trained spanbert checkpoint against random initialisation.
+"""LitBank coreference cross-validation: fine-tune a spanbert checkpoint on each fold, score its test documents.
 
-Both arms prepare the fold with the checkpoint's tokenizer (its data folder),
-use its encoder size, and fine-tune with the coreference recipe
-``configs/coref/tiny_cpu.yaml`` (two learning rates: encoder and head, fairseq's
-composite optimizer); only ``checkpoint.finetune_from_model`` differs. The
-checkpoint with the best dev ``conll_f1`` predicts the fold's test documents
-(``spanbert-predict-coref``), whose eval.json gives the reported numbers.
+Each fold (``../shared/data/litbank/splits/foldN``: 80 training, 10 dev, 10 test
+documents) is prepared with the checkpoint's tokenizer, fine-tuned with the
+recipe ``configs/finetune/litbank.yaml`` (the encoder's shape from the
+checkpoint), and the checkpoint with the best dev CoNLL F1 (with singletons)
+predicts the fold's test documents twice with ``spanbert-predict-coref``: as
+trained (singletons predicted) and with ``--no-singletons``. The arm ``random``
+trains the same recipe from random initialisation (the checkpoint's shape).
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/coref_litbank.py \
-        --checkpoint demo_out/checkpoints/checkpoint_last.pt --out benchmarks/coref_litbank --seeds 1,2,3
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/coref_litbank.py --checkpoint imported/model.pt \
+        --folds 0-9 --seeds 1 --out benchmarks/coref_litbank/results/minilm_10fold
 
-``--train-docs N`` keeps the first N training documents (smoke tests). Finished
-runs are kept in ``--work`` and reused; ``--out`` gets ``results.csv``,
-``summary.md`` and ``commands.txt``.
+Resumable: a finished run (``--work``/runs/foldF_ARM_seedS.json) and a prepared
+fold are kept and reused, so the command can be stopped and started again; a
+fine-tuning run that was stopped resumes from its checkpoint_last.pt. ``--out``
+gets ``results.csv`` (one row per run), ``folds.csv`` (per fold, mean over
+seeds), ``summary.md`` (mean ± sd over folds beside the published figures),
+``commands.txt`` (every command behind every row) and ``folds.png``.
+``--train-docs N`` keeps the first N training documents (smoke tests).
 """
 import argparse
 import csv
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -30,15 +37,26 @@ BIN = os.path.dirname(sys.executable)
 LITBANK = os.path.join(ROOT, "..", "shared", "data", "litbank")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
 METRICS = ("muc", "bcub", "ceafe")
+# published LitBank CoNLL F1 (with singletons, mean over the 10 folds), drawn beside ours
+PUBLISHED = {"Bamman et al. 2020, BERT-base (110M)": 68.1, "Maverick 2024, DeBERTa-v3-large (435M), end to end": 78.3}
 
 
-def run(command, log):
-    log.append(shlex.join(command))
-    print("$", log[-1], flush=True)
+def run(command, commands):
+    commands.append(shlex.join(command))
+    print("$", commands[-1], flush=True)
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {log[-1]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"failed ({proc.returncode}): {commands[-1]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def parse_folds(text):
+    """'0-9' or '0,3,5' -> [0, ..., 9] / [0, 3, 5]."""
+    folds = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        folds += list(range(int(low), int(high or low) + 1))
+    return folds
 
 
 def checkpoint_settings(checkpoint):
@@ -53,107 +71,234 @@ def checkpoint_settings(checkpoint):
     return {key: model[key] for key in SIZE_KEYS}, resolve_data_dir(checkpoint, None, state)
 
 
-def prepare_fold(args, tokenizer_from, max_segment_length, log):
-    folder = os.path.join(args.work, f"fold{args.fold}_seg{max_segment_length}_n{args.train_docs or 'all'}")
+def prepare_fold(args, fold, tokenizer_from, max_segment_length):
+    """The fold's prepared folder (made once) and the command that made it."""
+    folder = os.path.join(args.work, f"fold{fold}_seg{max_segment_length}_n{args.train_docs or 'all'}")
+    command_file = folder + ".command.txt"
     if os.path.isdir(folder):
-        return folder
-    splits = os.path.join(args.litbank, "splits", f"fold{args.fold}")
+        with open(command_file) as f:
+            return folder, f.read().strip()
+    splits = os.path.join(args.litbank, "splits", f"fold{fold}")
     train = os.path.join(splits, "train.txt")
     if args.train_docs:
         base = os.path.dirname(train)
         with open(train) as f:
             kept = [os.path.join(base, line.strip()) for line in f if line.strip()][:args.train_docs]
-        train = os.path.join(args.work, f"fold{args.fold}_train{args.train_docs}.txt")
+        train = os.path.join(args.work, f"fold{fold}_train{args.train_docs}.txt")
         with open(train, "w") as f:
             f.write("\n".join(kept) + "\n")
+    commands = []
     run([os.path.join(BIN, "spanbert-prepare-coref"), "--train", train, "--valid", os.path.join(splits, "dev.txt"),
          "--test", os.path.join(splits, "test.txt"), "--tokenizer-from", tokenizer_from, "--destdir", folder,
-         "--max-segment-length", str(max_segment_length)], log)
-    return folder
+         "--max-segment-length", str(max_segment_length)], commands)
+    with open(command_file, "w") as f:
+        f.write(commands[0] + "\n")
+    return folder, commands[0]
 
 
-def finetune_and_test(args, data, sizes, arm, seed, log):
-    name = f"{arm}_seed{seed}"
-    result_path = os.path.join(args.work, "runs", name + ".json")
-    if os.path.isfile(result_path):
-        return json.load(open(result_path))
-    save_dir = os.path.join(args.work, "runs", name)
-    command = [os.path.join(BIN, "fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "coref"),
-               "--config-name", "tiny_cpu", f"task.data={data}", f"checkpoint.save_dir={save_dir}",
-               f"common.seed={seed}", f"optimization.max_epoch={args.epochs}", "common.log_format=json",
+def training_documents(data):
+    with open(os.path.join(data, "prepare_stats.json")) as f:
+        return json.load(f)["train"]["documents"]
+
+
+def finetune_command(args, data, sizes, arm, seed, save_dir):
+    updates = args.epochs * training_documents(data)
+    command = [os.path.join(BIN, "fairseq-hydra-train"), "--config-dir", os.path.dirname(args.recipe),
+               "--config-name", os.path.basename(args.recipe)[:-len(".yaml")], f"task.data={data}",
+               f"checkpoint.save_dir={save_dir}", f"common.seed={seed}", f"optimization.max_epoch={args.epochs}",
+               "common.log_format=json", "common.log_interval=10", f"common.cpu={str(args.cpu).lower()}",
+               f"task.bf16_autocast={str(args.bf16_autocast).lower()}", f"task.coref_ffnn_size={args.ffnn_size}",
                f"optimizer.groups.default.lr_float={args.encoder_lr}",
                f"optimizer.groups.coref_head.lr_float={args.head_lr}",
-               f"task.coref_ffnn_size={args.ffnn_size}"]
-    command += [f"model.{key}={value}" for key, value in sizes.items()] + args.override
+               f"optimizer.groups.default.lr_scheduler.warmup_updates={round(updates / 10)}",
+               f"optimizer.groups.default.lr_scheduler.total_num_update={updates}",
+               f"optimizer.groups.coref_head.lr_scheduler.total_num_update={updates}"]
     if arm == "pretrained":
         command.append(f"checkpoint.finetune_from_model={os.path.abspath(args.checkpoint)}")
-    proc = run(command, log)
-    dev = [json.loads(line[line.index("{"):]) for line in (proc.stdout + proc.stderr).splitlines()
-           if "valid_conll_f1" in line and "{" in line]
-    out = os.path.join(args.work, "runs", name + "_test")
-    run([os.path.join(BIN, "spanbert-predict-coref"), "--checkpoint", os.path.join(save_dir, "checkpoint_best.pt"),
-         "--split", "test", "--out", out, "--force"], log)
-    scores = json.load(open(os.path.join(out, "eval.json")))
-    result = {"arm": arm, "seed": seed, "best_dev_conll_f1": max(float(d["valid_conll_f1"]) for d in dev),
-              "dev_conll_f1_per_epoch": [float(d["valid_conll_f1"]) for d in dev],
-              **{f"test_{m}_f1": scores[m]["f1"] for m in METRICS}, "test_conll_f1": scores["conll_f1"]}
+    else:  # random initialisation of the checkpoint's shape
+        command += [f"++model.{key}={value}" for key, value in sizes.items()]
+    return command + args.override
+
+
+def test_scores(eval_json):
+    with open(eval_json) as f:
+        scores = json.load(f)
+    row = {f"test_{m}_f1": scores["with_singletons"][m]["f1"] for m in METRICS}
+    row.update(test_conll_f1=scores["with_singletons"]["conll_f1"],
+               test_mentions_f1=scores["with_singletons"]["mentions"]["f1"],
+               test_conll_f1_without_singletons=scores["without_singletons"]["conll_f1"])
+    return row, scores["documents"]
+
+
+def finetune_and_test(args, fold, data, sizes, arm, seed):
+    name = f"fold{fold}_{arm}_seed{seed}"
+    result_path = os.path.join(args.work, "runs", name + ".json")
+    if os.path.isfile(result_path):
+        with open(result_path) as f:
+            return json.load(f)
+    save_dir = os.path.join(args.work, "runs", name)
+    # the training commands (a stopped run is started again with the same command and resumes from
+    # checkpoint_last.pt); train_command.txt.done marks a finished training
+    command_file = os.path.join(save_dir, "train_command.txt")
+    if not os.path.isfile(command_file + ".done"):
+        command = finetune_command(args, data, sizes, arm, seed, save_dir)
+        os.makedirs(save_dir, exist_ok=True)
+        with open(command_file, "a") as f:
+            f.write(shlex.join(command) + "\n")
+        run(command, [])
+        open(command_file + ".done", "w").close()
+    with open(command_file) as f:
+        commands = [line.strip() for line in f if line.strip()]
+    with open(os.path.join(save_dir, "hydra", "hydra_train.log")) as f:
+        records = [json.loads(line[line.index("{"):]) for line in f if "{" in line and '"valid_conll_f1"' in line
+                   or '"train_num_updates"' in line]
+    dev = [float(r["valid_conll_f1"]) for r in records if "valid_conll_f1" in r]
+    epochs = [r for r in records if "train_num_updates" in r]  # end-of-epoch summaries: that epoch's training time
+    result = {"fold": fold, "arm": arm, "seed": seed, "best_dev_conll_f1": max(dev), "dev_conll_f1_per_epoch": dev,
+              # seconds of training per update (one document window each), from fairseq's own clock
+              "train_seconds_per_document": sum(float(r["train_train_wall"]) for r in epochs)
+              / float(epochs[-1]["train_num_updates"])}
+    for variant, extra in (("", []), ("_no_singleton_output", ["--no-singletons"])):
+        out = os.path.join(args.work, "runs", f"{name}_test{variant}")
+        start = time.perf_counter()
+        run([os.path.join(BIN, "spanbert-predict-coref"), "--checkpoint", os.path.join(save_dir, "checkpoint_best.pt"),
+             "--split", "test", "--out", out, "--force", *(["--cpu"] if args.cpu else []), *extra], commands)
+        seconds = time.perf_counter() - start
+        row, documents = test_scores(os.path.join(out, "eval.json"))
+        if variant:
+            result["test_conll_f1_no_singleton_output"] = row["test_conll_f1"]
+            result["test_conll_f1_no_singleton_output_without_singletons"] = row["test_conll_f1_without_singletons"]
+        else:
+            result.update(row)
+            result["predict_seconds_per_document"] = seconds / documents  # the whole command: start-up included
+    result["commands"] = commands
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)
     return result
 
 
-def summary(results):
-    lines = ["| arm | runs | best dev CoNLL F1 | test MUC F1 | test B3 F1 | test CEAF-e F1 | test CoNLL F1 |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+def mean_sd(values):
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def fold_means(results):
+    """One row per (arm, fold): the mean over its seeds."""
+    rows = []
     for arm in dict.fromkeys(r["arm"] for r in results):
-        rows = [r for r in results if r["arm"] == arm]
+        for fold in sorted({r["fold"] for r in results if r["arm"] == arm}):
+            runs = [r for r in results if r["arm"] == arm and r["fold"] == fold]
+            row = {"arm": arm, "fold": fold, "seeds": len(runs)}
+            for key in ("best_dev_conll_f1", "test_conll_f1", "test_conll_f1_without_singletons", "test_mentions_f1"):
+                row[key] = statistics.mean(r[key] for r in runs)
+            rows.append(row)
+    return rows
 
-        def cell(key, rows=rows):
-            values = [r[key] for r in rows]
-            if len(values) == 1:
-                return f"{values[0]:.1f}"
-            return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
-        lines.append(f"| {arm} | {len(rows)} | {cell('best_dev_conll_f1')} | {cell('test_muc_f1')} | "
-                     f"{cell('test_bcub_f1')} | {cell('test_ceafe_f1')} | {cell('test_conll_f1')} |")
+def summary(results, folds):
+    lines = ["Test scores, mean ± sd over folds (each fold: the mean over its seeds); CoNLL F1 with singletons as "
+             "LitBank is scored, and without (OntoNotes convention).", "",
+             "| arm | folds | seeds per fold | CoNLL F1 | without singletons | mentions F1 | best dev CoNLL F1 |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for arm in dict.fromkeys(r["arm"] for r in folds):
+        rows = [r for r in folds if r["arm"] == arm]
+        lines.append(f"| {arm} | {len(rows)} | {'/'.join(str(r['seeds']) for r in rows)} | "
+                     f"{mean_sd([r['test_conll_f1'] for r in rows])} | "
+                     f"{mean_sd([r['test_conll_f1_without_singletons'] for r in rows])} | "
+                     f"{mean_sd([r['test_mentions_f1'] for r in rows])} | "
+                     f"{mean_sd([r['best_dev_conll_f1'] for r in rows])} |")
+    lines += ["", "Per run (test, with singletons unless said):", "",
+              "| fold | arm | seed | MUC F1 | B3 F1 | CEAF-e F1 | CoNLL F1 | no singleton output | without singletons "
+              "| s/train doc | s/test doc |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        train_cost = r.get("train_seconds_per_document")
+        lines.append(f"| {r['fold']} | {r['arm']} | {r['seed']} | {r['test_muc_f1']:.1f} | {r['test_bcub_f1']:.1f} | "
+                     f"{r['test_ceafe_f1']:.1f} | {r['test_conll_f1']:.1f} | "
+                     f"{r['test_conll_f1_no_singleton_output']:.1f} | {r['test_conll_f1_without_singletons']:.1f} | "
+                     f"{'' if train_cost is None else f'{train_cost:.2f}'} | {r['predict_seconds_per_document']:.2f} |")
+    lines += ["", "Published (10-fold mean, with singletons): " + "; ".join(f"{k}: {v}" for k, v in PUBLISHED.items())]
     return "\n".join(lines) + "\n"
+
+
+def plot(folds, path):
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG under fairseq's set-up
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    arms = list(dict.fromkeys(r["arm"] for r in folds))
+    for i, arm in enumerate(arms):
+        rows = [r for r in folds if r["arm"] == arm]
+        ax.plot([r["fold"] + (i - (len(arms) - 1) / 2) * 0.15 for r in rows], [r["test_conll_f1"] for r in rows], "o",
+                label=f"{arm} (mean {statistics.mean(r['test_conll_f1'] for r in rows):.1f})")
+    for (label, value), style in zip(PUBLISHED.items(), ("--", ":")):
+        ax.axhline(value, color="grey", linestyle=style, label=f"{label}: {value}")
+    ax.set_xlabel("LitBank fold")
+    ax.set_ylabel("test CoNLL F1 (with singletons)")
+    ax.set_xticks(sorted({r["fold"] for r in folds}))
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", required=True, help="pre-trained spanbert checkpoint")
+    parser.add_argument("--checkpoint", required=True, help="pre-trained spanbert checkpoint (e.g. spanbert-import-hf)")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--fold", type=int, default=0)
-    parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--arms", default="pretrained,random")
+    parser.add_argument("--folds", default="0", help="folds to run: '0-9', '0,3' (default 0)")
+    parser.add_argument("--seeds", default="1")
+    parser.add_argument("--arms", default="pretrained", help="pretrained and/or random, comma-separated")
+    parser.add_argument("--recipe", default=os.path.join(ROOT, "configs", "finetune", "litbank.yaml"))
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--encoder-lr", type=float, default=2e-5)
     parser.add_argument("--head-lr", type=float, default=2e-4)
-    parser.add_argument("--ffnn-size", type=int, default=150)
+    parser.add_argument("--ffnn-size", type=int, default=3000)
     parser.add_argument("--max-segment-length", type=int, default=384)
+    parser.add_argument("--bf16-autocast", action="store_true", help="fine-tune under bfloat16 autocast")
+    parser.add_argument("--cpu", action="store_true", help="train and predict on the CPU even where CUDA is available")
     parser.add_argument("--train-docs", type=int, help="keep the first N training documents (smoke tests)")
-    parser.add_argument("--override", nargs="*", default=[],
-                        help="hydra overrides appended to every fine-tuning run, e.g. task.max_training_segments=3")
+    parser.add_argument("--override", nargs="*", default=[], help="hydra overrides appended to every fine-tuning run")
     parser.add_argument("--litbank", default=LITBANK)
     parser.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "out", "coref_work"))
     args = parser.parse_args()
+    if not re.fullmatch(r"[0-9,\-]+", args.folds):
+        parser.error(f"--folds {args.folds!r}: expected folds such as 0-9 or 0,3")
     os.makedirs(os.path.join(args.work, "runs"), exist_ok=True)
     sizes, tokenizer_from = checkpoint_settings(args.checkpoint)
-    log = []
-    data = prepare_fold(args, tokenizer_from, min(args.max_segment_length, int(sizes["max_positions"])), log)
-    results = [finetune_and_test(args, data, sizes, arm, int(seed), log)
-               for seed in args.seeds.split(",") for arm in args.arms.split(",")]
+    invocation = shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    prepared, results = [], []
+    for fold in parse_folds(args.folds):
+        data, command = prepare_fold(args, fold, tokenizer_from, min(args.max_segment_length,
+                                                                     int(sizes["max_positions"])))
+        prepared.append(command)
+        for seed in args.seeds.split(","):
+            for arm in args.arms.split(","):
+                results.append(finetune_and_test(args, fold, data, sizes, arm, int(seed)))
+    folds = fold_means(results)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        fields = [k for k in results[0] if k != "dev_conll_f1_per_epoch"]
+        fields = [k for k in results[0] if k not in ("dev_conll_f1_per_epoch", "commands")]
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(results)
+    with open(os.path.join(args.out, "folds.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(folds[0]))
+        writer.writeheader()
+        writer.writerows(folds)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(summary(results))
+        f.write(summary(results, folds))
     with open(os.path.join(args.out, "commands.txt"), "w") as f:
-        f.write("\n".join(log) + "\n")
-    print(summary(results))
+        f.write(f"# {invocation}\n" + "".join(f"{c}\n" for c in prepared))
+        for r in results:
+            f.write(f"# fold {r['fold']}, {r['arm']}, seed {r['seed']}\n" + "".join(f"{c}\n" for c in r["commands"]))
+    plot(folds, os.path.join(args.out, "folds.png"))
+    print(summary(results, folds))
     return 0
 
 
