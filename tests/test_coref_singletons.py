@@ -68,11 +68,11 @@ def singleton_f1(keys, responses):
 
 
 def test_mention_loss_teaches_singletons(singleton_data):
-    """Random-init 1-layer encoder, 6 epochs over 40 documents: singleton F1 from near 0 to about 90.
+    """Random-init 1-layer encoder, 8 epochs over 40 documents: singleton F1 from near 0 to about 90.
 
-    Measured once over torch seeds 0-9 (this test runs seed 0): before 0-9.3, after 6 epochs 85.4-96.1
-    (mean 92.5, sd 3.5; seed 0: 94.7). The bounds sit 10 points above the highest `before` and 15 points
-    (6 sd below the mean) under the lowest `after`.
+    Measured once over torch seeds 0-9 (this test runs seed 0): before 0-9.3, after 8 epochs 76.6-94.7
+    (mean 88.5, sd 5.2; seed 0: 88.1). The bounds sit 10 points above the highest `before` and 16 points
+    (5.5 sd below the mean) under the lowest `after`.
     """
     torch.manual_seed(0)
     task, model, criterion = build(singleton_data, "--coref-dropout", "0", "--dropout", "0", "--attention-dropout",
@@ -81,9 +81,9 @@ def test_mention_loss_teaches_singletons(singleton_data):
     task.load_dataset("train")
     task.load_dataset("valid")
     before = singleton_f1(*gold_and_predicted(model, task.dataset("valid"), 0.5))
-    train_in_process(model, criterion, task.dataset("train"), 6)
+    train_in_process(model, criterion, task.dataset("train"), 8)
     after = singleton_f1(*gold_and_predicted(model, task.dataset("valid"), 0.5))
-    assert before < 20 and after > 70, (before, after)
+    assert before < 20 and after > 60, (before, after)
 
 
 # ------------------------------------------------------------------ prediction, validation, options
