@@ -100,6 +100,8 @@ def main(argv=None):
     parser.add_argument("--valid", help="your validation text")
     parser.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary size")
     parser.add_argument("--max-update", type=int, default=1200, help="pre-training updates (about 2-3 minutes on 2 cores)")
+    parser.add_argument("--fp32", action="store_true",
+                        help="train in fp32 even where the CPU computes bfloat16 natively (default: bfloat16 autocast there)")
     args = parser.parse_args(argv)
     if args.max_update < 1:
         parser.error(f"--max-update must be at least 1, got {args.max_update}")
@@ -115,6 +117,21 @@ def main(argv=None):
         sys.exit(f"demo: interrupted; {args.out} keeps what was written so far (a new run starts over)")
     finally:
         record_output(args.out)
+
+
+def use_bf16_autocast(args) -> bool:
+    """bfloat16 autocast where oneDNN reports native bfloat16 (AVX512-BF16 or AMX), else fp32; one line either way."""
+    from spanbert_plugin.core.precision import cpu_supports_bf16
+
+    if args.fp32:
+        print("== Precision: fp32 (--fp32)")
+        return False
+    if cpu_supports_bf16():
+        print("== Precision: bfloat16 autocast (this CPU computes bfloat16 natively: AVX512-BF16 or AMX); --fp32 to turn "
+              "it off")
+        return True
+    print("== Precision: fp32 (this CPU has no native bfloat16, AVX512-BF16 or AMX, so autocast would not be faster)")
+    return False
 
 
 def run_demo(args):
@@ -143,6 +160,7 @@ def run_demo(args):
                  # at least 8 loss records however short the run (a run shorter than the interval logged none)
                  "common.log_format=json", f"common.log_interval={max(1, min(50, args.max_update // 8))}",
                  "checkpoint.save_interval_updates=400"]
+    train_cmd += [f"task.bf16_autocast={str(use_bf16_autocast(args)).lower()}"]
     print("\n== Pre-training spanbert_tiny on the CPU:\n" + " ".join(train_cmd) + "\n")
     records = []
     with subprocess.Popen(train_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:

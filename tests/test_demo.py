@@ -23,6 +23,11 @@ def test_demo_runs_twice_in_one_folder_with_two_updates(tmp_path):
     out = str(tmp_path / "demo_out")
     first = run_cli([*DEMO, "--out", out, "--max-update", "2", "--vocab-size", "1000"])
     assert loss_table(first.stdout) == [1, 2]  # fewer updates than the default log interval still log each one
+    from spanbert_plugin.core.precision import cpu_supports_bf16
+
+    precision = "bfloat16 autocast" if cpu_supports_bf16() else "fp32"  # the demo's choice, said in one line
+    assert f"== Precision: {precision} (" in first.stdout and f"task.bf16_autocast={precision != 'fp32'}".lower() in (
+        first.stdout.lower())
     assert "earlier demo run" not in first.stdout
     manifest = json.load(open(os.path.join(out, MANIFEST)))
     assert manifest["command"] == "demo"
