@@ -170,6 +170,16 @@ def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
             "a.jsonl:1: cluster span [0, 1]",
         ),
         ({"a.txt": "hello\n"}, "a.txt:1: hello: no such file (list files"),
+        (
+            {"a.jsonl": '{"doc_key": "d", "sentences": [["x", "y", "z", "w"]], "clusters": [[[0, 0], [2, 2]], '
+                        '[[0, 0], [3, 3]]]}\n'},
+            "a.jsonl:1: span [0, 0] (word indices) is in two clusters of document d",
+        ),
+        (
+            {"a.conll": "#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (3)|(9)\nd 0 1 v _ _ _ _ _ _ _ _ (3)\n"
+                        "\n#end document\n"},
+            "a.conll:1: span [0, 0] (word indices) is in two clusters of document (d); part 0;",
+        ),
     ],
 )
 def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, files, message):
@@ -248,3 +258,20 @@ def test_training_window_of_segments(wordpiece_data, tmp_path):
                 )
             assert doc["num_words"] == len(set(doc["token_word"][doc["token_word"] >= 0].tolist()))
     assert len(firsts) > 1  # the window moves between epochs
+
+
+def test_documents_shared_between_splits_warn_or_stop(wordpiece_data, tmp_path, capsys):
+    """The same document in --train and --valid: one warning with the count and the first; refused on request."""
+    docs = [{"doc_key": f"d{i}", "sentences": [[f"w{i}", "x"]], "clusters": []} for i in range(3)]
+    train = write_jsonl(tmp_path / "train.jsonl", docs)
+    renamed = dict(docs[1], doc_key="copy")  # same words under another key
+    valid = write_jsonl(tmp_path / "valid.jsonl", [docs[0], renamed, {"doc_key": "new", "sentences": [["y"]]}])
+    common = ["--train", train, "--valid", valid, "--tokenizer-from", wordpiece_data]
+    assert prepare(common + ["--destdir", str(tmp_path / "warned")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "2 of the 3 --valid documents are also in --train" in warnings[0], warnings
+    assert "the first d0" in warnings[0]
+    assert prepare(common + ["--destdir", str(tmp_path / "refused"), "--refuse-shared-documents"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--refuse-shared-documents was given" in err, err
+    assert not (tmp_path / "refused").exists()

@@ -136,8 +136,11 @@ def test_no_singletons_drops_only_one_mention_clusters_and_eval_has_both_convent
     ("--singleton-threshold", "1", "--singleton-threshold must be in (0, 1), got 1.0"),
     ("--singleton-threshold", "0", "--singleton-threshold must be in (0, 1), got 0.0"),
     ("--mention-loss-weight", "-0.5", "--mention-loss-weight must be at least 0, got -0.5"),
+    ("--coref-dropout", "2", "--coref-dropout must be in [0, 1), got 2.0"),
+    ("--criterion", "span_bert", "--criterion span_bert does not work with --task coreference; use --criterion "
+                                 "coreference"),
 ])
-def test_bad_singleton_options_are_one_line(singleton_data, tmp_path, flag, value, message):
+def test_bad_coreference_options_are_one_line(singleton_data, tmp_path, flag, value, message):
     proc = run_cli(train_command(singleton_data, str(tmp_path / "ck"), "--max-update", "1", f"{flag}={value}"),
                    check=False)
     assert proc.returncode == 1

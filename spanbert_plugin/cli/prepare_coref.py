@@ -26,6 +26,9 @@ def get_parser():
                         help="tokens per independent segment including [CLS] and [SEP] (the paper tunes 128-512)")
     parser.add_argument("--max-span-width", type=int, default=30,
                         help="widest gold mention (tokens) counted as trainable; wider ones are kept for evaluation")
+    parser.add_argument("--refuse-shared-documents", action="store_true",
+                        help="stop when a --valid or --test document is also in --train (same key or same words); "
+                        "by default one warning says how many")
     parser.add_argument("--force", action="store_true", help=f"replace an earlier {PROG} output")
     return parser
 

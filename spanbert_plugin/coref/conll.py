@@ -126,9 +126,20 @@ class _ConllDocumentBuilder:
             raise UsageError(f"{self.path}:{self.begin_line}: empty document {self.doc_key} (no token lines)")
         self.lines.append(line)
         clusters = sorted((sorted(set(spans)) for spans in self.clusters.values()), key=lambda c: c[0])
+        check_one_cluster_per_span(clusters, self.doc_key, f"{self.path}:{self.begin_line}")
         return CorefDocument(self.doc_key, self.words, np.asarray(self.sentence_ids, dtype=np.int64), self.speakers,
                              clusters, f"{self.path}:{self.begin_line}", self.lines,
                              np.asarray(self.token_lines, dtype=np.int64))
+
+
+def check_one_cluster_per_span(clusters: Sequence[Sequence[Span]], doc_key: str, where: str) -> None:
+    """UsageError for a span that two clusters share (the reference scorer refuses such files)."""
+    cluster_of: Dict[Span, int] = {}
+    for index, cluster in enumerate(clusters):
+        for span in cluster:
+            if cluster_of.setdefault(span, index) != index:
+                raise UsageError(f"{where}: span [{span[0]}, {span[1]}] (word indices) is in two clusters of document "
+                                 f"{doc_key}; a mention belongs to one cluster, as the reference scorer requires")
 
 
 def read_conll(path: str, text: str) -> List[CorefDocument]:
@@ -224,6 +235,7 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
             if spans:
                 clusters.append(sorted(set(spans)))
         clusters.sort(key=lambda c: c[0])
+        check_one_cluster_per_span(clusters, doc_key, where)
         sentence_ids = np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])
         lines, token_lines = _synthesised_lines(doc_key, sentences, speakers, clusters)
         documents.append(CorefDocument(doc_key, words, sentence_ids,

@@ -18,6 +18,7 @@ plus ``coref_meta.json``, ``dict.txt`` and the tokenizer files of
 ``--tokenizer-from``, and ``prepare_stats.json``.
 """
 import json
+import logging
 import os
 from collections import Counter
 from typing import Dict, List, Optional
@@ -175,6 +176,24 @@ def encode_documents(encoder: DocumentEncoder, documents: List[CorefDocument], s
     return encoded
 
 
+def check_shared_documents(documents: Dict[str, List[CorefDocument]], refuse: bool) -> None:
+    """Warn (or, with ``refuse``, stop) when a valid/test document is also a training document: the same key or the
+    same words. Evaluating on training documents is almost always a mistake."""
+    if "train" not in documents:
+        return
+    keys = {doc.doc_key for doc in documents["train"]}
+    texts = {tuple(doc.words) for doc in documents["train"]}
+    for split, flag in SPLIT_FLAGS[1:]:
+        shared = [doc for doc in documents.get(split, []) if doc.doc_key in keys or tuple(doc.words) in texts]
+        if not shared:
+            continue
+        message = (f"{len(shared)} of the {len(documents[split])} {flag} documents are also in --train (the same key "
+                   f"or the same words), the first {shared[0].doc_key} ({shared[0].source})")
+        if refuse:
+            raise UsageError(message + "; --refuse-shared-documents was given")
+        logging.getLogger(__name__).warning(message + ": scores on them measure memory, not generalisation")
+
+
 def prepare_coref_data(args) -> dict:
     """Read, check and encode every split, then write the folder at once; returns the statistics."""
     if not 8 <= args.max_segment_length:
@@ -188,9 +207,11 @@ def prepare_coref_data(args) -> dict:
     check_destination(args.destdir, COMMAND, inputs, args.force)
     tokenizer, dictionary = load_tokenizer_folder(args.tokenizer_from)
     encoder = DocumentEncoder(tokenizer, dictionary, args.max_segment_length, args.max_span_width)
+    read = {split: read_split(spec, flag) for split, flag, spec in specs}
+    check_shared_documents(read, getattr(args, "refuse_shared_documents", False))
     splits, stats = {}, {}
     for split, flag, spec in specs:
-        documents = read_split(spec, flag)
+        documents = read[split]
         counts = Counter()
         splits[split] = (documents, encode_documents(encoder, documents, counts))
         stats[split] = {key: counts[key] for key in STAT_KEYS}

@@ -86,6 +86,8 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
             raise UsageError(f"--max-training-segments must be at least 0, got {cfg.max_training_segments}")
         if cfg.coref_depth < 0:
             raise UsageError(f"--coref-depth must be at least 0, got {cfg.coref_depth}")
+        if not 0 <= cfg.coref_dropout < 1:
+            raise UsageError(f"--coref-dropout must be in [0, 1), got {cfg.coref_dropout}")
         if not 0 < cfg.singleton_threshold < 1:
             raise UsageError(f"--singleton-threshold must be in (0, 1), got {cfg.singleton_threshold}")
         if cfg.mention_loss_weight is not None and not cfg.mention_loss_weight >= 0:
@@ -105,6 +107,12 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         return CorefHead(hidden, c.coref_ffnn_size, c.max_span_width, c.coref_feature_size, len(GENRES),
                          c.coref_depth, c.coref_dropout, c.top_span_ratio, c.max_top_antecedents,
                          c.mention_loss_weight or 0.0)
+
+    def build_criterion(self, cfg, from_checkpoint=False):
+        name = cfg.get("_name") if hasattr(cfg, "get") else getattr(cfg, "_name", None)
+        if name != "coreference":
+            raise UsageError(f"--criterion {name} does not work with --task coreference; use --criterion coreference")
+        return super().build_criterion(cfg, from_checkpoint)
 
     @property
     def singleton_threshold(self) -> Optional[float]:
