@@ -58,6 +58,10 @@ class SpanBertPretrainingConfig(Bf16AutocastConfig):
     random_token_source: ChoiceEnum(["uniform", "unigram"]) = field(
         default="uniform", metadata={"help": "random replacements: uniform over real tokens, or the corpus unigram distribution"}
     )
+    freeze_encoder_updates: int = field(
+        default=0, metadata={"help": "train only the MLM and SBO heads for the first N updates (the encoder, its "
+                             "embeddings and so the tied MLM decoder stay as they are), so that freshly initialised "
+                             "heads of an imported encoder do not send their first, noisy gradients into it"})
     seed: int = II("common.seed")
 
 
@@ -135,6 +139,8 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         self.dictionary = dictionary
         if dictionary.mask_index is None:
             raise UsageError(f"{dictionary.source}: dictionary has no mask symbol ([MASK] or <mask>)")
+        if cfg.freeze_encoder_updates < 0:
+            raise UsageError(f"--freeze-encoder-updates must be at least 0, got {cfg.freeze_encoder_updates}")
         if cfg.tokens_per_sample < 3:
             raise UsageError(f"--tokens-per-sample must be at least 3 (begin, token, end), got {cfg.tokens_per_sample}")
         self.never_mask = dictionary.special_mask()
@@ -179,6 +185,19 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
                 f"(--sbo-position-slots); tokens past the last slot would get no SBO loss"
             )
         return model
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        """With --freeze-encoder-updates N, updates 0..N-1 leave the encoder without gradients (so without updates)."""
+        if self.cfg.freeze_encoder_updates > 0:
+            frozen = update_num < self.cfg.freeze_encoder_updates
+            encoder = getattr(model, "module", model).encoder
+            if next(encoder.parameters()).requires_grad == frozen:
+                for p in encoder.parameters():
+                    p.requires_grad_(not frozen)
+                    p.grad = None
+                logger.info(f"update {update_num}: encoder {'frozen' if frozen else 'trained'} (--freeze-encoder-updates "
+                            f"{self.cfg.freeze_encoder_updates})")
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         folders = data_folders(self.cfg.data)

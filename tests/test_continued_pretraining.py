@@ -1,0 +1,72 @@
+"""Continued pre-training of an imported encoder: heads trained alone first, and the continue_from_hf recipe."""
+import os
+
+import torch
+
+from conftest import ROOT, bin_path, run_cli
+from test_finetune_recipes import SHAPE, imported  # noqa: F401 - module fixture reused here
+
+HEADS = ("lm_head.", "sbo_head.")
+
+
+def _corpus(imported, corpus_files, tmp_path):  # noqa: F811
+    from spanbert_plugin.cli.prepare import main as prepare
+
+    data = str(tmp_path / "corpus")
+    assert prepare(["--train", corpus_files[0], "--valid", corpus_files[1], "--destdir", data, "--wordpiece-vocab",
+                    os.path.join(imported, "vocab.txt"), "--lowercase"]) == 0
+    return data
+
+
+def _weights(path):
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def _changed(before, after, heads):
+    """Names of the weights (heads' or the encoder's) that training changed (buffers such as the vocabulary
+    record, which names the data's tokenizer file, left out)."""
+    return {k for k in after if k.startswith(HEADS) == heads and k in before and after[k].is_floating_point()
+            and not torch.equal(before[k], after[k])}
+
+
+def test_freeze_encoder_updates_trains_the_heads_alone_then_everything(imported, corpus_files, tmp_path):  # noqa: F811
+    data = _corpus(imported, corpus_files, tmp_path)
+    start = _weights(os.path.join(imported, "model.pt"))
+
+    def train(save_dir, updates):
+        run_cli([bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
+                 "--criterion", "span_bert", "--arch", "spanbert_base", "--finetune-from-model",
+                 os.path.join(imported, "model.pt"), "--tokens-per-sample", "64", "--optimizer", "adam", "--lr", "1e-3",
+                 "--weight-decay", "0.01", "--batch-size", "4", "--max-update", str(updates), "--cpu",
+                 "--num-workers", "0", "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--disable-validation",
+                 "--freeze-encoder-updates", "2"])
+        return _weights(os.path.join(save_dir, "checkpoint_last.pt"))
+
+    frozen = train(tmp_path / "two", 2)
+    assert _changed(start, frozen, heads=True)  # the heads trained
+    assert not _changed(start, frozen, heads=False)  # the encoder (and the tied decoder) did not move, decay included
+    unfrozen = train(tmp_path / "two", 3)  # resumed: update 3 trains everything
+    assert _changed(frozen, unfrozen, heads=False) and _changed(frozen, unfrozen, heads=True)
+
+
+def test_negative_freeze_encoder_updates_is_one_line(imported, corpus_files, tmp_path):  # noqa: F811
+    data = _corpus(imported, corpus_files, tmp_path)
+    proc = run_cli([bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
+                    "--criterion", "span_bert", "--arch", "spanbert_tiny", "--cpu", "--max-update", "1", "--batch-size", "4",
+                    "--save-dir", str(tmp_path / "ck"), "--freeze-encoder-updates", "-1"], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].endswith("--freeze-encoder-updates must be at least 0, got -1")
+
+
+def test_continue_from_hf_recipe_runs_from_an_imported_encoder(imported, corpus_files, tmp_path):  # noqa: F811
+    data = _corpus(imported, corpus_files, tmp_path)
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "pretrain"),
+                    "--config-name", "continue_from_hf", f"task.data={data}",
+                    f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
+                    f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "optimization.max_update=2",
+                    "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2", "task.tokens_per_sample=64",
+                    "dataset.batch_size=4", "task.freeze_encoder_updates=1", "task.bf16_autocast=true"])
+    assert "model shape from" in proc.stdout + proc.stderr
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert saved["optimizer_history"][-1]["num_updates"] == 2
+    assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
