@@ -31,12 +31,28 @@ Settings:
   folder: ``model.pt`` and its ``vocab.txt``) under each scheme, then the same fine-tuning — the
   cheapest setting where the schemes can differ measurably. The corpus is then prepared with that
   folder's vocabulary, the model's size is the imported one, and the learning rates are 1e-4
-  (continued pre-training) and 5e-5 (fine-tuning) unless given.
+  (continued pre-training) and 5e-5 (fine-tuning) unless given. ``--freeze-encoder-updates N``
+  trains the fresh MLM/SBO heads alone first; ``--heldout-mlm`` adds, per scheme that trained an MLM
+  head, the masked-token loss on text of the novels of the fold's **test** documents (``--heldout-chars``
+  from the middle of each), every scheme under the same subword masks (task ``heldout_mlm``, bits per
+  masked token; lower is better).
+
+Coreference (``coref``) is LitBank as it is scored (singletons kept, ``benchmarks/coref_litbank.py``):
+the ``litbank`` recipe with ``--coref-epochs``, ``--coref-ffnn-size`` and ``--coref-head-lr``, the
+checkpoint with the best dev CoNLL F1, its score on the fold's test documents. ``--bf16-autocast``
+runs every pre-training and fine-tuning under bfloat16 autocast.
 
 Every budget can be overridden (``--pretrain-updates``, ``--finetune-updates``, ``--novels``,
 ``--seeds`` …). Results: ``--results`` (default ``benchmarks/masking_ablation``): ``results.csv``
-(one row per scheme, task and seed, kept across runs with the same settings), ``table.md``,
-``table.png`` and ``commands.md``.
+(columns ``arm,task,seed,score,metric``: one row per scheme, task and seed, kept across runs with the
+same settings), ``table.md``, ``table.png`` and ``commands.md``.
+
+The continued-pre-training experiment (all-MiniLM-L6-v2 on fold 0's training novels, LitBank with 3
+seeds, a SQuAD split with 2, held-out MLM loss):
+
+    .venv/bin/python benchmarks/masking_ablation.py --from-model imported --novels 0 \
+        --schemes none subword span span+sbo --tasks coref squad --seeds 1 2 3 --heldout-mlm \
+        --pretrain-updates 2000 --bf16-autocast --results benchmarks/continued_pretraining
 
     .venv/bin/python benchmarks/masking_ablation.py --setting cpu [--seeds 1 2 3] [--novels 20]
     .venv/bin/python benchmarks/masking_ablation.py --setting cpu --smoke     # a tiny budget: the plumbing only
@@ -72,7 +88,17 @@ SETTINGS = {
     "gpu": dict(arch="spanbert_base", tokens=512, pretrain_updates=20000, batch=32, update_freq=8, pretrain_lr=5e-4,
                 finetune_updates=2000, finetune_lr=3e-5, finetune_batch=32, novels=0, cpu=False),
 }
-FIELDS = ["scheme", "task", "seed", "metric", "value"]
+FIELDS = ["arm", "task", "seed", "score", "metric"]
+HELDOUT = "heldout_mlm"  # the masked-token loss on the fold's test novels (--heldout-mlm)
+METRIC_OF = {**TASKS, HELDOUT: "mlm_bits"}
+
+
+def read_rows(path):
+    """results.csv rows in FIELDS' names (files written before the rename said scheme and value)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [{"arm": r.get("arm", r.get("scheme")), "task": r["task"], "seed": r["seed"],
+             "score": r.get("score", r.get("value")), "metric": r["metric"]} for r in rows]
 
 
 def eval_fold_prefixes(fold):
@@ -82,6 +108,33 @@ def eval_fold_prefixes(fold):
         with open(os.path.join(LITBANK, "splits", f"fold{fold}", f"{split}.txt")) as f:
             prefixes |= {os.path.basename(line).split("_", 1)[0] for line in f if line.strip()}
     return prefixes
+
+
+def test_novels(fold):
+    """The novels whose excerpts are the fold's test documents (held-out text for the MLM loss)."""
+    with open(os.path.join(LITBANK, "splits", f"fold{fold}", "test.txt")) as f:
+        prefixes = {os.path.basename(line).split("_", 1)[0] for line in f if line.strip()}
+    return sorted(os.path.join(LITBANK, "novels", n) for n in os.listdir(os.path.join(LITBANK, "novels"))
+                  if n.split("_", 1)[0] in prefixes)
+
+
+def heldout_text(fold, chars, folder):
+    """Files of ``chars`` characters from the middle of each of the fold's test novels (whole paragraphs; the
+    middle, away from the Project Gutenberg header and front matter), written once into ``folder``."""
+    import gzip
+
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for novel in test_novels(fold):
+        path = os.path.join(folder, os.path.basename(novel).replace(".gz", ""))
+        if not os.path.isfile(path):
+            with gzip.open(novel, "rt", encoding="utf-8") as f:
+                text = f.read()
+            start = text.find("\n\n", len(text) // 2) + 2
+            end = text.rfind("\n\n", start, start + chars)
+            write_atomic(path, text[start:end if end > start else start + chars].strip() + "\n")
+        paths.append(path)
+    return paths
 
 
 def pretraining_novels(fold, limit):
@@ -105,7 +158,8 @@ def common_train_args(cfg, updates, lr, batch, seed):
             "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(max(1, updates // 10)),
             "--total-num-update", str(updates), "--max-update", str(updates), "--batch-size", str(batch),
             "--seed", str(seed), "--num-workers", "0", "--log-format", "json", "--log-interval", "50",
-            *(["--cpu"] if cfg["cpu"] else ["--fp16"])]
+            *(["--cpu"] if cfg["cpu"] else [] if cfg.get("bf16_autocast") else ["--fp16"]),
+            *(["--bf16-autocast"] if cfg.get("bf16_autocast") else [])]
 
 
 def model_args(args, cfg):
@@ -128,9 +182,29 @@ def pretrain(log, args, cfg, data, scheme, env):
             "--no-epoch-checkpoints", "--save-interval-updates", str(cfg["pretrain_updates"]), "--disable-validation",
             *common_train_args(cfg, cfg["pretrain_updates"], cfg["pretrain_lr"], cfg["batch"], args.pretrain_seed)]
     if args.from_model:
-        argv += ["--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt")]
+        argv += ["--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt"),
+                 "--freeze-encoder-updates", str(args.freeze_encoder_updates)]
     log.run(argv, f"pre-train {scheme}", env)
     return checkpoint
+
+
+def heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env):
+    """Masked-token loss (bits per masked token) of ``checkpoint`` on the held-out corpus, subword masks of seed 1."""
+    # fairseq-validate builds task and criterion from the checkpoint's config: the overrides set the same
+    # text, masks (subword, seed 1), block length and loss (MLM alone, fp32) for every scheme
+    overrides = {"data": heldout, "mask_scheme": "subword", "seed": 1, "tokens_per_sample": cfg["tokens"],
+                 "sbo_weight": 0.0, "bf16_autocast": False, "freeze_encoder_updates": 0}
+    output = log.run([os.path.join(BIN, "fairseq-validate"), heldout, "--task", "spanbert_pretraining", "--path",
+                      checkpoint, "--user-dir", os.path.join(ROOT, "user_dir"), "--valid-subset", "train",
+                      "--batch-size", str(cfg["batch"]), "--num-workers", "0", *(["--cpu"] if cfg["cpu"] else []), "--log-format", "json",
+                      "--model-overrides", repr(overrides)],
+                     f"held-out MLM loss of {os.path.basename(os.path.dirname(checkpoint))}", env)
+    values = [json.loads(line[line.index("{"):]) for line in output.splitlines() if "mlm_loss" in line and "{" in line]
+    if not values:
+        sys.exit(f"no mlm_loss in fairseq-validate's output:\n{output[-3000:]}")
+    record = values[-1]
+    key = next(k for k in record if k.endswith("mlm_loss"))
+    return float(record[key])
 
 
 def prepare_tasks(log, args, cfg, tokenizer_from, env):
@@ -167,19 +241,38 @@ def prepare_tasks(log, args, cfg, tokenizer_from, env):
                  "--valid", os.path.join(args.re_data, "dev.json"), "--tokenizer-from", tokenizer_from, "--destdir", dest,
                  "--labels", labels, "--max-seq-length", seq, "--force"], "prepare tacred", env)
         out["tacred"] = (dest, ["--task", "relation_extraction", "--criterion", "relation_extraction"])
-    if "coref" in args.tasks:
-        splits = os.path.join(LITBANK, "splits", f"fold{args.fold}")
-        dest = os.path.join(work, "coref")
-        log.run([os.path.join(BIN, "spanbert-prepare-coref"), "--train", os.path.join(splits, "train.txt"),
-                 "--valid", os.path.join(splits, "test.txt"), "--tokenizer-from", tokenizer_from, "--destdir", dest,
-                 "--max-segment-length", seq, "--force"], "prepare coref", env)
-        # the cpu setting scales the head down as configs/coref/tiny_cpu.yaml does (c2f-coref: 3000 at base size)
-        head = ["--coref-ffnn-size", "150" if cfg["cpu"] else "3000"]
-        out["coref"] = (dest, ["--task", "coreference", "--criterion", "coreference", *head])
     return out
 
 
+def litbank_test_conll_f1(args, cfg, checkpoint, seed, env):
+    """benchmarks/coref_litbank.py on the fold: the litbank recipe, best dev checkpoint, test CoNLL F1 with singletons."""
+    import coref_litbank
+
+    name = os.path.basename(os.path.dirname(checkpoint)) if checkpoint != args.from_model_checkpoint else NO_PRETRAINING
+    options = argparse.Namespace(
+        checkpoint=checkpoint, recipe=os.path.join(ROOT, "configs", "finetune", "litbank.yaml"), epochs=args.coref_epochs,
+        encoder_lr=args.coref_encoder_lr, head_lr=args.coref_head_lr, ffnn_size=args.coref_ffnn_size,
+        bf16_autocast=bool(cfg.get("bf16_autocast")), cpu=cfg["cpu"], train_docs=2 if args.smoke else None,
+        litbank=LITBANK,
+        override=["dataset.num_workers=0"], work=os.path.join(args.work, "coref", name))
+    os.makedirs(os.path.join(options.work, "runs"), exist_ok=True)
+    sizes, tokenizer_from = coref_litbank.checkpoint_settings(checkpoint)
+    data, _ = coref_litbank.prepare_fold(options, args.fold, tokenizer_from, min(384, int(sizes["max_positions"])))
+    old_environ = dict(os.environ)
+    os.environ.update(env)  # the fine-tuning processes inherit the thread setting
+    try:
+        result = coref_litbank.finetune_and_test(options, args.fold, data, sizes, "pretrained", seed)
+    finally:
+        os.environ.clear()
+        os.environ.update(old_environ)
+    return result["test_conll_f1"]
+
+
 def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
+    if task == "coref":
+        if checkpoint is None:
+            sys.exit("coref from random initialisation: run benchmarks/coref_litbank.py --arms random")
+        return litbank_test_conll_f1(args, cfg, checkpoint, seed, env)
     data, task_args = prepared
     batch = 1 if task == "coref" else cfg["finetune_batch"]  # a coreference batch is one document
     start = ["--finetune-from-model", os.path.abspath(checkpoint)] if checkpoint else []  # None: random initialisation
@@ -193,12 +286,12 @@ def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
 
 def write_table(rows, args, settings, log, earlier_commands=""):
     # every scheme and task with results so far (earlier invocations' too), in the canonical order
-    present = {(row["scheme"], row["task"]) for row in rows}
-    tasks = [t for t in TASKS if t in args.tasks or any(t == task for _, task in present)]
+    present = {(row["arm"], row["task"]) for row in rows}
+    tasks = [t for t in METRIC_OF if t in args.tasks or any(t == task for _, task in present)]
     schemes = [s for s in (NO_PRETRAINING, *SCHEMES) if s in args.schemes or any(s == scheme for scheme, _ in present)]
     cells = {}
     for row in rows:
-        cells.setdefault((row["scheme"], row["task"]), []).append(float(row["value"]))
+        cells.setdefault((row["arm"], row["task"]), []).append(float(row["score"]))
 
     def cell(values):
         if not values:
@@ -206,15 +299,17 @@ def write_table(rows, args, settings, log, earlier_commands=""):
         sd = f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else ""
         return f"{statistics.mean(values):.1f}{sd}"
 
-    header = "| scheme | " + " | ".join(f"{t} ({TASKS[t]})" for t in tasks) + " |"
+    header = "| arm (scheme) | " + " | ".join(f"{t} ({METRIC_OF[t]})" for t in tasks) + " |"
     lines = [header, "|" + "---|" * (len(tasks) + 1)]
     for scheme in schemes:
         lines.append(f"| {scheme} | " + " | ".join(cell(cells.get((scheme, t), [])) for t in tasks) + " |")
     seeds = sorted({int(r["seed"]) for r in rows})
+    title = (f"Continued pre-training of {os.path.basename(os.path.normpath(settings['from_model']))} under each masking "
+             "scheme" if settings.get("from_model") else f"Masking ablation ({settings['setting']} setting)")
     text = "\n".join(lines)
     print("\n" + text, flush=True)
     write_atomic(os.path.join(args.results, "table.md"),
-                 f"# Masking ablation ({settings['setting']} setting)\n\nmean ± sample sd over seeds {seeds}; "
+                 f"# {title}\n\nmean ± sample sd over seeds {seeds}; "
                  f"settings: `{json.dumps(settings)}`\n\n{text}\n")
     invocation = f"\n## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {what}: `{command}`\n" for what, command in log.lines)
     write_atomic(os.path.join(args.results, "commands.md"), earlier_commands + invocation)
@@ -231,7 +326,7 @@ def write_table(rows, args, settings, log, earlier_commands=""):
         sds = [statistics.stdev(cells[(s, task)]) if len(cells.get((s, task), [])) > 1 else 0 for s in schemes]
         ax.bar(range(len(schemes)), means, yerr=sds, capsize=3)
         ax.set_xticks(range(len(schemes)), schemes, rotation=45, ha="right")
-        ax.set_title(f"{task} ({TASKS[task]})")
+        ax.set_title(f"{task} ({METRIC_OF[task]})")
     fig.tight_layout()
     fig.savefig(os.path.join(args.results, "table.png"), dpi=120)
 
@@ -266,16 +361,37 @@ def main(argv=None):
     parser.add_argument("--work", default="/tmp/masking_ablation")
     parser.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "masking_ablation"))
     parser.add_argument("--fresh", action="store_true", help="discard earlier checkpoints and results")
+    parser.add_argument("--freeze-encoder-updates", type=int, default=0,
+                        help="with --from-model: the fresh MLM/SBO heads train alone for the first N updates")
+    parser.add_argument("--heldout-mlm", action="store_true",
+                        help="add each pre-trained scheme's masked-token loss on the fold's test novels (subword masks)")
+    parser.add_argument("--heldout-chars", type=int, default=100000,
+                        help="characters of held-out text per test novel (from its middle) for the MLM loss")
+    parser.add_argument("--bf16-autocast", action="store_true", help="every training run under bfloat16 autocast")
+    parser.add_argument("--coref-epochs", type=int, default=10, help="LitBank fine-tuning epochs (80 documents each)")
+    parser.add_argument("--coref-ffnn-size", type=int, default=150, help="coreference head's hidden size")
+    parser.add_argument("--coref-head-lr", type=float, default=1e-4)
+    parser.add_argument("--coref-encoder-lr", type=float, default=2e-5)
     args = parser.parse_args(argv)
+    args.from_model_checkpoint = os.path.join(os.path.abspath(args.from_model), "model.pt") if args.from_model else None
     cfg = dict(SETTINGS[args.setting])
     if args.smoke:
         cfg.update(pretrain_updates=4, finetune_updates=3, novels=2, batch=4, finetune_batch=4)
+        args.coref_epochs, args.heldout_chars = 1, 2000  # coref: over the first 2 training documents
         args.sst2_train_examples, args.squad_train_articles = min(args.sst2_train_examples, 64), 46
     if args.from_model:  # a real encoder: the learning rates of continued pre-training and of fine-tuning it
         cfg.update(arch=args.from_model_arch, pretrain_lr=1e-4, finetune_lr=5e-5)
     for key in ("novels", "pretrain_updates", "finetune_updates", "pretrain_lr", "finetune_lr"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
+    cfg["bf16_autocast"] = args.bf16_autocast
+    if args.heldout_mlm:
+        cfg["heldout_chars"] = args.heldout_chars
+    if args.from_model:
+        cfg["freeze_encoder_updates"] = args.freeze_encoder_updates
+    if "coref" in args.tasks:
+        cfg.update(coref_epochs=args.coref_epochs, coref_ffnn_size=args.coref_ffnn_size,
+                   coref_head_lr=args.coref_head_lr, coref_encoder_lr=args.coref_encoder_lr)
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.results, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -300,8 +416,7 @@ def main(argv=None):
     same = os.path.isfile(settings_path) and _read_json(settings_path) == settings
     rows = []
     if same and not args.fresh and os.path.isfile(csv_path):
-        with open(csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = read_rows(csv_path)
     commands_path = os.path.join(args.results, "commands.md")  # earlier invocations' commands, kept with their rows
     earlier_commands = ""
     if rows and os.path.isfile(commands_path):
@@ -310,21 +425,36 @@ def main(argv=None):
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
 
     prepared = prepare_tasks(log, args, cfg, data, env)
+    heldout = None
+    if args.heldout_mlm:  # the fold's test novels, never pre-trained on, with the same vocabulary
+        heldout = os.path.join(args.work, "heldout_data")
+        if args.fresh or not os.path.isfile(os.path.join(heldout, "prepare_stats.json")):
+            texts = heldout_text(args.fold, args.heldout_chars, os.path.join(args.work, "heldout_text"))
+            log.run([os.path.join(BIN, "spanbert-prepare"), "--train", *texts, "--join-wrapped-lines",
+                     "--wordpiece-vocab", vocab, "--lowercase", "--valid-fraction", "0.1", "--destdir", heldout,
+                     "--force"], "prepare the held-out text (the fold's test novels)", env)
+
+    def record(scheme, task, seed, score):
+        rows.append({"arm": scheme, "task": task, "seed": seed, "score": score, "metric": METRIC_OF[task]})
+        print(f"   -> {scheme} / {task} / seed {seed}: {METRIC_OF[task]} {score:.2f}", flush=True)
+        with open(csv_path + ".tmp", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(csv_path + ".tmp", csv_path)
+        write_table(rows, args, settings, log, earlier_commands)
+
+    def done(scheme, task, seed):
+        return any(r["arm"] == scheme and r["task"] == task and int(r["seed"]) == seed for r in rows)
+
     for scheme in args.schemes:
         checkpoint = pretrain(log, args, cfg, data, scheme, env)
+        if heldout and scheme != NO_PRETRAINING and not done(scheme, HELDOUT, args.pretrain_seed):
+            record(scheme, HELDOUT, args.pretrain_seed, heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env))
         for task in args.tasks:
             for seed in args.seeds:
-                if any(r["scheme"] == scheme and r["task"] == task and int(r["seed"]) == seed for r in rows):
-                    continue
-                value = finetune(log, args, cfg, task, prepared[task], checkpoint, seed, env)
-                rows.append({"scheme": scheme, "task": task, "seed": seed, "metric": TASKS[task], "value": value})
-                print(f"   -> {scheme} / {task} / seed {seed}: {TASKS[task]} {value:.2f}", flush=True)
-                with open(csv_path + ".tmp", "w", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=FIELDS)
-                    writer.writeheader()
-                    writer.writerows(rows)
-                os.replace(csv_path + ".tmp", csv_path)
-                write_table(rows, args, settings, log, earlier_commands)
+                if not done(scheme, task, seed):
+                    record(scheme, task, seed, finetune(log, args, cfg, task, prepared.get(task), checkpoint, seed, env))
     write_table(rows, args, settings, log, earlier_commands)
 
 
