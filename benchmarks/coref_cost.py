@@ -15,7 +15,8 @@ allocated GPU memory) is its own.
 Writes ``results.json`` and ``results.md`` (a table, and the growth factor per
 doubling of the document) to ``--out``. ``--steps`` repeats each measurement in
 its process and reports the median after ``--warmup`` untimed ones (base shapes
-on a CPU: ``--warmup 0``, a step takes minutes). ``--max-training-segments N``
+on a CPU: ``--warmup 0``, a step takes minutes). ``--mention-loss-weight W`` trains with the mention
+loss (default 0: the antecedent loss alone). ``--max-training-segments N``
 measures training as c2f-coref trains long documents (a window of N segments).
 """
 import argparse
@@ -80,7 +81,8 @@ def prepare(words: int, work: str, litbank: str, vocab: str) -> str:
     return data
 
 
-def measure(data: str, shape: str, mode: str, steps: int, cpu: bool, warmup: int = 1, max_training_segments: int = 0) -> dict:
+def measure(data: str, shape: str, mode: str, steps: int, cpu: bool, warmup: int = 1, max_training_segments: int = 0,
+            mention_loss_weight: float = 0.0) -> dict:
     """Seconds (median of ``steps`` after ``warmup`` untimed steps) and peak memory of one document, in this process."""
     import torch
     from fairseq import options, tasks
@@ -92,6 +94,7 @@ def measure(data: str, shape: str, mode: str, steps: int, cpu: bool, warmup: int
         "--arch", "spanbert_base", "--encoder-layers", str(layers), "--encoder-embed-dim", str(hidden),
         "--encoder-ffn-embed-dim", str(ffn), "--encoder-attention-heads", str(heads),
         "--coref-ffnn-size", str(head_ffnn), "--max-training-segments", str(max_training_segments),
+        "--mention-loss-weight", str(mention_loss_weight),
         "--batch-size", "1", "--optimizer", "adam", "--lr", "1e-5",
         *(["--cpu"] if cpu else [])])
     cfg = convert_namespace_to_omegaconf(args)
@@ -127,6 +130,8 @@ def measure(data: str, shape: str, mode: str, steps: int, cpu: bool, warmup: int
         times.append(time.perf_counter() - start)
     if mode == "train" and max_training_segments:
         mode = f"train ({max_training_segments} segments)"
+    if mode.startswith("train") and mention_loss_weight:
+        mode += f", mention loss {mention_loss_weight:g}"
     result = {"shape": shape, "mode": mode, "words": int(dataset.a["doc_words"][0]),
               "tokens": int(dataset.sizes[0]), "segments": int(len(dataset.a["segment_lengths"])),
               "seconds": statistics.median(times[warmup:]),
@@ -161,6 +166,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     parser.add_argument("--max-training-segments", type=int, default=0,
                         help="train on a random window of this many segments (c2f-coref's max_training_sentences)")
+    parser.add_argument("--mention-loss-weight", type=float, default=0.0,
+                        help="training with the mention loss (the documents hold LitBank's singletons); 0: without")
     parser.add_argument("--out", help="folder for results.json and results.md (default: print only)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "spanbert_coref_cost"))
     parser.add_argument("--litbank", default=os.path.join(SHARED, "litbank"))
@@ -170,7 +177,8 @@ def main():
     args = parser.parse_args()
     if args.one:
         print("RESULT " + json.dumps(measure(*args.one, steps=args.steps, cpu=args.cpu, warmup=args.warmup,
-                                             max_training_segments=args.max_training_segments)))
+                                             max_training_segments=args.max_training_segments,
+                                             mention_loss_weight=args.mention_loss_weight)))
         return 0
     os.makedirs(args.work, exist_ok=True)
     results = []
@@ -179,7 +187,8 @@ def main():
             for words in map(int, args.sizes.split(",")):
                 data = prepare(words, args.work, args.litbank, args.vocab)
                 proc = subprocess.run([sys.executable, __file__, "--one", data, shape, mode, "--steps", str(args.steps),
-                                       "--warmup", str(args.warmup), "--max-training-segments", str(args.max_training_segments)]
+                                       "--warmup", str(args.warmup), "--max-training-segments", str(args.max_training_segments),
+                                       "--mention-loss-weight", str(args.mention_loss_weight)]
                                       + (["--cpu"] if args.cpu else []), capture_output=True, text=True)
                 line = next((out for out in proc.stdout.splitlines() if out.startswith("RESULT ")), None)
                 if line is None:  # e.g. out of memory: recorded, the larger sizes of this shape and mode are skipped
