@@ -252,12 +252,17 @@ def test_import_bad_inputs(wordpiece_vocab, tmp_path):
 
     _import_error(variant("noconfig", remove="config.json"), out, "config.json: no such file")
     _import_error(variant("noweights", remove="model.safetensors"), out, "no model.safetensors or pytorch_model.bin")
+    _import_error(hf_dir / "config.json", out, "config.json: a file; give the HuggingFace model folder")
     for name, change, expect in (
         ("roberta", {"model_type": "roberta"}, "is not a BERT model"),
         ("preln", {"pre_layer_norm": True}, "pre-LayerNorm"),
         ("shape", {"intermediate_size": 256}, "has shape"),
         ("vocab", {"vocab_size": config["vocab_size"] + 5}, "vocab_size"),
         ("nolayers", {"num_hidden_layers": None}, "num_hidden_layers must be a positive integer"),
+        # more layers than the weights hold: layers 2-3 would start random, silently
+        ("morelayers", {"num_hidden_layers": 4}, "encoder weights that config.json implies are not in the "
+                                                 "checkpoint, the first encoder.encoder.layer.2."),
+        ("heads", {"num_attention_heads": 5}, "hidden_size 64 is not a multiple of num_attention_heads 5"),
     ):
         _import_error(variant(name, config__json=json.dumps({**config, **change})), out, expect)
     # malformed JSON, a JSON list, truncated or empty weights: one line naming the file

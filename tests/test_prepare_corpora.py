@@ -81,6 +81,15 @@ def test_errors_name_the_file_and_line_inside_gzip(tmp_path, capsys):
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("workers", ["0", "-3"])
+def test_workers_below_one_are_refused(workers, tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("some text\n")
+    assert cli_main(["--train", str(tmp_path / "c.txt"), "--destdir", str(tmp_path / "out"), "--workers", workers]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--workers must be at least 1, got {workers}" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("tokenizer", ["sentencepiece", "wordpiece"])
 def test_workers_write_the_same_bytes(tokenizer, tmp_path, monkeypatch):
     """Two encoding processes, many small chunks: byte-identical to one process."""

@@ -296,6 +296,8 @@ REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_a
 
 
 def _read_hf_dir(hf_dir):
+    if os.path.isfile(hf_dir):
+        raise InteropError(f"--hf {hf_dir}: a file; give the HuggingFace model folder that holds config.json")
     config_path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(config_path):
         raise InteropError(f"{config_path}: no such file (not a HuggingFace model directory?)")
@@ -313,6 +315,9 @@ def _read_hf_dir(hf_dir):
     for key in REQUIRED_CONFIG_KEYS:
         if not isinstance(config.get(key), int) or isinstance(config.get(key), bool) or config[key] <= 0:
             raise InteropError(f"{config_path}: {key} must be a positive integer, found {config.get(key)!r}")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise InteropError(f"{config_path}: hidden_size {config['hidden_size']} is not a multiple of num_attention_heads "
+                           f"{config['num_attention_heads']}")
     safetensors_path = os.path.join(hf_dir, "model.safetensors")
     bin_path = os.path.join(hf_dir, "pytorch_model.bin")
     if os.path.isfile(safetensors_path):
@@ -429,6 +434,11 @@ def import_hf(hf_dir, out_dir, force=False):
                 raise InteropError(f"{hf_dir}: weight {key} has shape {tuple(value.shape)}, config implies {tuple(expected[key].shape)}")
         fresh = sorted(k for k in expected if k not in ours and k not in ("lm_head.weight", "sbo_head.weight")
                        and not k.startswith("vocabulary."))  # the vocabulary record is vocab.txt's, not a weight
+        missing = [k for k in fresh if k.startswith("encoder.")]  # only heads may start fresh
+        if missing:
+            raise InteropError(f"{hf_dir}: {len(missing)} encoder weights that config.json implies are not in the "
+                               f"checkpoint, the first {missing[0]} (config.json: {config['num_hidden_layers']} layers, "
+                               f"hidden size {config['hidden_size']}); fix config.json or the weights")
         model.load_state_dict({**expected, **{k: v.float() for k, v in ours.items()}})
         cfg.task.data = os.path.abspath(out_dir)
         # the model was built from the temporary folder; record the tokenizer where it will be

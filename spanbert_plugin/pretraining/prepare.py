@@ -424,7 +424,8 @@ def prepare(args):
     """
     resolve_options(args)
     _import_in_background("fairseq.data.indexed_dataset")
-    workers = getattr(args, "workers", 1) or 1
+    workers = getattr(args, "workers", None)
+    workers = 1 if workers is None else workers
     if workers < 1:
         raise PrepareError(f"--workers must be at least 1, got {workers}")
     layout = dict(document_per_file=getattr(args, "document_per_file", False),
