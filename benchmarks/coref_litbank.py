@@ -133,10 +133,15 @@ def test_scores(eval_json):
 def finetune_and_test(args, fold, data, sizes, arm, seed):
     name = f"fold{fold}_{arm}_seed{seed}"
     result_path = os.path.join(args.work, "runs", name + ".json")
+    save_dir = os.path.join(args.work, "runs", name)
     if os.path.isfile(result_path):
         with open(result_path) as f:
-            return json.load(f)
-    save_dir = os.path.join(args.work, "runs", name)
+            result = json.load(f)
+        if args.singleton_thresholds and "singleton_threshold_dev" not in result:  # added to a finished run
+            tune_singleton_threshold(args, name, save_dir, result)
+            with open(result_path, "w") as f:
+                json.dump(result, f, indent=2)
+        return result
     # the training commands (a stopped run is started again with the same command and resumes from
     # checkpoint_last.pt); train_command.txt.done marks a finished training
     command_file = os.path.join(save_dir, "train_command.txt")
@@ -172,9 +177,32 @@ def finetune_and_test(args, fold, data, sizes, arm, seed):
             result.update(row)
             result["predict_seconds_per_document"] = seconds / documents  # the whole command: start-up included
     result["commands"] = commands
+    if args.singleton_thresholds:
+        tune_singleton_threshold(args, name, save_dir, result)
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def tune_singleton_threshold(args, name, save_dir, result):
+    """The singleton threshold with the best dev CoNLL F1 (with singletons) among --singleton-thresholds, and the
+    test scores at it (``test_conll_f1`` stays the checkpoint's own threshold)."""
+    checkpoint = os.path.join(save_dir, "checkpoint_best.pt")
+    device = ["--cpu"] if args.cpu else []
+    dev = {}
+    for threshold in args.singleton_thresholds:
+        out = os.path.join(args.work, "runs", f"{name}_dev_threshold{threshold:g}")
+        run([os.path.join(BIN, "spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", out,
+             "--force", "--singleton-threshold", str(threshold), *device], result["commands"])
+        dev[threshold] = test_scores(os.path.join(out, "eval.json"))[0]["test_conll_f1"]
+    best = max(dev, key=dev.get)
+    out = os.path.join(args.work, "runs", f"{name}_test_threshold{best:g}")
+    run([os.path.join(BIN, "spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "test", "--out", out,
+         "--force", "--singleton-threshold", str(best), *device], result["commands"])
+    row = test_scores(os.path.join(out, "eval.json"))[0]
+    result.update(singleton_threshold_dev=best, dev_conll_f1_per_threshold={f"{t:g}": v for t, v in dev.items()},
+                  test_conll_f1_dev_threshold=row["test_conll_f1"],
+                  test_mentions_f1_dev_threshold=row["test_mentions_f1"])
 
 
 def mean_sd(values):
@@ -217,6 +245,18 @@ def summary(results, folds):
                      f"{r['test_ceafe_f1']:.1f} | {r['test_conll_f1']:.1f} | "
                      f"{r['test_conll_f1_no_singleton_output']:.1f} | {r['test_conll_f1_without_singletons']:.1f} | "
                      f"{'' if train_cost is None else f'{train_cost:.2f}'} | {r['predict_seconds_per_document']:.2f} |")
+    tuned = [r for r in results if "singleton_threshold_dev" in r]
+    if tuned:
+        lines += ["", "Singleton threshold chosen on dev CoNLL F1 (with singletons), test scored at it:", "",
+                  "| fold | arm | seed | dev CoNLL F1 per threshold | chosen | test CoNLL F1 | test mentions F1 |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in tuned:
+            per = ", ".join(f"{t}: {v:.1f}" for t, v in r["dev_conll_f1_per_threshold"].items())
+            lines.append(f"| {r['fold']} | {r['arm']} | {r['seed']} | {per} | {r['singleton_threshold_dev']:g} | "
+                         f"{r['test_conll_f1_dev_threshold']:.1f} | {r['test_mentions_f1_dev_threshold']:.1f} |")
+        values = [r["test_conll_f1_dev_threshold"] for r in tuned]
+        lines += ["", f"Mean over these runs: {mean_sd(values)} (at 0.5: "
+                      f"{mean_sd([r['test_conll_f1'] for r in tuned])})"]
     lines += ["", "Published (10-fold mean, with singletons): " + "; ".join(f"{k}: {v}" for k, v in PUBLISHED.items())]
     return "\n".join(lines) + "\n"
 
@@ -262,6 +302,9 @@ def main():
     parser.add_argument("--max-segment-length", type=int, default=384)
     parser.add_argument("--bf16-autocast", action="store_true", help="fine-tune under bfloat16 autocast")
     parser.add_argument("--cpu", action="store_true", help="train and predict on the CPU even where CUDA is available")
+    parser.add_argument("--singleton-thresholds", type=lambda text: [float(t) for t in text.split(",")],
+                        help="also choose the singleton threshold among these (e.g. 0.3,0.4,0.5,0.6) by dev CoNLL F1 "
+                        "and score test at it (results: test_conll_f1_dev_threshold)")
     parser.add_argument("--train-docs", type=int, help="keep the first N training documents (smoke tests)")
     parser.add_argument("--override", nargs="*", default=[], help="hydra overrides appended to every fine-tuning run")
     parser.add_argument("--litbank", default=LITBANK)
@@ -283,7 +326,8 @@ def main():
     folds = fold_means(results)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        fields = [k for k in results[0] if k not in ("dev_conll_f1_per_epoch", "commands")]
+        fields = list(dict.fromkeys(k for r in results for k in r
+                                    if k not in ("dev_conll_f1_per_epoch", "commands", "dev_conll_f1_per_threshold")))
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(results)
