@@ -343,6 +343,11 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
     )
     assert "coref_scores" in proc.stdout
     assert {"coref_head.safetensors", "coref_config.json", "model.safetensors"} <= set(os.listdir(hf))
+    wrong = run_cli([bin_path("spanbert-export-hf"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"), "--out",
+                     str(tmp_path / "qa"), "--head", "qa"], check=False)
+    assert wrong.returncode == 1 and wrong.stderr.strip().endswith(
+        "--head qa: the checkpoint has no such head (--head chooses among its QA and classification heads: it has "
+        "none; its coreference head is exported on its own, without --head)"), wrong.stderr
     run_cli([bin_path("spanbert-import-hf"), "--hf", hf, "--out", imported])
     again = SpanBertModel.from_pretrained(imported, "model.pt")
     assert again.coref(text) == clusters

@@ -475,7 +475,8 @@ def test_export_head_choice(wordpiece_vocab, tmp_path):
 
     for checkpoint, extra, expect in (
         ("three_heads.pt", [], f"2 classification heads ({IMPORTED_HEAD}, other); choose one with --head"),
-        ("three_heads.pt", ["--head", "missing"], f"--head missing: the checkpoint has no such head (it has: qa, {IMPORTED_HEAD}, other)"),
+        ("three_heads.pt", ["--head", "missing"], "--head missing: the checkpoint has no such head (--head chooses among "
+                                                  f"its QA and classification heads: qa, {IMPORTED_HEAD}, other)"),
         ("qa_and_3_classes.pt", [], f"the QA head and the 3-class head {IMPORTED_HEAD} cannot share one transformers config"),
     ):
         status, _, err = call(main, ["--checkpoint", tmp_path / "ck" / checkpoint, "--out", tmp_path / "o", *extra])

@@ -93,7 +93,12 @@ def choose_heads(model, head=None):
     available = ([QA_HEAD] if has_qa else []) + names
     if head is not None:
         if head not in available:
-            raise InteropError(f"--head {head}: the checkpoint has no such head (it has: {', '.join(available) or 'none'})")
+            # coreference and relation heads are exported beside the encoder whatever --head says
+            beside = (["coreference"] if getattr(model, "coref_head", None) is not None else []) + \
+                [f"relation ({name})" for name in getattr(model, "relation_heads", {})]
+            also = f"; its {' and '.join(beside)} head is exported on its own, without --head" if beside else ""
+            raise InteropError(f"--head {head}: the checkpoint has no such head (--head chooses among its QA and "
+                               f"classification heads: {', '.join(available) or 'it has none'}{also})")
         return head == QA_HEAD, None if head == QA_HEAD else head
     if len(names) > 1:
         raise InteropError(f"the checkpoint has {len(names)} classification heads ({', '.join(names)}); "
