@@ -348,6 +348,18 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
     assert wrong.returncode == 1 and wrong.stderr.strip().endswith(
         "--head qa: the checkpoint has no such head (--head chooses among its QA and classification heads: it has "
         "none; its coreference head is exported on its own, without --head)"), wrong.stderr
+    # a head file without its config (or the reverse) is refused rather than dropped
+    import shutil
+
+    for kept, dropped in (("coref_head.safetensors", "coref_config.json"), ("coref_config.json", "coref_head.safetensors")):
+        half = str(tmp_path / f"half_{dropped}")
+        shutil.copytree(hf, half)
+        os.remove(os.path.join(half, dropped))
+        refused = run_cli([bin_path("spanbert-import-hf"), "--hf", half, "--out", str(tmp_path / "none")], check=False)
+        assert refused.returncode == 1 and refused.stderr.strip().endswith(
+            f"{os.path.join(half, kept)}: the coreference head needs {dropped} beside it too (spanbert-export-hf writes "
+            "both); copy it, or remove this file to import without the head"), refused.stderr
+        assert not os.path.exists(tmp_path / "none")
     run_cli([bin_path("spanbert-import-hf"), "--hf", hf, "--out", imported])
     again = SpanBertModel.from_pretrained(imported, "model.pt")
     assert again.coref(text) == clusters

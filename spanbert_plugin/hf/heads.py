@@ -44,8 +44,16 @@ class SideHead:
     validate: Optional[Callable] = None  # (directory) -> config, checked; default: the JSON object as it is
 
     def load_config(self, directory: str) -> Optional[dict]:
-        """The head's config in an export folder, or None when the folder has no such head."""
-        if not os.path.isfile(os.path.join(directory, self.config_file)):
+        """The head's config in an export folder, or None when the folder has no such head (neither file);
+        InteropError when only one of its two files is there (the head would be dropped without a word)."""
+        has_config = os.path.isfile(os.path.join(directory, self.config_file))
+        has_weights = os.path.isfile(os.path.join(directory, self.weights_file))
+        if has_config != has_weights:
+            found, missing = ((self.config_file, self.weights_file) if has_config else
+                              (self.weights_file, self.config_file))
+            raise InteropError(f"{os.path.join(directory, found)}: the {self.name} needs {missing} beside it too "
+                               "(spanbert-export-hf writes both); copy it, or remove this file to import without the head")
+        if not has_config:
             return None
         return self.validate(directory) if self.validate else read_json(os.path.join(directory, self.config_file))
 
