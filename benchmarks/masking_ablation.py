@@ -174,17 +174,21 @@ def pretrain(log, args, cfg, data, scheme, env):
     mask_scheme, sbo_weight = SCHEMES[scheme]
     save_dir = os.path.join(args.work, "pretrain", scheme)
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
-    if os.path.isfile(checkpoint) and not args.fresh:
+    finished = checkpoint + ".done"  # a stopped run is started again with the same command: fairseq resumes it
+    if os.path.isfile(finished) and not args.fresh:
         return checkpoint
+    os.makedirs(save_dir, exist_ok=True)
     argv = [os.path.join(BIN, "fairseq-train"), data, "--task", "spanbert_pretraining", "--criterion", "span_bert",
             *model_args(args, cfg), "--tokens-per-sample", str(cfg["tokens"]), "--mask-scheme", mask_scheme,
             "--sbo-weight", str(sbo_weight), "--update-freq", str(cfg["update_freq"]), "--save-dir", save_dir,
-            "--no-epoch-checkpoints", "--save-interval-updates", str(cfg["pretrain_updates"]), "--disable-validation",
+            "--no-epoch-checkpoints", "--save-interval-updates", str(max(1, min(250, cfg["pretrain_updates"]))),
+            "--keep-interval-updates", "1", "--disable-validation",
             *common_train_args(cfg, cfg["pretrain_updates"], cfg["pretrain_lr"], cfg["batch"], args.pretrain_seed)]
     if args.from_model:
         argv += ["--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt"),
                  "--freeze-encoder-updates", str(args.freeze_encoder_updates)]
-    log.run(argv, f"pre-train {scheme}", env)
+    log.run(argv, f"pre-train {scheme}", env, log_path=os.path.join(save_dir, "train.log"))
+    open(finished, "w").close()
     return checkpoint
 
 
@@ -313,6 +317,11 @@ def write_table(rows, args, settings, log, earlier_commands=""):
                  f"settings: `{json.dumps(settings)}`\n\n{text}\n")
     invocation = f"\n## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {what}: `{command}`\n" for what, command in log.lines)
     write_atomic(os.path.join(args.results, "commands.md"), earlier_commands + invocation)
+    plot_table(args, tasks, schemes, cells)
+    return invocation
+
+
+def plot_table(args, tasks, schemes, cells):
     try:
         import matplotlib
 
@@ -418,10 +427,8 @@ def main(argv=None):
     if same and not args.fresh and os.path.isfile(csv_path):
         rows = read_rows(csv_path)
     commands_path = os.path.join(args.results, "commands.md")  # earlier invocations' commands, kept with their rows
-    earlier_commands = ""
-    if rows and os.path.isfile(commands_path):
-        with open(commands_path, encoding="utf-8") as f:
-            earlier_commands = f.read()
+    if not rows and os.path.isfile(commands_path):
+        os.replace(commands_path, commands_path + ".old")  # other settings' commands: kept aside, not mixed in
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
 
     prepared = prepare_tasks(log, args, cfg, data, env)
@@ -434,15 +441,34 @@ def main(argv=None):
                      "--wordpiece-vocab", vocab, "--lowercase", "--valid-fraction", "0.1", "--destdir", heldout,
                      "--force"], "prepare the held-out text (the fold's test novels)", env)
 
+    written = {"section": None}  # this invocation's section of commands.md as last written
+
+    def commands_of_others():
+        """commands.md as on disk without this invocation's own section (it is written again, longer)."""
+        if not os.path.isfile(commands_path):
+            return ""
+        with open(commands_path, encoding="utf-8") as f:
+            text = f.read()
+        return text.replace(written["section"], "") if written["section"] else text
+
     def record(scheme, task, seed, score):
-        rows.append({"arm": scheme, "task": task, "seed": seed, "score": score, "metric": METRIC_OF[task]})
-        print(f"   -> {scheme} / {task} / seed {seed}: {METRIC_OF[task]} {score:.2f}", flush=True)
-        with open(csv_path + ".tmp", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(csv_path + ".tmp", csv_path)
-        write_table(rows, args, settings, log, earlier_commands)
+        # invocations with the same settings may run side by side (one per core, different arms): results.csv
+        # and commands.md are read again under a lock and extended, so neither overwrites the other's
+        import fcntl
+
+        with open(csv_path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.isfile(csv_path):
+                known = {(r["arm"], r["task"], int(r["seed"])) for r in rows}
+                rows.extend(r for r in read_rows(csv_path) if (r["arm"], r["task"], int(r["seed"])) not in known)
+            rows.append({"arm": scheme, "task": task, "seed": seed, "score": score, "metric": METRIC_OF[task]})
+            print(f"   -> {scheme} / {task} / seed {seed}: {METRIC_OF[task]} {score:.2f}", flush=True)
+            with open(csv_path + ".tmp", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=FIELDS)
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(csv_path + ".tmp", csv_path)
+            written["section"] = write_table(rows, args, settings, log, commands_of_others())
 
     def done(scheme, task, seed):
         return any(r["arm"] == scheme and r["task"] == task and int(r["seed"]) == seed for r in rows)
@@ -455,7 +481,7 @@ def main(argv=None):
             for seed in args.seeds:
                 if not done(scheme, task, seed):
                     record(scheme, task, seed, finetune(log, args, cfg, task, prepared.get(task), checkpoint, seed, env))
-    write_table(rows, args, settings, log, earlier_commands)
+    write_table(rows, args, settings, log, commands_of_others())
 
 
 if __name__ == "__main__":

@@ -74,13 +74,25 @@ class CommandLog:
     def quote(argv):
         return " ".join(shlex.quote(a) for a in argv)
 
-    def run(self, argv, what, env=None):
+    def run(self, argv, what, env=None, log_path=None):
+        """Run ``argv``; its output is returned (and, with ``log_path``, appended there as it comes: progress)."""
         self.lines.append((what, self.quote(argv)))
         print(f"== {what}: {self.lines[-1][1]}", flush=True)
-        proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if proc.returncode != 0:
-            sys.exit(f"{what} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
-        return proc.stdout
+        if log_path is None:
+            proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            output, returncode = proc.stdout, proc.returncode
+        else:
+            lines = []
+            with open(log_path, "a", encoding="utf-8") as log, subprocess.Popen(
+                    argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+                for line in proc.stdout:
+                    lines.append(line)
+                    log.write(line)
+                    log.flush()
+            output, returncode = "".join(lines), proc.returncode
+        if returncode != 0:
+            sys.exit(f"{what} failed (exit {returncode}):\n{output[-3000:]}")
+        return output
 
 
 def finetune_args(args):

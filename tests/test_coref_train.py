@@ -156,6 +156,51 @@ def test_head_chunking_does_not_change_results(synthetic_data, monkeypatch):
     assert (g1 - g2).abs().max() <= 1e-5 * g1.abs().max(), ((g1 - g2).abs().max(), g1.abs().max())
 
 
+def test_split_pair_scorer_equals_the_concatenated_pair_features():
+    """The fine score FFNN([g_i; g_j; g_i * g_j; features]) computed with its first layer split per span
+    equals the layer applied to the concatenation (c2f-coref's form), in value and gradients."""
+    torch.manual_seed(0)
+    head = CorefHead(hidden=24, ffnn_size=16, max_span_width=4, depth=0, max_top_antecedents=5, dropout=0.0)
+    k, K, D = 12, 5, head.span_dim
+    g = torch.randn(k, D, requires_grad=True)
+    mention_scores = torch.randn(k)
+    rows = torch.arange(k)
+    antecedents = torch.randint(0, k, (k, K))
+    speaker, segment, genre = torch.randint(0, 2, (k,)), torch.randint(0, 3, (k,)), torch.tensor([1])
+
+    def concatenated():
+        g_ant = g[antecedents]
+        distance = bucket_distance((rows[:, None] - antecedents).clamp(min=0))
+        coarse = (mention_scores[rows, None] + mention_scores[antecedents]
+                  + (head.coarse_bilinear(g)[:, None, :] * g_ant).sum(-1)
+                  + head.distance_prior(head.distance_prior_embedding(distance)).squeeze(-1))
+        features = torch.cat([
+            head.same_speaker_embedding((speaker[:, None] == speaker[antecedents]).long()),
+            head.genre_embedding(genre.expand_as(distance)),
+            head.segment_distance_embedding(bucket_distance((segment[:, None] - segment[antecedents]).clamp(min=0))),
+            head.antecedent_distance_embedding(distance)], dim=-1)
+        g_i = g[:, None, :].expand_as(g_ant)
+        fine = head.pair_scorer(torch.cat([g_i, g_ant, g_i * g_ant, features], dim=-1)).squeeze(-1)
+        return (coarse + fine).masked_fill(antecedents >= rows[:, None], float("-inf"))
+
+    def split():
+        as_span, as_antecedent = head._pair_projections(g)
+        return head._pair_scores(g, as_span, g, as_antecedent, rows, antecedents, mention_scores, speaker, segment,
+                                 genre)
+
+    results = []
+    for fn in (concatenated, split):
+        head.zero_grad()
+        g.grad = None
+        scores = fn()
+        scores.masked_fill(~scores.isfinite(), 0).sum().backward()
+        results.append((scores.detach(), g.grad.clone(), head.pair_scorer[0].weight.grad.clone()))
+    (s1, dg1, dw1), (s2, dg2, dw2) = results
+    assert torch.equal(s1.isfinite(), s2.isfinite()) and s1.isfinite().any() and (~s1.isfinite()).any()
+    assert torch.allclose(s1, s2, atol=1e-5, equal_nan=True)
+    assert torch.allclose(dg1, dg2, atol=1e-5) and torch.allclose(dw1, dw2, atol=1e-5)
+
+
 def test_memory_is_linear_no_span_by_span_matrix(monkeypatch):
     """The largest tensor the head builds grows linearly: doubling the document at most doubles it.
 

@@ -55,11 +55,12 @@ def _ffnn(d_in: int, hidden: int, dropout: float) -> nn.Sequential:
 
 
 def _chunked(fn, n: int, chunk: int, *tensors):
-    """``fn`` over row chunks of ``tensors`` (concatenated); checkpointed while gradients are recorded."""
+    """``fn`` over row chunks of ``tensors`` (concatenated); checkpointed while gradients are recorded (when
+    there is more than one chunk)."""
     outputs = []
     for start in range(0, n, chunk):
         parts = [t[start:start + chunk] for t in tensors]
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() and n > chunk:  # one chunk: nothing to free between chunks, no recomputation
             outputs.append(checkpoint(fn, *parts, use_reentrant=False))
         else:
             outputs.append(fn(*parts))
@@ -185,13 +186,25 @@ class CorefHead(nn.Module):
                 chosen.append(scores.topk(K, dim=1).indices)
         return torch.cat(chosen)
 
-    def _pair_scores(self, g_rows, g_all, rows, antecedents, mention_scores, span_speaker, span_segment, genre):
-        """Coarse + fine scores (rows x K) of the given rows' antecedents; -inf for later spans."""
+    def _pair_projections(self, g):
+        """The pair scorer's first layer applied to each span once, as antecedent-to-be (with the bias) and as
+        antecedent: its input [g_i; g_j; g_i * g_j; features] is a concatenation, so W [g_i; g_j; ...] splits
+        into W_i g_i + W_j g_j + ..., and only the product and the features are left per pair (a third of the
+        multiply-adds, and no pair tensor three spans wide)."""
+        first = self.pair_scorer[0]
+        D = self.span_dim
+        return F.linear(g, first.weight[:, :D], first.bias), F.linear(g, first.weight[:, D:2 * D])
+
+    def _pair_scores(self, g_rows, as_span, g_all, as_antecedent, rows, antecedents, mention_scores, span_speaker,
+                     span_segment, genre):
+        """Coarse + fine scores (rows x K) of the given rows' antecedents; -inf for later spans.
+
+        ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of all spans' embeddings."""
         g_ant = g_all[antecedents]
         valid = antecedents < rows[:, None]
         distance = bucket_distance((rows[:, None] - antecedents).clamp(min=0))
         coarse = (mention_scores[rows, None] + mention_scores[antecedents]
-                  + (self.coarse_bilinear(g_rows)[:, None, :] * g_ant).sum(-1)
+                  + torch.einsum("rkd,rd->rk", g_ant, self.coarse_bilinear(g_rows).to(g_ant.dtype))
                   + self.distance_prior(self.distance_prior_embedding(distance)).squeeze(-1))
         same_speaker = (span_speaker[rows, None] == span_speaker[antecedents]).long()
         segment_distance = bucket_distance((span_segment[rows, None] - span_segment[antecedents]).clamp(min=0))
@@ -201,9 +214,11 @@ class CorefHead(nn.Module):
             self.segment_distance_embedding(segment_distance),
             self.antecedent_distance_embedding(distance),
         ], dim=-1))
-        g_i = g_rows[:, None, :].expand_as(g_ant)
-        pair = torch.cat([g_i, g_ant, g_i * g_ant, features], dim=-1)
-        fine = self.pair_scorer(pair).squeeze(-1)
+        first, D = self.pair_scorer[0], self.span_dim
+        hidden = (as_span[:, None, :] + as_antecedent[antecedents]
+                  + F.linear(g_rows[:, None, :] * g_ant, first.weight[:, 2 * D:3 * D])
+                  + F.linear(features, first.weight[:, 3 * D:]))
+        fine = self.pair_scorer[1:](hidden).squeeze(-1)  # ReLU, dropout, output layer
         return (coarse + fine).float().masked_fill(~valid, float("-inf"))
 
     # -- forward ----------------------------------------------------------------------------------------
@@ -234,12 +249,13 @@ class CorefHead(nn.Module):
         antecedents = self._coarse_candidates(g, mention_scores, K)
         rows = torch.arange(k, device=g.device)
         span_speaker, span_segment = token_speaker[top_starts], token_segment[top_starts]
-        pair_chunk = max(1, CHUNK_ELEMENTS // (K * (3 * self.span_dim)))
+        pair_chunk = max(1, CHUNK_ELEMENTS // (K * self.span_dim))
         for round_ in range(self.depth + 1):
+            as_span, as_antecedent = self._pair_projections(g)
             scores = _chunked(
-                lambda g_rows, r, a, g_all=g: self._pair_scores(g_rows, g_all, r, a, mention_scores, span_speaker,
-                                                                span_segment, genre),
-                k, pair_chunk, g, rows, antecedents)
+                lambda g_rows, s, r, a, g_all=g, t=as_antecedent: self._pair_scores(
+                    g_rows, s, g_all, t, r, a, mention_scores, span_speaker, span_segment, genre),
+                k, pair_chunk, g, as_span, rows, antecedents)
             if round_ == self.depth:
                 break
             # higher order: g_i <- f * g_i + (1 - f) * E[g_antecedent], the dummy standing for g_i itself
