@@ -137,7 +137,7 @@ def finetune_and_test(args, fold, data, sizes, arm, seed):
     if os.path.isfile(result_path):
         with open(result_path) as f:
             result = json.load(f)
-        if args.singleton_thresholds and "singleton_threshold_dev" not in result:  # added to a finished run
+        if getattr(args, "singleton_thresholds", None) and "singleton_threshold_dev" not in result:  # added to a finished run
             tune_singleton_threshold(args, name, save_dir, result)
             with open(result_path, "w") as f:
                 json.dump(result, f, indent=2)
@@ -177,7 +177,7 @@ def finetune_and_test(args, fold, data, sizes, arm, seed):
             result.update(row)
             result["predict_seconds_per_document"] = seconds / documents  # the whole command: start-up included
     result["commands"] = commands
-    if args.singleton_thresholds:
+    if getattr(args, "singleton_thresholds", None):
         tune_singleton_threshold(args, name, save_dir, result)
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)

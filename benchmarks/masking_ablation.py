@@ -90,7 +90,13 @@ SETTINGS = {
 }
 FIELDS = ["arm", "task", "seed", "score", "metric"]
 HELDOUT = "heldout_mlm"  # the masked-token loss on the fold's test novels (--heldout-mlm)
-METRIC_OF = {**TASKS, HELDOUT: "mlm_bits"}
+# coreference's rows are named by their LitBank fold (litbank_fold0); the order is the table's
+METRIC_OF = {**{f"litbank_fold{fold}": "conll_f1" for fold in range(10)}, **TASKS, HELDOUT: "mlm_bits"}
+
+
+def result_task(task, fold):
+    """The ``task`` column of results.csv: coreference is named by its LitBank fold (``litbank_fold0``)."""
+    return f"litbank_fold{fold}" if task == "coref" else task
 
 
 def read_rows(path):
@@ -291,7 +297,8 @@ def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
 def write_table(rows, args, settings, log, earlier_commands=""):
     # every scheme and task with results so far (earlier invocations' too), in the canonical order
     present = {(row["arm"], row["task"]) for row in rows}
-    tasks = [t for t in METRIC_OF if t in args.tasks or any(t == task for _, task in present)]
+    asked = {result_task(t, args.fold) for t in args.tasks}
+    tasks = [t for t in METRIC_OF if t in asked or any(t == task for _, task in present)]
     schemes = [s for s in (NO_PRETRAINING, *SCHEMES) if s in args.schemes or any(s == scheme for scheme, _ in present)]
     cells = {}
     for row in rows:
@@ -479,8 +486,9 @@ def main(argv=None):
             record(scheme, HELDOUT, args.pretrain_seed, heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env))
         for task in args.tasks:
             for seed in args.seeds:
-                if not done(scheme, task, seed):
-                    record(scheme, task, seed, finetune(log, args, cfg, task, prepared.get(task), checkpoint, seed, env))
+                if not done(scheme, result_task(task, args.fold), seed):
+                    record(scheme, result_task(task, args.fold), seed,
+                           finetune(log, args, cfg, task, prepared.get(task), checkpoint, seed, env))
     write_table(rows, args, settings, log, commands_of_others())
 
 

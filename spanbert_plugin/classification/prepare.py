@@ -30,7 +30,10 @@ from tqdm import tqdm
 
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
-from ..core.finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
+from ..core.finetune_io import (
+    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
+    write_token_items,
+)
 
 COMMAND = "spanbert-prepare-classification"
 META_FILE = "classification.json"
@@ -380,6 +383,7 @@ def prepare_classification(train: str, valid: str, options: PrepareOptions, test
             stats[split] = {**features.stats, "labels": _label_counts(labels[split], label_list) if labelled else None}
         write_json(os.path.join(work, META_FILE), meta)
         write_json(os.path.join(work, STATS_FILE), stats)
+    warn_if_vocabulary_does_not_fit(tokenizer, [p for p in (train, valid, test) if p])
     return stats
 
 

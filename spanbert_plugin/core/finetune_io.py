@@ -37,6 +37,15 @@ def load_tokenizer_folder(folder: str, flag: str = "--tokenizer-from"):
     return tokenizer, dictionary
 
 
+def warn_if_vocabulary_does_not_fit(tokenizer: SpanTokenizer, inputs) -> None:
+    """One warning line per way the tokenizer's vocabulary does not fit the text it has encoded from ``inputs``
+    (a case-keeping tokenizer over an uncased vocabulary meeting upper-case text; more than 1% [UNK])."""
+    import logging
+
+    for line in tokenizer.fit.warnings(tokenizer, ", ".join(str(path) for path in inputs)):
+        logging.getLogger("spanbert_plugin.prepare").warning(line)
+
+
 def copy_tokenizer_files(src: str, dst: str) -> None:
     """Copy dict.txt and the tokenizer files of ``src`` into ``dst``."""
     for name in TOKENIZER_FILES:
@@ -153,4 +162,4 @@ def predict_split_outputs(model, task, cfg, split: str, outputs_of: Callable, sh
 
 
 __all__ = ["SpanTokenizer", "TokenizerError", "copy_tokenizer_files", "load_finetuned_checkpoint", "load_tokenizer_folder",
-           "predict_split_outputs", "write_token_items"]
+           "predict_split_outputs", "warn_if_vocabulary_does_not_fit", "write_token_items"]

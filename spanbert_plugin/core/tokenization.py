@@ -60,11 +60,65 @@ class Encoding:
     word_starts: np.ndarray
 
 
+UNK_WARNING_FRACTION = 0.01  # more [UNK] tokens than this means the vocabulary does not fit the text
+_CONTROL_RE = re.compile(r"^(\[[^\]]*\]|<[^>]*>)$")
+
+
+def lowercase_vocabulary(vocab: Sequence[str]) -> bool:
+    """Is the vocabulary uncased: no word piece (control symbols aside) with an upper-case letter?"""
+    return not any(piece != piece.lower() for piece in vocab if not _CONTROL_RE.match(piece))
+
+
+@dataclass
+class VocabularyFit:
+    """What a tokenizer met: tokens, [UNK] tokens, and whether the text had upper-case letters."""
+
+    tokens: int = 0
+    unk_tokens: int = 0
+    upper_case_seen: bool = False
+
+    def warnings(self, tokenizer: "SpanTokenizer", source: str) -> List[str]:
+        """One line per way the vocabulary does not fit the text (none when it fits)."""
+        lines = []
+        if self.upper_case_seen and not tokenizer.lowercase and lowercase_vocabulary(tokenizer.vocab):
+            lines.append(f"{source}: the vocabulary is lower-case (uncased) but the tokenizer keeps case, and the text has "
+                         "upper-case letters, which become [UNK] or rarer pieces: lower-case the text (spanbert-prepare "
+                         "--lowercase)")
+        if self.tokens and self.unk_tokens > UNK_WARNING_FRACTION * self.tokens:
+            lines.append(f"{source}: {self.unk_tokens:,} of {self.tokens:,} tokens "
+                         f"({100 * self.unk_tokens / self.tokens:.1f}%) are unknown to the vocabulary ([UNK]); more than "
+                         f"{100 * UNK_WARNING_FRACTION:g}% means the vocabulary does not fit this text")
+        return lines
+
+
 class SpanTokenizer:
-    """Common interface: ``encode``, ``encode_ids``, ``decode``, ``vocab`` and word starts."""
+    """Common interface: ``encode``, ``encode_ids``, ``decode``, ``vocab`` and word starts.
+
+    ``fit`` counts what the tokenizer has encoded (tokens, [UNK]s, upper-case letters), so that every
+    prepare command can warn when the vocabulary does not fit the text (``fit.warnings``).
+    """
 
     kind = ""
     vocab: List[str]
+    lowercase = False
+
+    @property
+    def fit(self) -> VocabularyFit:
+        if getattr(self, "_fit", None) is None:
+            self._fit = VocabularyFit()
+            unk = self.special_symbols()["unk"]
+            self._unk_id = self.vocab.index(unk) if unk is not None else -1
+            # upper-case letters matter only to a case-keeping tokenizer over an uncased vocabulary
+            self._watch_case = not self.lowercase and lowercase_vocabulary(self.vocab)
+        return self._fit
+
+    def _note(self, texts: Sequence[str], ids: Sequence[Sequence[int]]) -> None:
+        fit = self.fit
+        for text, row in zip(texts, ids):
+            fit.tokens += len(row)
+            fit.unk_tokens += row.count(self._unk_id) if isinstance(row, list) else int(np.count_nonzero(row == self._unk_id))
+            if self._watch_case and not fit.upper_case_seen and text != text.lower():
+                fit.upper_case_seen = True
 
     def encode(self, text: str) -> Encoding:
         raise NotImplementedError
@@ -143,10 +197,14 @@ class SentencePieceTokenizer(SpanTokenizer):
             while start < end and text[start].isspace():
                 start += 1
             offsets.append((start, end))
+        self._note((text,), (ids,))
         return Encoding(ids, tokens, offsets, self.word_start_table()[ids] if len(ids) else np.zeros(0, bool))
 
     def encode_ids(self, texts):
-        return self.sp.encode(list(texts))
+        texts = list(texts)
+        ids = self.sp.encode(texts)
+        self._note(texts, ids)
+        return ids
 
     def decode(self, ids):
         return self.sp.decode([int(i) for i in ids if int(i) < len(self.vocab)])
@@ -282,10 +340,14 @@ class WordPieceTokenizer(SpanTokenizer):
     def encode(self, text: str) -> Encoding:
         enc = self.tok.encode(text, add_special_tokens=False)
         ids = np.array(enc.ids, dtype=np.int64)
+        self._note((text,), (ids,))
         return Encoding(ids, list(enc.tokens), list(enc.offsets), self.word_start_table()[ids] if len(ids) else np.zeros(0, bool))
 
     def encode_ids(self, texts):
-        return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+        texts = list(texts)
+        ids = [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+        self._note(texts, ids)
+        return ids
 
     def decode(self, ids):
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)

@@ -27,7 +27,9 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination
-from ..core.finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json
+from ..core.finetune_io import (
+    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
+)
 from .conll import GENRES, CorefDocument, genre_index, read_split
 
 COMMAND = "spanbert-prepare-coref"
@@ -224,6 +226,7 @@ def prepare_coref_data(args) -> dict:
             write_split(encoded, documents, os.path.join(work, split))
         write_json(os.path.join(work, META_FILE), meta)
         write_json(os.path.join(work, STATS_FILE), stats)
+    warn_if_vocabulary_does_not_fit(tokenizer, [spec for _, _, spec in specs])
     return stats
 
 

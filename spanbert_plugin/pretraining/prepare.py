@@ -38,7 +38,7 @@ from tqdm import tqdm
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination
 from ..core.tokenization import (
-    SentencePieceTokenizer, TokenizerError, VocabSizeTooLarge, WordPieceTokenizer, read_wordpiece_vocab,
+    SentencePieceTokenizer, TokenizerError, VocabSizeTooLarge, VocabularyFit, WordPieceTokenizer, read_wordpiece_vocab,
 )
 from .annotate import SPAN_KINDS, annotator_for, document_spans, span_file
 
@@ -384,13 +384,16 @@ class SplitWriter:
             builder.finalize(span_file(self.prefix, kind) + ".idx")
 
 
-def _line_counting(documents, counter):
+def _line_counting(documents, counter, fit=None):
+    """The documents, each one's line count appended to ``counter``; ``fit.upper_case_seen`` set on the way."""
     for document in documents:
         counter.append(len(document))
+        if fit is not None and not fit.upper_case_seen:
+            fit.upper_case_seen = any(line != line.lower() for line in document)
         yield document
 
 
-def binarize(documents, split_of, writers, tokenizer_dir, workers=1, annotator=None, chunk_chars=None):
+def binarize(documents, split_of, writers, tokenizer_dir, workers=1, annotator=None, chunk_chars=None, fit=None):
     """Encode ``documents`` (streamed) and write each to ``writers()[split_of(index)]``, one item per document.
 
     ``writers`` is called once the encoding processes are starting, so that fairseq's import (the writers
@@ -398,7 +401,8 @@ def binarize(documents, split_of, writers, tokenizer_dir, workers=1, annotator=N
     """
     chunk_chars = chunk_chars or DEFAULT_CHUNK_CHARS
     line_counts = deque()
-    encoded = _encoded_documents(_line_counting(documents, line_counts), tokenizer_dir, workers, annotator, chunk_chars)
+    encoded = _encoded_documents(_line_counting(documents, line_counts, fit), tokenizer_dir, workers, annotator,
+                                 chunk_chars)
     try:
         outputs = writers()
         with tqdm(desc="binarize", unit="doc", disable=None) as bar:
@@ -458,11 +462,12 @@ def prepare(args):
             return made
 
         train_only = (lambda index: "train") if valid_reader else (lambda index: "train" if index < num_train - n_valid else "valid")
-        binarize(train_reader, train_only, writers, workdir, workers, annotator)
+        fit = VocabularyFit()  # tokens are counted by the writers; the text's case is seen here (encoding runs in workers)
+        binarize(train_reader, train_only, writers, workdir, workers, annotator, fit=fit)
         train_empty = train_reader.empty_documents
         valid_empty = 0
         if valid_reader:
-            binarize(valid_reader, lambda index: "valid", writers, workdir, workers, annotator)
+            binarize(valid_reader, lambda index: "valid", writers, workdir, workers, annotator, fit=fit)
             valid_empty = valid_reader.empty_documents
         from ..core.dictionary import SpanBertDictionary
 
@@ -482,6 +487,11 @@ def prepare(args):
                 stats[split]["annotations"] = dict(writer.spans)
         if annotator is not None:
             stats["annotator"] = annotator.describe()
+        fit.tokens = sum(stats[split]["tokens"] for split in ("train", "valid"))
+        fit.unk_tokens = sum(stats[split]["unk_tokens"] for split in ("train", "valid"))
+        shown = train_files[0] if len(train_files) == 1 else f"--train {train_files[0]} (and {len(train_files) - 1} more)"
+        for line in fit.warnings(tokenizer, shown):
+            logger.warning(line)
         SpanBertDictionary.from_tokenizer(tokenizer, writers()["train"].counts).save(os.path.join(workdir, "dict.txt"))
         with open(os.path.join(workdir, "prepare_stats.json"), "w") as f:
             json.dump(stats, f, indent=2)

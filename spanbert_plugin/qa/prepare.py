@@ -22,7 +22,9 @@ from tqdm import tqdm
 from .span_drop import token_sentence_ids
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
-from ..core.finetune_io import copy_tokenizer_files, load_tokenizer_folder, write_json, write_token_items
+from ..core.finetune_io import (
+    copy_tokenizer_files, load_tokenizer_folder, warn_if_vocabulary_does_not_fit, write_json, write_token_items,
+)
 from ..core.tokenization import TokenizerError, WordPieceTokenizer
 from .windows import QASplit
 
@@ -570,4 +572,5 @@ def prepare_qa(inputs: Dict[str, str], tokenizer_from: str, destdir: str, config
                                 for split, path in inputs.items()}}
         write_json(os.path.join(work, "qa_config.json"), qa_config)
         write_json(os.path.join(work, "prepare_stats.json"), stats)
+    warn_if_vocabulary_does_not_fit(tokenizer, inputs.values())
     return stats

@@ -27,7 +27,10 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
-from ..core.finetune_io import copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, write_json, write_token_items
+from ..core.finetune_io import (
+    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
+    write_token_items,
+)
 from .markers import OTHER_TYPE, ROLES, assign_marker_ids, end_marker, normalise_type, punct_marker_words, start_marker
 
 COMMAND = "spanbert-prepare-re"
@@ -319,6 +322,7 @@ def prepare_relation_data(args, progress_factory=None) -> dict:
                     f.write(json.dumps({"id": ex.id, "relation": ex.relation}, ensure_ascii=False) + "\n")
         write_json(os.path.join(work, RE_META), meta)
         write_json(os.path.join(work, STATS_FILE), stats)
+    warn_if_vocabulary_does_not_fit(tokenizer, splits.values())
     return stats
 
 
