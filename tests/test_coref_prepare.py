@@ -170,6 +170,14 @@ def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
             "a.jsonl:1: cluster span [0, 1]",
         ),
         ({"a.txt": "hello\n"}, "a.txt:1: hello: no such file (list files"),
+        ({"a.jsonl": '{"doc_key": "d\\ud800", "sentences": [["x"]]}\n'},
+         "a.jsonl:1: '\\ud800' (a lone surrogate escape) is not a character"),
+        ({"a.conll": "stray header\n#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (1)\n\n#end document\n"},
+         "a.conll:1: token line outside a document (expected #begin document first)"),
+        ({"a.conll": "d 0 0 w _ _ _ _ _ _ _ _ (1)\n\n"}, "a.conll: no '#begin document (NAME); part N' line"),
+        ({"a.conll": "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n"},
+         "a.conll: no '#begin document (NAME); part N' line, so not CoNLL-2012, and not JSON lines "
+         "(first line: '-DOCSTART- -X- -X- O'); a CoNLL-2003"),
         (
             {"a.jsonl": '{"doc_key": "d", "sentences": [["x", "y", "z", "w"]], "clusters": [[[0, 0], [2, 2]], '
                         '[[0, 0], [3, 3]]]}\n'},
@@ -192,6 +200,17 @@ def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, fi
     assert len(err.splitlines()) == 1 and message in err, err
     assert not dest.exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-tmp")]
+
+
+def test_byte_order_marks_are_dropped_from_conll_and_list_files(wordpiece_data, tmp_path):
+    """A CoNLL file and a list file that start with a UTF-8 byte-order mark read as without it."""
+    conll = "#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (1)\nd 0 1 v _ _ _ _ _ _ _ _ (1)\n\n#end document\n"
+    (tmp_path / "doc.conll").write_text("\ufeff" + conll, encoding="utf-8")
+    (tmp_path / "list.txt").write_text("\ufeffdoc.conll\n", encoding="utf-8")
+    for spec in ("doc.conll", "list.txt"):
+        dest = tmp_path / f"out_{spec}"
+        assert prepare(["--train", str(tmp_path / spec), "--tokenizer-from", wordpiece_data, "--destdir", str(dest)]) == 0
+        assert (dest / "train.docs.jsonl").exists()
 
 
 def prepared_sentence_document(tmp_path, tokenizer_folder, clusters):

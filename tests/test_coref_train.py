@@ -405,6 +405,17 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
             f"{os.path.join(half, kept)}: the coreference head needs {dropped} beside it too (spanbert-export-hf writes "
             "both); copy it, or remove this file to import without the head"), refused.stderr
         assert not os.path.exists(tmp_path / "none")
+    truncated = str(tmp_path / "truncated_head")  # a half-length head file: one line, not safetensors' traceback
+    shutil.copytree(hf, truncated)
+    head_file = os.path.join(truncated, "coref_head.safetensors")
+    with open(head_file, "rb") as f:
+        data = f.read()
+    with open(head_file, "wb") as f:
+        f.write(data[: len(data) // 2])
+    refused = run_cli([bin_path("spanbert-import-hf"), "--hf", truncated, "--out", str(tmp_path / "none")], check=False)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert f"{head_file}: cannot read the coreference head, a damaged or truncated file" in refused.stderr
+    assert not os.path.exists(tmp_path / "none")
     run_cli([bin_path("spanbert-import-hf"), "--hf", hf, "--out", imported])
     again = SpanBertModel.from_pretrained(imported, "model.pt")
     assert again.coref(text) == clusters

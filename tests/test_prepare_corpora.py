@@ -74,7 +74,10 @@ def test_errors_name_the_file_and_line_inside_gzip(tmp_path, capsys):
     with gzip.open(tmp_path / "bad.txt.gz", "wb") as f:
         f.write(b"fine\nalso fine\ncaf\xe9\n")
     (tmp_path / "damaged.txt.gz").write_bytes(gzip.compress(b"some text\n" * 50)[:-12])
-    for name, expected in (("bad.txt.gz", "bad.txt.gz:3: not valid UTF-8 (byte 0xe9"), ("damaged.txt.gz", "damaged.txt.gz: cannot read")):
+    # a valid gzip header with garbage after it: zlib's own error, not an OSError
+    (tmp_path / "garbage.txt.gz").write_bytes(gzip.compress(b"")[:10] + bytes(range(256)) * 4)
+    for name, expected in (("bad.txt.gz", "bad.txt.gz:3: not valid UTF-8 (byte 0xe9"), ("damaged.txt.gz", "damaged.txt.gz: cannot read"),
+                           ("garbage.txt.gz", "garbage.txt.gz: cannot read")):
         assert cli_main(["--train", str(tmp_path / name), "--destdir", str(tmp_path / "out"), "--vocab-size", "20"]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0], err

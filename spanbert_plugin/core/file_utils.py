@@ -25,6 +25,7 @@ import signal
 import sys
 import tempfile
 import threading
+import zlib
 from contextlib import contextmanager
 from typing import Iterable, List, Optional
 
@@ -319,7 +320,7 @@ def read_text(path: str, flag: str = "", allow_gzip: bool = False) -> str:
     if allow_gzip and raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as err:
+        except (OSError, EOFError, zlib.error) as err:  # zlib.error: a valid header with damaged data after it
             raise UsageError(f"{shown}: damaged gzip file ({err})") from None
     try:
         return raw.decode("utf-8-sig")

@@ -218,6 +218,11 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
             raise UsageError(f"{where}: sentences must be a list of lists of words")
         words = [str(w) for s in sentences for w in s]
         doc_key = str(record["doc_key"])
+        try:  # JSON may escape a lone surrogate (\\ud800), which no UTF-8 output file can hold
+            "".join([doc_key, *words, *(str(w) for s in record.get("speakers") or [] for w in s)]).encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise UsageError(f"{where}: {err.object[err.start:err.end]!r} (a lone surrogate escape) is not a character; "
+                             "doc_key, words and speakers must be valid Unicode text") from None
         if not words:
             raise UsageError(f"{where}: empty document {doc_key} (no words)")
         speakers = record.get("speakers")
@@ -247,14 +252,27 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
 
 
 def read_documents(path: str) -> List[CorefDocument]:
-    """Documents of one CoNLL-2012 or JSON-lines file, the format detected from its first non-blank line."""
+    """Documents of one CoNLL-2012 or JSON-lines file, the format detected from its first non-blank line
+    (CoNLL-2012 also when a ``#begin document`` line comes later: ``read_conll`` names the stray lines)."""
     text = read_text(path)
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     if first.startswith("{"):
         return read_jsonlines(path, text)
-    if _BEGIN.match(first):
+    if _BEGIN.match(first) or any(_BEGIN.match(line) for line in text.splitlines()):
         return read_conll(path, text)
-    raise UsageError(f"{path}: neither CoNLL-2012 (#begin document ...) nor JSON lines ({{\"doc_key\": ...}})")
+    if not first:
+        raise UsageError(f"{path}: empty (expected CoNLL-2012 or JSON lines)")
+    raise UsageError(f"{path}: no '#begin document (NAME); part N' line, so not CoNLL-2012, and not JSON lines "
+                     f"(first line: {first[:60]!r}); a CoNLL-2003 or other column file needs converting first")
+
+
+_DOCUMENT_EXTENSIONS = (".conll", ".gold_conll", ".jsonlines", ".jsonl", ".json", ".txt")
+
+
+def _is_list_entry(line: str) -> bool:
+    """Could this line name a file: no tab, not CoNLL or JSON, one field (or a name with a document extension)?"""
+    return ("\t" not in line and not line.startswith(("#", "{"))
+            and (len(line.split()) == 1 or line.lower().endswith(_DOCUMENT_EXTENSIONS)))
 
 
 def expand_inputs(spec: str, flag: str) -> List[str]:
@@ -277,11 +295,11 @@ def expand_inputs(spec: str, flag: str) -> List[str]:
         return found
     if not os.path.isfile(spec):
         raise UsageError(f"{flag} {spec}: no such file or folder")
-    with open(spec, encoding="utf-8", errors="replace") as f:
+    with open(spec, encoding="utf-8-sig", errors="replace") as f:  # utf-8-sig: a byte-order mark is not text
         head = [line.strip() for line in f.read(65536).splitlines() if line.strip()]
-    if head and not head[0].startswith(("#", "{")):  # a list of document files
-        base = os.path.dirname(os.path.abspath(spec))
-        with open(spec, encoding="utf-8") as f:
+    if head and all(_is_list_entry(line) for line in head[:-1] or head):  # a list of document files (the last
+        base = os.path.dirname(os.path.abspath(spec))                    # line read may be cut)
+        with open(spec, encoding="utf-8-sig") as f:
             entries = [(n, line.strip()) for n, line in enumerate(f, 1) if line.strip()]
         paths = []
         for n, entry in entries:

@@ -77,8 +77,9 @@ def read_coref_weights(directory: str) -> dict:
     path = os.path.join(directory, COREF_WEIGHTS)
     try:
         return {"coref_head." + k: v for k, v in load_file(path).items()}
-    except (OSError, RuntimeError, ValueError) as err:
-        raise UsageError(f"{path}: cannot read the coreference head ({err})") from None
+    except Exception as err:  # noqa: BLE001 - safetensors' SafetensorError derives from none of the usual ones
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise UsageError(f"{path}: cannot read the coreference head, a damaged or truncated file ({reason})") from None
 
 
 def compare_coref_head(hub, directory: str) -> dict:

@@ -28,6 +28,7 @@ import gzip
 import json
 import logging
 import os
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, List
@@ -143,7 +144,7 @@ def _decoded_lines(path):
                         f"{path}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte column {err.start + 1})"
                     ) from None
                 yield line_no, line.strip()
-    except (OSError, EOFError) as err:  # damaged gzip data, or a read error
+    except (OSError, EOFError, zlib.error) as err:  # damaged gzip data (a valid header, garbage after), or a read error
         raise PrepareError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
 
 
