@@ -149,11 +149,13 @@ def record_in_run_config(cfg) -> None:
         run.task = cfg
 
 
-def quiet_fairseq_hydra_warnings() -> None:
-    """Silence the hydra deprecation warnings fairseq-train's config conversion prints on every run.
+def quiet_known_harmless_warnings() -> None:
+    """Silence, by message, the warnings every training run would print that say nothing a user can act on.
 
-    They are about fairseq's own use of hydra, say nothing a user can act on,
-    and would bury the one-line errors the plugin prints on stderr.
+    They would bury the one-line errors the plugin prints on stderr: hydra's deprecation notes about fairseq's
+    own use of hydra (those hydra prints before ``--user-dir`` loads the plugin remain), torch's deprecation of
+    the ``torch.cuda.amp`` spellings fairseq uses (``--amp``), and the DataLoader's note that pinned memory
+    needs an accelerator (fairseq always asks for it; on a CPU-only host torch says so on every epoch).
     """
     warnings.filterwarnings(
         "ignore",
@@ -162,6 +164,9 @@ def quiet_fairseq_hydra_warnings() -> None:
         r"|The strict flag in the compose API is deprecated)",
         category=UserWarning,
     )
+    warnings.filterwarnings("ignore", message=r"`torch\.cuda\.amp\.(autocast|GradScaler)\(args\.\.\.\)` is deprecated",
+                            category=FutureWarning)
+    warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true but no accelerator", category=UserWarning)
 
 
-quiet_fairseq_hydra_warnings()
+quiet_known_harmless_warnings()
