@@ -37,7 +37,14 @@ $(STAMP): setup.py requirements.txt Makefile
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py --out demo_out
 
-test: $(STAMP)
+# the [linguistic] extra (spaCy and its English pipeline): the named-entity and noun-phrase masking tests need it
+LINGUISTIC := $(VENV)/.linguistic
+
+$(LINGUISTIC): $(STAMP) setup.py
+	$(BIN)/pip install --quiet --no-build-isolation -e ".[linguistic]" $(PIP_FILTER)
+	touch $(LINGUISTIC)
+
+test: $(STAMP) $(LINGUISTIC)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	# two workers: the machine's two cores (every child process runs on one thread)

