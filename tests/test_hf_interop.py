@@ -75,6 +75,16 @@ def test_export_round_trip(which, request, corpus_files, tmp_path):
     for key, value in hub.model.sbo_head.state_dict().items():
         if key != "weight":
             assert torch.equal(sbo[key], value), key
+    # and back: import reads what export wrote (the sentencepiece model rebuilt from tokenizer.json's Unigram),
+    # with the checkpoint's own ids on the corpus and the same features
+    _import(str(out), str(tmp_path / "imported"))
+    again = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    assert again.tokenizer.kind == hub.tokenizer.kind and again.tokenizer.vocab == hub.tokenizer.vocab
+    assert list(again.task.dictionary.symbols) == list(hub.task.dictionary.symbols)
+    corpus = [line.strip() for line in open(corpus_files[1], encoding="utf-8") if line.strip()]
+    assert hub.tokenizer.encode_ids(corpus) == again.tokenizer.encode_ids(corpus)
+    with torch.no_grad():
+        assert (again.extract_features(tokens) - features).abs().max() <= 1e-5
 
 
 def test_hub_interface(spm_checkpoint):
@@ -406,14 +416,14 @@ def test_qa_head_round_trip(wordpiece_vocab, corpus_files, tmp_path):
     assert (again.start_logits - reference.start_logits)[mask].abs().max() <= 1e-4
     assert (again.end_logits - reference.end_logits)[mask].abs().max() <= 1e-4
 
-    # the README's recipe for running an exported QA model with transformers, as written there
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    # the documented recipe for running an exported QA model with transformers, as written there
+    readme = open(os.path.join(ROOT, "docs", "checkpoints-and-hf.md"), encoding="utf-8").read()
     snippet = re.search(r"```python\n(  import torch\n  from transformers import AutoTokenizer, BertForQuestionAnswering\n.*?)```",
                         readme, re.S).group(1)
     code = "\n".join(line[2:] for line in snippet.splitlines()).replace("hf/spanbert-qa", str(tmp_path / "back"))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, "README.md", "exec"), {})
+        exec(compile(code, "docs/checkpoints-and-hf.md", "exec"), {})
     # random weights pick any span, but it must come from the context: no question or special tokens
     answer = printed.getvalue().strip().replace("##", "").replace(" ", "").lower()
     assert answer and answer in "adalivesinoslo.", printed.getvalue()
@@ -640,3 +650,7 @@ def test_lowercase_exports_lower_case_in_transformers(tokenizer, corpus_files, w
         ours = hub.encode(text)
         assert torch.equal(ours, hub.encode(text.lower())), text  # the checkpoint's tokenizer lower-cases
         assert hf_tokenizer(text, return_tensors="pt")["input_ids"][0].tolist() == ours.tolist(), text
+    _import(str(tmp_path / "hf"), str(tmp_path / "imported"))  # and import keeps the lower-casing
+    again = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    assert again.tokenizer.kind == tokenizer and again.tokenizer.lowercase
+    assert all(torch.equal(again.encode(text), hub.encode(text)) for text in lines)

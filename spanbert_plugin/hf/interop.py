@@ -14,8 +14,11 @@ first token, as ours). Heads ``transformers`` has no class for (SBO, relation ex
 coreference) are written beside the model in their own files; ``hf/heads.py`` holds
 the table of every head's mapping.
 """
+import json
 import logging
 import os
+import re
+import tempfile
 
 import torch
 
@@ -166,6 +169,66 @@ def unigram_tokenizer_from_spm(model_file):
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend)
     tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=prepend)
     return tok
+
+
+def spm_model_from_unigram_json(path, model_file):
+    """Write to ``model_file`` the sentencepiece unigram model a ``tokenizer.json`` describes (the inverse of
+    ``unigram_tokenizer_from_spm``, so that import reads what export writes); return the tokenizer.json's mask token
+    (the dictionary's last id, outside the unigram vocabulary). InteropError for anything it could not reproduce."""
+    import base64
+
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Tokenizer
+
+    spec = read_json(path)
+    model, normalizer = spec.get("model") or {}, spec.get("normalizer") or {}
+    pre_tokenizer = spec.get("pre_tokenizer") or {}
+    pieces = model.get("vocab")
+    if not isinstance(pieces, list) or not all(isinstance(p, list) and len(p) == 2 for p in pieces):
+        raise InteropError(f"{path}: a Unigram model without its [piece, score] list")
+    steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+    charsmaps = [step.get("precompiled_charsmap") for step in steps if step.get("type") == "Precompiled"]
+    replaces = [step for step in steps if step.get("type") == "Replace"]
+    if (len(charsmaps) + len(replaces) != len(steps) or len(replaces) not in (0, 2)
+            or pre_tokenizer.get("type") != "Metaspace" or pre_tokenizer.get("replacement") != "\u2581"):
+        raise InteropError(f"{path}: a Unigram tokenizer that is not a sentencepiece model's (normaliser "
+                           f"{json.dumps(normalizer)[:80]}, pre-tokenizer {pre_tokenizer.get('type')!r})")
+    by_content = {t.get("content"): t for t in spec.get("added_tokens") or []}
+    outside = [t for t in by_content.values() if t.get("id", -1) >= len(pieces)]
+    if len(outside) > 1 or (outside and outside[0]["id"] != len(pieces)):
+        raise InteropError(f"{path}: added tokens outside the unigram vocabulary ({', '.join(t['content'] for t in outside)}); "
+                           "only a mask token appended after it can be read")
+    proto = sentencepiece_model_pb2.ModelProto()
+    Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
+    unk_id = model.get("unk_id")
+    byte_fallback = bool(model.get("byte_fallback"))
+    roles = {}
+    for index, (piece, score) in enumerate(pieces):
+        kind = Piece.NORMAL
+        if index == unk_id:
+            kind = Piece.UNKNOWN
+        elif by_content.get(piece, {}).get("special"):
+            kind = Piece.CONTROL
+        elif byte_fallback and re.fullmatch(r"<0x[0-9A-F]{2}>", piece):
+            kind = Piece.BYTE
+        proto.pieces.add(piece=piece, score=float(score), type=kind)
+        roles[piece] = index
+    trainer = proto.trainer_spec
+    trainer.model_type, trainer.vocab_size, trainer.byte_fallback = 1, len(pieces), byte_fallback  # 1 = UNIGRAM
+    trainer.unk_id = unk_id if unk_id is not None else -1
+    for role, piece in (("bos", "<s>"), ("eos", "</s>"), ("pad", "<pad>")):
+        setattr(trainer, f"{role}_id", roles.get(piece, -1))
+    spec_out = proto.normalizer_spec
+    spec_out.precompiled_charsmap = base64.b64decode(charsmaps[0]) if charsmaps and charsmaps[0] else b""
+    spec_out.add_dummy_prefix = pre_tokenizer.get("prepend_scheme", "always") != "never"
+    spec_out.remove_extra_whitespaces = bool(replaces)
+    spec_out.escape_whitespaces = True
+    # the charsmap carries the normalisation; its name says whether it folds case (read by the tokenizer's lowercase)
+    folds_case = Tokenizer.from_file(path).normalizer.normalize_str("ABC") == "abc" if steps else False
+    spec_out.name = "nmt_nfkc_cf" if folds_case else "nmt_nfkc"
+    with open(model_file, "wb") as f:
+        f.write(proto.SerializeToString())
+    return outside[0]["content"] if outside else None
 
 
 def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
@@ -335,8 +398,15 @@ def _read_hf_dir(hf_dir):
     if not os.path.isfile(vocab_path):  # modern folders may carry only the fast tokenizer's file
         vocab_path = os.path.join(hf_dir, "tokenizer.json")
     if not os.path.isfile(vocab_path):
-        raise InteropError(f"{hf_dir}: no vocab.txt or tokenizer.json (a WordPiece tokenizer is required)")
+        raise InteropError(f"{hf_dir}: no vocab.txt or tokenizer.json (a WordPiece or sentencepiece tokenizer is required)")
     return config, weights, vocab_path
+
+
+def _tokenizer_json_model(path):
+    """The model type a tokenizer.json names (WordPiece, Unigram, ...), or None."""
+    spec = read_json(path)
+    model = spec.get("model") if isinstance(spec, dict) else None
+    return model.get("type") if isinstance(model, dict) else None
 
 
 # files of a sentence-transformers model folder beside the BERT encoder (its pooling/normalising modules)
@@ -346,7 +416,10 @@ SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "con
 def _import_notes(hf_dir, tokenizer, ours, ignored):
     """One line each on what the import read or dropped that a user would otherwise miss, and warnings."""
     notes, warnings = [], []
-    if tokenizer.vocab_file.endswith("tokenizer.json"):
+    if tokenizer.kind == "sentencepiece":
+        notes.append(f"tokenizer: a sentencepiece unigram model of {len(tokenizer.vocab)} pieces rebuilt from tokenizer.json "
+                     f"({'lower-cased' if tokenizer.lowercase else 'cased'}); written as spm.model")
+    elif tokenizer.vocab_file.endswith("tokenizer.json"):
         rules = f"{'lower-cased' if tokenizer.lowercase else 'cased'}, accents {'stripped' if tokenizer.strip_accents else 'kept'}"
         notes.append(f"tokenizer: {len(tokenizer.vocab)} WordPiece tokens read from tokenizer.json ({rules}); "
                      "written as vocab.txt")
@@ -372,13 +445,18 @@ def import_hf(hf_dir, out_dir, force=False):
     from omegaconf import OmegaConf
 
     from ..core.dictionary import SpanBertDictionary
-    from ..core.tokenization import WordPieceTokenizer, TokenizerError
+    from ..core.tokenization import SentencePieceTokenizer, TokenizerError, WordPieceTokenizer
 
     check_destination(out_dir, "spanbert-import-hf", [hf_dir], force, "--out")
     register_plugin()  # the tasks and options the checkpoint is built with
     config, weights, vocab_path = _read_hf_dir(hf_dir)
+    spm_dir = tempfile.TemporaryDirectory(prefix="spanbert-import-")  # a sentencepiece model rebuilt from tokenizer.json
     try:
-        if vocab_path.endswith("tokenizer.json"):  # lower-casing and accents from its normaliser
+        if vocab_path.endswith("tokenizer.json") and _tokenizer_json_model(vocab_path) == "Unigram":
+            model_file = os.path.join(spm_dir.name, "spm.model")  # what spanbert-export-hf writes for sentencepiece
+            spm_model_from_unigram_json(vocab_path, model_file)
+            tokenizer = SentencePieceTokenizer(model_file)
+        elif vocab_path.endswith("tokenizer.json"):  # lower-casing and accents from its normaliser
             tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path)
         else:
             lowercase = False
@@ -388,15 +466,16 @@ def import_hf(hf_dir, out_dir, force=False):
             tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
     except TokenizerError as err:
         raise InteropError(str(err)) from None
-    if len(tokenizer.vocab) != config["vocab_size"]:
-        raise InteropError(f"{vocab_path}: {len(tokenizer.vocab)} tokens, but config.json says vocab_size {config['vocab_size']}")
+    dictionary_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)  # sentencepiece: + <mask>
+    if dictionary_size != config["vocab_size"]:
+        raise InteropError(f"{vocab_path}: {dictionary_size} tokens, but config.json says vocab_size {config['vocab_size']}")
     ours, ignored = from_hf_state_dict(weights)
     embed = ours.get("encoder.embeddings.word_embeddings.weight")
     if embed is None:
         raise InteropError(f"{hf_dir}: no embeddings.word_embeddings.weight in the weights")
-    if embed.shape[0] != len(tokenizer.vocab):
+    if embed.shape[0] != dictionary_size:
         raise InteropError(f"{hf_dir}: word embeddings have {embed.shape[0]} rows but {os.path.basename(vocab_path)} has "
-                           f"{len(tokenizer.vocab)} tokens")
+                           f"{dictionary_size} tokens")
 
     with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
         tokenizer.save(work)
