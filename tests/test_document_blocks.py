@@ -1,4 +1,4 @@
-"""Document blocks: contiguous, framed, never crossing a document, nothing dropped (README: pre-training task)."""
+"""Document blocks: contiguous, framed, never crossing a document, nothing dropped (docs/pretraining.md: the task)."""
 import os
 
 import numpy as np

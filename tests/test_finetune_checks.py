@@ -431,7 +431,7 @@ def test_validations_between_saves(dataset, checkpoint, expected):
 
 
 def test_training_that_validates_between_saves_warns_once(folders, tmp_path):  # noqa: F811 - the fixture imported above
-    """The README's QA pattern without --save-interval-updates: one warning; saving where it validates: none."""
+    """The QA pattern of docs/qa.md without --save-interval-updates: one warning; saving where it validates: none."""
     from conftest import bin_path, run_cli
 
     train = [bin_path("fairseq-train"), folders["cls"], *RESUME_RUN[:RESUME_RUN.index("--span-drop-p")],

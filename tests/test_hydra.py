@@ -113,7 +113,7 @@ def _compose(recipe, *overrides):
 def test_full_size_recipes_compose_against_fairseq_schema(recipe):
     cfg = _compose(recipe)
     assert cfg["task"]["_name"] == "spanbert_pretraining" and cfg["criterion"]["_name"] == "span_bert"
-    layers, dim, heads, ffn = {"base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096)}[recipe]  # README's sizes
+    layers, dim, heads, ffn = {"base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096)}[recipe]  # docs/pretraining.md's sizes
     model = cfg["model"]
     assert model["_name"] == "spanbert" and (model["encoder_layers"], model["encoder_embed_dim"],
                                              model["encoder_attention_heads"], model["encoder_ffn_embed_dim"]) == (

@@ -66,7 +66,7 @@ def token_aligned_first_answers(max_answer_length):
 @needs_shared_data("squad/dev-v1.1.json", "bert_uncased_vocab/vocab.txt")
 @pytest.mark.parametrize("max_answer_length", [1000, 30])
 def test_oracle_round_trip_on_squad_dev(max_answer_length):
-    """EM/F1 equal what the widened gold spans score (the README's 99.78 / 99.83, and 99.70 at 30 tokens):
+    """EM/F1 equal what the widened gold spans score (docs/qa.md's 99.78 / 99.83, and 99.70 at 30 tokens):
     alignment through character offsets loses exactly the answers that start or end inside a token."""
     scores, misses, split = oracle_scores(max_answer_length)
     assert scores["total"] == 10570 and scores["missing"] == 0
