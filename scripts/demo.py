@@ -93,6 +93,59 @@ def show_masked_examples(data_dir, n=2, width=60):
                   f"boundaries {d[src[left]]!r} | {d[src[right]]!r}")
 
 
+def held_out_sentences(path, n=3, seed=1):
+    """``n`` sentences of 8 to 30 words from the text file (the validation text: never trained on), fixed by ``seed``."""
+    with open(path, encoding="utf-8-sig") as f:
+        text = " ".join(f.read().split())
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if 8 <= len(s.split()) <= 30 and s[:1].isupper()]
+    rng = np.random.default_rng(seed)
+    return [sentences[i] for i in sorted(rng.choice(len(sentences), size=min(n, len(sentences)), replace=False))]
+
+
+def show_predictions(save_dir, text_file, n=3, seed=1):
+    """What the model learned, as a person can see it: a span of held-out sentences masked, the trained model's
+    guess for each masked token beside the untrained model's (same architecture, freshly initialised weights)."""
+    import copy
+
+    import torch
+
+    from spanbert_plugin.model.layers import init_bert_weights
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    import logging
+
+    logging.disable(logging.INFO)  # loading the checkpoint logs its task set-up; the demo shows the result only
+    hub = SpanBertModel.from_pretrained(save_dir, "checkpoint_last.pt").eval()
+    untrained = copy.deepcopy(hub.model)
+    torch.manual_seed(seed)
+    untrained.apply(lambda m: init_bert_weights(m, hub.model.cfg.init_std))
+    d, rng = hub.dictionary, np.random.default_rng(seed)
+    print("\n== Masked spans of held-out text: the trained model's guesses beside the untrained model's ==")
+    for sentence in held_out_sentences(text_file, n, seed):
+        encoding = hub.tokenizer.encode(sentence)
+        starts = np.flatnonzero(encoding.word_starts)
+        if len(starts) < 6:
+            continue
+        first = int(rng.integers(1, len(starts) - 3))  # a span of 2-3 whole words, not the first word
+        words = int(rng.integers(2, 4))
+        lo, hi = int(starts[first]), int(starts[min(first + words, len(starts) - 1)])
+        ids = torch.tensor([d.bos(), *encoding.ids.tolist(), d.eos()])
+        masked = torch.zeros_like(ids, dtype=torch.bool)
+        masked[1 + lo:1 + hi] = True
+        source = ids.masked_fill(masked, d.mask_index)
+        start_char, end_char = encoding.offsets[lo][0], encoding.offsets[hi - 1][1]
+        print(f"\n  {sentence[:start_char]}[{'_' * max(3, end_char - start_char)}]{sentence[end_char:]}")
+        print(f"  {'target':>10}: {sentence[start_char:end_char]!r}")
+        for name, model in (("trained", hub.model), ("untrained", untrained)):
+            with torch.no_grad():
+                out, _ = model(source[None], masked_tokens=masked[None])
+            probs = torch.softmax(out["mlm_logits"].float(), dim=-1)
+            best = probs.argmax(-1).tolist()
+            guess = hub.tokenizer.decode(best).strip() or " ".join(d[i] for i in best)  # pieces when nothing decodes
+            target_p = probs[torch.arange(len(probs)), ids[masked]].mean().item()
+            print(f"  {name:>10}: {guess!r} (mean probability of the target tokens {100 * target_p:.2f}%)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="demo_out", help="output folder")
@@ -161,18 +214,28 @@ def run_demo(args):
                  "common.log_format=json", f"common.log_interval={max(1, min(50, args.max_update // 8))}",
                  "checkpoint.save_interval_updates=400"]
     train_cmd += [f"task.bf16_autocast={str(use_bf16_autocast(args)).lower()}"]
-    print("\n== Pre-training spanbert_tiny on the CPU:\n" + " ".join(train_cmd) + "\n")
+    log_path = os.path.join(save_dir, "train.log")
+    print("\n== Pre-training spanbert_tiny on the CPU (fairseq's full log: " + log_path + "):\n" + " ".join(train_cmd))
     records = []
-    with subprocess.Popen(train_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+    os.makedirs(save_dir, exist_ok=True)
+    from tqdm import tqdm
+
+    with open(log_path, "w", encoding="utf-8") as log, tqdm(total=args.max_update, unit="update", file=sys.stdout,
+                                                             desc="pre-training", dynamic_ncols=True) as bar, \
+            subprocess.Popen(train_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         for line in proc.stdout:
-            sys.stdout.write(line)
+            log.write(line)
             match = re.search(r"train_inner\W.*?(\{.*\})", line)
             if match:
                 records.append(json.loads(match.group(1)))
+                bar.update(int(records[-1]["num_updates"]) - bar.n)
+                bar.set_postfix(mlm_loss=records[-1]["mlm_loss"], sbo_loss=records[-1]["sbo_loss"])
     if proc.returncode != 0:
-        sys.exit(f"demo: training failed with exit status {proc.returncode}")
+        with open(log_path, encoding="utf-8") as f:
+            tail = f.readlines()[-15:]
+        sys.exit("".join(tail) + f"demo: training failed with exit status {proc.returncode} (full log: {log_path})")
     if not records:
-        sys.exit("demo: error: fairseq-hydra-train logged no update (see its output above)")
+        sys.exit(f"demo: error: fairseq-hydra-train logged no update (see {log_path})")
 
     print("\n== Losses (bits per masked token) over training:")
     print(f"{'update':>7} {'mlm_loss':>9} {'sbo_loss':>9} {'mlm_acc':>8} {'sbo_acc':>8}")
@@ -182,6 +245,7 @@ def run_demo(args):
     first, last = records[0], records[-1]
     print(f"\nMLM loss {first['mlm_loss']} -> {last['mlm_loss']}, SBO loss {first['sbo_loss']} -> {last['sbo_loss']}")
     print(f"Checkpoint: {os.path.join(save_dir, 'checkpoint_last.pt')}")
+    show_predictions(save_dir, valid or train)
     print("\nNext:\n"
           "  * continue training: rerun the command above with a larger optimization.max_update\n"
           f"  * run the demo again: it starts over in {args.out}\n"

@@ -1,4 +1,4 @@
-"""`make demo` (scripts/demo.py) run twice in one folder and with fewer updates than the log interval;
+"""`make demo` (scripts/demo.py) run twice in one folder, the second time with fewer updates than the log interval;
 `make bench` (benchmarks/masking_throughput.py) in its quick mode."""
 import json
 import os
@@ -13,16 +13,24 @@ from spanbert_plugin.core.file_utils import MANIFEST
 DEMO = [sys.executable, os.path.join(ROOT, "scripts", "demo.py")]
 
 
+def loss_rows(stdout):
+    """(update, mlm_loss) of each row of the demo's final loss table."""
+    table = stdout.split("== Losses (bits per masked token) over training:")[1].split("\n\n")[0]
+    return [(int(row.split()[0]), float(row.split()[1])) for row in table.strip().splitlines()[1:]]
+
+
 def loss_table(stdout):
     """The update numbers of the demo's final loss table."""
-    table = stdout.split("== Losses (bits per masked token) over training:")[1].split("\n\n")[0]
-    return [int(row.split()[0]) for row in table.strip().splitlines()[1:]]
+    return [update for update, _ in loss_rows(stdout)]
 
 
-def test_demo_runs_twice_in_one_folder_with_two_updates(tmp_path):
+def test_demo_trains_shows_predictions_and_runs_twice_in_one_folder(tmp_path):
     out = str(tmp_path / "demo_out")
-    first = run_cli([*DEMO, "--out", out, "--max-update", "2", "--vocab-size", "1000"])
-    assert loss_table(first.stdout) == [1, 2]  # fewer updates than the default log interval still log each one
+    first = run_cli([*DEMO, "--out", out, "--max-update", "24", "--vocab-size", "1000"])
+    rows = loss_rows(first.stdout)
+    assert [update for update, _ in rows] == list(range(3, 25, 3))  # at least 8 loss records however short the run
+    # the loss falls: from log2(1000) = 9.97 bits, 1.7 bits lower after 40 updates when the test was written
+    assert rows[-1][1] < rows[0][1] - 0.3, rows
     from spanbert_plugin.core.precision import cpu_supports_bf16
 
     precision = "bfloat16 autocast" if cpu_supports_bf16() else "fp32"  # the demo's choice, said in one line
@@ -31,16 +39,23 @@ def test_demo_runs_twice_in_one_folder_with_two_updates(tmp_path):
     assert "earlier demo run" not in first.stdout
     manifest = json.load(open(os.path.join(out, MANIFEST)))
     assert manifest["command"] == "demo"
-    assert {"corpus.train.txt", "data/dict.txt", "checkpoints/checkpoint_last.pt"} <= set(manifest["files"])
+    assert {"corpus.train.txt", "data/dict.txt", "checkpoints/checkpoint_last.pt", "checkpoints/train.log"} <= set(
+        manifest["files"])
+    # what the model learned, as a person sees it: masked spans of held-out text, trained and untrained guesses
+    predictions = first.stdout.split("== Masked spans of held-out text")[1]
+    assert predictions.count("    target: ") == 3
+    assert predictions.count("   trained: ") == 3 and predictions.count(" untrained: ") == 3
     assert torch.load(os.path.join(out, "checkpoints", "checkpoint_last.pt"), weights_only=False)[
-        "optimizer_history"][-1]["num_updates"] == 2
+        "optimizer_history"][-1]["num_updates"] == 24
 
-    second = run_cli([*DEMO, "--out", out, "--max-update", "2", "--vocab-size", "1000"])
+    second = run_cli([*DEMO, "--out", out, "--max-update", "2", "--vocab-size", "1000"])  # fewer than the interval
     count = re.search(r"holds an earlier demo run: starting over \(removing the (\d+) files it wrote\)", second.stdout)
     assert count and int(count.group(1)) == len(manifest["files"])
     # started over: the finished run was not resumed (which trained nothing and logged no loss)
     assert loss_table(second.stdout) == [1, 2]
-    assert "No existing checkpoint found" in second.stdout
+    with open(os.path.join(out, "checkpoints", "train.log"), encoding="utf-8") as f:
+        assert "No existing checkpoint found" in f.read()  # fairseq's log goes to a file; the screen gets a summary
+    assert "INFO" not in second.stdout and len(second.stdout.splitlines()) < 80
     assert json.load(open(os.path.join(out, MANIFEST)))["files"] == manifest["files"]
 
 
