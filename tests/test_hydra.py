@@ -136,3 +136,15 @@ def test_schema_check_has_teeth():
         _compose("base", "optimization.clip_norm=lots")
     with pytest.raises(ConfigKeyError):
         _compose("base", "+task.no_such_masking=1")
+
+
+def test_a_plugin_error_is_the_last_line_under_hydra(tmp_path):
+    """hydra would print a trimmed traceback ending in "Set the environment variable HYDRA_FULL_ERROR=1 ...";
+    the plugin's own one-line error is what a user reads last, as under fairseq-train."""
+    missing = tmp_path / "no_such_data"
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "pretrain"),
+                    "--config-name", "tiny_cpu", f"task.data={missing}", f"checkpoint.save_dir={tmp_path / 'ck'}"],
+                   check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {missing}: no such data folder", proc.stderr
+    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr

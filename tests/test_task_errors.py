@@ -9,6 +9,7 @@ from fairseq import options, tasks
 from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+import spanbert_plugin.registry  # noqa: F401  (the plugin's tasks, registered as --user-dir would; not left to test order)
 from conftest import bin_path, run_cli
 from spanbert_plugin.core.errors import UsageError
 from test_pretrain import TINY

@@ -2,9 +2,9 @@
 
 ``UsageError`` is raised for bad input or options (the message names the file,
 line or flag and says what was expected). Our own commands catch it and exit
-1; inside ``fairseq-train`` (which the plugin does not control) an uncaught
-``UsageError`` is printed alone by the hook installed here, and Python's
-exit status for an uncaught exception is 1.
+1; inside ``fairseq-train`` and ``fairseq-hydra-train`` (which the plugin does
+not control) an uncaught ``UsageError`` is printed alone by the hook installed
+here, and Python's exit status for an uncaught exception is 1.
 """
 import sys
 
@@ -38,7 +38,23 @@ def _hook(previous):
     return excepthook
 
 
+def _hydra_reraises_usage_errors(is_env_set):
+    """hydra's ``run_and_report`` prints any exception as a trimmed traceback ending in "Set the environment
+    variable HYDRA_FULL_ERROR=1 ...", unless that variable is set, when it re-raises. It asks while the exception
+    is being handled, so a plugin error can be let through to the hook above (one line); others are left to hydra."""
+    def reraise_usage_errors(name):
+        if name == "HYDRA_FULL_ERROR" and _shown_usage_error(sys.exc_info()[1]) is not None:
+            return True
+        return is_env_set(name)
+
+    reraise_usage_errors.spanbert = True
+    return reraise_usage_errors
+
+
 def install_excepthook() -> None:
-    """Print uncaught UsageErrors as one line (idempotent)."""
+    """Print uncaught UsageErrors as one line, also under ``fairseq-hydra-train`` (idempotent)."""
     if not getattr(sys.excepthook, "spanbert", False):
         sys.excepthook = _hook(sys.excepthook)
+    hydra_utils = sys.modules.get("hydra._internal.utils")  # loaded: the plugin runs inside fairseq-hydra-train
+    if hydra_utils is not None and hasattr(hydra_utils, "_is_env_set") and not getattr(hydra_utils._is_env_set, "spanbert", False):
+        hydra_utils._is_env_set = _hydra_reraises_usage_errors(hydra_utils._is_env_set)
