@@ -148,3 +148,16 @@ def test_a_plugin_error_is_the_last_line_under_hydra(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == f"error: {missing}: no such data folder", proc.stderr
     assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
+
+
+def test_recipes_run_from_any_folder(tmp_path):
+    """A recipe's user_dir: user_dir is found outside the repository root (make install puts it beside fairseq):
+    the plugin loads and answers, here with its own error about the missing data."""
+    import subprocess
+
+    missing = tmp_path / "no_such_data"
+    proc = subprocess.run([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "pretrain"),
+                           "--config-name", "tiny_cpu", f"task.data={missing}", f"checkpoint.save_dir={tmp_path / 'ck'}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == f"error: {missing}: no such data folder", (
+        proc.stderr[-2000:])
