@@ -271,7 +271,11 @@ def train_in_process(model, criterion, dataset, epochs):
 
 def test_learns_to_resolve_repeated_names(synthetic_data):
     """Random-init 1-layer encoder, antecedent loss only: 10 epochs over 40 documents take the CoNLL F1 from near 0
-    to above 70."""
+    to above 70.
+
+    The bounds come from the distribution: over torch seeds 0-9 (measured once, this fixture) the validation CoNLL
+    F1 was 1.1-12.0 before training and 77.1-91.7 after; the test runs seed 0 (2.4 -> 89.3).
+    """
     from spanbert_plugin.coref.metrics import corpus_scores
 
     torch.manual_seed(0)
@@ -280,8 +284,6 @@ def test_learns_to_resolve_repeated_names(synthetic_data):
     task.load_dataset("train")
     task.load_dataset("valid")
     before = corpus_scores(*gold_and_predicted(model, task.dataset("valid")))["conll_f1"]
-    # Deterministic given the fixture's vocabulary (2.4 before, 86.8 after); the margin to 70 absorbs thread-count
-    # rounding differences
     train_in_process(model, criterion, task.dataset("train"), 10)
     after = corpus_scores(*gold_and_predicted(model, task.dataset("valid")))["conll_f1"]
     assert before < 20 and after > 70, (before, after)
@@ -475,11 +477,13 @@ def test_validation_over_two_gloo_workers_equals_prediction(synthetic_data, tmp_
     ck = str(tmp_path / "ck")
     outputs = run_gloo_ranks(lambda rank: train_command(
         synthetic_data, ck, "--max-update", "60", "--no-epoch-checkpoints", "--best-checkpoint-metric", "conll_f1",
-        "--maximize-best-checkpoint-metric", "--log-format", "json", "--seed", "3"))  # after 30, some vocabularies predicted nothing
+        "--maximize-best-checkpoint-metric", "--log-format", "json", "--seed", "3"))
     valid = _valid_records(outputs[0])
     # checkpoint_best.pt's validation (fairseq keeps the later of equal scores)
     best = max(reversed(valid), key=lambda record: float(record["valid_conll_f1"]))
-    assert float(best["valid_conll_f1"]) > 0
+    # the comparison below means something only when the model predicts clusters: over --seed 1-10 (measured once)
+    # the best validation CoNLL F1 after 60 updates was 31.9-60.9, 31.9 at this seed; the bound is half the lowest
+    assert float(best["valid_conll_f1"]) > 15
     out = str(tmp_path / "pred")
     run_cli(
         [
