@@ -254,8 +254,11 @@ def prepare_tasks(log, args, cfg, tokenizer_from, env):
     return out
 
 
-def litbank_test_conll_f1(args, cfg, checkpoint, seed, env):
-    """benchmarks/coref_litbank.py on the fold: the litbank recipe, best dev checkpoint, test CoNLL F1 with singletons."""
+def litbank_test_conll_f1(log, args, cfg, checkpoint, seed, env):
+    """benchmarks/coref_litbank.py on the fold: the litbank recipe, best dev checkpoint, test CoNLL F1 with singletons.
+
+    The run's record (dev CoNLL F1 per epoch, every test score, its commands) is copied into the results folder
+    (``coref_runs/ARM_seedS.json``) and its commands go to commands.md."""
     import coref_litbank
 
     name = os.path.basename(os.path.dirname(checkpoint)) if checkpoint != args.from_model_checkpoint else NO_PRETRAINING
@@ -267,7 +270,8 @@ def litbank_test_conll_f1(args, cfg, checkpoint, seed, env):
         override=["dataset.num_workers=0"], work=os.path.join(args.work, "coref", name))
     os.makedirs(os.path.join(options.work, "runs"), exist_ok=True)
     sizes, tokenizer_from = coref_litbank.checkpoint_settings(checkpoint)
-    data, _ = coref_litbank.prepare_fold(options, args.fold, tokenizer_from, min(384, int(sizes["max_positions"])))
+    data, prepare_command = coref_litbank.prepare_fold(options, args.fold, tokenizer_from,
+                                                       min(384, int(sizes["max_positions"])))
     old_environ = dict(os.environ)
     os.environ.update(env)  # the fine-tuning processes inherit the thread setting
     try:
@@ -275,6 +279,10 @@ def litbank_test_conll_f1(args, cfg, checkpoint, seed, env):
     finally:
         os.environ.clear()
         os.environ.update(old_environ)
+    os.makedirs(os.path.join(args.results, "coref_runs"), exist_ok=True)
+    write_atomic(os.path.join(args.results, "coref_runs", f"{name}_seed{seed}.json"), json.dumps(result, indent=2) + "\n")
+    log.lines += [(f"LitBank fold {args.fold}, {name}, seed {seed}", command)
+                  for command in [prepare_command, *result["commands"]]]
     return result["test_conll_f1"]
 
 
@@ -282,7 +290,7 @@ def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
     if task == "coref":
         if checkpoint is None:
             sys.exit("coref from random initialisation: run benchmarks/coref_litbank.py --arms random")
-        return litbank_test_conll_f1(args, cfg, checkpoint, seed, env)
+        return litbank_test_conll_f1(log, args, cfg, checkpoint, seed, env)
     data, task_args = prepared
     batch = 1 if task == "coref" else cfg["finetune_batch"]  # a coreference batch is one document
     start = ["--finetune-from-model", os.path.abspath(checkpoint)] if checkpoint else []  # None: random initialisation
@@ -325,7 +333,49 @@ def write_table(rows, args, settings, log, earlier_commands=""):
     invocation = f"\n## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {what}: `{command}`\n" for what, command in log.lines)
     write_atomic(os.path.join(args.results, "commands.md"), earlier_commands + invocation)
     plot_table(args, tasks, schemes, cells)
+    pretraining_curves(args)
     return invocation
+
+
+def pretraining_curves(args):
+    """{scheme: [(update, mlm_loss, sbo_loss)]} from each pre-training's train.log in --work (the last record of an
+    update when a stopped run was resumed), written to ``pretrain_curves.csv`` and plotted in ``pretrain_loss.png``."""
+    import glob
+
+    curves = {}
+    for log_path in sorted(glob.glob(os.path.join(args.work, "pretrain", "*", "train.log"))):
+        by_update = {}
+        with open(log_path, encoding="utf-8") as f:
+            for line in f:
+                if "| train_inner |" in line:
+                    record = json.loads(line[line.index("{"):])
+                    by_update[int(record["num_updates"])] = (float(record["mlm_loss"]), float(record["sbo_loss"]))
+        if by_update:
+            curves[os.path.basename(os.path.dirname(log_path))] = [(u, *by_update[u]) for u in sorted(by_update)]
+    if not curves:
+        return curves
+    lines = ["arm,update,mlm_loss,sbo_loss"] + [f"{arm},{u},{m},{b}" for arm, points in curves.items() for u, m, b in points]
+    write_atomic(os.path.join(args.results, "pretrain_curves.csv"), "\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return curves
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm, points in curves.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{arm}: MLM loss")
+        if any(p[2] for p in points):
+            ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", label=f"{arm}: SBO loss")
+    ax.set_xlabel("update")
+    ax.set_ylabel("bits per masked token")
+    ax.set_title("pre-training loss (training batches; each arm its own masks)", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.results, "pretrain_loss.png"), dpi=120)
+    plt.close(fig)
+    return curves
 
 
 def plot_table(args, tasks, schemes, cells):
@@ -384,6 +434,8 @@ def main(argv=None):
     parser.add_argument("--heldout-chars", type=int, default=100000,
                         help="characters of held-out text per test novel (from its middle) for the MLM loss")
     parser.add_argument("--bf16-autocast", action="store_true", help="every training run under bfloat16 autocast")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: write table.md, the plots and pretrain_curves.csv from what is there")
     parser.add_argument("--coref-epochs", type=int, default=10, help="LitBank fine-tuning epochs (80 documents each)")
     parser.add_argument("--coref-ffnn-size", type=int, default=150, help="coreference head's hidden size")
     parser.add_argument("--coref-head-lr", type=float, default=1e-4)
@@ -419,6 +471,8 @@ def main(argv=None):
     needs_spans = {"named_entity", "noun_phrase"} & set(args.schemes)
     stats = os.path.join(data, "prepare_stats.json")
     annotated = os.path.isfile(stats) and "annotator" in _read_json(stats)
+    if args.report_only and not os.path.isfile(stats):
+        sys.exit(f"masking_ablation: --report-only: {args.work} holds no prepared corpus (the run's --work folder?)")
     if args.fresh or not os.path.isfile(stats) or (needs_spans and not annotated):  # same text; spans added when needed
         log.run([os.path.join(BIN, "spanbert-prepare"), "--train", *novels, "--join-wrapped-lines", "--wordpiece-vocab", vocab,
                  "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
@@ -437,6 +491,14 @@ def main(argv=None):
     if not rows and os.path.isfile(commands_path):
         os.replace(commands_path, commands_path + ".old")  # other settings' commands: kept aside, not mixed in
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
+    if args.report_only:
+        with open(commands_path, encoding="utf-8") if os.path.isfile(commands_path) else open(os.devnull) as f:
+            earlier = f.read()
+        table = os.path.join(args.results, "table.md")
+        write_table(rows, args, settings, log, earlier)
+        write_atomic(commands_path, earlier)  # a report runs no command: commands.md stays as it was
+        print(f"wrote {table}, table.png, pretrain_curves.csv and pretrain_loss.png in {args.results}")
+        return
 
     prepared = prepare_tasks(log, args, cfg, data, env)
     heldout = None

@@ -1,0 +1,37 @@
+"""benchmarks/masking_ablation.py --from-model at its smoke budget: two invocations side by side (one arm each,
+as one per core) extend one results.csv and commands.md, and the LitBank rows keep their runs and commands."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT, needs_shared_data
+from test_finetune_recipes import imported  # noqa: F401 - module fixture reused here
+
+DRIVER = os.path.join(ROOT, "benchmarks", "masking_ablation.py")
+
+
+@needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
+def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # noqa: F811
+    results = tmp_path / "results"
+    common = [sys.executable, DRIVER, "--from-model", imported, "--smoke",
+              "--tasks", "coref", "--seeds", "1", "--heldout-mlm", "--results", str(results)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    runs = [subprocess.Popen([*common, "--schemes", arm, "--work", str(tmp_path / f"work_{i}")], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i, arm in enumerate(("none", "span+sbo"))]
+    outputs = [run.communicate(timeout=900)[0] for run in runs]
+    assert all(run.returncode == 0 for run in runs), "\n".join(output[-3000:] for output in outputs)
+    with open(results / "results.csv", newline="") as f:
+        rows = {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
+    assert set(rows) == {("none", "litbank_fold0", "1"), ("span+sbo", "litbank_fold0", "1"),
+                         ("span+sbo", "heldout_mlm", "1")}, rows
+    assert rows[("span+sbo", "heldout_mlm", "1")]["metric"] == "mlm_bits"
+    commands = (results / "commands.md").read_text(encoding="utf-8")
+    assert commands.count("\n## `") == 2  # both invocations, neither overwriting the other
+    assert "- pre-train span+sbo: " in commands and commands.count("- LitBank fold 0, ") >= 4
+    for arm in ("none", "span+sbo"):
+        run = json.loads((results / "coref_runs" / f"{arm}_seed1.json").read_text())
+        assert float(rows[(arm, "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]
+        assert any("fairseq-hydra-train" in command for command in run["commands"])
