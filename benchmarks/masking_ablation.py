@@ -435,7 +435,7 @@ def main(argv=None):
                         help="characters of held-out text per test novel (from its middle) for the MLM loss")
     parser.add_argument("--bf16-autocast", action="store_true", help="every training run under bfloat16 autocast")
     parser.add_argument("--report-only", action="store_true",
-                        help="train nothing: write table.md, the plots and pretrain_curves.csv from what is there")
+                        help="train nothing: write table.md, the plots, pretrain_curves.csv and coref_runs/ from what is there")
     parser.add_argument("--coref-epochs", type=int, default=10, help="LitBank fine-tuning epochs (80 documents each)")
     parser.add_argument("--coref-ffnn-size", type=int, default=150, help="coreference head's hidden size")
     parser.add_argument("--coref-head-lr", type=float, default=1e-4)
@@ -492,6 +492,13 @@ def main(argv=None):
         os.replace(commands_path, commands_path + ".old")  # other settings' commands: kept aside, not mixed in
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
     if args.report_only:
+        for row in rows:  # the LitBank runs' records, as litbank_test_conll_f1 keeps them (runs finished before it did)
+            run = os.path.join(args.work, "coref", row["arm"], "runs", f"fold{args.fold}_pretrained_seed{row['seed']}.json")
+            kept = os.path.join(args.results, "coref_runs", f"{row['arm']}_seed{row['seed']}.json")
+            if row["task"] == result_task("coref", args.fold) and os.path.isfile(run) and not os.path.isfile(kept):
+                os.makedirs(os.path.dirname(kept), exist_ok=True)
+                with open(run, encoding="utf-8") as f:
+                    write_atomic(kept, f.read())
         with open(commands_path, encoding="utf-8") if os.path.isfile(commands_path) else open(os.devnull) as f:
             earlier = f.read()
         table = os.path.join(args.results, "table.md")
