@@ -325,7 +325,7 @@ def write_table(rows, args, settings, log, earlier_commands=""):
     seeds = sorted({int(r["seed"]) for r in rows})
     title = (f"Continued pre-training of {os.path.basename(os.path.normpath(settings['from_model']))} under each masking "
              "scheme" if settings.get("from_model") else f"Masking ablation ({settings['setting']} setting)")
-    text = "\n".join(lines)
+    text = "\n".join(lines) + paired_differences(rows, tasks, schemes)
     print("\n" + text, flush=True)
     write_atomic(os.path.join(args.results, "table.md"),
                  f"# {title}\n\nmean ± sample sd over seeds {seeds}; "
@@ -376,6 +376,35 @@ def pretraining_curves(args):
     fig.savefig(os.path.join(args.results, "pretrain_loss.png"), dpi=120)
     plt.close(fig)
     return curves
+
+
+def paired_differences(rows, tasks, schemes):
+    """Each pre-trained arm against ``none`` (and span+sbo against subword), per task: the mean difference over the
+    fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval; a markdown table, or "" without pairs."""
+    from scipy import stats
+
+    score = {(r["arm"], r["task"], int(r["seed"])): float(r["score"]) for r in rows}
+    pairs = [(arm, NO_PRETRAINING) for arm in schemes if arm != NO_PRETRAINING] + [("span+sbo", "subword")]
+    lines = []
+    for task in tasks:
+        if task == HELDOUT:
+            continue
+        for arm, base in pairs:
+            seeds = sorted(s for a, t, s in score if a == arm and t == task and (base, task, s) in score)
+            if not seeds:
+                continue
+            diffs = [score[(arm, task, s)] - score[(base, task, s)] for s in seeds]
+            mean = statistics.mean(diffs)
+            if len(diffs) > 1:
+                half = stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
+                interval = f"{mean - half:+.2f} to {mean + half:+.2f}"
+            else:
+                interval = "– (one pair)"
+            lines.append(f"| {task} | {arm} − {base} | {', '.join(map(str, seeds))} | {mean:+.2f} | {interval} |")
+    if not lines:
+        return ""
+    return ("\n\nPaired by fine-tuning seed (the seeds both arms ran):\n\n"
+            "| task | difference | seeds | mean | 95% interval |\n|---|---|---|---|---|\n" + "\n".join(lines))
 
 
 def plot_table(args, tasks, schemes, cells):
