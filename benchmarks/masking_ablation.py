@@ -302,7 +302,8 @@ def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
     return last_valid(output, TASKS[task])
 
 
-def write_table(rows, args, settings, log, earlier_commands=""):
+def write_table(rows, args, settings):
+    """table.md (mean ± sd per arm and task, then the paired differences), table.png and the pre-training curves."""
     # every scheme and task with results so far (earlier invocations' too), in the canonical order
     present = {(row["arm"], row["task"]) for row in rows}
     asked = {result_task(t, args.fold) for t in args.tasks}
@@ -330,11 +331,27 @@ def write_table(rows, args, settings, log, earlier_commands=""):
     write_atomic(os.path.join(args.results, "table.md"),
                  f"# {title}\n\nmean ± sample sd over seeds {seeds}; "
                  f"settings: `{json.dumps(settings)}`\n\n{text}\n")
-    invocation = f"\n## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {what}: `{command}`\n" for what, command in log.lines)
-    write_atomic(os.path.join(args.results, "commands.md"), earlier_commands + invocation)
     plot_table(args, tasks, schemes, cells)
     pretraining_curves(args)
+
+
+def write_commands(path, earlier, log):
+    """commands.md: the earlier invocations' sections, then this one's (every command it ran); returns this one's."""
+    invocation = f"\n## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {what}: `{command}`\n" for what, command in log.lines)
+    write_atomic(path, earlier + invocation)
     return invocation
+
+
+def _pyplot():
+    """matplotlib's pyplot on the file backend, or None where matplotlib is not installed (no plots then)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def pretraining_curves(args):
@@ -356,12 +373,8 @@ def pretraining_curves(args):
         return curves
     lines = ["arm,update,mlm_loss,sbo_loss"] + [f"{arm},{u},{m},{b}" for arm, points in curves.items() for u, m, b in points]
     write_atomic(os.path.join(args.results, "pretrain_curves.csv"), "\n".join(lines) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return curves
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, points in curves.items():
@@ -408,12 +421,8 @@ def paired_differences(rows, tasks, schemes):
 
 
 def plot_table(args, tasks, schemes, cells):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.5), squeeze=False)
     for ax, task in zip(axes[0], tasks):
@@ -528,12 +537,8 @@ def main(argv=None):
                 os.makedirs(os.path.dirname(kept), exist_ok=True)
                 with open(run, encoding="utf-8") as f:
                     write_atomic(kept, f.read())
-        with open(commands_path, encoding="utf-8") if os.path.isfile(commands_path) else open(os.devnull) as f:
-            earlier = f.read()
-        table = os.path.join(args.results, "table.md")
-        write_table(rows, args, settings, log, earlier)
-        write_atomic(commands_path, earlier)  # a report runs no command: commands.md stays as it was
-        print(f"wrote {table}, table.png, pretrain_curves.csv and pretrain_loss.png in {args.results}")
+        write_table(rows, args, settings)  # a report runs no command: commands.md stays as it was
+        print(f"wrote table.md, table.png, pretrain_curves.csv and pretrain_loss.png in {args.results}")
         return
 
     prepared = prepare_tasks(log, args, cfg, data, env)
@@ -556,9 +561,10 @@ def main(argv=None):
             text = f.read()
         return text.replace(written["section"], "") if written["section"] else text
 
-    def record(scheme, task, seed, score):
-        # invocations with the same settings may run side by side (one per core, different arms): results.csv
-        # and commands.md are read again under a lock and extended, so neither overwrites the other's
+    def save(new_row=None):
+        """results.csv (with ``new_row``), the table, the plots and commands.md, under a lock: invocations with the
+        same settings may run side by side (one arm each, one per core), so the rows on disk are read again and
+        extended, and neither invocation overwrites the other's."""
         import fcntl
 
         with open(csv_path + ".lock", "a") as lock:
@@ -566,14 +572,19 @@ def main(argv=None):
             if os.path.isfile(csv_path):
                 known = {(r["arm"], r["task"], int(r["seed"])) for r in rows}
                 rows.extend(r for r in read_rows(csv_path) if (r["arm"], r["task"], int(r["seed"])) not in known)
-            rows.append({"arm": scheme, "task": task, "seed": seed, "score": score, "metric": METRIC_OF[task]})
-            print(f"   -> {scheme} / {task} / seed {seed}: {METRIC_OF[task]} {score:.2f}", flush=True)
-            with open(csv_path + ".tmp", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=FIELDS)
-                writer.writeheader()
-                writer.writerows(rows)
-            os.replace(csv_path + ".tmp", csv_path)
-            written["section"] = write_table(rows, args, settings, log, commands_of_others())
+            if new_row is not None:
+                rows.append(new_row)
+                with open(csv_path + ".tmp", "w", newline="") as f:
+                    writer = csv.DictWriter(f, fieldnames=FIELDS)
+                    writer.writeheader()
+                    writer.writerows(rows)
+                os.replace(csv_path + ".tmp", csv_path)
+            write_table(rows, args, settings)
+            written["section"] = write_commands(commands_path, commands_of_others(), log)
+
+    def record(scheme, task, seed, score):
+        print(f"   -> {scheme} / {task} / seed {seed}: {METRIC_OF[task]} {score:.2f}", flush=True)
+        save({"arm": scheme, "task": task, "seed": seed, "score": score, "metric": METRIC_OF[task]})
 
     def done(scheme, task, seed):
         return any(r["arm"] == scheme and r["task"] == task and int(r["seed"]) == seed for r in rows)
@@ -587,7 +598,7 @@ def main(argv=None):
                 if not done(scheme, result_task(task, args.fold), seed):
                     record(scheme, result_task(task, args.fold), seed,
                            finetune(log, args, cfg, task, prepared.get(task), checkpoint, seed, env))
-    write_table(rows, args, settings, log, commands_of_others())
+    save()
 
 
 if __name__ == "__main__":

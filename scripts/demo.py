@@ -106,13 +106,12 @@ def show_predictions(save_dir, text_file, n=3, seed=1):
     """What the model learned, as a person can see it: a span of held-out sentences masked, the trained model's
     guess for each masked token beside the untrained model's (same architecture, freshly initialised weights)."""
     import copy
+    import logging
 
     import torch
 
     from spanbert_plugin.model.layers import init_bert_weights
     from spanbert_plugin.model.spanbert import SpanBertModel
-
-    import logging
 
     logging.disable(logging.INFO)  # loading the checkpoint logs its task set-up; the demo shows the result only
     hub = SpanBertModel.from_pretrained(save_dir, "checkpoint_last.pt").eval()

@@ -62,15 +62,12 @@ def shared_path(*parts):
 
 def require_shared_data(*relpaths):
     """Inside a test: each path (relative to the shared data folder) must exist. A missing one skips the test,
-    or fails it when REQUIRE_SHARED_DATA=1 (CI: a test that cannot run must not pass as skipped)."""
+    or fails it when REQUIRE_SHARED_DATA=1 (`skip_unless_required`)."""
     missing = [p for p in relpaths if not os.path.exists(shared_path(p))]
     if not missing:
         return
     where = shared_data_dir() or "no shared data folder found (set SPANBERT_SHARED_DATA)"
-    message = f"shared data missing: {', '.join(missing)} under {where}"
-    if os.environ.get("REQUIRE_SHARED_DATA") == "1":
-        pytest.fail(message + " (REQUIRE_SHARED_DATA=1)", pytrace=False)
-    pytest.skip(message)
+    skip_unless_required(f"shared data missing: {', '.join(missing)} under {where}")
 
 
 def skip_unless_required(message):

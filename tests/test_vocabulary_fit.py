@@ -1,7 +1,6 @@
 """Prepare commands warn when the vocabulary does not fit the text: an uncased vocabulary read by a
 case-keeping tokenizer, and more than 1% of tokens unknown ([UNK])."""
 import json
-import os
 
 from conftest import bin_path, needs_shared_data, run_cli, shared_path
 from spanbert_plugin.core.tokenization import VocabularyFit, WordPieceTokenizer, lowercase_vocabulary
@@ -31,9 +30,7 @@ def test_uncased_vocabulary_detected_and_counts_kept():
 
 @needs_shared_data(BERT_VOCAB)
 def test_spanbert_prepare_warns_once_per_problem_and_not_with_lowercase(tmp_path):
-    corpus = tmp_path / "novel.txt"
-    corpus.write_text((TEXT + "\n") * 5, encoding="utf-8")
-    common = [bin_path("spanbert-prepare"), "--train", str(corpus), "--wordpiece-vocab", shared_path(BERT_VOCAB),
+    common = [bin_path("spanbert-prepare"), "--train", str(_corpus(tmp_path)), "--wordpiece-vocab", shared_path(BERT_VOCAB),
               "--valid-fraction", "0.2"]
     cased = run_cli([*common, "--destdir", str(tmp_path / "cased")], check=False)
     assert cased.returncode == 0, cased.stderr
@@ -64,7 +61,7 @@ def test_fine_tuning_prepare_warns_with_a_case_keeping_uncased_tokenizer(tmp_pat
 
 
 def _corpus(tmp_path):
+    """Five documents of TEXT (a blank line between them)."""
     path = tmp_path / "corpus.txt"
-    if not os.path.exists(path):
-        path.write_text((TEXT + "\n") * 5, encoding="utf-8")
+    path.write_text((TEXT + "\n") * 5, encoding="utf-8")
     return path

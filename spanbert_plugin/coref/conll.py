@@ -258,7 +258,7 @@ def read_documents(path: str) -> List[CorefDocument]:
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     if first.startswith("{"):
         return read_jsonlines(path, text)
-    if _BEGIN.match(first) or any(_BEGIN.match(line) for line in text.splitlines()):
+    if any(_BEGIN.match(line) for line in text.splitlines()):
         return read_conll(path, text)
     if not first:
         raise UsageError(f"{path}: empty (expected CoNLL-2012 or JSON lines)")

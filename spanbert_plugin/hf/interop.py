@@ -173,8 +173,8 @@ def unigram_tokenizer_from_spm(model_file):
 
 def spm_model_from_unigram_json(path, model_file):
     """Write to ``model_file`` the sentencepiece unigram model a ``tokenizer.json`` describes (the inverse of
-    ``unigram_tokenizer_from_spm``, so that import reads what export writes); return the tokenizer.json's mask token
-    (the dictionary's last id, outside the unigram vocabulary). InteropError for anything it could not reproduce."""
+    ``unigram_tokenizer_from_spm``, so that import reads what export writes: the mask token, appended after the
+    unigram vocabulary, is the dictionary's). InteropError for anything it could not reproduce."""
     import base64
 
     from sentencepiece import sentencepiece_model_pb2
@@ -228,7 +228,6 @@ def spm_model_from_unigram_json(path, model_file):
     spec_out.name = "nmt_nfkc_cf" if folds_case else "nmt_nfkc"
     with open(model_file, "wb") as f:
         f.write(proto.SerializeToString())
-    return outside[0]["content"] if outside else None
 
 
 def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
@@ -466,7 +465,8 @@ def import_hf(hf_dir, out_dir, force=False):
             tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
     except TokenizerError as err:
         raise InteropError(str(err)) from None
-    dictionary_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)  # sentencepiece: + <mask>
+    dictionary = SpanBertDictionary.from_tokenizer(tokenizer)  # sentencepiece: its pieces + <mask>
+    dictionary_size = len(dictionary)
     if dictionary_size != config["vocab_size"]:
         raise InteropError(f"{vocab_path}: {dictionary_size} tokens, but config.json says vocab_size {config['vocab_size']}")
     ours, ignored = from_hf_state_dict(weights)
@@ -479,7 +479,7 @@ def import_hf(hf_dir, out_dir, force=False):
 
     with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
         tokenizer.save(work)
-        SpanBertDictionary.from_tokenizer(tokenizer).save(os.path.join(work, "dict.txt"))
+        dictionary.save(os.path.join(work, "dict.txt"))
         cli = [work, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
                "--encoder-layers", str(config["num_hidden_layers"]), "--encoder-embed-dim", str(config["hidden_size"]),
                "--encoder-ffn-embed-dim", str(config["intermediate_size"]),
