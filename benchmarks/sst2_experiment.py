@@ -211,6 +211,26 @@ def summarise(rows, group_keys):
             for group, members in groups.items()}
 
 
+def pretrained_minus_random(rows, column="dev_accuracy"):
+    """``column`` of the pre-trained arm minus the random arm, paired by seed: mean, 95% t-interval, the paired
+    t-test's and Welch's two-sided p-values (None below two pairs)."""
+    from scipy import stats
+
+    by_arm = {init: {r["seed"]: r[column] for r in rows if r["init"] == init} for init in ARMS}
+    seeds = sorted(set(by_arm["pretrained"]) & set(by_arm["random"]))
+    diffs = [by_arm["pretrained"][s] - by_arm["random"][s] for s in seeds]
+    result = {"seeds": seeds, "mean": round(statistics.mean(diffs), 2) if diffs else None,
+              "ci95": None, "paired_t_p": None, "welch_p": None}
+    if len(diffs) > 1:
+        half = float(stats.t.ppf(0.975, len(diffs) - 1)) * statistics.stdev(diffs) / len(diffs) ** 0.5
+        result["ci95"] = [round(result["mean"] - half, 2), round(result["mean"] + half, 2)]
+        result["paired_t_p"] = round(float(stats.ttest_rel([by_arm["pretrained"][s] for s in seeds],
+                                                           [by_arm["random"][s] for s in seeds]).pvalue), 4)
+        result["welch_p"] = round(float(stats.ttest_ind(list(by_arm["pretrained"].values()),
+                                                        list(by_arm["random"].values()), equal_var=False).pvalue), 4)
+    return result
+
+
 def write_results(out, force, inputs, rows, summary, log, plot, invocation):
     """results.csv, summary.json, commands.txt and the plot into ``out``, all at once."""
     from spanbert_plugin.core.file_utils import atomic_directory
@@ -348,7 +368,8 @@ def main():
     summary = {"checkpoint": os.path.abspath(args.checkpoint), "checkpoint_updates": checkpoint_updates(args.checkpoint),
                "task": "SST-2", "train_size": args.train_size,
                "dev_size": 872, "max_seq_length": args.max_seq_length, **asdict(settings),
-               "majority_class_dev_accuracy": round(majority_share("SST-2"), 2), "arms": summarise(rows, ["init"])}
+               "majority_class_dev_accuracy": round(majority_share("SST-2"), 2), "arms": summarise(rows, ["init"]),
+               "pretrained_minus_random": pretrained_minus_random(rows)}
     write_results(args.out, args.force, [args.checkpoint], rows, summary, log, plot_sst2,
                   "OMP_NUM_THREADS=1 .venv/bin/python " + shlex.join(sys.argv))
     print(json.dumps(summary["arms"]))

@@ -209,6 +209,7 @@ def run_demo(args):
                  "--config-name", "tiny_cpu", f"task.data={os.path.abspath(data)}",
                  f"checkpoint.save_dir={os.path.abspath(save_dir)}", f"common.user_dir={os.path.join(ROOT, 'user_dir')}",
                  f"optimization.max_update={args.max_update}", f"lr_scheduler.total_num_update={args.max_update}",
+                 "lr_scheduler.warmup_updates=30",  # the demo's minutes-long schedule, not the recipe's hour
                  # at least 8 loss records however short the run (a run shorter than the interval logged none)
                  "common.log_format=json", f"common.log_interval={max(1, min(50, args.max_update // 8))}",
                  "checkpoint.save_interval_updates=400"]

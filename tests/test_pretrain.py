@@ -44,7 +44,8 @@ def test_fairseq_train_lowers_both_losses(spm_data, tmp_path):
 
 def test_fairseq_hydra_train_tiny_recipe(spm_data, tmp_path):
     proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", "configs/pretrain", "--config-name", "tiny_cpu",
-                    f"task.data={spm_data}", "optimization.max_update=60", "common.log_interval=1",
+                    f"task.data={spm_data}", "optimization.max_update=60", "lr_scheduler.total_num_update=300",
+                    "lr_scheduler.warmup_updates=30", "common.log_interval=1",  # the schedule it was measured with
                     "common.log_format=json", f"checkpoint.save_dir={tmp_path / 'ck'}"])
     records = train_logs(proc.stdout + proc.stderr)
     assert len(records) == 60 and _falls(records, "mlm_loss") and _falls(records, "sbo_loss")
