@@ -26,24 +26,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from masking_ablation import _pyplot, common_train_args  # noqa: E402
+from masking_ablation import _pyplot, _read_json, common_train_args, train_inner_losses  # noqa: E402
 from qa_quality import CommandLog, write_atomic  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 PRECISIONS = ("fp32", "bf16_autocast")
+LOSSES = ("loss", "mlm_loss", "sbo_loss")
 TAIL = 50  # updates whose losses summarise each run
-
-
-def read_curve(log_path):
-    """{update: (loss, mlm_loss, sbo_loss)} from a fairseq-train json log (the last record of an update wins)."""
-    curve = {}
-    if os.path.isfile(log_path):
-        with open(log_path, encoding="utf-8") as f:
-            for line in f:
-                if "| train_inner |" in line:
-                    record = json.loads(line[line.index("{"):])
-                    curve[int(record["num_updates"])] = tuple(float(record[k]) for k in ("loss", "mlm_loss", "sbo_loss"))
-    return curve
 
 
 def main(argv=None):
@@ -72,11 +61,11 @@ def main(argv=None):
     log = CommandLog()
     curves, wall = {}, {}
     summary_path = os.path.join(args.out, "summary.json")
-    earlier = json.load(open(summary_path, encoding="utf-8")) if os.path.isfile(summary_path) else {}
+    earlier = _read_json(summary_path) if os.path.isfile(summary_path) else {}
     for precision in PRECISIONS:
         work = os.path.join(args.work, precision)
         log_path = os.path.join(work, "train.log")
-        curve = read_curve(log_path)
+        curve = train_inner_losses(log_path, LOSSES)
         if max(curve, default=0) < args.updates:
             os.makedirs(work, exist_ok=True)
             if os.path.isfile(log_path):
@@ -91,7 +80,7 @@ def main(argv=None):
             start = time.perf_counter()
             log.run(argv, f"{args.updates} updates, {precision}", env, log_path=log_path)
             wall[precision] = time.perf_counter() - start
-            curve = read_curve(log_path)
+            curve = train_inner_losses(log_path, LOSSES)
         else:
             wall[precision] = earlier.get(precision, {}).get("wall_seconds")
         curves[precision] = curve
@@ -107,7 +96,7 @@ def main(argv=None):
         "lr": args.lr, "seed": args.seed, "threads": args.threads,
         **{p: {"wall_seconds": wall[p],
                **{f"{k}_last_{TAIL}": statistics.mean(curves[p][u][i] for u in tail)
-                  for i, k in enumerate(("loss", "mlm_loss", "sbo_loss"))}} for p in PRECISIONS},
+                  for i, k in enumerate(LOSSES)}} for p in PRECISIONS},
         "mean_abs_loss_difference": statistics.mean(abs(d) for d in differences),
         "max_abs_loss_difference": max(abs(d) for d in differences),
         f"mean_loss_difference_last_{TAIL}": statistics.mean(differences[-len(tail):]),

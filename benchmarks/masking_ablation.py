@@ -354,6 +354,19 @@ def _pyplot():
     return plt
 
 
+def train_inner_losses(log_path, keys):
+    """{update: (float of each key)} from a fairseq-train json log's train_inner records (the last record of an update
+    wins, as when a stopped run was resumed); {} when the log is not there."""
+    by_update = {}
+    if os.path.isfile(log_path):
+        with open(log_path, encoding="utf-8") as f:
+            for line in f:
+                if "| train_inner |" in line:
+                    record = json.loads(line[line.index("{"):])
+                    by_update[int(record["num_updates"])] = tuple(float(record[k]) for k in keys)
+    return by_update
+
+
 def pretraining_curves(args):
     """{scheme: [(update, mlm_loss, sbo_loss)]} from each pre-training's train.log in --work (the last record of an
     update when a stopped run was resumed), written to ``pretrain_curves.csv`` and plotted in ``pretrain_loss.png``."""
@@ -361,12 +374,7 @@ def pretraining_curves(args):
 
     curves = {}
     for log_path in sorted(glob.glob(os.path.join(args.work, "pretrain", "*", "train.log"))):
-        by_update = {}
-        with open(log_path, encoding="utf-8") as f:
-            for line in f:
-                if "| train_inner |" in line:
-                    record = json.loads(line[line.index("{"):])
-                    by_update[int(record["num_updates"])] = (float(record["mlm_loss"]), float(record["sbo_loss"]))
+        by_update = train_inner_losses(log_path, ("mlm_loss", "sbo_loss"))
         if by_update:
             curves[os.path.basename(os.path.dirname(log_path))] = [(u, *by_update[u]) for u in sorted(by_update)]
     if not curves:
