@@ -14,6 +14,9 @@ The same weights, data, hyper-parameters and seeds on every side:
   ``--group-by-length`` orders each random megabatch of 50 batches by length first, as
   ``Trainer(group_by_length=True)``'s ``LengthGroupedSampler`` does. Both read the examples ours prepared
   (same token ids, token types, labels and QA windows);
+  with ``--bf16-autocast`` ours trains with the plugin's ``--bf16-autocast`` and the loop runs forward, loss and
+  evaluation under ``torch.autocast(device, dtype=torch.bfloat16)`` with fp32 weights and no loss scaler, as
+  ``Trainer(bf16=True)`` does (rows labelled ``... + bf16 autocast``, beside the fp32 rows of the same settings);
 * ``random-init``: ours with the same shape (6 x 384, FFN 1536, 12 heads) from random initialisation.
 
 Tasks: ``sst2`` and ``rte`` (GLUE dev accuracy; ``--train-size`` keeps the first N training rows), ``squad``
@@ -49,6 +52,8 @@ SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 SIDES = ("ours", "transformers", "random-init")
 GROUPED = "transformers (group_by_length)"  # the label of transformers rows run with --group-by-length
 FUSED = "ours (torch_adamw)"  # the label of ours rows run with --optimizer torch_adamw
+BF16 = " + bf16 autocast"  # appended to the label of rows run with --bf16-autocast
+EQUIVALENCE_MARGIN = 0.5  # points of dev score: bf16 autocast and fp32 are called equal within it (TOST)
 
 
 def _script(path, name):
@@ -137,6 +142,8 @@ def train_argv(data, args, seed, side, imported, save_dir):
         sys.exit(f"{save_dir}: holds a checkpoint_last.pt already; --keep-checkpoint writes a fresh one (move it away)")
     saving = ["--no-epoch-checkpoints", "--no-save-optimizer-state"] if keep else ["--no-save"]
     argv = [os.path.join(BIN, "fairseq-train"), data, *common_options(args, seed), "--save-dir", save_dir, *saving]
+    if args.bf16_autocast:
+        argv.append("--bf16-autocast")
     if side == "random-init":
         return argv + RANDOM_INIT_SHAPE
     return argv + ["--finetune-from-model", os.path.join(imported, "model.pt")]
@@ -221,7 +228,7 @@ def ours_run(data, args, seed, side, imported, log):
     """fairseq-train's dev score and training seconds per epoch (its train_wall is cumulative over the run)."""
     import numpy as np
 
-    save_dir = os.path.join(args.work, "runs", f"{args.task}-{side}-{seed}")
+    save_dir = os.path.join(args.work, "runs", f"{args.task}-{side}-{seed}{'-bf16' if args.bf16_autocast else ''}")
     argv = train_argv(data, args, seed, side, imported, save_dir)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     output = qa_quality.CommandLog().run(argv, f"{side}, seed {seed}", env)
@@ -270,6 +277,7 @@ def transformers_run(data, args, seed, hf_dir):
     scheduler = build_lr_scheduler(cfg.lr_scheduler, qa_quality._scheduler_view(optimizer))
     scheduler.step_update(0)
     generator = torch.Generator().manual_seed(seed)
+    precision = _autocast(args, torch)
     updates, scores, ems, seconds = 0, [], [], []
     for _ in range(args.max_epoch):
         model.train()
@@ -279,11 +287,12 @@ def transformers_run(data, args, seed, hf_dir):
         for indices in tqdm(batches, desc=f"transformers seed {seed}, epoch {len(scores) + 1}", mininterval=30):
             batch = train.collater([train[i] for i in indices])
             inputs = qa_quality._hf_inputs(batch, pad, device)
-            if args.task in GLUE_TASKS:
-                loss = model(**inputs, labels=batch["target"].to(device)).loss
-            else:
-                loss = model(**inputs, start_positions=batch["start_positions"].to(device),
-                             end_positions=batch["end_positions"].to(device)).loss
+            with precision():
+                if args.task in GLUE_TASKS:
+                    loss = model(**inputs, labels=batch["target"].to(device)).loss
+                else:
+                    loss = model(**inputs, start_positions=batch["start_positions"].to(device),
+                                 end_positions=batch["end_positions"].to(device)).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimization.clip_norm)
             optimizer.step()
@@ -292,11 +301,21 @@ def transformers_run(data, args, seed, hf_dir):
             scheduler.step_update(updates)
         _synchronize(args.device)
         seconds.append(time.perf_counter() - start)
-        score, em = _transformers_eval(model, task, valid, pad, args, torch)
+        with precision():  # Trainer(bf16=True) evaluates under autocast too
+            score, em = _transformers_eval(model, task, valid, pad, args, torch)
         scores.append(score)
         ems.append(em)
         print(f"   transformers seed {seed}: epoch {len(scores)}, {seconds[-1]:.1f} s, dev {score:.2f}", flush=True)
     return {"score_per_epoch": scores, "em_per_epoch": ems if args.task == "squad" else None, "epoch_seconds": seconds}
+
+
+def _autocast(args, torch):
+    """The loop's precision context: bf16 autocast on the training device, or nothing (fp32)."""
+    import contextlib
+
+    if args.bf16_autocast:
+        return lambda: torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
 
 
 def _transformers_eval(model, task, valid, pad, args, torch):
@@ -332,7 +351,7 @@ def summary(rows, args, peak, flops):
              f"| side | runs | dev {metric} after the last epoch (mean ± sd) | seconds per epoch (mean) | "
              "GFLOP/s | share of peak |", "|---|---|---|---|---|---|"]
     seconds = {}
-    for side in (*SIDES, FUSED, GROUPED):
+    for side in [label + precision for precision in ("", BF16) for label in (*SIDES, FUSED, GROUPED)]:
         runs = [r for r in rows if r["side"] == side]
         if not runs:
             continue
@@ -341,12 +360,41 @@ def summary(rows, args, peak, flops):
         rate = flops / seconds[side]
         lines.append(f"| {side} | {len(runs)} | {mean:.2f} ± {sd:.2f} | {seconds[side]:.1f} | {rate / 1e9:.1f} | "
                      f"{100 * rate / peak:.0f}% |")
-    for ours in ("ours", FUSED):
-        for peer, batching in (("transformers", "Trainer-default random batches"), (GROUPED, "group_by_length")):
-            if ours in seconds and peer in seconds:
-                lines += ["", f"Wall time per epoch, {ours} / transformers ({batching}): "
-                              f"{seconds[ours] / seconds[peer]:.2f}x"]
+    for precision in ("", BF16):
+        for ours in ("ours" + precision, FUSED + precision):
+            for peer, batching in (("transformers", " (Trainer-default random batches)"), (GROUPED, "")):
+                if ours in seconds and peer + precision in seconds:
+                    lines += ["", f"Wall time per epoch, {ours} / {peer + precision}{batching}: "
+                                  f"{seconds[ours] / seconds[peer + precision]:.2f}x"]
+    for side in (*SIDES, FUSED, GROUPED):
+        if side in seconds and side + BF16 in seconds:
+            lines += ["", f"Wall time per epoch, {side + BF16} / {side} (fp32): {seconds[side + BF16] / seconds[side]:.2f}x"]
+            lines += bf16_equivalence(rows, side, metric)
     return "\n".join(lines) + "\n"
+
+
+def bf16_equivalence(rows, side, metric, margin=EQUIVALENCE_MARGIN):
+    """bf16 autocast minus fp32 on the seeds both ran (same data order and initialisation): the paired mean, its
+    95% interval, and a two-one-sided t-test (TOST) against +-``margin`` points: equal when both one-sided
+    p-values are below 0.05 (the 90% interval lies inside the margin)."""
+    from scipy import stats
+
+    last = {(r["side"], r["seed"]): r["score_per_epoch"][-1] for r in rows}
+    seeds = sorted(seed for (name, seed) in last if name == side and (side + BF16, seed) in last)
+    if len(seeds) < 2:
+        return []
+    differences = [last[(side + BF16, seed)] - last[(side, seed)] for seed in seeds]
+    mean, n = statistics.mean(differences), len(differences)
+    se = statistics.stdev(differences) / n ** 0.5
+    if se == 0:
+        return ["", f"{side}: bf16 autocast - fp32, dev {metric}, seeds {seeds}: {mean:+.2f} on every seed"]
+    low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=se)
+    p_low = stats.t.sf((mean + margin) / se, n - 1)  # H0: difference <= -margin
+    p_high = stats.t.cdf((mean - margin) / se, n - 1)  # H0: difference >= +margin
+    verdict = "equal within" if max(p_low, p_high) < 0.05 else "not shown equal within"
+    return ["", f"{side}: bf16 autocast - fp32, dev {metric}, paired by seed {seeds}: "
+                f"{', '.join(f'{d:+.2f}' for d in differences)}; mean {mean:+.2f} (95% interval {low:+.2f} to {high:+.2f}); "
+                f"TOST against ±{margin}: p = {max(p_low, p_high):.3f}, {verdict} ±{margin} points"]
 
 
 def main():
@@ -370,6 +418,8 @@ def main():
                         help="where every side trains (cuda: the first GPU; ours then runs fairseq-train without --cpu)")
     parser.add_argument("--optimizer", choices=("adam", "torch_adamw"), default="adam",
                         help="ours: fairseq's adam, or the plugin's fused torch_adamw (rows labelled 'ours (torch_adamw)')")
+    parser.add_argument("--bf16-autocast", action="store_true",
+                        help="every side trains under bf16 autocast (ours: --bf16-autocast; transformers: as Trainer(bf16=True))")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: rewrite summary.md from the runs.jsonl rows of these settings")
     parser.add_argument("--keep-checkpoint", action="store_true",
@@ -412,6 +462,7 @@ def main():
                 result = ours_run(data, args, seed, side, imported, log)
             label = GROUPED if side == "transformers" and args.group_by_length else side
             label = FUSED if side == "ours" and args.optimizer == "torch_adamw" else label
+            label += BF16 if args.bf16_autocast else ""
             rows.append({"side": label, "seed": seed, "settings": args.settings, **result, "peak_flops": peak})
             with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
