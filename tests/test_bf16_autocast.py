@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
 from test_finetune_recipes import family_data, imported  # noqa: F401 - module fixtures reused here
 
 # task, criterion and data family of each fine-tuning task (test_finetune_recipes' prepared folders)
@@ -94,6 +94,18 @@ def test_resume_is_exact(imported, family_data, tmp_path):  # noqa: F811
     start = torch.load(os.path.join(imported, "model.pt"), map_location="cpu", weights_only=False)["model"]
     assert not torch.equal(whole["encoder.embeddings.word_embeddings.weight"],
                            start["encoder.embeddings.word_embeddings.weight"])  # it did train
+
+
+def test_two_gloo_workers_train_under_bf16_autocast(imported, family_data, tmp_path):  # noqa: F811
+    """A CPU multi-process run from an imported checkpoint (rank 0 loads it and broadcasts it to rank 1): both
+    workers train under autocast and the checkpoint rank 0 writes is fp32."""
+    outputs = run_gloo_ranks(lambda rank: _finetune(
+        family_data["cls"], os.path.join(imported, "model.pt"), tmp_path / "ck", "sentence_classification",
+        "sentence_classification", "--max-update", "2", "--batch-size", "4"))
+    losses = _losses(outputs[0])  # rank 0 logs the losses reduced over both workers
+    assert len(losses) >= 2 and all(math.isfinite(x) for x in losses), outputs[0][-2000:]
+    assert "as rank 1" in outputs[1]
+    _assert_fp32_checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 2)
 
 
 @pytest.mark.parametrize("flag", ["--fp16", "--memory-efficient-fp16", "--bf16", "--amp"])

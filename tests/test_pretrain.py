@@ -106,6 +106,13 @@ def test_two_process_gloo_training(spm_data, tmp_path):
     assert rank0.keys() == rank1.keys()
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), key
+    # resumed: rank 0 reads checkpoint_last.pt and broadcasts it to rank 1, which unpickles it under safe loading
+    outputs = run_gloo_ranks(lambda rank: [
+        sys.executable, "tests/_train_and_dump.py", str(tmp_path / f"resumed{rank}.pt"), spm_data, *TINY,
+        "--max-update", "34", "--save-dir", str(tmp_path / "ck")])
+    assert [int(r["num_updates"]) for r in train_logs(outputs[0])] == [31, 32, 33, 34]
+    rank0, rank1 = (torch.load(tmp_path / f"resumed{r}.pt") for r in range(2))
+    assert all(torch.equal(rank0[key], rank1[key]) for key in rank0)
 
 
 def test_memory_efficient_fp16_with_loss_scaling(spm_data, tmp_path):

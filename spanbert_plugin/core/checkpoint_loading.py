@@ -137,14 +137,44 @@ def _resume_hint(load_checkpoint):
     return load_checkpoint_with_hint
 
 
+def _plain_cfg_broadcast(broadcast):
+    """fairseq's broadcast of a loaded checkpoint from rank 0 to the other workers (a multi-process resume or
+    ``--finetune-from-model``), made to pass torch's safe loading.
+
+    The other ranks unpickle what rank 0 sends with ``torch.load``, whose ``weights_only=True`` refuses the
+    ``DictConfig`` that ``load_checkpoint_to_cpu`` builds under ``"cfg"``, and fairseq's own placeholders for the
+    tensors it sends apart (an index each). The state is sent with ``cfg`` as the plain dict it is on disk,
+    every rank (rank 0 too) rebuilds the ``DictConfig`` as fairseq's loader does, and the placeholder type is
+    allowed for this load only."""
+    from fairseq.distributed.utils import _TensorPlaceholder
+    from omegaconf import OmegaConf
+
+    @functools.wraps(broadcast)
+    def broadcast_object(obj, *args, **kwargs):
+        if isinstance(obj, dict) and OmegaConf.is_config(obj.get("cfg")):
+            obj = {**obj, "cfg": OmegaConf.to_container(obj["cfg"])}
+        with torch.serialization.safe_globals([_TensorPlaceholder]):
+            result = broadcast(obj, *args, **kwargs)
+        if isinstance(result, dict) and isinstance(result.get("cfg"), dict):
+            result["cfg"] = OmegaConf.create(result["cfg"])
+        return result
+
+    broadcast_object.spanbert_checked = True
+    return broadcast_object
+
+
 def install_checkpoint_checks():
-    """Wrap fairseq's checkpoint readers so damaged files give a CheckpointError (idempotent)."""
+    """Wrap fairseq's checkpoint readers so damaged files give a CheckpointError, and its broadcast of a loaded
+    checkpoint so that multi-process runs can start from one under safe loading (idempotent)."""
     from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
 
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "spanbert_checked", False):
         checkpoint_utils.load_checkpoint_to_cpu = _checked_load_checkpoint_to_cpu(checkpoint_utils.load_checkpoint_to_cpu)
     if not getattr(checkpoint_utils.load_checkpoint, "spanbert_checked", False):
         checkpoint_utils.load_checkpoint = _resume_hint(checkpoint_utils.load_checkpoint)
+    if not getattr(distributed_utils.broadcast_object, "spanbert_checked", False):
+        distributed_utils.broadcast_object = _plain_cfg_broadcast(distributed_utils.broadcast_object)
 
 
 # ---------------------------------------------------------------------------
