@@ -69,18 +69,25 @@ def test_task_items_and_span_drop_only_on_letters():
     assert batch["target"].dtype == torch.long and batch["net_input"]["src_tokens"].shape[0] == 4
 
 
-def test_tiny_training_learns_above_chance(tmp_path):
+def _tiny_training_accuracy(*extra):
     proc = run_cli([bin_path("fairseq-train"), "--user-dir", "user_dir", "--task", "find_animals",
                     "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--encoder-layers", "2",
                     "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
                     "--attention-dropout", "0", "--seq-len", "8", "--animals", "cat", "--train-size", "3000",
                     "--test-size", "2000", "--batch-size", "64", "--optimizer", "adam", "--lr", "2e-3",
                     "--max-update", "400", "--validate-interval", "100", "--cpu", "--num-workers", "0",
-                    "--log-format", "json", "--no-save", "--seed", "1"], timeout=600)
+                    "--log-format", "json", "--no-save", "--seed", "1", *extra], timeout=600)
     valid = [json.loads(m.group(1)) for m in re.finditer(r"valid \| (\{.*\})", proc.stdout + proc.stderr)]
-    accuracy = float(valid[-1]["valid_accuracy"])
-    # chance is 50%; 2000 held-out examples give a standard error of about 1.1 points
-    assert accuracy > 50 + 4 * 100 * np.sqrt(0.25 / 2000), accuracy
+    return float(valid[-1]["valid_accuracy"])
+
+
+def test_tiny_training_learns_in_fp32_and_under_bf16_autocast():
+    """Chance is 50%. Measured once over seeds 1-10 (this setting, 400 updates, 2,000 held-out examples): fp32
+    98.87 ± 0.65%, bf16 autocast 98.92 ± 0.64%, bf16 - fp32 paired by seed +0.05 ± 0.86 points. The bounds are
+    4 sd from those: both precisions learn the task, and to the same accuracy."""
+    fp32, bf16 = _tiny_training_accuracy(), _tiny_training_accuracy("--bf16-autocast")
+    assert fp32 > 98.87 - 4 * 0.65 and bf16 > 98.92 - 4 * 0.64, (fp32, bf16)
+    assert abs(bf16 - fp32) < 4 * 0.86, (fp32, bf16)
 
 
 @pytest.mark.parametrize("test_size", [50, 1, 8])
