@@ -75,8 +75,8 @@ def main(argv=None):
                     "--criterion", "span_bert", "--arch", args.from_model_arch, "--tokens-per-sample", str(args.tokens),
                     "--mask-scheme", "span", "--sbo-weight", "1.0", "--no-save", "--disable-validation",
                     "--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt"),
-                    *common_train_args(cfg, args.schedule_updates, args.lr, args.batch, args.seed),
-                    "--max-update", str(args.updates), "--log-interval", "1"]
+                    *common_train_args(cfg, args.schedule_updates, args.lr, args.batch, args.seed,
+                                       stop_at=args.updates, log_interval=1)]
             start = time.perf_counter()
             log.run(argv, f"{args.updates} updates, {precision}", env, log_path=log_path)
             wall[precision] = time.perf_counter() - start

@@ -158,12 +158,13 @@ def last_valid(output, metric):
     return float(values[-1][f"valid_{metric}"])
 
 
-def common_train_args(cfg, updates, lr, batch, seed):
+def common_train_args(cfg, updates, lr, batch, seed, stop_at=None, log_interval=50):
+    """The schedule of an ``updates``-long run (10% warm-up, linear decay), stopped at ``stop_at`` when given."""
     return ["--user-dir", os.path.join(ROOT, "user_dir"), "--optimizer", "adam", "--adam-betas", "(0.9,0.999)",
             "--adam-eps", "1e-8", "--weight-decay", "0.01", "--clip-norm", "1.0", "--lr", str(lr),
             "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(max(1, updates // 10)),
-            "--total-num-update", str(updates), "--max-update", str(updates), "--batch-size", str(batch),
-            "--seed", str(seed), "--num-workers", "0", "--log-format", "json", "--log-interval", "50",
+            "--total-num-update", str(updates), "--max-update", str(stop_at or updates), "--batch-size", str(batch),
+            "--seed", str(seed), "--num-workers", "0", "--log-format", "json", "--log-interval", str(log_interval),
             *(["--cpu"] if cfg["cpu"] else [] if cfg.get("bf16_autocast") else ["--fp16"]),
             *(["--bf16-autocast"] if cfg.get("bf16_autocast") else [])]
 
