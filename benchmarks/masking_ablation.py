@@ -90,8 +90,10 @@ SETTINGS = {
 }
 FIELDS = ["arm", "task", "seed", "score", "metric"]
 HELDOUT = "heldout_mlm"  # the masked-token loss on the fold's test novels (--heldout-mlm)
+DEV_THRESHOLD = "_dev_threshold"  # LitBank rows scored at the singleton threshold chosen on dev (--singleton-thresholds)
 # coreference's rows are named by their LitBank fold (litbank_fold0); the order is the table's
-METRIC_OF = {**{f"litbank_fold{fold}": "conll_f1" for fold in range(10)}, **TASKS, HELDOUT: "mlm_bits"}
+METRIC_OF = {**{f"litbank_fold{fold}{kind}": "conll_f1" for fold in range(10) for kind in ("", DEV_THRESHOLD)},
+             **TASKS, HELDOUT: "mlm_bits"}
 
 
 def result_task(task, fold):
@@ -255,10 +257,12 @@ def prepare_tasks(log, args, cfg, tokenizer_from, env):
     return out
 
 
-def litbank_test_conll_f1(log, args, cfg, checkpoint, seed, env):
-    """benchmarks/coref_litbank.py on the fold: the litbank recipe, best dev checkpoint, test CoNLL F1 with singletons.
+def litbank_run(log, args, cfg, checkpoint, seed, env):
+    """benchmarks/coref_litbank.py on the fold: the litbank recipe, best dev checkpoint, test CoNLL F1 with singletons
+    (``test_conll_f1``); with --singleton-thresholds also the test score at the threshold with the best dev CoNLL F1
+    (``test_conll_f1_dev_threshold``; a finished run gets it added). Returns the run's record.
 
-    The run's record (dev CoNLL F1 per epoch, every test score, its commands) is copied into the results folder
+    The record (dev CoNLL F1 per epoch, every test score, its commands) is copied into the results folder
     (``coref_runs/ARM_seedS.json``) and its commands go to commands.md."""
     import coref_litbank
 
@@ -267,7 +271,7 @@ def litbank_test_conll_f1(log, args, cfg, checkpoint, seed, env):
         checkpoint=checkpoint, recipe=os.path.join(ROOT, "configs", "finetune", "litbank.yaml"), epochs=args.coref_epochs,
         encoder_lr=args.coref_encoder_lr, head_lr=args.coref_head_lr, ffnn_size=args.coref_ffnn_size,
         bf16_autocast=bool(cfg.get("bf16_autocast")), cpu=cfg["cpu"], train_docs=2 if args.smoke else None,
-        litbank=LITBANK,
+        litbank=LITBANK, singleton_thresholds=args.singleton_thresholds,
         override=["dataset.num_workers=0"], work=os.path.join(args.work, "coref", name))
     os.makedirs(os.path.join(options.work, "runs"), exist_ok=True)
     sizes, tokenizer_from = coref_litbank.checkpoint_settings(checkpoint)
@@ -284,14 +288,14 @@ def litbank_test_conll_f1(log, args, cfg, checkpoint, seed, env):
     write_atomic(os.path.join(args.results, "coref_runs", f"{name}_seed{seed}.json"), json.dumps(result, indent=2) + "\n")
     log.lines += [(f"LitBank fold {args.fold}, {name}, seed {seed}", command)
                   for command in [prepare_command, *result["commands"]]]
-    return result["test_conll_f1"]
+    return result
 
 
 def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
     if task == "coref":
         if checkpoint is None:
             sys.exit("coref from random initialisation: run benchmarks/coref_litbank.py --arms random")
-        return litbank_test_conll_f1(log, args, cfg, checkpoint, seed, env)
+        return litbank_run(log, args, cfg, checkpoint, seed, env)["test_conll_f1"]
     data, task_args = prepared
     batch = 1 if task == "coref" else cfg["finetune_batch"]  # a coreference batch is one document
     start = ["--finetune-from-model", os.path.abspath(checkpoint)] if checkpoint else []  # None: random initialisation
@@ -487,6 +491,9 @@ def main(argv=None):
     parser.add_argument("--coref-ffnn-size", type=int, default=150, help="coreference head's hidden size")
     parser.add_argument("--coref-head-lr", type=float, default=1e-4)
     parser.add_argument("--coref-encoder-lr", type=float, default=2e-5)
+    parser.add_argument("--singleton-thresholds", type=lambda text: [float(t) for t in text.split(",")],
+                        help="LitBank: also score each run at the singleton threshold among these (e.g. 0.1,0.2,0.3,0.5) "
+                             "with the best dev CoNLL F1 (rows litbank_foldN_dev_threshold; finished runs get them too)")
     args = parser.parse_args(argv)
     args.from_model_checkpoint = os.path.join(os.path.abspath(args.from_model), "model.pt") if args.from_model else None
     cfg = dict(SETTINGS[args.setting])
@@ -539,7 +546,7 @@ def main(argv=None):
         os.replace(commands_path, commands_path + ".old")  # other settings' commands: kept aside, not mixed in
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
     if args.report_only:
-        for row in rows:  # the LitBank runs' records, as litbank_test_conll_f1 keeps them (runs finished before it did)
+        for row in rows:  # the LitBank runs' records, as litbank_run keeps them (runs finished before it did)
             run = os.path.join(args.work, "coref", row["arm"], "runs", f"fold{args.fold}_pretrained_seed{row['seed']}.json")
             kept = os.path.join(args.results, "coref_runs", f"{row['arm']}_seed{row['seed']}.json")
             if row["task"] == result_task("coref", args.fold) and os.path.isfile(run) and not os.path.isfile(kept):
@@ -607,6 +614,10 @@ def main(argv=None):
                 if not done(scheme, result_task(task, args.fold), seed):
                     record(scheme, result_task(task, args.fold), seed,
                            finetune(log, args, cfg, task, prepared.get(task), checkpoint, seed, env))
+                tuned = result_task(task, args.fold) + DEV_THRESHOLD
+                if task == "coref" and args.singleton_thresholds and not done(scheme, tuned, seed):
+                    run = litbank_run(log, args, cfg, checkpoint, seed, env)
+                    record(scheme, tuned, seed, run["test_conll_f1_dev_threshold"])
     save()
 
 

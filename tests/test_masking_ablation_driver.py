@@ -1,5 +1,6 @@
 """benchmarks/masking_ablation.py --from-model at its smoke budget: two invocations side by side (one arm each,
-as one per core) extend one results.csv and commands.md, and the LitBank rows keep their runs and commands."""
+as one per core) extend one results.csv and commands.md, and the LitBank rows keep their runs and commands; a
+later invocation adds the scores at the singleton threshold chosen on dev to the finished runs."""
 import csv
 import json
 import os
@@ -35,3 +36,14 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
         run = json.loads((results / "coref_runs" / f"{arm}_seed1.json").read_text())
         assert float(rows[(arm, "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]
         assert any("fairseq-hydra-train" in command for command in run["commands"])
+    # the finished none run, scored again at the singleton threshold with the best dev CoNLL F1
+    again = subprocess.run([*common, "--schemes", "none", "--work", str(tmp_path / "work_0"),
+                            "--singleton-thresholds", "0.2,0.5"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    with open(results / "results.csv", newline="") as f:
+        rows = {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
+    run = json.loads((results / "coref_runs" / "none_seed1.json").read_text())
+    assert run["singleton_threshold_dev"] in (0.2, 0.5) and set(run["dev_conll_f1_per_threshold"]) == {"0.2", "0.5"}
+    assert float(rows[("none", "litbank_fold0_dev_threshold", "1")]["score"]) == run["test_conll_f1_dev_threshold"]
+    assert float(rows[("none", "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]  # the first score stays
