@@ -360,21 +360,22 @@ def _pyplot():
 
 
 def train_inner_losses(log_path, keys):
-    """{update: (float of each key)} from a fairseq-train json log's train_inner records (the last record of an update
-    wins, as when a stopped run was resumed); {} when the log is not there."""
+    """{update: (float of each key, None where the run does not log it)} from a fairseq-train json log's train_inner
+    records (the last record of an update wins, as when a stopped run was resumed); {} when the log is not there."""
     by_update = {}
     if os.path.isfile(log_path):
         with open(log_path, encoding="utf-8") as f:
             for line in f:
                 if "| train_inner |" in line:
                     record = json.loads(line[line.index("{"):])
-                    by_update[int(record["num_updates"])] = tuple(float(record[k]) for k in keys)
+                    by_update[int(record["num_updates"])] = tuple(float(record[k]) if k in record else None for k in keys)
     return by_update
 
 
 def pretraining_curves(args):
     """{scheme: [(update, mlm_loss, sbo_loss)]} from each pre-training's train.log in --work (the last record of an
-    update when a stopped run was resumed), written to ``pretrain_curves.csv`` and plotted in ``pretrain_loss.png``."""
+    update when a stopped run was resumed; sbo_loss None for the arms without SBO), written to ``pretrain_curves.csv``
+    (sbo_loss empty there) and plotted in ``pretrain_loss.png``."""
     import glob
 
     curves = {}
@@ -384,7 +385,8 @@ def pretraining_curves(args):
             curves[os.path.basename(os.path.dirname(log_path))] = [(u, *by_update[u]) for u in sorted(by_update)]
     if not curves:
         return curves
-    lines = ["arm,update,mlm_loss,sbo_loss"] + [f"{arm},{u},{m},{b}" for arm, points in curves.items() for u, m, b in points]
+    lines = ["arm,update,mlm_loss,sbo_loss"] + [f"{arm},{u},{m},{'' if b is None else b}"
+                                               for arm, points in curves.items() for u, m, b in points]
     write_atomic(os.path.join(args.results, "pretrain_curves.csv"), "\n".join(lines) + "\n")
     plt = _pyplot()
     if plt is None:
@@ -392,7 +394,7 @@ def pretraining_curves(args):
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, points in curves.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{arm}: MLM loss")
-        if any(p[2] for p in points):
+        if all(p[2] is not None for p in points):
             ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", label=f"{arm}: SBO loss")
     ax.set_xlabel("update")
     ax.set_ylabel("bits per masked token")
