@@ -453,7 +453,17 @@ def main():
         return
     os.makedirs(args.out, exist_ok=True)
     peak = 0.0 if args.report_only else matmul_peak(args.threads, args.device)
-    rows = []
+    rows, written = [], 0
+
+    def note_commands():
+        """commands.md gets this invocation (first) and each command as its run finishes, so that a stopped
+        invocation's rows have their commands too."""
+        nonlocal written
+        lines = ([" ".join(sys.argv)] if written == 0 else []) + log[max(0, written - 1):]
+        with open(os.path.join(args.out, "commands.md"), "a", encoding="utf-8") as f:
+            f.write("".join(f"    {c}\n" for c in lines))
+        written = len(log) + 1
+
     for seed in ([] if args.report_only else args.seeds):
         for side in args.sides:
             if side == "transformers":
@@ -466,6 +476,7 @@ def main():
             rows.append({"side": label, "seed": seed, "settings": args.settings, **result, "peak_flops": peak})
             with open(os.path.join(args.out, "runs.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
+            note_commands()
             print(f"{side}, seed {seed}: {result}", flush=True)
     with open(os.path.join(args.out, "runs.jsonl"), encoding="utf-8") as f:  # earlier seeds of the same settings too
         rows = [row for row in map(json.loads, f) if row["settings"] == args.settings
@@ -476,9 +487,9 @@ def main():
         args.device_name = rows[-1]["settings"].rsplit("(", 1)[-1].rstrip(")")
     text = summary(rows, args, peak, flops) + "\n" + "\n".join(f"- {line}" for line in padding) + "\n"
     qa_quality.write_atomic(os.path.join(args.out, "summary.md"), text)
-    if not args.report_only:  # every invocation's commands, so sides run apart (or at once) are all listed
+    if written:  # every invocation's commands, so sides run apart (or at once) are all listed
         with open(os.path.join(args.out, "commands.md"), "a", encoding="utf-8") as f:
-            f.write("\n".join(f"    {c}" for c in [" ".join(sys.argv)] + log) + "\n\n")
+            f.write("\n")
     print(text)
 
 
