@@ -463,7 +463,8 @@ def main(argv=None):
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=[*SCHEMES, NO_PRETRAINING],
                         help=f"masking schemes; '{NO_PRETRAINING}': no (continued) pre-training, the baseline row")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="fine-tuning seeds")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[1, 2, 3],
+                        help="fine-tuning seeds (none: pre-train and score the held-out MLM loss only)")
     parser.add_argument("--pretrain-seed", type=int, default=1)
     parser.add_argument("--novels", type=int, help="pre-training novels (0: all but the evaluation fold's)")
     parser.add_argument("--pretrain-updates", type=int)

@@ -145,3 +145,18 @@ def test_forward_runs_in_bfloat16_and_backward_reaches_fp32_weights():
     assert layer.weight.grad.dtype == torch.float32
     with forward_precision(SimpleNamespace(bf16_autocast=False), layer):
         assert layer(torch.randn(3, 8)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_cpu_without_native_bfloat16_is_warned_about(native, monkeypatch, caplog):
+    """On a CPU that emulates bfloat16 (AVX2 only) autocast trains several times slower: one warning, no refusal."""
+    from omegaconf import OmegaConf
+
+    from spanbert_plugin.core import precision
+
+    monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: native)
+    run = OmegaConf.create({"common": {"cpu": True, "fp16": False}, "task": {"bf16_autocast": True}})
+    with caplog.at_level("WARNING", logger=precision.__name__):
+        precision.check_bf16_autocast(run.task)
+    warned = [r.getMessage() for r in caplog.records if "without native bfloat16" in r.getMessage()]
+    assert len(warned) == (0 if native else 1)

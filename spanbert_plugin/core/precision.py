@@ -11,6 +11,7 @@ fp16 modes keep half-precision weights with a loss scaler: they are refused
 beside it.
 """
 import contextlib
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +19,8 @@ from fairseq.dataclass import FairseqDataclass
 from omegaconf import OmegaConf
 
 from .errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 # the memory-efficient modes first: fairseq turns --fp16/--bf16 on with them
 HALF_PRECISION_FLAGS = (("memory_efficient_fp16", "--memory-efficient-fp16"), ("fp16", "--fp16"),
@@ -50,6 +53,10 @@ def check_bf16_autocast(cfg) -> None:
         if common.get(key):
             raise UsageError(f"--bf16-autocast cannot be combined with {flag}: it keeps fp32 weights and needs no "
                              f"loss scaler; use one of them")
+    on_cpu = common.get("cpu") or not torch.cuda.is_available()
+    if on_cpu and not cpu_supports_bf16():
+        logger.warning("--bf16-autocast on a CPU without native bfloat16 (no AVX512-BF16 or AMX): bfloat16 is emulated "
+                       "here, and training runs several times slower than in fp32")
 
 
 def forward_precision(cfg, model):
