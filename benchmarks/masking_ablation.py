@@ -88,7 +88,9 @@ SETTINGS = {
     "gpu": dict(arch="spanbert_base", tokens=512, pretrain_updates=20000, batch=32, update_freq=8, pretrain_lr=5e-4,
                 finetune_updates=2000, finetune_lr=3e-5, finetune_batch=32, novels=0, cpu=False),
 }
-FIELDS = ["arm", "task", "seed", "score", "metric"]
+# precision: "bf16_autocast" or "fp32", the run's pre-training and fine-tuning (a per-run choice: a CPU without native
+# bfloat16 trains several times faster in fp32); empty in files written before the column
+FIELDS = ["arm", "task", "seed", "score", "metric", "precision"]
 HELDOUT = "heldout_mlm"  # the masked-token loss on the fold's test novels (--heldout-mlm)
 DEV_THRESHOLD = "_dev_threshold"  # LitBank rows scored at the singleton threshold chosen on dev (--singleton-thresholds)
 # coreference's rows are named by their LitBank fold (litbank_fold0); the order is the table's
@@ -106,7 +108,13 @@ def read_rows(path):
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     return [{"arm": r.get("arm", r.get("scheme")), "task": r["task"], "seed": r["seed"],
-             "score": r.get("score", r.get("value")), "metric": r["metric"]} for r in rows]
+             "score": r.get("score", r.get("value")), "metric": r["metric"], "precision": r.get("precision") or ""}
+            for r in rows]
+
+
+def run_key(row):
+    """What identifies a run in results.csv: arm, task, seed and precision."""
+    return row["arm"], row["task"], int(row["seed"]), row["precision"]
 
 
 def eval_fold_prefixes(fold):
@@ -324,10 +332,11 @@ def write_table(rows, args, settings):
         sd = f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else ""
         return f"{statistics.mean(values):.1f}{sd}"
 
-    header = "| arm (scheme) | " + " | ".join(f"{t} ({METRIC_OF[t]})" for t in tasks) + " |"
-    lines = [header, "|" + "---|" * (len(tasks) + 1)]
+    header = "| arm (scheme) | " + " | ".join(f"{t} ({METRIC_OF[t]})" for t in tasks) + " | precision |"
+    lines = [header, "|" + "---|" * (len(tasks) + 2)]
     for scheme in schemes:
-        lines.append(f"| {scheme} | " + " | ".join(cell(cells.get((scheme, t), [])) for t in tasks) + " |")
+        precisions = ", ".join(sorted({r["precision"] or "not recorded" for r in rows if r["arm"] == scheme})) or "–"
+        lines.append(f"| {scheme} | " + " | ".join(cell(cells.get((scheme, t), [])) for t in tasks) + f" | {precisions} |")
     seeds = sorted({int(r["seed"]) for r in rows})
     title = (f"Continued pre-training of {os.path.basename(os.path.normpath(settings['from_model']))} under each masking "
              "scheme" if settings.get("from_model") else f"Masking ablation ({settings['setting']} setting)")
@@ -383,11 +392,20 @@ def pretraining_curves(args):
         by_update = train_inner_losses(log_path, ("mlm_loss", "sbo_loss"))
         if by_update:
             curves[os.path.basename(os.path.dirname(log_path))] = [(u, *by_update[u]) for u in sorted(by_update)]
+    csv_path = os.path.join(args.results, "pretrain_curves.csv")
+    if os.path.isfile(csv_path):  # arms whose --work is gone (another machine, a cleared /tmp) keep their curves
+        with open(csv_path, newline="") as f:
+            kept = {}
+            for row in csv.DictReader(f):
+                if row["arm"] not in curves:
+                    kept.setdefault(row["arm"], []).append(
+                        (int(row["update"]), float(row["mlm_loss"]), float(row["sbo_loss"]) if row["sbo_loss"] else None))
+        curves.update(kept)
     if not curves:
         return curves
     lines = ["arm,update,mlm_loss,sbo_loss"] + [f"{arm},{u},{m},{'' if b is None else b}"
                                                for arm, points in curves.items() for u, m, b in points]
-    write_atomic(os.path.join(args.results, "pretrain_curves.csv"), "\n".join(lines) + "\n")
+    write_atomic(csv_path, "\n".join(lines) + "\n")
     plt = _pyplot()
     if plt is None:
         return curves
@@ -535,7 +553,9 @@ def main(argv=None):
                  "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
                  "--valid-fraction", "0.05", "--destdir", data, "--force"], "prepare the pre-training corpus", env)
     corpus = _read_json(stats)
-    settings = {"setting": args.setting, "from_model": args.from_model, "smoke": args.smoke, **cfg,
+    precision = "bf16_autocast" if cfg["bf16_autocast"] else "fp32"  # per row, not part of the settings
+    settings = {"setting": args.setting, "from_model": args.from_model, "smoke": args.smoke,
+                **{k: v for k, v in cfg.items() if k != "bf16_autocast"},
                 "novels_used": len(novels), "novels_left_out": sorted(held), "train_tokens": corpus["train"]["tokens"],
                 "pretrain_seed": args.pretrain_seed}
     print(json.dumps(settings), flush=True)
@@ -589,8 +609,8 @@ def main(argv=None):
         with open(csv_path + ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if os.path.isfile(csv_path):
-                known = {(r["arm"], r["task"], int(r["seed"])) for r in rows}
-                rows.extend(r for r in read_rows(csv_path) if (r["arm"], r["task"], int(r["seed"])) not in known)
+                known = {run_key(r) for r in rows}
+                rows.extend(r for r in read_rows(csv_path) if run_key(r) not in known)
             if new_row is not None:
                 rows.append(new_row)
                 with open(csv_path + ".tmp", "w", newline="") as f:
@@ -603,10 +623,11 @@ def main(argv=None):
 
     def record(scheme, task, seed, score):
         print(f"   -> {scheme} / {task} / seed {seed}: {METRIC_OF[task]} {score:.2f}", flush=True)
-        save({"arm": scheme, "task": task, "seed": seed, "score": score, "metric": METRIC_OF[task]})
+        save({"arm": scheme, "task": task, "seed": seed, "score": score, "metric": METRIC_OF[task],
+              "precision": precision})
 
-    def done(scheme, task, seed):
-        return any(r["arm"] == scheme and r["task"] == task and int(r["seed"]) == seed for r in rows)
+    def done(scheme, task, seed):  # in this invocation's precision: another precision's run is another replicate
+        return run_key({"arm": scheme, "task": task, "seed": seed, "precision": precision}) in {run_key(r) for r in rows}
 
     for scheme in args.schemes:
         checkpoint = pretrain(log, args, cfg, data, scheme, env)

@@ -29,6 +29,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     assert set(rows) == {("none", "litbank_fold0", "1"), ("span+sbo", "litbank_fold0", "1"),
                          ("span+sbo", "heldout_mlm", "1")}, rows
     assert rows[("span+sbo", "heldout_mlm", "1")]["metric"] == "mlm_bits"
+    assert {r["precision"] for r in rows.values()} == {"fp32"}  # no --bf16-autocast
     commands = (results / "commands.md").read_text(encoding="utf-8")
     assert commands.count("\n## `") == 2  # both invocations, neither overwriting the other
     assert "- pre-train span+sbo: " in commands and commands.count("- LitBank fold 0, ") >= 4
@@ -47,3 +48,26 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     assert run["singleton_threshold_dev"] in (0.2, 0.5) and set(run["dev_conll_f1_per_threshold"]) == {"0.2", "0.5"}
     assert float(rows[("none", "litbank_fold0_dev_threshold", "1")]["score"]) == run["test_conll_f1_dev_threshold"]
     assert float(rows[("none", "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]  # the first score stays
+
+
+def test_pretraining_curves_keep_arms_whose_work_folder_is_gone(tmp_path):
+    """An arm pre-trained in an earlier --work (another machine, a cleared /tmp) keeps its rows in
+    pretrain_curves.csv when a later invocation writes the curves of the arms its own --work holds."""
+    import argparse
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    results, log_dir = tmp_path / "results", tmp_path / "work" / "pretrain" / "subword"
+    results.mkdir()
+    log_dir.mkdir(parents=True)
+    (results / "pretrain_curves.csv").write_text("arm,update,mlm_loss,sbo_loss\nspan+sbo,50,15.0,14.3\n"
+                                                 "span+sbo,100,12.6,11.2\nsubword,50,9.9,\n")
+    (log_dir / "train.log").write_text(
+        '2026-11-26 18:40:00 | INFO | train_inner | {"num_updates": "50", "mlm_loss": "14.1"}\n'
+        '2026-11-26 18:42:00 | INFO | train_inner | {"num_updates": "100", "mlm_loss": "11.9"}\n')
+    masking_ablation.pretraining_curves(argparse.Namespace(work=str(tmp_path / "work"), results=str(results)))
+    with open(results / "pretrain_curves.csv", newline="") as f:
+        rows = [(r["arm"], r["update"], r["mlm_loss"], r["sbo_loss"]) for r in csv.DictReader(f)]
+    assert rows == [("subword", "50", "14.1", ""), ("subword", "100", "11.9", ""),  # this --work's log replaces it
+                    ("span+sbo", "50", "15.0", "14.3"), ("span+sbo", "100", "12.6", "11.2")]
