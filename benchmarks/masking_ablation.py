@@ -112,6 +112,16 @@ def read_rows(path):
             for r in rows]
 
 
+def precision_of(cfg):
+    """The ``precision`` column of this invocation's runs."""
+    return "bf16_autocast" if cfg["bf16_autocast"] else "fp32"
+
+
+def coref_record_name(arm, seed, precision):
+    """A LitBank run's record in the results folder: ``coref_runs/ARM_seedS_PRECISION.json``."""
+    return os.path.join("coref_runs", f"{arm}_seed{seed}_{precision or 'not_recorded'}.json")
+
+
 def run_key(row):
     """What identifies a run in results.csv: arm, task, seed and precision."""
     return row["arm"], row["task"], int(row["seed"]), row["precision"]
@@ -271,7 +281,7 @@ def litbank_run(log, args, cfg, checkpoint, seed, env):
     (``test_conll_f1_dev_threshold``; a finished run gets it added). Returns the run's record.
 
     The record (dev CoNLL F1 per epoch, every test score, its commands) is copied into the results folder
-    (``coref_runs/ARM_seedS.json``) and its commands go to commands.md."""
+    (``coref_runs/ARM_seedS_PRECISION.json``) and its commands go to commands.md."""
     import coref_litbank
 
     name = os.path.basename(os.path.dirname(checkpoint)) if checkpoint != args.from_model_checkpoint else NO_PRETRAINING
@@ -280,7 +290,7 @@ def litbank_run(log, args, cfg, checkpoint, seed, env):
         encoder_lr=args.coref_encoder_lr, head_lr=args.coref_head_lr, ffnn_size=args.coref_ffnn_size,
         bf16_autocast=bool(cfg.get("bf16_autocast")), cpu=cfg["cpu"], train_docs=2 if args.smoke else None,
         litbank=LITBANK, singleton_thresholds=args.singleton_thresholds,
-        override=["dataset.num_workers=0"], work=os.path.join(args.work, "coref", name))
+        override=["dataset.num_workers=0"], work=os.path.join(args.work, "coref", name, precision_of(cfg)))
     os.makedirs(os.path.join(options.work, "runs"), exist_ok=True)
     sizes, tokenizer_from = coref_litbank.checkpoint_settings(checkpoint)
     data, prepare_command = coref_litbank.prepare_fold(options, args.fold, tokenizer_from,
@@ -293,7 +303,8 @@ def litbank_run(log, args, cfg, checkpoint, seed, env):
         os.environ.clear()
         os.environ.update(old_environ)
     os.makedirs(os.path.join(args.results, "coref_runs"), exist_ok=True)
-    write_atomic(os.path.join(args.results, "coref_runs", f"{name}_seed{seed}.json"), json.dumps(result, indent=2) + "\n")
+    write_atomic(os.path.join(args.results, coref_record_name(name, seed, precision_of(cfg))),
+                 json.dumps(result, indent=2) + "\n")
     log.lines += [(f"LitBank fold {args.fold}, {name}, seed {seed}", command)
                   for command in [prepare_command, *result["commands"]]]
     return result
@@ -322,6 +333,9 @@ def write_table(rows, args, settings):
     asked = {result_task(t, args.fold) for t in args.tasks}
     tasks = [t for t in METRIC_OF if t in asked or any(t == task for _, task in present)]
     schemes = [s for s in (NO_PRETRAINING, *SCHEMES) if s in args.schemes or any(s == scheme for scheme, _ in present)]
+    rows = labelled_by_precision(rows)
+    schemes = [label for s in schemes for label in sorted({r["arm"] for r in rows if r["arm"].split(" (")[0] == s})
+               or [s]]
     cells = {}
     for row in rows:
         cells.setdefault((row["arm"], row["task"]), []).append(float(row["score"]))
@@ -347,6 +361,16 @@ def write_table(rows, args, settings):
                  f"settings: `{json.dumps(settings)}`\n\n{text}\n")
     plot_table(args, tasks, schemes, cells)
     pretraining_curves(args)
+
+
+def labelled_by_precision(rows):
+    """The rows with an arm that ran in more than one precision named ``ARM (PRECISION)``: its own row of the table,
+    paired with the others like an arm."""
+    precisions = {}
+    for row in rows:
+        precisions.setdefault(row["arm"], set()).add(row["precision"] or "not recorded")
+    return [{**row, "arm": f"{row['arm']} ({row['precision'] or 'not recorded'})"} if len(precisions[row["arm"]]) > 1
+            else row for row in rows]
 
 
 def write_commands(path, earlier, log):
@@ -430,7 +454,14 @@ def paired_differences(rows, tasks, schemes):
     from scipy import stats
 
     score = {(r["arm"], r["task"], int(r["seed"])): float(r["score"]) for r in rows}
-    pairs = [(arm, NO_PRETRAINING) for arm in schemes if arm != NO_PRETRAINING] + [("span+sbo", "subword")]
+
+    def labels(arm):  # an arm's rows of the table (one per precision where it ran in several)
+        return [s for s in schemes if s.split(" (")[0] == arm]
+
+    pairs = [(arm, base) for arm in schemes if not arm.startswith(NO_PRETRAINING) for base in labels(NO_PRETRAINING)]
+    pairs += [(a, b) for a in labels("span+sbo") for b in labels("subword")]
+    pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)
+              if a.endswith("(fp32)") and b.endswith("(bf16_autocast)")]  # the precision's own effect
     lines = []
     for task in tasks:
         if task == HELDOUT:
@@ -553,7 +584,7 @@ def main(argv=None):
                  "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
                  "--valid-fraction", "0.05", "--destdir", data, "--force"], "prepare the pre-training corpus", env)
     corpus = _read_json(stats)
-    precision = "bf16_autocast" if cfg["bf16_autocast"] else "fp32"  # per row, not part of the settings
+    precision = precision_of(cfg)  # per row, not part of the settings
     settings = {"setting": args.setting, "from_model": args.from_model, "smoke": args.smoke,
                 **{k: v for k, v in cfg.items() if k != "bf16_autocast"},
                 "novels_used": len(novels), "novels_left_out": sorted(held), "train_tokens": corpus["train"]["tokens"],
@@ -570,8 +601,9 @@ def main(argv=None):
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
     if args.report_only:
         for row in rows:  # the LitBank runs' records, as litbank_run keeps them (runs finished before it did)
-            run = os.path.join(args.work, "coref", row["arm"], "runs", f"fold{args.fold}_pretrained_seed{row['seed']}.json")
-            kept = os.path.join(args.results, "coref_runs", f"{row['arm']}_seed{row['seed']}.json")
+            run = os.path.join(args.work, "coref", row["arm"], row["precision"], "runs",
+                               f"fold{args.fold}_pretrained_seed{row['seed']}.json")
+            kept = os.path.join(args.results, coref_record_name(row["arm"], row["seed"], row["precision"]))
             if row["task"] == result_task("coref", args.fold) and os.path.isfile(run) and not os.path.isfile(kept):
                 os.makedirs(os.path.dirname(kept), exist_ok=True)
                 with open(run, encoding="utf-8") as f:

@@ -34,7 +34,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     assert commands.count("\n## `") == 2  # both invocations, neither overwriting the other
     assert "- pre-train span+sbo: " in commands and commands.count("- LitBank fold 0, ") >= 4
     for arm in ("none", "span+sbo"):
-        run = json.loads((results / "coref_runs" / f"{arm}_seed1.json").read_text())
+        run = json.loads((results / "coref_runs" / f"{arm}_seed1_fp32.json").read_text())
         assert float(rows[(arm, "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]
         assert any("fairseq-hydra-train" in command for command in run["commands"])
     # the finished none run, scored again at the singleton threshold with the best dev CoNLL F1
@@ -44,7 +44,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     with open(results / "results.csv", newline="") as f:
         rows = {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
-    run = json.loads((results / "coref_runs" / "none_seed1.json").read_text())
+    run = json.loads((results / "coref_runs" / "none_seed1_fp32.json").read_text())
     assert run["singleton_threshold_dev"] in (0.2, 0.5) and set(run["dev_conll_f1_per_threshold"]) == {"0.2", "0.5"}
     assert float(rows[("none", "litbank_fold0_dev_threshold", "1")]["score"]) == run["test_conll_f1_dev_threshold"]
     assert float(rows[("none", "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]  # the first score stays
