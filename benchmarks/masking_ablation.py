@@ -122,6 +122,17 @@ def coref_record_name(arm, seed, precision):
     return os.path.join("coref_runs", f"{arm}_seed{seed}_{precision or 'not_recorded'}.json")
 
 
+TASK_OWN_SETTINGS = ("coref_epochs", "coref_ffnn_size", "coref_head_lr", "coref_encoder_lr")
+
+
+def same_settings(stored, current):
+    """The same experiment: equal settings, a task's own (coreference's) compared only where both invocations ran it."""
+    def shared(settings, other):
+        return {k: v for k, v in settings.items() if k not in TASK_OWN_SETTINGS or k in other}
+
+    return shared(stored, current) == shared(current, stored)
+
+
 def run_key(row):
     """What identifies a run in results.csv: arm, task, seed and precision."""
     return row["arm"], row["task"], int(row["seed"]), row["precision"]
@@ -591,7 +602,10 @@ def main(argv=None):
                 "pretrain_seed": args.pretrain_seed}
     print(json.dumps(settings), flush=True)
     settings_path, csv_path = os.path.join(args.results, "settings.json"), os.path.join(args.results, "results.csv")
-    same = os.path.isfile(settings_path) and _read_json(settings_path) == settings
+    stored = _read_json(settings_path) if os.path.isfile(settings_path) else None
+    same = stored is not None and same_settings(stored, settings)
+    if same:  # an invocation without coref keeps the stored coref settings
+        settings = {**stored, **settings}
     rows = []
     if same and not args.fresh and os.path.isfile(csv_path):
         rows = read_rows(csv_path)

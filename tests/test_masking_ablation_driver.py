@@ -71,3 +71,15 @@ def test_pretraining_curves_keep_arms_whose_work_folder_is_gone(tmp_path):
         rows = [(r["arm"], r["update"], r["mlm_loss"], r["sbo_loss"]) for r in csv.DictReader(f)]
     assert rows == [("subword", "50", "14.1", ""), ("subword", "100", "11.9", ""),  # this --work's log replaces it
                     ("span+sbo", "50", "15.0", "14.3"), ("span+sbo", "100", "12.6", "11.2")]
+
+
+def test_an_invocation_without_coreference_joins_the_same_experiment():
+    """--tasks squad after --tasks coref: coreference's own settings are compared only where both ran it."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    with_coref = {"pretrain_updates": 2000, "coref_epochs": 10, "coref_ffnn_size": 150}
+    assert masking_ablation.same_settings(with_coref, {"pretrain_updates": 2000})
+    assert masking_ablation.same_settings({"pretrain_updates": 2000}, with_coref)
+    assert not masking_ablation.same_settings(with_coref, {**with_coref, "coref_epochs": 20})
+    assert not masking_ablation.same_settings(with_coref, {"pretrain_updates": 1000})
