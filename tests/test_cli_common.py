@@ -101,6 +101,19 @@ def test_bf16_option_runs_the_model_under_bfloat16_autocast():
         assert layer(torch.ones(1, 4)).dtype == torch.float32
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_a_cpu_without_native_bfloat16_is_warned_about(native, monkeypatch, caplog):
+    import argparse
+
+    from spanbert_plugin.cli import model_precision
+    from spanbert_plugin.core import precision
+
+    monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: native)
+    with caplog.at_level("WARNING"), model_precision(argparse.Namespace(bf16=True, cpu=True)):
+        pass
+    assert sum("without native bfloat16" in r.getMessage() for r in caplog.records) == (0 if native else 1)
+
+
 def test_predict_qa_checks_its_own_options(tmp_path, capsys):
     assert predict_qa.main(["--checkpoint", "c.pt", "--out", str(tmp_path / "o"), "--n-best", "0"]) == 1
     assert capsys.readouterr().err == "spanbert-predict-qa: error: --n-best must be at least 1\n"

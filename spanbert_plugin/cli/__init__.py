@@ -111,7 +111,8 @@ def add_predict_arguments(parser, prog: str, task: str, prepare_command: str, de
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
     parser.add_argument("--bf16", action="store_true",
                         help="run the model under bfloat16 autocast: several times faster on CPUs with AVX512-BF16 or AMX "
-                        "and on recent GPUs; scores may differ slightly from fp32")
+                        "and on recent GPUs (several times slower on CPUs without them); scores may differ slightly "
+                        "from fp32")
 
 
 def model_precision(args):
@@ -121,6 +122,13 @@ def model_precision(args):
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"  # where load_finetuned_checkpoint puts it
+    if device == "cpu":
+        from ..core.precision import cpu_supports_bf16
+
+        if not cpu_supports_bf16():
+            logging.getLogger(__name__).warning(
+                "--bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): bfloat16 is emulated here, and the "
+                "model runs several times slower than in fp32")
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 
