@@ -345,11 +345,10 @@ def write_table(rows, args, settings):
     tasks = [t for t in METRIC_OF if t in asked or any(t == task for _, task in present)]
     schemes = [s for s in (NO_PRETRAINING, *SCHEMES) if s in args.schemes or any(s == scheme for scheme, _ in present)]
     rows = labelled_by_precision(rows)
-    schemes = [label for s in schemes for label in sorted({r["arm"] for r in rows if r["arm"].split(" (")[0] == s})
-               or [s]]
+    schemes = [label for s in schemes for label in sorted({r["label"] for r in rows if r["arm"] == s}) or [s]]
     cells = {}
     for row in rows:
-        cells.setdefault((row["arm"], row["task"]), []).append(float(row["score"]))
+        cells.setdefault((row["label"], row["task"]), []).append(float(row["score"]))
 
     def cell(values):
         if not values:
@@ -360,7 +359,7 @@ def write_table(rows, args, settings):
     header = "| arm (scheme) | " + " | ".join(f"{t} ({METRIC_OF[t]})" for t in tasks) + " | precision |"
     lines = [header, "|" + "---|" * (len(tasks) + 2)]
     for scheme in schemes:
-        precisions = ", ".join(sorted({r["precision"] or "not recorded" for r in rows if r["arm"] == scheme})) or "–"
+        precisions = ", ".join(sorted({r["precision"] or "not recorded" for r in rows if r["label"] == scheme})) or "–"
         lines.append(f"| {scheme} | " + " | ".join(cell(cells.get((scheme, t), [])) for t in tasks) + f" | {precisions} |")
     seeds = sorted({int(r["seed"]) for r in rows})
     title = (f"Continued pre-training of {os.path.basename(os.path.normpath(settings['from_model']))} under each masking "
@@ -375,13 +374,13 @@ def write_table(rows, args, settings):
 
 
 def labelled_by_precision(rows):
-    """The rows with an arm that ran in more than one precision named ``ARM (PRECISION)``: its own row of the table,
-    paired with the others like an arm."""
+    """The rows with their ``label``, the row of the table they go to: the arm, or ``ARM (PRECISION)`` for an arm that
+    ran in more than one precision (each its own row, paired with the others like an arm)."""
     precisions = {}
     for row in rows:
         precisions.setdefault(row["arm"], set()).add(row["precision"] or "not recorded")
-    return [{**row, "arm": f"{row['arm']} ({row['precision'] or 'not recorded'})"} if len(precisions[row["arm"]]) > 1
-            else row for row in rows]
+    return [{**row, "label": f"{row['arm']} ({row['precision'] or 'not recorded'})" if len(precisions[row["arm"]]) > 1
+             else row["arm"]} for row in rows]
 
 
 def write_commands(path, earlier, log):
@@ -464,15 +463,17 @@ def paired_differences(rows, tasks, schemes):
     fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval; a markdown table, or "" without pairs."""
     from scipy import stats
 
-    score = {(r["arm"], r["task"], int(r["seed"])): float(r["score"]) for r in rows}
+    score = {(r["label"], r["task"], int(r["seed"])): float(r["score"]) for r in rows}
+    arm_of = {r["label"]: r["arm"] for r in rows}
+    precision_of_label = {r["label"]: r["precision"] for r in rows}
 
     def labels(arm):  # an arm's rows of the table (one per precision where it ran in several)
-        return [s for s in schemes if s.split(" (")[0] == arm]
+        return [s for s in schemes if arm_of.get(s, s) == arm]
 
-    pairs = [(arm, base) for arm in schemes if not arm.startswith(NO_PRETRAINING) for base in labels(NO_PRETRAINING)]
+    pairs = [(arm, base) for arm in schemes if arm_of.get(arm, arm) != NO_PRETRAINING for base in labels(NO_PRETRAINING)]
     pairs += [(a, b) for a in labels("span+sbo") for b in labels("subword")]
-    pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)
-              if a.endswith("(fp32)") and b.endswith("(bf16_autocast)")]  # the precision's own effect
+    pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)  # precision's effect
+              if a != b and (precision_of_label.get(a), precision_of_label.get(b)) == ("fp32", "bf16_autocast")]
     lines = []
     for task in tasks:
         if task == HELDOUT:

@@ -453,16 +453,16 @@ def main():
         return
     os.makedirs(args.out, exist_ok=True)
     peak = 0.0 if args.report_only else matmul_peak(args.threads, args.device)
-    rows, written = [], 0
+    rows, noted = [], None  # noted: how many of log's commands commands.md has (None: not even this invocation yet)
 
     def note_commands():
         """commands.md gets this invocation (first) and each command as its run finishes, so that a stopped
         invocation's rows have their commands too."""
-        nonlocal written
-        lines = ([" ".join(sys.argv)] if written == 0 else []) + log[max(0, written - 1):]
+        nonlocal noted
+        lines = ([" ".join(sys.argv)] if noted is None else []) + log[noted or 0:]
         with open(os.path.join(args.out, "commands.md"), "a", encoding="utf-8") as f:
             f.write("".join(f"    {c}\n" for c in lines))
-        written = len(log) + 1
+        noted = len(log)
 
     for seed in ([] if args.report_only else args.seeds):
         for side in args.sides:
@@ -487,7 +487,7 @@ def main():
         args.device_name = rows[-1]["settings"].rsplit("(", 1)[-1].rstrip(")")
     text = summary(rows, args, peak, flops) + "\n" + "\n".join(f"- {line}" for line in padding) + "\n"
     qa_quality.write_atomic(os.path.join(args.out, "summary.md"), text)
-    if written:  # every invocation's commands, so sides run apart (or at once) are all listed
+    if noted is not None:  # every invocation's commands, so sides run apart (or at once) are all listed
         with open(os.path.join(args.out, "commands.md"), "a", encoding="utf-8") as f:
             f.write("\n")
     print(text)

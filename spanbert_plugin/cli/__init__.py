@@ -122,13 +122,9 @@ def model_precision(args):
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"  # where load_finetuned_checkpoint puts it
-    if device == "cpu":
-        from ..core.precision import cpu_supports_bf16
+    from ..core.precision import warn_if_bf16_is_emulated
 
-        if not cpu_supports_bf16():
-            logging.getLogger(__name__).warning(
-                "--bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): bfloat16 is emulated here, and the "
-                "model runs several times slower than in fp32")
+    warn_if_bf16_is_emulated("--bf16", device)
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 

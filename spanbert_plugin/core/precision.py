@@ -53,10 +53,7 @@ def check_bf16_autocast(cfg) -> None:
         if common.get(key):
             raise UsageError(f"--bf16-autocast cannot be combined with {flag}: it keeps fp32 weights and needs no "
                              f"loss scaler; use one of them")
-    on_cpu = common.get("cpu") or not torch.cuda.is_available()
-    if on_cpu and not cpu_supports_bf16():
-        logger.warning("--bf16-autocast on a CPU without native bfloat16 (no AVX512-BF16 or AMX): bfloat16 is emulated "
-                       "here, and training runs several times slower than in fp32")
+    warn_if_bf16_is_emulated("--bf16-autocast", "cpu" if common.get("cpu") or not torch.cuda.is_available() else "cuda")
 
 
 def forward_precision(cfg, model):
@@ -65,6 +62,13 @@ def forward_precision(cfg, model):
         return contextlib.nullcontext()
     device = next(model.parameters()).device.type
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+
+def warn_if_bf16_is_emulated(flag: str, device: str) -> None:
+    """One warning line where ``flag`` asks for bfloat16 on a CPU that only emulates it (no AVX512-BF16 or AMX)."""
+    if device == "cpu" and not cpu_supports_bf16():
+        logger.warning(f"{flag} on a CPU without native bfloat16 (no AVX512-BF16 or AMX): bfloat16 is emulated here, "
+                       "and the model runs several times slower than in fp32")
 
 
 def cpu_supports_bf16() -> bool:
