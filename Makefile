@@ -49,8 +49,9 @@ $(LINGUISTIC): $(STAMP) setup.py
 test: $(STAMP) $(LINGUISTIC)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
-	# two workers: the machine's two cores (every child process runs on one thread)
-	$(BIN)/python -m pytest -q -n 2 tests
+	# two workers: the machine's two cores (every child process runs on one thread); an idle worker takes
+	# tests queued on the busy one, so a long test near the end does not leave a core idle
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/masking_throughput.py

@@ -18,7 +18,8 @@ fine-tuning run that was stopped resumes from its checkpoint_last.pt. ``--out``
 gets ``results.csv`` (one row per run), ``folds.csv`` (per fold, mean over
 seeds), ``summary.md`` (mean ± sd over folds beside the published figures),
 ``commands.txt`` (every command behind every row) and ``folds.png``.
-``--train-docs N`` keeps the first N training documents (smoke tests).
+``--train-docs N`` keeps the first N training documents, ``--eval-docs N`` the first N dev and test documents
+(smoke tests).
 """
 import argparse
 import csv
@@ -73,27 +74,37 @@ def checkpoint_settings(checkpoint):
 
 def prepare_fold(args, fold, tokenizer_from, max_segment_length):
     """The fold's prepared folder (made once) and the command that made it."""
-    folder = os.path.join(args.work, f"fold{fold}_seg{max_segment_length}_n{args.train_docs or 'all'}")
+    eval_docs = getattr(args, "eval_docs", None)
+    folder = os.path.join(args.work, f"fold{fold}_seg{max_segment_length}_n{args.train_docs or 'all'}"
+                          + (f"_eval{eval_docs}" if eval_docs else ""))
     command_file = folder + ".command.txt"
     if os.path.isdir(folder):
         with open(command_file) as f:
             return folder, f.read().strip()
     splits = os.path.join(args.litbank, "splits", f"fold{fold}")
-    train = os.path.join(splits, "train.txt")
-    if args.train_docs:
-        base = os.path.dirname(train)
-        with open(train) as f:
-            kept = [os.path.join(base, line.strip()) for line in f if line.strip()][:args.train_docs]
-        train = os.path.join(args.work, f"fold{fold}_train{args.train_docs}.txt")
-        with open(train, "w") as f:
-            f.write("\n".join(kept) + "\n")
+    lists = {split: first_documents(args.work, fold, os.path.join(splits, f"{split}.txt"), keep)
+             for split, keep in (("train", args.train_docs), ("dev", eval_docs), ("test", eval_docs))}
     commands = []
-    run([os.path.join(BIN, "spanbert-prepare-coref"), "--train", train, "--valid", os.path.join(splits, "dev.txt"),
-         "--test", os.path.join(splits, "test.txt"), "--tokenizer-from", tokenizer_from, "--destdir", folder,
+    run([os.path.join(BIN, "spanbert-prepare-coref"), "--train", lists["train"], "--valid", lists["dev"],
+         "--test", lists["test"], "--tokenizer-from", tokenizer_from, "--destdir", folder,
          "--max-segment-length", str(max_segment_length)], commands)
     with open(command_file, "w") as f:
         f.write(commands[0] + "\n")
     return folder, commands[0]
+
+
+def first_documents(work, fold, split_list, keep):
+    """``split_list`` itself, or with ``keep`` a list of its first ``keep`` documents written under ``work``."""
+    if not keep:
+        return split_list
+    base = os.path.dirname(split_list)
+    with open(split_list) as f:
+        kept = [os.path.join(base, line.strip()) for line in f if line.strip()][:keep]
+    name = os.path.basename(split_list)[:-len(".txt")]
+    path = os.path.join(work, f"fold{fold}_{name}{keep}.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(kept) + "\n")
+    return path
 
 
 def training_documents(data):
@@ -306,6 +317,7 @@ def main():
                         help="also choose the singleton threshold among these (e.g. 0.3,0.4,0.5,0.6) by dev CoNLL F1 "
                         "and score test at it (results: test_conll_f1_dev_threshold)")
     parser.add_argument("--train-docs", type=int, help="keep the first N training documents (smoke tests)")
+    parser.add_argument("--eval-docs", type=int, help="keep the first N dev and test documents (smoke tests)")
     parser.add_argument("--override", nargs="*", default=[], help="hydra overrides appended to every fine-tuning run")
     parser.add_argument("--litbank", default=LITBANK)
     parser.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "out", "coref_work"))
