@@ -19,6 +19,8 @@ from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from qa_quality import write_atomic  # noqa: E402
+
 from spanbert_plugin.coref.conll import read_documents  # noqa: E402
 
 SINGLETON, CHAIN, ABSENT = "singleton", "chain", "absent"
@@ -82,10 +84,8 @@ def main(argv=None):
             sys.exit(f"coref_errors: --out: {path} exists; choose another name")
     runs = {os.path.basename(os.path.normpath(folder)): run_counts(folder) for folder in args.folders}
     markdown = table(runs)
-    with open(args.out, "w") as f:
-        json.dump({"runs": runs, "folders": args.folders}, f, indent=2)
-    with open(markdown_path, "w") as f:
-        f.write(markdown)
+    write_atomic(args.out, json.dumps({"runs": runs, "folders": args.folders}, indent=2))
+    write_atomic(markdown_path, markdown)
     print(markdown, end="")
 
 

@@ -74,16 +74,15 @@ def checkpoint_settings(checkpoint):
 
 def prepare_fold(args, fold, tokenizer_from, max_segment_length):
     """The fold's prepared folder (made once) and the command that made it."""
-    eval_docs = getattr(args, "eval_docs", None)
     folder = os.path.join(args.work, f"fold{fold}_seg{max_segment_length}_n{args.train_docs or 'all'}"
-                          + (f"_eval{eval_docs}" if eval_docs else ""))
+                          + (f"_eval{args.eval_docs}" if args.eval_docs else ""))
     command_file = folder + ".command.txt"
     if os.path.isdir(folder):
         with open(command_file) as f:
             return folder, f.read().strip()
     splits = os.path.join(args.litbank, "splits", f"fold{fold}")
     lists = {split: first_documents(args.work, fold, os.path.join(splits, f"{split}.txt"), keep)
-             for split, keep in (("train", args.train_docs), ("dev", eval_docs), ("test", eval_docs))}
+             for split, keep in (("train", args.train_docs), ("dev", args.eval_docs), ("test", args.eval_docs))}
     commands = []
     run([os.path.join(BIN, "spanbert-prepare-coref"), "--train", lists["train"], "--valid", lists["dev"],
          "--test", lists["test"], "--tokenizer-from", tokenizer_from, "--destdir", folder,

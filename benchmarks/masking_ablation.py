@@ -675,7 +675,7 @@ def main(argv=None):
               "precision": precision})
 
     def done(scheme, task, seed):  # in this invocation's precision: another precision's run is another replicate
-        return run_key({"arm": scheme, "task": task, "seed": seed, "precision": precision}) in {run_key(r) for r in rows}
+        return any(run_key(r) == (scheme, task, seed, precision) for r in rows)
 
     for scheme in args.schemes:
         checkpoint = pretrain(log, args, cfg, data, scheme, env)
