@@ -365,7 +365,7 @@ def write_table(rows, args, settings):
     seeds = sorted({int(r["seed"]) for r in rows})
     title = (f"Continued pre-training of {os.path.basename(os.path.normpath(settings['from_model']))} under each masking "
              "scheme" if settings.get("from_model") else f"Masking ablation ({settings['setting']} setting)")
-    text = "\n".join(lines) + paired_differences(rows, tasks, schemes)
+    text = "\n".join(lines) + paired_differences(rows, tasks, schemes, args.equivalence_margin)
     print("\n" + text, flush=True)
     write_atomic(os.path.join(args.results, "table.md"),
                  f"# {title}\n\nmean ± sample sd over seeds {seeds}; "
@@ -459,10 +459,11 @@ def pretraining_curves(args):
     return curves
 
 
-def paired_differences(rows, tasks, schemes):
+def paired_differences(rows, tasks, schemes, margin=None):
     """Each pre-trained arm against ``none`` (and span+sbo against subword), per task: the mean difference over the
-    fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval; a markdown table, or "" without pairs."""
-    from scipy import stats
+    fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with ``margin`` a TOST p-value
+    against +-margin points; a markdown table, or "" without pairs."""
+    from paired_stats import paired_difference
 
     score = {(r["label"], r["task"], int(r["seed"])): float(r["score"]) for r in rows}
     arm_of = {r["label"]: r["arm"] for r in rows}
@@ -483,18 +484,19 @@ def paired_differences(rows, tasks, schemes):
             seeds = sorted(s for a, t, s in score if a == arm and t == task and (base, task, s) in score)
             if not seeds:
                 continue
-            diffs = [score[(arm, task, s)] - score[(base, task, s)] for s in seeds]
-            mean = statistics.mean(diffs)
-            if len(diffs) > 1:
-                half = stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
-                interval = f"{mean - half:+.2f} to {mean + half:+.2f}"
-            else:
-                interval = "– (one pair)"
-            lines.append(f"| {task} | {arm} − {base} | {', '.join(map(str, seeds))} | {mean:+.2f} | {interval} |")
+            paired = paired_difference([score[(arm, task, s)] - score[(base, task, s)] for s in seeds], margin)
+            interval = ("– (one pair)" if paired["low"] is None
+                        else f"{paired['low']:+.2f} to {paired['high']:+.2f}")
+            tost = "" if margin is None else (" – |" if paired["tost_p"] is None else f" {paired['tost_p']:.3f} |")
+            lines.append(f"| {task} | {arm} − {base} | {', '.join(map(str, seeds))} | {paired['mean']:+.2f} | {interval} |"
+                         + tost)
     if not lines:
         return ""
-    return ("\n\nPaired by fine-tuning seed (the seeds both arms ran):\n\n"
-            "| task | difference | seeds | mean | 95% interval |\n|---|---|---|---|---|\n" + "\n".join(lines))
+    header = "| task | difference | seeds | mean | 95% interval |" + ("" if margin is None else f" TOST p, ±{margin:g} |")
+    note = ("" if margin is None else f" A TOST p below 0.05 says the two arms are equal within ±{margin:g} points "
+            "(the 90% interval lies inside the margin); above it, equality is not shown.")
+    return (f"\n\nPaired by fine-tuning seed (the seeds both arms ran).{note}\n\n"
+            + header + "\n|" + "---|" * (header.count("|") - 1) + "\n" + "\n".join(lines))
 
 
 def plot_table(args, tasks, schemes, cells):
@@ -559,6 +561,9 @@ def main(argv=None):
     parser.add_argument("--singleton-thresholds", type=lambda text: [float(t) for t in text.split(",")],
                         help="LitBank: also score each run at the singleton threshold among these (e.g. 0.1,0.2,0.3,0.5) "
                              "with the best dev CoNLL F1 (rows litbank_foldN_dev_threshold; finished runs get them too)")
+    parser.add_argument("--equivalence-margin", type=float, default=None, metavar="POINTS",
+                        help="add to the paired differences a two-one-sided t-test against +-POINTS (e.g. 2.7, the "
+                             "paper's coreference gain from SBO): the arms are called equal within it only where p < 0.05")
     args = parser.parse_args(argv)
     args.from_model_checkpoint = os.path.join(os.path.abspath(args.from_model), "model.pt") if args.from_model else None
     cfg = dict(SETTINGS[args.setting])

@@ -377,24 +377,19 @@ def bf16_equivalence(rows, side, metric, margin=EQUIVALENCE_MARGIN):
     """bf16 autocast minus fp32 on the seeds both ran (same data order and initialisation): the paired mean, its
     95% interval, and a two-one-sided t-test (TOST) against +-``margin`` points: equal when both one-sided
     p-values are below 0.05 (the 90% interval lies inside the margin)."""
-    from scipy import stats
-
     last = {(r["side"], r["seed"]): r["score_per_epoch"][-1] for r in rows}
     seeds = sorted(seed for (name, seed) in last if name == side and (side + BF16, seed) in last)
     if len(seeds) < 2:
         return []
     differences = [last[(side + BF16, seed)] - last[(side, seed)] for seed in seeds]
-    mean, n = statistics.mean(differences), len(differences)
-    se = statistics.stdev(differences) / n ** 0.5
-    if se == 0:
+    paired = _script(os.path.join(ROOT, "benchmarks", "paired_stats.py"), "paired_stats").paired_difference(differences, margin)
+    mean, low, high = paired["mean"], paired["low"], paired["high"]
+    if low == high:
         return ["", f"{side}: bf16 autocast - fp32, dev {metric}, seeds {seeds}: {mean:+.2f} on every seed"]
-    low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=se)
-    p_low = stats.t.sf((mean + margin) / se, n - 1)  # H0: difference <= -margin
-    p_high = stats.t.cdf((mean - margin) / se, n - 1)  # H0: difference >= +margin
-    verdict = "equal within" if max(p_low, p_high) < 0.05 else "not shown equal within"
+    verdict = "equal within" if paired["tost_p"] < 0.05 else "not shown equal within"
     return ["", f"{side}: bf16 autocast - fp32, dev {metric}, paired by seed {seeds}: "
                 f"{', '.join(f'{d:+.2f}' for d in differences)}; mean {mean:+.2f} (95% interval {low:+.2f} to {high:+.2f}); "
-                f"TOST against ±{margin}: p = {max(p_low, p_high):.3f}, {verdict} ±{margin} points"]
+                f"TOST against ±{margin}: p = {paired['tost_p']:.3f}, {verdict} ±{margin} points"]
 
 
 def main():
