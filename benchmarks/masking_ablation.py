@@ -460,9 +460,9 @@ def pretraining_curves(args):
 
 
 def paired_differences(rows, tasks, schemes, margin=None):
-    """Each pre-trained arm against ``none`` (and span+sbo against subword), per task: the mean difference over the
-    fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with ``margin`` a TOST p-value
-    against +-margin points; a markdown table, or "" without pairs."""
+    """Each pre-trained arm against ``none`` (and span+sbo against subword and span, span against subword), per task:
+    the mean difference over the fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with
+    ``margin`` a TOST p-value against +-margin points; a markdown table, or "" without pairs."""
     from paired_stats import paired_difference
 
     score = {(r["label"], r["task"], int(r["seed"])): float(r["score"]) for r in rows}
@@ -473,7 +473,10 @@ def paired_differences(rows, tasks, schemes, margin=None):
         return [s for s in schemes if arm_of.get(s, s) == arm]
 
     pairs = [(arm, base) for arm in schemes if arm_of.get(arm, arm) != NO_PRETRAINING for base in labels(NO_PRETRAINING)]
-    pairs += [(a, b) for a in labels("span+sbo") for b in labels("subword")]
+    # span+sbo against subword (SpanBERT against BERT's masking), against span (the SBO's own effect: the paper's
+    # +2.7 coreference F1) and span against subword (span masking's own effect)
+    pairs += [(a, b) for arm, base in (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"))
+              for a in labels(arm) for b in labels(base)]
     pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)  # precision's effect
               if a != b and (precision_of_label.get(a), precision_of_label.get(b)) == ("fp32", "bf16_autocast")]
     lines = []
