@@ -35,7 +35,10 @@ Settings:
   trains the fresh MLM/SBO heads alone first; ``--heldout-mlm`` adds, per scheme that trained an MLM
   head, the masked-token loss on text of the novels of the fold's **test** documents (``--heldout-chars``
   from the middle of each), every scheme under the same subword masks (task ``heldout_mlm``, bits per
-  masked token; lower is better).
+  masked token; lower is better). ``--lr-grid LR [LR ...]`` chooses the pre-training lr on validation loss
+  instead of running the experiment: each scheme at each peak lr on the experiment's schedule, stopped after
+  ``--lr-grid-updates``, scored under its own objective on the validation split (training novels that
+  ``spanbert-prepare`` held out); ``lr_grid.csv``, ``lr_grid.png``, ``lr_grid_commands.md``.
 
 Coreference (``coref``) is LitBank as it is scored (singletons kept, ``benchmarks/coref_litbank.py``):
 the ``litbank`` recipe with ``--coref-epochs``, ``--coref-ffnn-size`` and ``--coref-head-lr``, the
@@ -205,12 +208,13 @@ def model_args(args, cfg):
     return ["--arch", args.from_model_arch if args.from_model else cfg["arch"]]
 
 
-def pretrain(log, args, cfg, data, scheme, env):
-    """Pre-train (or continue pre-training) under ``scheme``; return the checkpoint."""
+def pretrain(log, args, cfg, data, scheme, env, lr=None, stop_at=None, save_dir=None):
+    """Pre-train (or continue pre-training) under ``scheme``; return the checkpoint. ``lr``, ``stop_at`` and
+    ``save_dir`` (the lr grid's runs): another peak lr, the same schedule stopped after ``stop_at`` updates."""
     if scheme == NO_PRETRAINING:
         return os.path.join(os.path.abspath(args.from_model), "model.pt") if args.from_model else None
     mask_scheme, sbo_weight = SCHEMES[scheme]
-    save_dir = os.path.join(args.work, "pretrain", scheme)
+    save_dir = save_dir or os.path.join(args.work, "pretrain", scheme)
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
     finished = checkpoint + ".done"  # a stopped run is started again with the same command: fairseq resumes it
     if os.path.isfile(finished) and not args.fresh:
@@ -219,34 +223,126 @@ def pretrain(log, args, cfg, data, scheme, env):
     argv = [os.path.join(BIN, "fairseq-train"), data, "--task", "spanbert_pretraining", "--criterion", "span_bert",
             *model_args(args, cfg), "--tokens-per-sample", str(cfg["tokens"]), "--mask-scheme", mask_scheme,
             "--sbo-weight", str(sbo_weight), "--update-freq", str(cfg["update_freq"]), "--save-dir", save_dir,
-            "--no-epoch-checkpoints", "--save-interval-updates", str(max(1, min(250, cfg["pretrain_updates"]))),
+            "--no-epoch-checkpoints", "--save-interval-updates", str(max(1, min(250, stop_at or cfg["pretrain_updates"]))),
             "--keep-interval-updates", "1", "--disable-validation",
-            *common_train_args(cfg, cfg["pretrain_updates"], cfg["pretrain_lr"], cfg["batch"], args.pretrain_seed)]
+            *common_train_args(cfg, cfg["pretrain_updates"], cfg["pretrain_lr"] if lr is None else lr, cfg["batch"],
+                               args.pretrain_seed, stop_at=stop_at)]
     if args.from_model:
         argv += ["--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt"),
                  "--freeze-encoder-updates", str(args.freeze_encoder_updates)]
-    log.run(argv, f"pre-train {scheme}", env, log_path=os.path.join(save_dir, "train.log"))
+    what = f"pre-train {scheme}" + ("" if lr is None else f", peak lr {lr:g}, {stop_at} updates")
+    log.run(argv, what, env, log_path=os.path.join(save_dir, "train.log"))
     open(finished, "w").close()
     return checkpoint
 
 
-def heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env):
-    """Masked-token loss (bits per masked token) of ``checkpoint`` on the held-out corpus, subword masks of seed 1."""
-    # fairseq-validate builds task and criterion from the checkpoint's config: the overrides set the same
-    # text, masks (subword, seed 1), block length and loss (MLM alone, fp32) for every scheme
-    overrides = {"data": heldout, "mask_scheme": "subword", "seed": 1, "tokens_per_sample": cfg["tokens"],
-                 "sbo_weight": 0.0, "bf16_autocast": False, "freeze_encoder_updates": 0}
-    output = log.run([os.path.join(BIN, "fairseq-validate"), heldout, "--task", "spanbert_pretraining", "--path",
-                      checkpoint, "--user-dir", os.path.join(ROOT, "user_dir"), "--valid-subset", "train",
-                      "--batch-size", str(cfg["batch"]), "--num-workers", "0", *(["--cpu"] if cfg["cpu"] else []), "--log-format", "json",
-                      "--model-overrides", repr(overrides)],
-                     f"held-out MLM loss of {os.path.basename(os.path.dirname(checkpoint))}", env)
+def validate(log, args, cfg, corpus, subset, checkpoint, overrides, what, env):
+    """fairseq-validate of ``checkpoint`` on ``subset`` of ``corpus``; the last logged record. fairseq-validate builds
+    task and criterion from the checkpoint's config: ``overrides`` fix the text, the masks (seed 1), the block
+    length and fp32, so that runs are scored alike."""
+    overrides = {"data": corpus, "seed": 1, "tokens_per_sample": cfg["tokens"], "bf16_autocast": False,
+                 "freeze_encoder_updates": 0, **overrides}
+    output = log.run([os.path.join(BIN, "fairseq-validate"), corpus, "--task", "spanbert_pretraining", "--path",
+                      checkpoint, "--user-dir", os.path.join(ROOT, "user_dir"), "--valid-subset", subset,
+                      "--batch-size", str(cfg["batch"]), "--num-workers", "0", *(["--cpu"] if cfg["cpu"] else []),
+                      "--log-format", "json", "--model-overrides", repr(overrides)], what, env)
     values = [json.loads(line[line.index("{"):]) for line in output.splitlines() if "mlm_loss" in line and "{" in line]
     if not values:
         sys.exit(f"no mlm_loss in fairseq-validate's output:\n{output[-3000:]}")
-    record = values[-1]
-    key = next(k for k in record if k.endswith("mlm_loss"))
-    return float(record[key])
+    return {key.split("_", 1)[1] if key.startswith(f"{subset}_") else key: value for key, value in values[-1].items()}
+
+
+def heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env):
+    """Masked-token loss (bits per masked token) of ``checkpoint`` on the held-out corpus, subword masks of seed 1,
+    the MLM loss alone, for every scheme."""
+    record = validate(log, args, cfg, heldout, "train", checkpoint, {"mask_scheme": "subword", "sbo_weight": 0.0},
+                      f"held-out MLM loss of {os.path.basename(os.path.dirname(checkpoint))}", env)
+    return float(record["mlm_loss"])
+
+
+LR_GRID_FIELDS = ["arm", "lr", "updates", "schedule_updates", "valid_loss", "valid_mlm_loss", "precision"]
+
+
+def lr_grid(log, args, cfg, data, env):
+    """--lr-grid: each pre-trained scheme at each peak lr, on the experiment's schedule (--pretrain-updates long, 10%
+    warm-up) stopped after --lr-grid-updates; scored on the pre-training corpus' validation split (whole training
+    novels that spanbert-prepare held out) under the scheme's own objective, masks of seed 1. Rows go to lr_grid.csv
+    (kept across invocations; several may run side by side, one scheme each), with lr_grid.png and the commands in
+    lr_grid_commands.md; the lr with the lowest validation loss of each scheme is printed."""
+    import fcntl
+
+    path, precision = os.path.join(args.results, "lr_grid.csv"), precision_of(cfg)
+    commands_path = os.path.join(args.results, "lr_grid_commands.md")
+
+    def key(row):
+        return row["arm"], float(row["lr"]), int(row["updates"]), int(row["schedule_updates"]), row["precision"]
+
+    def rows_on_disk():
+        if not os.path.isfile(path):
+            return []
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    def save(row, commands):
+        row = {k: str(v) for k, v in row.items()}  # as the rows read back from the file
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            rows = [r for r in rows_on_disk() if key(r) != key(row)] + [row]
+            with open(path + ".tmp", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=LR_GRID_FIELDS)
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(path + ".tmp", path)
+            earlier = ""
+            if os.path.isfile(commands_path):
+                with open(commands_path, encoding="utf-8") as f:
+                    earlier = f.read()
+            write_atomic(commands_path, earlier + "".join(f"- {what}: `{command}`\n" for what, command in commands))
+        plot_lr_grid(args, rows)
+
+    done = {key(r) for r in rows_on_disk()}
+    for scheme in (s for s in args.schemes if s != NO_PRETRAINING):
+        for lr in args.lr_grid:
+            row = {"arm": scheme, "lr": lr, "updates": args.lr_grid_updates, "schedule_updates": cfg["pretrain_updates"],
+                   "precision": precision}
+            if key(row) in done:
+                continue
+            save_dir = os.path.join(args.work, "pretrain_lr_grid", f"{scheme}_lr{lr:g}_{args.lr_grid_updates}of"
+                                                                   f"{cfg['pretrain_updates']}_{precision}")
+            start = len(log.lines)  # this row's commands (a finished pre-training runs none)
+            checkpoint = pretrain(log, args, cfg, data, scheme, env, lr=lr, stop_at=args.lr_grid_updates,
+                                  save_dir=save_dir)
+            record = validate(log, args, cfg, data, "valid", checkpoint, {}, f"validation loss of {scheme}, lr {lr:g}",
+                              env)
+            row.update(valid_loss=record["loss"], valid_mlm_loss=record["mlm_loss"])
+            print(f"   -> {scheme}, lr {lr:g}, {args.lr_grid_updates} updates: validation loss {row['valid_loss']} bits",
+                  flush=True)
+            save(row, log.lines[start:])
+    rows = [r for r in rows_on_disk() if int(r["updates"]) == args.lr_grid_updates
+            and int(r["schedule_updates"]) == cfg["pretrain_updates"] and r["precision"] == precision]
+    for scheme in sorted({r["arm"] for r in rows}):
+        best = min((r for r in rows if r["arm"] == scheme), key=lambda r: float(r["valid_loss"]))
+        print(f"{scheme}: lowest validation loss {float(best['valid_loss']):.3f} bits at lr {float(best['lr']):g}",
+              flush=True)
+
+
+def plot_lr_grid(args, rows):
+    """lr_grid.png: validation loss against peak lr, one line per scheme (and per grid length and precision)."""
+    plt = _pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for label in sorted({(r["arm"], r["updates"], r["precision"]) for r in rows}):
+        points = sorted((float(r["lr"]), float(r["valid_loss"])) for r in rows
+                        if (r["arm"], r["updates"], r["precision"]) == label)
+        ax.plot(*zip(*points), marker="o", label=f"{label[0]} ({label[1]} updates, {label[2]})")
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("validation loss (bits, own objective)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.results, "lr_grid.png"), dpi=120)
+    plt.close(fig)
 
 
 def prepare_tasks(log, args, cfg, tokenizer_from, env):
@@ -567,7 +663,14 @@ def main(argv=None):
     parser.add_argument("--equivalence-margin", type=float, default=None, metavar="POINTS",
                         help="add to the paired differences a two-one-sided t-test against +-POINTS (e.g. 2.7, the "
                              "paper's coreference gain from SBO): the arms are called equal within it only where p < 0.05")
+    parser.add_argument("--lr-grid", type=float, nargs="+", metavar="LR",
+                        help="choose the pre-training lr on validation loss: run only the grid (each scheme at each "
+                             "peak lr, --lr-grid-updates long) and write lr_grid.csv; then run with --pretrain-lr")
+    parser.add_argument("--lr-grid-updates", type=int, default=500,
+                        help="updates of each grid run (the experiment's schedule, stopped there)")
     args = parser.parse_args(argv)
+    if args.lr_grid and (min(args.lr_grid) <= 0 or args.lr_grid_updates < 1):
+        sys.exit("masking_ablation: --lr-grid: learning rates must be > 0 and --lr-grid-updates >= 1")
     args.from_model_checkpoint = os.path.join(os.path.abspath(args.from_model), "model.pt") if args.from_model else None
     cfg = dict(SETTINGS[args.setting])
     if args.smoke:
@@ -605,6 +708,13 @@ def main(argv=None):
                  "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
                  "--valid-fraction", "0.05", "--destdir", data, "--force"], "prepare the pre-training corpus", env)
     corpus = _read_json(stats)
+    if args.lr_grid:
+        if args.lr_grid_updates > cfg["pretrain_updates"]:
+            sys.exit(f"masking_ablation: --lr-grid-updates {args.lr_grid_updates}: at most --pretrain-updates "
+                     f"({cfg['pretrain_updates']})")
+        os.makedirs(args.results, exist_ok=True)
+        lr_grid(log, args, cfg, data, env)
+        return
     precision = precision_of(cfg)  # per row, not part of the settings
     settings = {"setting": args.setting, "from_model": args.from_model, "smoke": args.smoke,
                 **{k: v for k, v in cfg.items() if k != "bf16_autocast"},

@@ -83,3 +83,30 @@ def test_an_invocation_without_coreference_joins_the_same_experiment():
     assert masking_ablation.same_settings({"pretrain_updates": 2000}, with_coref)
     assert not masking_ablation.same_settings(with_coref, {**with_coref, "coref_epochs": 20})
     assert not masking_ablation.same_settings(with_coref, {"pretrain_updates": 1000})
+
+
+@needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
+def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path):  # noqa: F811
+    """--lr-grid: each lr's short run on the experiment's schedule, scored on the pre-training validation split;
+    rows kept, and a second invocation runs nothing already scored."""
+    results = tmp_path / "results"
+    command = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--schemes", "none", "subword",
+               "--lr-grid", "1e-4", "3e-4", "--lr-grid-updates", "2", "--results", str(results),
+               "--work", str(tmp_path / "work")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    with open(results / "lr_grid.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["arm"], float(r["lr"]), r["updates"], r["schedule_updates"]) for r in rows] == [
+        ("subword", 1e-4, "2", "4"), ("subword", 3e-4, "2", "4")]  # none trains nothing: no row
+    assert all(0 < float(r["valid_mlm_loss"]) <= float(r["valid_loss"]) < 30 for r in rows)
+    best = min(rows, key=lambda r: float(r["valid_loss"]))
+    assert f"subword: lowest validation loss {float(best['valid_loss']):.3f} bits at lr {float(best['lr']):g}" in first.stdout
+    commands = (results / "lr_grid_commands.md").read_text(encoding="utf-8")
+    assert commands.count("- pre-train subword, peak lr ") == 2 and commands.count("--max-update 2 ") == 2
+    assert commands.count("- validation loss of subword") == 2 and (results / "lr_grid.png").stat().st_size > 0
+    assert not (results / "results.csv").exists()  # the grid is not the experiment
+    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0 and "== " not in again.stdout.replace("== prepare", "")  # nothing trained again
+    assert (results / "lr_grid_commands.md").read_text(encoding="utf-8") == commands
