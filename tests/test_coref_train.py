@@ -201,6 +201,28 @@ def test_split_pair_scorer_equals_the_concatenated_pair_features():
     assert torch.allclose(dg1, dg2, atol=1e-5) and torch.allclose(dw1, dw2, atol=1e-5)
 
 
+def test_checkpointed_chunks_equal_kept_activations(monkeypatch):
+    """Above CHECKPOINT_ELEMENTS the head recomputes its chunks in backward; below it keeps them. Both give the same
+    loss and gradients, dropout included (the recomputation replays the random state)."""
+    monkeypatch.setattr(head_module, "CHUNK_ELEMENTS", 2048)  # several chunks of candidates and of pairs
+    word = torch.arange(120)
+    inputs = (word, word // 12, word // 60, torch.zeros(120, dtype=torch.long), torch.tensor([0]), 120)
+    target = torch.tensor([[i, i, i % 7] for i in range(0, 120, 3)])
+    results = []
+    for budget in (0, 1 << 30):
+        monkeypatch.setattr(head_module, "CHECKPOINT_ELEMENTS", budget)
+        torch.manual_seed(0)
+        head = CorefHead(hidden=16, ffnn_size=8, max_span_width=5, depth=1, max_top_antecedents=6,
+                         mention_loss_weight=1.0).train()
+        features = torch.randn(120, 16, requires_grad=True)
+        out = head(features, *inputs, target=target)
+        out["loss"].backward()
+        results.append((out["loss"].detach(), features.grad, head.pair_scorer[0].weight.grad))
+    (loss1, dx1, dw1), (loss2, dx2, dw2) = results
+    assert torch.equal(loss1, loss2) and torch.allclose(dx1, dx2, atol=1e-6) and torch.allclose(dw1, dw2, atol=1e-6)
+    assert dx1.abs().sum() > 0 and dw1.abs().sum() > 0
+
+
 def test_memory_is_linear_no_span_by_span_matrix(monkeypatch):
     """The largest tensor the head builds grows linearly: doubling the document at most doubles it.
 
