@@ -199,12 +199,13 @@ def tune_singleton_threshold(args, name, save_dir, result):
     test scores at it (``test_conll_f1`` stays the checkpoint's own threshold)."""
     checkpoint = os.path.join(save_dir, "checkpoint_best.pt")
     device = ["--cpu"] if args.cpu else []
-    dev = {}
-    for threshold in args.singleton_thresholds:
-        out = os.path.join(args.work, "runs", f"{name}_dev_threshold{threshold:g}")
-        run([os.path.join(BIN, "spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", out,
-             "--force", "--singleton-threshold", str(threshold), *device], result["commands"])
-        dev[threshold] = test_scores(os.path.join(out, "eval.json"))[0]["test_conll_f1"]
+    out = os.path.join(args.work, "runs", f"{name}_dev_thresholds")
+    run([os.path.join(BIN, "spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", out,
+         "--force", "--singleton-threshold-sweep", ",".join(f"{t:g}" for t in args.singleton_thresholds), *device],
+        result["commands"])
+    with open(os.path.join(out, "singleton_thresholds.json")) as f:
+        swept = json.load(f)
+    dev = {t: swept[f"{t:g}"]["with_singletons"]["conll_f1"] for t in args.singleton_thresholds}
     best = max(dev, key=dev.get)
     out = os.path.join(args.work, "runs", f"{name}_test_threshold{best:g}")
     run([os.path.join(BIN, "spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "test", "--out", out,

@@ -130,6 +130,18 @@ def test_no_singletons_drops_only_one_mention_clusters_and_eval_has_both_convent
     scores = json.load(open(os.path.join(out, "eval.json")))
     assert scores["convention"] == "without_singletons"
     assert scores["conll_f1"] == scores["without_singletons"]["conll_f1"]
+    # a sweep of singleton thresholds in one pass scores as one run per threshold
+    sweep, single = str(tmp_path / "sweep"), str(tmp_path / "threshold0.2")
+    run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", sweep,
+             "--singleton-threshold-sweep", "0.2,0.5"])
+    run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", single,
+             "--singleton-threshold", "0.2"])
+    swept = json.load(open(os.path.join(sweep, "singleton_thresholds.json")))
+    assert list(swept) == ["0.2", "0.5"] and swept["0.2"]["singleton_threshold"] == 0.2
+    for threshold, expected in (("0.2", json.load(open(os.path.join(single, "eval.json")))), ("0.5", with_eval)):
+        for key in ("conll_f1", "mentions", "with_singletons", "without_singletons", "convention"):
+            assert swept[threshold][key] == expected[key], (threshold, key)
+    assert swept["0.2"]["mentions"] != swept["0.5"]["mentions"]  # the threshold mattered on these documents
 
 
 @pytest.mark.parametrize("flag,value,message", [
@@ -148,11 +160,15 @@ def test_bad_coreference_options_are_one_line(singleton_data, tmp_path, flag, va
     assert not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")
 
 
-def test_predict_refuses_a_bad_threshold_before_loading(tmp_path):
+@pytest.mark.parametrize("flag,value,message", [
+    ("--singleton-threshold", "1.5", "--singleton-threshold must be in (0, 1), got 1.5"),
+    ("--singleton-threshold-sweep", "0.3,1", "--singleton-threshold-sweep: every threshold must be in (0, 1), got 1"),
+])
+def test_predict_refuses_a_bad_threshold_before_loading(tmp_path, flag, value, message):
     proc = run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", str(tmp_path / "none.pt"), "--out",
-                    str(tmp_path / "out"), "--singleton-threshold", "1.5"], check=False)
+                    str(tmp_path / "out"), flag, value], check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "spanbert-predict-coref: error: --singleton-threshold must be in (0, 1), got 1.5"
+    assert proc.stderr.strip() == f"spanbert-predict-coref: error: {message}"
     assert not os.path.exists(tmp_path / "out")
 
 

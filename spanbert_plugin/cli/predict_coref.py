@@ -1,10 +1,18 @@
 """spanbert-predict-coref: resolve coreference in every document of a prepared split with a checkpoint."""
+import argparse
 import sys
 
 from . import predict_command
 
 PROG = "spanbert-predict-coref"
 
+
+
+def _thresholds(text: str):
+    try:
+        return [float(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers in (0, 1), got {text!r}") from None
 
 
 def add_coref_arguments(parser):
@@ -14,6 +22,10 @@ def add_coref_arguments(parser):
     parser.add_argument("--singleton-threshold", type=float,
                         help="mention probability above which a kept span with no antecedent is a one-mention "
                         "cluster (default: the checkpoint's, 0.5 unless set at training)")
+    parser.add_argument("--singleton-threshold-sweep", type=_thresholds, metavar="T1,T2,...",
+                        help="also score the split at each of these singleton thresholds, from the same model outputs "
+                        "(one pass over the documents): singleton_thresholds.json, one eval.json-like object per "
+                        "threshold, e.g. to choose the threshold on dev")
     parser.add_argument("--scoring-convention", choices=("with_singletons", "without_singletons"),
                         help="which convention eval.json's top-level scores use (default: the checkpoint's; both "
                         "are always written)")

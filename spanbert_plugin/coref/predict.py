@@ -8,7 +8,7 @@ import json
 import os
 import re
 from collections import Counter
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -42,18 +42,24 @@ def document_clusters(model, sample, singleton_threshold: Optional[float] = None
     return predicted_clusters(out, sample["coref"]["token_word"], singleton_threshold)
 
 
-def predict_documents(model, task, split: str):
-    """(predicted clusters, gold clusters) of every document of ``split``, in order."""
+def predict_documents(model, task, split: str, swept_thresholds: Sequence[float] = ()):
+    """(predicted clusters, gold clusters, {threshold: predicted clusters} for each of ``swept_thresholds``) of
+    every document of ``split``, in order; the model runs once per document whatever the thresholds."""
     task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
     task.load_dataset(split)
     dataset = task.dataset(split)
     device = next(model.parameters()).device
-    predicted, gold = [], []
+    predicted, gold, swept = [], [], {threshold: [] for threshold in swept_thresholds}
     for index in range(len(dataset)):
         sample = _to_device(dataset.collater([dataset[index]]), device)
-        predicted.append(document_clusters(model, sample, task.singleton_threshold))
+        with torch.no_grad():
+            out = coref_outputs(model, sample)
+        token_word = sample["coref"]["token_word"]
+        predicted.append(predicted_clusters(out, token_word, task.singleton_threshold))
+        for threshold, clusters in swept.items():
+            clusters.append(predicted_clusters(out, token_word, threshold))
         gold.append(gold_clusters(sample["gold"]))
-    return predicted, gold
+    return predicted, gold, swept
 
 
 def scores_of(counts: dict) -> dict:
@@ -85,20 +91,25 @@ def apply_prediction_options(task, no_singletons=None, singleton_threshold=None,
 
 
 def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False,
-                  no_singletons=None, singleton_threshold=None, scoring_convention=None) -> dict:
-    """Write ``<split>.conll``, ``<split>.gold.conll``, ``clusters.jsonl`` and ``eval.json`` to ``out``.
+                  no_singletons=None, singleton_threshold=None, scoring_convention=None,
+                  singleton_threshold_sweep=None) -> dict:
+    """Write ``<split>.conll``, ``<split>.gold.conll``, ``clusters.jsonl`` and ``eval.json`` to ``out``, and with
+    ``singleton_threshold_sweep`` (thresholds) ``singleton_thresholds.json``: {threshold: eval.json's scores at it}.
 
     ``batch_size``/``max_tokens`` are accepted for the shared predict options; a batch is always one document.
     The singleton and scoring options override the checkpoint's (None keeps them).
     """
     if singleton_threshold is not None and not 0 < singleton_threshold < 1:
         raise UsageError(f"--singleton-threshold must be in (0, 1), got {singleton_threshold}")
+    for threshold in singleton_threshold_sweep or ():
+        if not 0 < threshold < 1:
+            raise UsageError(f"--singleton-threshold-sweep: every threshold must be in (0, 1), got {threshold:g}")
     inputs = [checkpoint] + ([data] if data else [])
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
     apply_prediction_options(task, no_singletons, singleton_threshold, scoring_convention)
     documents = load_documents(task.cfg.data, split)
-    predicted, gold = predict_documents(model, task, split)
+    predicted, gold, swept = predict_documents(model, task, split, singleton_threshold_sweep or ())
     if len(predicted) != len(documents):
         raise UsageError(f"{task.cfg.data}: {split}.npz holds {len(predicted)} documents but {split}.docs.jsonl "
                          f"{len(documents)}; prepare the folder again")
@@ -119,6 +130,11 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
                 }, ensure_ascii=False) + "\n")
         with open(os.path.join(work, "eval.json"), "w", encoding="utf-8") as f:
             json.dump(scores, f, indent=2)
+        if singleton_threshold_sweep:
+            with open(os.path.join(work, "singleton_thresholds.json"), "w", encoding="utf-8") as f:
+                json.dump({f"{threshold:g}": {**evaluation(gold, clusters, task.scoring_convention),
+                                              "singleton_threshold": threshold}
+                           for threshold, clusters in swept.items()}, f, indent=2)
     return scores
 
 
