@@ -32,7 +32,9 @@ Settings:
   cheapest setting where the schemes can differ measurably. The corpus is then prepared with that
   folder's vocabulary, the model's size is the imported one, and the learning rates are 1e-4
   (continued pre-training) and 5e-5 (fine-tuning) unless given. ``--freeze-encoder-updates N``
-  trains the fresh MLM/SBO heads alone first; ``--heldout-mlm`` adds, per scheme that trained an MLM
+  trains the fresh MLM/SBO heads alone first; the experiment keeps its first invocation's N, and an invocation
+  with another N adds arms ``SCHEME_freezeN`` (their own pre-training), paired with the scheme's rows to measure
+  whether the heads' warm-up matters; ``--heldout-mlm`` adds, per scheme that trained an MLM
   head, the masked-token loss on text of the novels of the fold's **test** documents (``--heldout-chars``
   from the middle of each), every scheme under the same subword masks (task ``heldout_mlm``, bits per
   masked token; lower is better). ``--lr-grid LR [LR ...]`` chooses the pre-training lr on validation loss
@@ -113,6 +115,22 @@ def read_rows(path):
     return [{"arm": r.get("arm", r.get("scheme")), "task": r["task"], "seed": r["seed"],
              "score": r.get("score", r.get("value")), "metric": r["metric"], "precision": r.get("precision") or ""}
             for r in rows]
+
+
+FREEZE_VARIANT = "_freeze"  # an arm pre-trained with another --freeze-encoder-updates: SCHEME_freezeN
+
+
+def variant_arm(scheme, freeze_encoder_updates, experiment_freeze):
+    """The arm a scheme's runs are recorded under: the scheme at the experiment's --freeze-encoder-updates (its first
+    invocation's), ``SCHEME_freezeN`` at another N (its own pre-training, paired with the scheme's rows)."""
+    if scheme == NO_PRETRAINING or freeze_encoder_updates == experiment_freeze:
+        return scheme
+    return f"{scheme}{FREEZE_VARIANT}{freeze_encoder_updates}"
+
+
+def scheme_of(arm):
+    """The masking scheme of an arm (``span+sbo_freeze0`` -> ``span+sbo``)."""
+    return arm.split(FREEZE_VARIANT)[0]
 
 
 def precision_of(cfg):
@@ -230,7 +248,8 @@ def pretrain(log, args, cfg, data, scheme, env, lr=None, stop_at=None, save_dir=
     if args.from_model:
         argv += ["--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt"),
                  "--freeze-encoder-updates", str(args.freeze_encoder_updates)]
-    what = f"pre-train {scheme}" + ("" if lr is None else f", peak lr {lr:g}, {stop_at} updates")
+    what = (f"pre-train {os.path.basename(save_dir)}" if lr is None  # the arm: the scheme, or a variant of it
+            else f"pre-train {scheme}, peak lr {lr:g}, {stop_at} updates")
     log.run(argv, what, env, log_path=os.path.join(save_dir, "train.log"))
     open(finished, "w").close()
     return checkpoint
@@ -441,6 +460,7 @@ def write_table(rows, args, settings):
     asked = {result_task(t, args.fold) for t in args.tasks}
     tasks = [t for t in METRIC_OF if t in asked or any(t == task for _, task in present)]
     schemes = [s for s in (NO_PRETRAINING, *SCHEMES) if s in args.schemes or any(s == scheme for scheme, _ in present)]
+    schemes = [arm for s in schemes for arm in [s, *sorted({a for a, _ in present if a != s and scheme_of(a) == s})]]
     rows = labelled_by_precision(rows)
     schemes = [label for s in schemes for label in sorted({r["label"] for r in rows if r["arm"] == s}) or [s]]
     cells = {}
@@ -556,7 +576,8 @@ def pretraining_curves(args):
 
 
 def paired_differences(rows, tasks, schemes, margin=None):
-    """Each pre-trained arm against ``none`` (and span+sbo against subword and span, span against subword), per task:
+    """Each pre-trained arm against ``none`` (and span+sbo against subword and span, span against subword, an arm at
+    another --freeze-encoder-updates against its scheme), per task:
     the mean difference over the fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with
     ``margin`` a TOST p-value against +-margin points; a markdown table, or "" without pairs."""
     from paired_stats import paired_difference
@@ -573,6 +594,8 @@ def paired_differences(rows, tasks, schemes, margin=None):
     # +2.7 coreference F1) and span against subword (span masking's own effect)
     pairs += [(a, b) for arm, base in (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"))
               for a in labels(arm) for b in labels(base)]
+    pairs += [(a, b) for a in schemes if arm_of.get(a, a) != scheme_of(arm_of.get(a, a))  # --freeze-encoder-updates' effect
+              for b in labels(scheme_of(arm_of.get(a, a)))]
     pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)  # precision's effect
               if a != b and (precision_of_label.get(a), precision_of_label.get(b)) == ("fp32", "bf16_autocast")]
     lines = []
@@ -723,6 +746,8 @@ def main(argv=None):
     print(json.dumps(settings), flush=True)
     settings_path, csv_path = os.path.join(args.results, "settings.json"), os.path.join(args.results, "results.csv")
     stored = _read_json(settings_path) if os.path.isfile(settings_path) else None
+    if stored is not None and "freeze_encoder_updates" in stored and "freeze_encoder_updates" in settings:
+        settings["freeze_encoder_updates"] = stored["freeze_encoder_updates"]  # another N makes variant arms
     same = stored is not None and same_settings(stored, settings)
     if same:  # an invocation without coref keeps the stored coref settings
         settings = {**stored, **settings}
@@ -796,18 +821,19 @@ def main(argv=None):
         return any(run_key(r) == (scheme, task, seed, precision) for r in rows)
 
     for scheme in args.schemes:
-        checkpoint = pretrain(log, args, cfg, data, scheme, env)
-        if heldout and scheme != NO_PRETRAINING and not done(scheme, HELDOUT, args.pretrain_seed):
-            record(scheme, HELDOUT, args.pretrain_seed, heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env))
+        arm = variant_arm(scheme, cfg.get("freeze_encoder_updates"), settings.get("freeze_encoder_updates"))
+        checkpoint = pretrain(log, args, cfg, data, scheme, env, save_dir=os.path.join(args.work, "pretrain", arm))
+        if heldout and scheme != NO_PRETRAINING and not done(arm, HELDOUT, args.pretrain_seed):
+            record(arm, HELDOUT, args.pretrain_seed, heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env))
         for task in args.tasks:
             for seed in args.seeds:
-                if not done(scheme, result_task(task, args.fold), seed):
-                    record(scheme, result_task(task, args.fold), seed,
+                if not done(arm, result_task(task, args.fold), seed):
+                    record(arm, result_task(task, args.fold), seed,
                            finetune(log, args, cfg, task, prepared.get(task), checkpoint, seed, env))
                 tuned = result_task(task, args.fold) + DEV_THRESHOLD
-                if task == "coref" and args.singleton_thresholds and not done(scheme, tuned, seed):
+                if task == "coref" and args.singleton_thresholds and not done(arm, tuned, seed):
                     run = litbank_run(log, args, cfg, checkpoint, seed, env)
-                    record(scheme, tuned, seed, run["test_conll_f1_dev_threshold"])
+                    record(arm, tuned, seed, run["test_conll_f1_dev_threshold"])
     save()
 
 

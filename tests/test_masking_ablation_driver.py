@@ -48,6 +48,20 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     assert run["singleton_threshold_dev"] in (0.2, 0.5) and set(run["dev_conll_f1_per_threshold"]) == {"0.2", "0.5"}
     assert float(rows[("none", "litbank_fold0_dev_threshold", "1")]["score"]) == run["test_conll_f1_dev_threshold"]
     assert float(rows[("none", "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]  # the first score stays
+    # another --freeze-encoder-updates: an arm of its own (its own pre-training), paired with the scheme's rows
+    variant = subprocess.run([*common, "--schemes", "span+sbo", "--work", str(tmp_path / "work_1"),
+                              "--freeze-encoder-updates", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=900)
+    assert variant.returncode == 0, variant.stdout[-3000:] + variant.stderr[-3000:]
+    with open(results / "results.csv", newline="") as f:
+        rows = {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
+    assert {("span+sbo_freeze2", "litbank_fold0", "1"), ("span+sbo_freeze2", "heldout_mlm", "1"),
+            ("span+sbo", "litbank_fold0", "1")} <= set(rows)
+    assert (tmp_path / "work_1" / "pretrain" / "span+sbo_freeze2" / "checkpoint_last.pt").is_file()
+    assert "--freeze-encoder-updates 2" in (results / "commands.md").read_text(encoding="utf-8")
+    assert json.loads((results / "settings.json").read_text())["freeze_encoder_updates"] == 0  # the experiment's
+    table = (results / "table.md").read_text(encoding="utf-8")
+    assert "| span+sbo_freeze2 |" in table and "| litbank_fold0 | span+sbo_freeze2 − span+sbo | 1 |" in table
 
 
 def test_pretraining_curves_keep_arms_whose_work_folder_is_gone(tmp_path):
