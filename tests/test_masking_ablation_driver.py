@@ -13,6 +13,12 @@ from test_finetune_recipes import imported  # noqa: F401 - module fixture reused
 DRIVER = os.path.join(ROOT, "benchmarks", "masking_ablation.py")
 
 
+def results_by_run(results):
+    """results.csv's rows by (arm, task, seed)."""
+    with open(results / "results.csv", newline="") as f:
+        return {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
+
+
 @needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
 def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # noqa: F811
     results = tmp_path / "results"
@@ -24,8 +30,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
             for i, arm in enumerate(("none", "span+sbo"))]
     outputs = [run.communicate(timeout=900)[0] for run in runs]
     assert all(run.returncode == 0 for run in runs), "\n".join(output[-3000:] for output in outputs)
-    with open(results / "results.csv", newline="") as f:
-        rows = {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
+    rows = results_by_run(results)
     assert set(rows) == {("none", "litbank_fold0", "1"), ("span+sbo", "litbank_fold0", "1"),
                          ("span+sbo", "heldout_mlm", "1")}, rows
     assert rows[("span+sbo", "heldout_mlm", "1")]["metric"] == "mlm_bits"
@@ -42,8 +47,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
                             "--singleton-thresholds", "0.2,0.5"], cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    with open(results / "results.csv", newline="") as f:
-        rows = {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
+    rows = results_by_run(results)
     run = json.loads((results / "coref_runs" / "none_seed1_fp32.json").read_text())
     assert run["singleton_threshold_dev"] in (0.2, 0.5) and set(run["dev_conll_f1_per_threshold"]) == {"0.2", "0.5"}
     assert float(rows[("none", "litbank_fold0_dev_threshold", "1")]["score"]) == run["test_conll_f1_dev_threshold"]
@@ -53,8 +57,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
                               "--freeze-encoder-updates", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=900)
     assert variant.returncode == 0, variant.stdout[-3000:] + variant.stderr[-3000:]
-    with open(results / "results.csv", newline="") as f:
-        rows = {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
+    rows = results_by_run(results)
     assert {("span+sbo_freeze2", "litbank_fold0", "1"), ("span+sbo_freeze2", "heldout_mlm", "1"),
             ("span+sbo", "litbank_fold0", "1")} <= set(rows)
     assert (tmp_path / "work_1" / "pretrain" / "span+sbo_freeze2" / "checkpoint_last.pt").is_file()
