@@ -594,8 +594,10 @@ def paired_differences(rows, tasks, schemes, margin=None):
     # +2.7 coreference F1) and span against subword (span masking's own effect)
     pairs += [(a, b) for arm, base in (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"))
               for a in labels(arm) for b in labels(base)]
-    pairs += [(a, b) for a in schemes if arm_of.get(a, a) != scheme_of(arm_of.get(a, a))  # --freeze-encoder-updates' effect
-              for b in labels(scheme_of(arm_of.get(a, a)))]
+    for label in schemes:  # an arm at another --freeze-encoder-updates against its scheme (the heads' warm-up)
+        scheme = scheme_of(arm_of.get(label, label))
+        if scheme != arm_of.get(label, label):
+            pairs += [(label, base) for base in labels(scheme)]
     pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)  # precision's effect
               if a != b and (precision_of_label.get(a), precision_of_label.get(b)) == ("fp32", "bf16_autocast")]
     lines = []

@@ -208,7 +208,13 @@ def test_checkpointed_chunks_equal_kept_activations(monkeypatch):
     word = torch.arange(120)
     inputs = (word, word // 12, word // 60, torch.zeros(120, dtype=torch.long), torch.tensor([0]), 120)
     target = torch.tensor([[i, i, i % 7] for i in range(0, 120, 3)])
-    results = []
+    results, calls = [], []
+
+    def counted_checkpoint(*args, **kwargs):
+        calls.append(budget)
+        return torch.utils.checkpoint.checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(head_module, "checkpoint", counted_checkpoint)
     for budget in (0, 1 << 30):
         monkeypatch.setattr(head_module, "CHECKPOINT_ELEMENTS", budget)
         torch.manual_seed(0)
@@ -219,6 +225,7 @@ def test_checkpointed_chunks_equal_kept_activations(monkeypatch):
         out["loss"].backward()
         results.append((out["loss"].detach(), features.grad, head.pair_scorer[0].weight.grad))
     (loss1, dx1, dw1), (loss2, dx2, dw2) = results
+    assert calls and set(calls) == {0}  # recomputed with the small budget only
     assert torch.equal(loss1, loss2) and torch.allclose(dx1, dx2, atol=1e-6) and torch.allclose(dw1, dw2, atol=1e-6)
     assert dx1.abs().sum() > 0 and dw1.abs().sum() > 0
 

@@ -35,11 +35,15 @@ def _to_device(sample, device):
     return utils.apply_to_sample(lambda t: t.to(device), sample)
 
 
+def document_outputs(model, sample) -> dict:
+    """The coreference head's outputs (top spans, antecedent and mention scores) of one collated document."""
+    with torch.no_grad():
+        return coref_outputs(model, sample)
+
+
 def document_clusters(model, sample, singleton_threshold: Optional[float] = None) -> list:
     """Predicted clusters (word spans) of one collated document (one-mention ones with ``singleton_threshold``)."""
-    with torch.no_grad():
-        out = coref_outputs(model, sample)
-    return predicted_clusters(out, sample["coref"]["token_word"], singleton_threshold)
+    return predicted_clusters(document_outputs(model, sample), sample["coref"]["token_word"], singleton_threshold)
 
 
 def predict_documents(model, task, split: str, swept_thresholds: Sequence[float] = ()):
@@ -52,9 +56,7 @@ def predict_documents(model, task, split: str, swept_thresholds: Sequence[float]
     predicted, gold, swept = [], [], {threshold: [] for threshold in swept_thresholds}
     for index in range(len(dataset)):
         sample = _to_device(dataset.collater([dataset[index]]), device)
-        with torch.no_grad():
-            out = coref_outputs(model, sample)
-        token_word = sample["coref"]["token_word"]
+        out, token_word = document_outputs(model, sample), sample["coref"]["token_word"]
         predicted.append(predicted_clusters(out, token_word, task.singleton_threshold))
         for threshold, clusters in swept.items():
             clusters.append(predicted_clusters(out, token_word, threshold))
