@@ -66,6 +66,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -532,43 +533,57 @@ def train_inner_losses(log_path, keys):
     return by_update
 
 
+def pretraining_precision(log_path):
+    """The ``precision`` of the pre-training a fairseq-train log records (its configuration, printed at every start):
+    "bf16_autocast", "fp32", or "mixed" when a resumed run changed it."""
+    with open(log_path, encoding="utf-8") as f:
+        found = set(re.findall(r"'bf16_autocast': (True|False)", f.read()))
+    return "mixed" if len(found) > 1 else "bf16_autocast" if found == {"True"} else "fp32"
+
+
 def pretraining_curves(args):
-    """{scheme: [(update, mlm_loss, sbo_loss)]} from each pre-training's train.log in --work (the last record of an
-    update when a stopped run was resumed; sbo_loss None for the arms without SBO), written to ``pretrain_curves.csv``
-    (sbo_loss empty there) and plotted in ``pretrain_loss.png``."""
+    """{(arm, precision): [(update, mlm_loss, sbo_loss)]} from each pre-training's train.log in --work (the last
+    record of an update when a stopped run was resumed; sbo_loss None for the arms without SBO), written to
+    ``pretrain_curves.csv`` (sbo_loss empty there) and plotted in ``pretrain_loss.png``. A curve from an earlier --work
+    (another machine, a cleared /tmp) stays unless this --work holds the same arm in the same precision."""
     import glob
 
     curves = {}
     for log_path in sorted(glob.glob(os.path.join(args.work, "pretrain", "*", "train.log"))):
         by_update = train_inner_losses(log_path, ("mlm_loss", "sbo_loss"))
         if by_update:
-            curves[os.path.basename(os.path.dirname(log_path))] = [(u, *by_update[u]) for u in sorted(by_update)]
+            key = (os.path.basename(os.path.dirname(log_path)), pretraining_precision(log_path))
+            curves[key] = [(u, *by_update[u]) for u in sorted(by_update)]
     csv_path = os.path.join(args.results, "pretrain_curves.csv")
-    if os.path.isfile(csv_path):  # arms whose --work is gone (another machine, a cleared /tmp) keep their curves
+    if os.path.isfile(csv_path):
         with open(csv_path, newline="") as f:
             kept = {}
             for row in csv.DictReader(f):
-                if row["arm"] not in curves:
-                    kept.setdefault(row["arm"], []).append(
+                key = (row["arm"], row["precision"])
+                if key not in curves:
+                    kept.setdefault(key, []).append(
                         (int(row["update"]), float(row["mlm_loss"]), float(row["sbo_loss"]) if row["sbo_loss"] else None))
         curves.update(kept)
     if not curves:
         return curves
-    lines = ["arm,update,mlm_loss,sbo_loss"] + [f"{arm},{u},{m},{'' if b is None else b}"
-                                               for arm, points in curves.items() for u, m, b in points]
+    lines = ["arm,precision,update,mlm_loss,sbo_loss"] + [
+        f"{arm},{precision},{u},{m},{'' if b is None else b}"
+        for (arm, precision), points in curves.items() for u, m, b in points]
     write_atomic(csv_path, "\n".join(lines) + "\n")
     plt = _pyplot()
     if plt is None:
         return curves
+    several = {arm for arm, _ in curves if sum(a == arm for a, _ in curves) > 1}
     fig, ax = plt.subplots(figsize=(6, 4))
-    for arm, points in curves.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{arm}: MLM loss")
+    for (arm, precision), points in curves.items():
+        name = f"{arm} ({precision})" if arm in several else arm
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{name}: MLM loss")
         if all(p[2] is not None for p in points):
-            ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", label=f"{arm}: SBO loss")
+            ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", label=f"{name}: SBO loss")
     ax.set_xlabel("update")
     ax.set_ylabel("bits per masked token")
     ax.set_title("pre-training loss (training batches; each arm its own masks)", fontsize=10)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(args.results, "pretrain_loss.png"), dpi=120)
     plt.close(fig)

@@ -68,26 +68,47 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
 
 
 def test_pretraining_curves_keep_arms_whose_work_folder_is_gone(tmp_path):
-    """An arm pre-trained in an earlier --work (another machine, a cleared /tmp) keeps its rows in
-    pretrain_curves.csv when a later invocation writes the curves of the arms its own --work holds."""
+    """A curve pre-trained in an earlier --work (another machine, a cleared /tmp) keeps its rows in
+    pretrain_curves.csv when a later invocation writes the curves its own --work holds; this --work's log replaces
+    only the curve of the same arm in the same precision (read from the configuration fairseq logs)."""
     import argparse
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import masking_ablation
 
-    results, log_dir = tmp_path / "results", tmp_path / "work" / "pretrain" / "subword"
+    results, work = tmp_path / "results", tmp_path / "work"
     results.mkdir()
-    log_dir.mkdir(parents=True)
-    (results / "pretrain_curves.csv").write_text("arm,update,mlm_loss,sbo_loss\nspan+sbo,50,15.0,14.3\n"
-                                                 "span+sbo,100,12.6,11.2\nsubword,50,9.9,\n")
-    (log_dir / "train.log").write_text(
-        '2026-11-26 18:40:00 | INFO | train_inner | {"num_updates": "50", "mlm_loss": "14.1"}\n'
-        '2026-11-26 18:42:00 | INFO | train_inner | {"num_updates": "100", "mlm_loss": "11.9"}\n')
-    masking_ablation.pretraining_curves(argparse.Namespace(work=str(tmp_path / "work"), results=str(results)))
+    (results / "pretrain_curves.csv").write_text(
+        "arm,precision,update,mlm_loss,sbo_loss\nspan+sbo,bf16_autocast,50,15.0,14.3\n"
+        "span+sbo,bf16_autocast,100,12.6,11.2\nsubword,fp32,50,9.9,\n")
+    logs = {"subword": "False", "span+sbo": "False"}
+    for arm, bf16 in logs.items():
+        (work / "pretrain" / arm).mkdir(parents=True)
+        (work / "pretrain" / arm / "train.log").write_text(
+            f"2026-11-26 18:39:00 | INFO | fairseq_cli.train | {{'common': {{'bf16_autocast': {bf16}}}}}\n"
+            '2026-11-26 18:40:00 | INFO | train_inner | {"num_updates": "50", "mlm_loss": "14.1"}\n'
+            '2026-11-26 18:42:00 | INFO | train_inner | {"num_updates": "100", "mlm_loss": "11.9"}\n')
+    masking_ablation.pretraining_curves(argparse.Namespace(work=str(work), results=str(results)))
     with open(results / "pretrain_curves.csv", newline="") as f:
-        rows = [(r["arm"], r["update"], r["mlm_loss"], r["sbo_loss"]) for r in csv.DictReader(f)]
-    assert rows == [("subword", "50", "14.1", ""), ("subword", "100", "11.9", ""),  # this --work's log replaces it
-                    ("span+sbo", "50", "15.0", "14.3"), ("span+sbo", "100", "12.6", "11.2")]
+        rows = [(r["arm"], r["precision"], r["update"], r["mlm_loss"], r["sbo_loss"]) for r in csv.DictReader(f)]
+    assert rows == [("span+sbo", "fp32", "50", "14.1", ""), ("span+sbo", "fp32", "100", "11.9", ""),
+                    ("subword", "fp32", "50", "14.1", ""), ("subword", "fp32", "100", "11.9", ""),
+                    ("span+sbo", "bf16_autocast", "50", "15.0", "14.3"),  # another precision: kept
+                    ("span+sbo", "bf16_autocast", "100", "12.6", "11.2")]
+
+
+def test_pretraining_precision_reads_every_start_of_a_resumed_run(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    log = tmp_path / "train.log"
+    start = "2026-11-26 18:39:00 | INFO | fairseq_cli.train | {{'common': {{'bf16_autocast': {}}}}}\n"
+    log.write_text(start.format("True") * 2)
+    assert masking_ablation.pretraining_precision(str(log)) == "bf16_autocast"
+    log.write_text(start.format("False"))
+    assert masking_ablation.pretraining_precision(str(log)) == "fp32"
+    log.write_text(start.format("True") + start.format("False"))
+    assert masking_ablation.pretraining_precision(str(log)) == "mixed"
 
 
 def test_an_invocation_without_coreference_joins_the_same_experiment():
