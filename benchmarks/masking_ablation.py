@@ -559,7 +559,7 @@ def pretraining_curves(args):
         with open(csv_path, newline="") as f:
             kept = {}
             for row in csv.DictReader(f):
-                key = (row["arm"], row["precision"])
+                key = (row["arm"], row.get("precision") or "not recorded")  # files written before the column
                 if key not in curves:
                     kept.setdefault(key, []).append(
                         (int(row["update"]), float(row["mlm_loss"]), float(row["sbo_loss"]) if row["sbo_loss"] else None))
