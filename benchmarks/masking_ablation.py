@@ -574,12 +574,16 @@ def pretraining_curves(args):
     if plt is None:
         return curves
     several = {arm for arm, _ in curves if sum(a == arm for a, _ in curves) > 1}
+    arms = sorted({arm for arm, _ in curves})
     fig, ax = plt.subplots(figsize=(6, 4))
-    for (arm, precision), points in curves.items():
+    for (arm, precision), points in sorted(curves.items()):
         name = f"{arm} ({precision})" if arm in several else arm
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{name}: MLM loss")
+        # one colour per arm; a bf16 curve is a wide pale band under its fp32 twin, which it mostly overlaps
+        style = {"color": f"C{arms.index(arm) % 10}",
+                 **({"linewidth": 4, "alpha": 0.35} if precision == "bf16_autocast" else {"linewidth": 1.3})}
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{name}: MLM loss", **style)
         if all(p[2] is not None for p in points):
-            ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", label=f"{name}: SBO loss")
+            ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", label=f"{name}: SBO loss", **style)
     ax.set_xlabel("update")
     ax.set_ylabel("bits per masked token")
     ax.set_title("pre-training loss (training batches; each arm its own masks)", fontsize=10)
