@@ -19,6 +19,13 @@ def results_by_run(results):
         return {(r["arm"], r["task"], r["seed"]): r for r in csv.DictReader(f)}
 
 
+def assert_each_command_once(commands_md):
+    """Each invocation's section of commands.md lists each command it ran once."""
+    for section in commands_md.split("\n## `")[1:]:
+        listed = [line for line in section.splitlines() if line.startswith("- ")]
+        assert len(listed) == len(set(listed)), section
+
+
 @needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
 def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # noqa: F811
     results = tmp_path / "results"
@@ -38,6 +45,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     commands = (results / "commands.md").read_text(encoding="utf-8")
     assert commands.count("\n## `") == 2  # both invocations, neither overwriting the other
     assert "- pre-train span+sbo: " in commands and commands.count("- LitBank fold 0, ") >= 4
+    assert_each_command_once(commands)
     for arm in ("none", "span+sbo"):
         run = json.loads((results / "coref_runs" / f"{arm}_seed1_fp32.json").read_text())
         assert float(rows[(arm, "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]
@@ -52,14 +60,16 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     assert run["singleton_threshold_dev"] in (0.2, 0.5) and set(run["dev_conll_f1_per_threshold"]) == {"0.2", "0.5"}
     assert float(rows[("none", "litbank_fold0_dev_threshold", "1")]["score"]) == run["test_conll_f1_dev_threshold"]
     assert float(rows[("none", "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]  # the first score stays
+    assert_each_command_once((results / "commands.md").read_text(encoding="utf-8"))
     # another --freeze-encoder-updates: an arm of its own (its own pre-training), paired with the scheme's rows
     variant = subprocess.run([*common, "--schemes", "span+sbo", "--work", str(tmp_path / "work_1"),
-                              "--freeze-encoder-updates", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=900)
+                              "--freeze-encoder-updates", "2", "--singleton-thresholds", "0.2,0.5"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert variant.returncode == 0, variant.stdout[-3000:] + variant.stderr[-3000:]
     rows = results_by_run(results)
-    assert {("span+sbo_freeze2", "litbank_fold0", "1"), ("span+sbo_freeze2", "heldout_mlm", "1"),
-            ("span+sbo", "litbank_fold0", "1")} <= set(rows)
+    assert {("span+sbo_freeze2", "litbank_fold0", "1"), ("span+sbo_freeze2", "litbank_fold0_dev_threshold", "1"),
+            ("span+sbo_freeze2", "heldout_mlm", "1"), ("span+sbo", "litbank_fold0", "1")} <= set(rows)
+    assert_each_command_once((results / "commands.md").read_text(encoding="utf-8"))  # one LitBank run, both rows
     assert (tmp_path / "work_1" / "pretrain" / "span+sbo_freeze2" / "checkpoint_last.pt").is_file()
     assert "--freeze-encoder-updates 2" in (results / "commands.md").read_text(encoding="utf-8")
     assert json.loads((results / "settings.json").read_text())["freeze_encoder_updates"] == 0  # the experiment's
