@@ -69,6 +69,7 @@ import os
 import re
 import statistics
 import sys
+from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -440,11 +441,10 @@ def litbank_run(log, args, cfg, checkpoint, seed, env):
 
 def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
     data, task_args = prepared
-    batch = cfg["finetune_batch"]
     start = ["--finetune-from-model", os.path.abspath(checkpoint)] if checkpoint else []  # None: random initialisation
     argv = [os.path.join(BIN, "fairseq-train"), data, *task_args, *model_args(args, cfg), *start,
             "--no-save", "--validate-interval", "1000000",
-            *common_train_args(cfg, cfg["finetune_updates"], cfg["finetune_lr"], batch, seed)]
+            *common_train_args(cfg, cfg["finetune_updates"], cfg["finetune_lr"], cfg["finetune_batch"], seed)]
     origin = os.path.basename(os.path.dirname(checkpoint)) if checkpoint else "random initialisation"
     output = log.run(argv, f"fine-tune {task}, seed {seed}, from {origin}", env)
     return last_valid(output, TASKS[task])
@@ -569,7 +569,7 @@ def pretraining_curves(args):
     plt = _pyplot()
     if plt is None:
         return curves
-    several = {arm for arm, _ in curves if sum(a == arm for a, _ in curves) > 1}
+    several = {arm for arm, n in Counter(arm for arm, _ in curves).items() if n > 1}  # named with their precision
     arms = sorted({arm for arm, _ in curves})
     fig, ax = plt.subplots(figsize=(6, 4))
     for (arm, precision), points in sorted(curves.items()):
@@ -854,12 +854,13 @@ def main(argv=None):
                 if args.singleton_thresholds:
                     scores[result_task(task, args.fold) + DEV_THRESHOLD] = "test_conll_f1_dev_threshold"
                 missing = {row_task: key for row_task, key in scores.items() if not done(arm, row_task, seed)}
-                if missing and checkpoint is None:
+                if not missing:
+                    continue
+                if checkpoint is None:
                     sys.exit("coref from random initialisation: run benchmarks/coref_litbank.py --arms random")
-                if missing:
-                    run = litbank_run(log, args, cfg, checkpoint, seed, env)
-                    for row_task, key in missing.items():
-                        record(arm, row_task, seed, run[key])
+                run = litbank_run(log, args, cfg, checkpoint, seed, env)
+                for row_task, key in missing.items():
+                    record(arm, row_task, seed, run[key])
     save()
 
 
