@@ -45,7 +45,8 @@ Settings:
 Coreference (``coref``) is LitBank as it is scored (singletons kept, ``benchmarks/coref_litbank.py``):
 the ``litbank`` recipe with ``--coref-epochs``, ``--coref-ffnn-size`` and ``--coref-head-lr``, the
 checkpoint with the best dev CoNLL F1, its score on the fold's test documents. ``--bf16-autocast``
-runs every pre-training and fine-tuning under bfloat16 autocast.
+runs every pre-training and fine-tuning under bfloat16 autocast; an arm run in both precisions gets one row per
+precision in the table, and arms are compared within one precision where both ran in it.
 
 Every budget can be overridden (``--pretrain-updates``, ``--finetune-updates``, ``--novels``,
 ``--seeds`` …). Results: ``--results`` (default ``benchmarks/masking_ablation``): ``results.csv``
@@ -592,7 +593,8 @@ def pretraining_curves(args):
 
 def paired_differences(rows, tasks, schemes, margin=None):
     """Each pre-trained arm against ``none`` (and span+sbo against subword and span, span against subword, an arm at
-    another --freeze-encoder-updates against its scheme), per task:
+    another --freeze-encoder-updates against its scheme), in one precision where both ran in it, and each arm's
+    precisions against each other, per task:
     the mean difference over the fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with
     ``margin`` a TOST p-value against +-margin points; a markdown table, or "" without pairs."""
     from paired_stats import paired_difference
@@ -604,6 +606,11 @@ def paired_differences(rows, tasks, schemes, margin=None):
     def labels(arm):  # an arm's rows of the table (one per precision where it ran in several)
         return [s for s in schemes if arm_of.get(s, s) == arm]
 
+    def comparable(a, b):  # two arms in one precision; across precisions only where neither ran in the other's
+        precision_a, precision_b = precision_of_label.get(a), precision_of_label.get(b)
+        precisions = {label: {precision_of_label.get(x) for x in labels(arm_of.get(label, label))} for label in (a, b)}
+        return precision_a == precision_b or (precision_b not in precisions[a] and precision_a not in precisions[b])
+
     pairs = [(arm, base) for arm in schemes if arm_of.get(arm, arm) != NO_PRETRAINING for base in labels(NO_PRETRAINING)]
     # span+sbo against subword (SpanBERT against BERT's masking), against span (the SBO's own effect: the paper's
     # +2.7 coreference F1) and span against subword (span masking's own effect)
@@ -613,6 +620,7 @@ def paired_differences(rows, tasks, schemes, margin=None):
         scheme = scheme_of(arm_of.get(label, label))
         if scheme != arm_of.get(label, label):
             pairs += [(label, base) for base in labels(scheme)]
+    pairs = [(a, b) for a, b in pairs if comparable(a, b)]
     pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)  # precision's effect
               if a != b and (precision_of_label.get(a), precision_of_label.get(b)) == ("fp32", "bf16_autocast")]
     lines = []

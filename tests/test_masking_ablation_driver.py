@@ -120,6 +120,26 @@ def test_pretraining_precision_reads_every_start_of_a_resumed_run(tmp_path):
     assert masking_ablation.pretraining_precision(str(log)) == "mixed"
 
 
+def test_arms_are_compared_within_one_precision():
+    """An arm that ran in two precisions is compared with another arm only in the precision both ran in (the
+    precision would otherwise be part of the difference), and with itself across precisions; an arm that ran in one
+    precision only is still compared with one that ran in another."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    runs = [("none", "bf16_autocast", 48.0), ("none", "fp32", 48.5), ("subword", "fp32", 54.0),
+            ("span+sbo", "bf16_autocast", 53.5), ("span", "bf16_autocast", 53.0)]
+    rows = masking_ablation.labelled_by_precision(
+        [{"arm": arm, "precision": precision, "task": "litbank_fold0", "seed": str(seed), "score": str(score + seed)}
+         for arm, precision, score in runs for seed in (1, 2)])
+    labels = ["none (bf16_autocast)", "none (fp32)", "subword", "span", "span+sbo"]
+    table = masking_ablation.paired_differences(rows, ["litbank_fold0"], labels)
+    differences = [line.split(" | ")[1] for line in table.splitlines() if line.startswith("| litbank_fold0")]
+    assert differences == ["subword − none (fp32)", "span − none (bf16_autocast)", "span+sbo − none (bf16_autocast)",
+                           "span+sbo − subword", "span+sbo − span", "span − subword",
+                           "none (fp32) − none (bf16_autocast)"]
+
+
 def test_an_invocation_without_coreference_joins_the_same_experiment():
     """--tasks squad after --tasks coref: coreference's own settings are compared only where both ran it."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
