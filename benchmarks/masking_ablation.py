@@ -606,10 +606,14 @@ def paired_differences(rows, tasks, schemes, margin=None):
     def labels(arm):  # an arm's rows of the table (one per precision where it ran in several)
         return [s for s in schemes if arm_of.get(s, s) == arm]
 
+    precisions_of_arm = {}
+    for r in rows:
+        precisions_of_arm.setdefault(r["arm"], set()).add(r["precision"])
+
     def comparable(a, b):  # two arms in one precision; across precisions only where neither ran in the other's
         precision_a, precision_b = precision_of_label.get(a), precision_of_label.get(b)
-        precisions = {label: {precision_of_label.get(x) for x in labels(arm_of.get(label, label))} for label in (a, b)}
-        return precision_a == precision_b or (precision_b not in precisions[a] and precision_a not in precisions[b])
+        return precision_a == precision_b or (precision_b not in precisions_of_arm.get(arm_of.get(a, a), ()) and
+                                              precision_a not in precisions_of_arm.get(arm_of.get(b, b), ()))
 
     pairs = [(arm, base) for arm in schemes if arm_of.get(arm, arm) != NO_PRETRAINING for base in labels(NO_PRETRAINING)]
     # span+sbo against subword (SpanBERT against BERT's masking), against span (the SBO's own effect: the paper's
