@@ -342,6 +342,8 @@ def lr_grid(log, args, cfg, data, env):
             save(row, log.lines[start:])
     rows = [r for r in rows_on_disk() if int(r["updates"]) == args.lr_grid_updates
             and int(r["schedule_updates"]) == cfg["pretrain_updates"] and r["precision"] == precision]
+    if rows:
+        plot_lr_grid(args, rows)  # again: an invocation whose points were all done redraws it too
     for scheme in sorted({r["arm"] for r in rows}):
         best = min((r for r in rows if r["arm"] == scheme), key=lambda r: float(r["valid_loss"]))
         print(f"{scheme}: lowest validation loss {float(best['valid_loss']):.3f} bits at lr {float(best['lr']):g}",
@@ -349,19 +351,25 @@ def lr_grid(log, args, cfg, data, env):
 
 
 def plot_lr_grid(args, rows):
-    """lr_grid.png: validation loss against peak lr, one line per scheme (and per grid length and precision)."""
+    """lr_grid.png: validation loss against peak lr, one panel per scheme (its own objective, so its own scale),
+    one line per grid length and precision; the lowest point of each line ringed."""
     plt = _pyplot()
     if plt is None:
         return
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for label in sorted({(r["arm"], r["updates"], r["precision"]) for r in rows}):
-        points = sorted((float(r["lr"]), float(r["valid_loss"])) for r in rows
-                        if (r["arm"], r["updates"], r["precision"]) == label)
-        ax.plot(*zip(*points), marker="o", label=f"{label[0]} ({label[1]} updates, {label[2]})")
-    ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("validation loss (bits, own objective)")
-    ax.legend(fontsize=7)
+    schemes = sorted({r["arm"] for r in rows})
+    fig, axes = plt.subplots(1, len(schemes), figsize=(3.2 * len(schemes), 3.2), sharex=True, squeeze=False)
+    for ax, scheme in zip(axes[0], schemes):
+        for label in sorted({(r["updates"], r["precision"]) for r in rows if r["arm"] == scheme}):
+            points = sorted((float(r["lr"]), float(r["valid_loss"])) for r in rows
+                            if (r["arm"], r["updates"], r["precision"]) == (scheme, *label))
+            line, = ax.plot(*zip(*points), marker="o", label=f"{label[0]} updates, {label[1]}")
+            ax.scatter(*min(points, key=lambda point: point[1]), s=160, facecolors="none",
+                       edgecolors=line.get_color())
+        ax.set_xscale("log")
+        ax.set_title(scheme, fontsize=9)
+        ax.set_xlabel("peak learning rate")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("validation loss (bits, own objective)")
     fig.tight_layout()
     fig.savefig(os.path.join(args.results, "lr_grid.png"), dpi=120)
     plt.close(fig)

@@ -155,7 +155,7 @@ def test_an_invocation_without_coreference_joins_the_same_experiment():
 @needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
 def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path):  # noqa: F811
     """--lr-grid: each lr's short run on the experiment's schedule, scored on the pre-training validation split;
-    rows kept, and a second invocation runs nothing already scored."""
+    rows kept, and a second invocation runs nothing already scored but redraws the plot."""
     results = tmp_path / "results"
     command = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--schemes", "none", "subword",
                "--lr-grid", "1e-4", "3e-4", "--lr-grid-updates", "2", "--results", str(results),
@@ -174,6 +174,8 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
     assert commands.count("- pre-train subword, peak lr ") == 2 and commands.count("--max-update 2 ") == 2
     assert commands.count("- validation loss of subword") == 2 and (results / "lr_grid.png").stat().st_size > 0
     assert not (results / "results.csv").exists()  # the grid is not the experiment
+    (results / "lr_grid.png").unlink()
     again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "== " not in again.stdout.replace("== prepare", "")  # nothing trained again
     assert (results / "lr_grid_commands.md").read_text(encoding="utf-8") == commands
+    assert (results / "lr_grid.png").stat().st_size > 0  # redrawn from the rows on disk
