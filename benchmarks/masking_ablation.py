@@ -366,6 +366,9 @@ def plot_lr_grid(args, rows):
             ax.scatter(*min(points, key=lambda point: point[1]), s=160, facecolors="none",
                        edgecolors=line.get_color())
         ax.set_xscale("log")
+        lrs = sorted({float(r["lr"]) for r in rows})
+        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs], fontsize=7)
+        ax.minorticks_off()
         ax.set_title(scheme, fontsize=9)
         ax.set_xlabel("peak learning rate")
         ax.legend(fontsize=7)
