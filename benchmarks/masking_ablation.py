@@ -289,8 +289,9 @@ def lr_grid(log, args, cfg, data, env):
     """--lr-grid: each pre-trained scheme at each peak lr, on the experiment's schedule (--pretrain-updates long, 10%
     warm-up) stopped after --lr-grid-updates; scored on the pre-training corpus' validation split (whole training
     novels that spanbert-prepare held out) under the scheme's own objective, masks of seed 1. Rows go to lr_grid.csv
-    (kept across invocations; several may run side by side, one scheme each), with lr_grid.png and the commands in
-    lr_grid_commands.md; the lr with the lowest validation loss of each scheme is printed."""
+    (kept across invocations; several may run side by side, one scheme each), with the commands in
+    lr_grid_commands.md; lr_grid.png is drawn from every row on disk as an invocation ends; the lr with
+    the lowest validation loss of each scheme is printed."""
     import fcntl
 
     path, precision = os.path.join(args.results, "lr_grid.csv"), precision_of(cfg)
@@ -320,7 +321,6 @@ def lr_grid(log, args, cfg, data, env):
                 with open(commands_path, encoding="utf-8") as f:
                     earlier = f.read()
             write_atomic(commands_path, earlier + "".join(f"- {what}: `{command}`\n" for what, command in commands))
-        plot_lr_grid(args, rows)
 
     done = {key(r) for r in rows_on_disk()}
     for scheme in (s for s in args.schemes if s != NO_PRETRAINING):
@@ -340,10 +340,11 @@ def lr_grid(log, args, cfg, data, env):
             print(f"   -> {scheme}, lr {lr:g}, {args.lr_grid_updates} updates: validation loss {row['valid_loss']} bits",
                   flush=True)
             save(row, log.lines[start:])
-    rows = [r for r in rows_on_disk() if int(r["updates"]) == args.lr_grid_updates
-            and int(r["schedule_updates"]) == cfg["pretrain_updates"] and r["precision"] == precision]
+    rows = rows_on_disk()
     if rows:
-        plot_lr_grid(args, rows)  # again: an invocation whose points were all done redraws it too
+        plot_lr_grid(args, rows)  # every grid on disk, this invocation's and those run beside it
+    rows = [r for r in rows if int(r["updates"]) == args.lr_grid_updates
+            and int(r["schedule_updates"]) == cfg["pretrain_updates"] and r["precision"] == precision]
     for scheme in sorted({r["arm"] for r in rows}):
         best = min((r for r in rows if r["arm"] == scheme), key=lambda r: float(r["valid_loss"]))
         print(f"{scheme}: lowest validation loss {float(best['valid_loss']):.3f} bits at lr {float(best['lr']):g}",
@@ -614,8 +615,11 @@ def paired_differences(rows, tasks, schemes, margin=None):
     arm_of = {r["label"]: r["arm"] for r in rows}
     precision_of_label = {r["label"]: r["precision"] for r in rows}
 
+    def arm_of_label(label):
+        return arm_of.get(label, label)
+
     def labels(arm):  # an arm's rows of the table (one per precision where it ran in several)
-        return [s for s in schemes if arm_of.get(s, s) == arm]
+        return [s for s in schemes if arm_of_label(s) == arm]
 
     precisions_of_arm = {}
     for r in rows:
@@ -623,17 +627,17 @@ def paired_differences(rows, tasks, schemes, margin=None):
 
     def comparable(a, b):  # two arms in one precision; across precisions only where neither ran in the other's
         precision_a, precision_b = precision_of_label.get(a), precision_of_label.get(b)
-        return precision_a == precision_b or (precision_b not in precisions_of_arm.get(arm_of.get(a, a), ()) and
-                                              precision_a not in precisions_of_arm.get(arm_of.get(b, b), ()))
+        return precision_a == precision_b or (precision_b not in precisions_of_arm.get(arm_of_label(a), ()) and
+                                              precision_a not in precisions_of_arm.get(arm_of_label(b), ()))
 
-    pairs = [(arm, base) for arm in schemes if arm_of.get(arm, arm) != NO_PRETRAINING for base in labels(NO_PRETRAINING)]
+    pairs = [(arm, base) for arm in schemes if arm_of_label(arm) != NO_PRETRAINING for base in labels(NO_PRETRAINING)]
     # span+sbo against subword (SpanBERT against BERT's masking), against span (the SBO's own effect: the paper's
     # +2.7 coreference F1) and span against subword (span masking's own effect)
     pairs += [(a, b) for arm, base in (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"))
               for a in labels(arm) for b in labels(base)]
     for label in schemes:  # an arm at another --freeze-encoder-updates against its scheme (the heads' warm-up)
-        scheme = scheme_of(arm_of.get(label, label))
-        if scheme != arm_of.get(label, label):
+        scheme = scheme_of(arm_of_label(label))
+        if scheme != arm_of_label(label):
             pairs += [(label, base) for base in labels(scheme)]
     pairs = [(a, b) for a, b in pairs if comparable(a, b)]
     pairs += [(a, b) for arm in (NO_PRETRAINING, *SCHEMES) for a in labels(arm) for b in labels(arm)  # precision's effect
