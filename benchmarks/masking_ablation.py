@@ -32,9 +32,10 @@ Settings:
   cheapest setting where the schemes can differ measurably. The corpus is then prepared with that
   folder's vocabulary, the model's size is the imported one, and the learning rates are 1e-4
   (continued pre-training) and 5e-5 (fine-tuning) unless given. ``--freeze-encoder-updates N``
-  trains the fresh MLM/SBO heads alone first; the experiment keeps its first invocation's N, and an invocation
-  with another N adds arms ``SCHEME_freezeN`` (their own pre-training), paired with the scheme's rows to measure
-  whether the heads' warm-up matters; ``--heldout-mlm`` adds, per scheme that trained an MLM
+  trains the fresh MLM/SBO heads alone first; the experiment keeps its first invocation's N and lr, and an
+  invocation with another N adds arms ``SCHEME_freezeN`` (their own pre-training), paired with the scheme's rows to measure
+  whether the heads' warm-up matters, and another ``--pretrain-lr`` (e.g. each scheme's choice on the lr grid) arms
+  ``SCHEME_lrX``, paired with the scheme's rows and with each other; ``--heldout-mlm`` adds, per scheme that trained an MLM
   head, the masked-token loss on text of the novels of the fold's **test** documents (``--heldout-chars``
   from the middle of each), every scheme under the same subword masks (task ``heldout_mlm``, bits per
   masked token; lower is better). ``--lr-grid LR [LR ...]`` chooses the pre-training lr on validation loss
@@ -121,19 +122,45 @@ def read_rows(path):
 
 
 FREEZE_VARIANT = "_freeze"  # an arm pre-trained with another --freeze-encoder-updates: SCHEME_freezeN
+LR_VARIANT = "_lr"  # an arm pre-trained at another peak lr (--pretrain-lr): SCHEME_lrX
+VARIANT_SETTINGS = ("freeze_encoder_updates", "pretrain_lr")  # kept from the experiment's first invocation
 
 
-def variant_arm(scheme, freeze_encoder_updates, experiment_freeze):
-    """The arm a scheme's runs are recorded under: the scheme at the experiment's --freeze-encoder-updates (its first
-    invocation's), ``SCHEME_freezeN`` at another N (its own pre-training, paired with the scheme's rows)."""
-    if scheme == NO_PRETRAINING or freeze_encoder_updates == experiment_freeze:
+def variant_arm(scheme, cfg, experiment):
+    """The arm a scheme's runs are recorded under: the scheme at the experiment's --freeze-encoder-updates and
+    --pretrain-lr (its first invocation's); at another N or lr its own pre-training, ``SCHEME_freezeN``,
+    ``SCHEME_lrX`` or both, paired with the scheme's rows."""
+    if scheme == NO_PRETRAINING:
         return scheme
-    return f"{scheme}{FREEZE_VARIANT}{freeze_encoder_updates}"
+    arm = scheme
+    if cfg.get("freeze_encoder_updates") != experiment.get("freeze_encoder_updates"):
+        arm += f"{FREEZE_VARIANT}{cfg['freeze_encoder_updates']}"
+    if cfg.get("pretrain_lr") != experiment.get("pretrain_lr"):
+        arm += f"{LR_VARIANT}{cfg['pretrain_lr']:g}"
+    return arm
+
+
+def experiment_settings(stored, settings):
+    """This invocation's settings with the stored experiment's pre-training variant settings (another
+    --freeze-encoder-updates or --pretrain-lr adds variant arms to the experiment instead of starting another)."""
+    if stored is None:
+        return settings
+    return {**settings, **{k: stored[k] for k in VARIANT_SETTINGS if k in stored and k in settings}}
 
 
 def scheme_of(arm):
-    """The masking scheme of an arm (``span+sbo_freeze0`` -> ``span+sbo``)."""
-    return arm.split(FREEZE_VARIANT)[0]
+    """The masking scheme of an arm (``span+sbo_freeze0`` and ``span+sbo_lr0.0004`` -> ``span+sbo``)."""
+    return arm.split(FREEZE_VARIANT)[0].split(LR_VARIANT)[0]
+
+
+# span+sbo against subword (SpanBERT against BERT's masking), against span (the SBO's own effect: the paper's +2.7
+# coreference F1) and span against subword (span masking's own effect)
+SCHEME_PAIRS = (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"))
+
+
+def is_lr_variant(arm):
+    """An arm pre-trained at another peak lr only (same --freeze-encoder-updates as the experiment)."""
+    return LR_VARIANT in arm and FREEZE_VARIANT not in arm
 
 
 def precision_of(cfg):
@@ -605,7 +632,8 @@ def pretraining_curves(args):
 
 def paired_differences(rows, tasks, schemes, margin=None):
     """Each pre-trained arm against ``none`` (and span+sbo against subword and span, span against subword, an arm at
-    another --freeze-encoder-updates against its scheme), in one precision where both ran in it, and each arm's
+    another --freeze-encoder-updates or --pretrain-lr against its scheme, and those comparisons between the arms at
+    other lrs), in one precision where both ran in it, and each arm's
     precisions against each other, per task:
     the mean difference over the fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with
     ``margin`` a TOST p-value against +-margin points; a markdown table, or "" without pairs."""
@@ -631,11 +659,12 @@ def paired_differences(rows, tasks, schemes, margin=None):
                                               precision_a not in precisions_of_arm.get(arm_of_label(b), ()))
 
     pairs = [(arm, base) for arm in schemes if arm_of_label(arm) != NO_PRETRAINING for base in labels(NO_PRETRAINING)]
-    # span+sbo against subword (SpanBERT against BERT's masking), against span (the SBO's own effect: the paper's
-    # +2.7 coreference F1) and span against subword (span masking's own effect)
-    pairs += [(a, b) for arm, base in (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"))
-              for a in labels(arm) for b in labels(base)]
-    for label in schemes:  # an arm at another --freeze-encoder-updates against its scheme (the heads' warm-up)
+    pairs += [(a, b) for arm, base in SCHEME_PAIRS for a in labels(arm) for b in labels(base)]
+    # the same comparisons between the arms pre-trained at other peak lrs (each scheme at its validation choice)
+    pairs += [(a, b) for arm, base in SCHEME_PAIRS
+              for a in schemes if is_lr_variant(arm_of_label(a)) and scheme_of(arm_of_label(a)) == arm
+              for b in schemes if is_lr_variant(arm_of_label(b)) and scheme_of(arm_of_label(b)) == base]
+    for label in schemes:  # an arm at another --freeze-encoder-updates or lr against its scheme (the variant's effect)
         scheme = scheme_of(arm_of_label(label))
         if scheme != arm_of_label(label):
             pairs += [(label, base) for base in labels(scheme)]
@@ -699,7 +728,8 @@ def main(argv=None):
     parser.add_argument("--novels", type=int, help="pre-training novels (0: all but the evaluation fold's)")
     parser.add_argument("--pretrain-updates", type=int)
     parser.add_argument("--finetune-updates", type=int)
-    parser.add_argument("--pretrain-lr", type=float, help="pre-training peak lr (default: the setting's; 1e-4 with --from-model)")
+    parser.add_argument("--pretrain-lr", type=float, help="pre-training peak lr (default: the setting's; 1e-4 with --from-model); another "
+                        "than the experiment's first invocation's adds arms SCHEME_lrX")
     parser.add_argument("--finetune-lr", type=float, help="fine-tuning peak lr (default: the setting's; 5e-5 with --from-model)")
     parser.add_argument("--fold", type=int, default=0, help="LitBank fold whose dev/test novels pre-training leaves out")
     parser.add_argument("--squad-train-articles", type=int, default=38)
@@ -790,8 +820,7 @@ def main(argv=None):
     print(json.dumps(settings), flush=True)
     settings_path, csv_path = os.path.join(args.results, "settings.json"), os.path.join(args.results, "results.csv")
     stored = _read_json(settings_path) if os.path.isfile(settings_path) else None
-    if stored is not None and "freeze_encoder_updates" in stored and "freeze_encoder_updates" in settings:
-        settings["freeze_encoder_updates"] = stored["freeze_encoder_updates"]  # another N makes variant arms
+    settings = experiment_settings(stored, settings)  # another N or lr makes variant arms
     same = stored is not None and same_settings(stored, settings)
     if same:  # an invocation without coref keeps the stored coref settings
         settings = {**stored, **settings}
@@ -865,7 +894,7 @@ def main(argv=None):
         return any(run_key(r) == (scheme, task, seed, precision) for r in rows)
 
     for scheme in args.schemes:
-        arm = variant_arm(scheme, cfg.get("freeze_encoder_updates"), settings.get("freeze_encoder_updates"))
+        arm = variant_arm(scheme, cfg, settings)
         checkpoint = pretrain(log, args, cfg, data, scheme, env, save_dir=os.path.join(args.work, "pretrain", arm))
         if heldout and scheme != NO_PRETRAINING and not done(arm, HELDOUT, args.pretrain_seed):
             record(arm, HELDOUT, args.pretrain_seed, heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env))

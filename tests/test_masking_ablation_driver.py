@@ -140,6 +140,36 @@ def test_arms_are_compared_within_one_precision():
                            "none (fp32) − none (bf16_autocast)"]
 
 
+def test_another_pretraining_lr_adds_arms_compared_with_their_scheme_and_each_other():
+    """--pretrain-lr other than the experiment's (each scheme's lr-grid choice) joins the experiment as arms
+    SCHEME_lrX: the experiment keeps its first invocation's lr; each variant is paired with its scheme's rows, and
+    the scheme comparisons are made again between the variants (never between a variant and another plain scheme)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    stored = {"pretrain_lr": 1e-4, "freeze_encoder_updates": 100, "pretrain_updates": 2000}
+    settings = masking_ablation.experiment_settings(stored, {**stored, "pretrain_lr": 4e-4})
+    assert settings == stored and masking_ablation.same_settings(stored, settings)
+    assert masking_ablation.variant_arm("span+sbo", {**stored, "pretrain_lr": 4e-4}, settings) == "span+sbo_lr0.0004"
+    assert masking_ablation.variant_arm("subword", stored, settings) == "subword"
+    assert masking_ablation.variant_arm("none", {**stored, "pretrain_lr": 4e-4}, settings) == "none"
+    both = {"pretrain_lr": 2e-4, "freeze_encoder_updates": 0}
+    assert masking_ablation.variant_arm("noun_phrase", both, settings) == "noun_phrase_freeze0_lr0.0002"
+    assert masking_ablation.scheme_of("noun_phrase_freeze0_lr0.0002") == "noun_phrase"
+    assert masking_ablation.experiment_settings(None, both) == both  # the first invocation sets the experiment
+
+    arms = ["none", "subword", "span+sbo", "subword_lr0.0002", "span+sbo_lr0.0004", "span+sbo_freeze0"]
+    rows = masking_ablation.labelled_by_precision(
+        [{"arm": arm, "precision": "fp32", "task": "litbank_fold0", "seed": str(seed), "score": str(50 + i + seed)}
+         for i, arm in enumerate(arms) for seed in (1, 2)])
+    labels = ["none", "subword", "subword_lr0.0002", "span+sbo", "span+sbo_freeze0", "span+sbo_lr0.0004"]
+    table = masking_ablation.paired_differences(rows, ["litbank_fold0"], labels)
+    differences = {line.split(" | ")[1] for line in table.splitlines() if line.startswith("| litbank_fold0")}
+    assert differences == {
+        *(f"{arm} − none" for arm in labels[1:]), "span+sbo − subword", "span+sbo_lr0.0004 − subword_lr0.0002",
+        "subword_lr0.0002 − subword", "span+sbo_freeze0 − span+sbo", "span+sbo_lr0.0004 − span+sbo"}
+
+
 def test_an_invocation_without_coreference_joins_the_same_experiment():
     """--tasks squad after --tasks coref: coreference's own settings are compared only where both ran it."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
