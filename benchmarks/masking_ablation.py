@@ -41,7 +41,9 @@ Settings:
   masked token; lower is better). ``--lr-grid LR [LR ...]`` chooses the pre-training lr on validation loss
   instead of running the experiment: each scheme at each peak lr on the experiment's schedule, stopped after
   ``--lr-grid-updates``, scored under its own objective on the validation split (training novels that
-  ``spanbert-prepare`` held out); ``lr_grid.csv``, ``lr_grid.png``, ``lr_grid_commands.md``.
+  ``spanbert-prepare`` held out); ``lr_grid.csv``, ``lr_grid.png``, ``lr_grid_commands.md``. An arm pre-trained
+  at a grid point's lr starts from that point's run where its configuration is the same but for where it stops
+  (its first updates; fairseq-train resumes it).
 
 Coreference (``coref``) is LitBank as it is scored (singletons kept, ``benchmarks/coref_litbank.py``):
 the ``litbank`` recipe with ``--coref-epochs``, ``--coref-ffnn-size`` and ``--coref-head-lr``, the
@@ -280,9 +282,71 @@ def pretrain(log, args, cfg, data, scheme, env, lr=None, stop_at=None, save_dir=
                  "--freeze-encoder-updates", str(args.freeze_encoder_updates)]
     what = (f"pre-train {os.path.basename(save_dir)}" if lr is None  # the arm: the scheme, or a variant of it
             else f"pre-train {scheme}, peak lr {lr:g}, {stop_at} updates")
+    if lr is None and not os.path.isfile(checkpoint) and not args.fresh:
+        start_from_lr_grid(log, args, cfg, scheme, save_dir, argv)
     log.run(argv, what, env, log_path=os.path.join(save_dir, "train.log"))
     open(finished, "w").close()
     return checkpoint
+
+
+# where a grid run's configuration may differ from that of the full run whose first updates it is
+GRID_PREFIX_DIFFERENCES = {("checkpoint", "save_dir"), ("checkpoint", "save_interval_updates"),
+                           ("optimization", "max_update")}
+
+
+def fairseq_train_config(argv):
+    """{(section, key): value} of the configuration fairseq-train builds from ``argv`` (its options, no program)."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    namespace = options.parse_args_and_arch(options.get_training_parser(), argv)
+    return flat_config(OmegaConf.to_container(convert_namespace_to_omegaconf(namespace)))
+
+
+def flat_config(config):
+    """{(section, key): value}; the model section by its architecture only (the imported encoder's sizes are written
+    into a checkpoint's model section when it loads, and the architecture and --finetune-from-model fix them)."""
+    return {(section, key): value for section, values in config.items() if isinstance(values, dict)
+            for key, value in values.items() if section != "model" or key == "_name"}
+
+
+def start_from_lr_grid(log, args, cfg, scheme, save_dir, argv):
+    """Start a pre-training from the lr grid's longest finished run of the same configuration (the same command but
+    for where it stops and saves: its updates are this run's first ones, so its checkpoint and log are copied into
+    ``save_dir`` and fairseq-train resumes from them, as from its own stopped run). Returns the grid folder used, or
+    None."""
+    import glob
+    import shutil
+
+    from fairseq import checkpoint_utils
+    from omegaconf import OmegaConf
+
+    pattern = os.path.join(args.work, "pretrain_lr_grid", f"{scheme}_lr{cfg['pretrain_lr']:g}_*of"
+                                                          f"{cfg['pretrain_updates']}_{precision_of(cfg)}")
+    grids = [folder for folder in glob.glob(pattern) if os.path.isfile(os.path.join(folder, "checkpoint_last.pt.done"))]
+    if not grids:
+        return None
+    wanted = fairseq_train_config(argv[1:])
+    best, best_updates = None, 0
+    for folder in grids:
+        state = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(folder, "checkpoint_last.pt"))
+        config = state["cfg"]
+        grid = flat_config(config if isinstance(config, dict) else OmegaConf.to_container(config))
+        updates = state["optimizer_history"][-1]["num_updates"]
+        same = all(grid.get(k) == wanted.get(k) for k in set(grid) | set(wanted) if k not in GRID_PREFIX_DIFFERENCES)
+        if same and best_updates < updates < cfg["pretrain_updates"]:
+            best, best_updates = folder, updates
+    if best is None:
+        return None
+    os.makedirs(save_dir, exist_ok=True)
+    for name in ("checkpoint_last.pt", "train.log"):  # whole files only: a stopped copy leaves no checkpoint_last.pt
+        shutil.copyfile(os.path.join(best, name), os.path.join(save_dir, name + ".tmp"))
+        os.replace(os.path.join(save_dir, name + ".tmp"), os.path.join(save_dir, name))
+    log.lines.append((f"start {os.path.basename(save_dir)} from the lr grid's run of its configuration "
+                      f"({best_updates} updates)", f"cp {best}/checkpoint_last.pt {best}/train.log {save_dir}/"))
+    print(f"== {log.lines[-1][0]}: {log.lines[-1][1]}", flush=True)
+    return best
 
 
 def validate(log, args, cfg, corpus, subset, checkpoint, overrides, what, env):

@@ -185,7 +185,8 @@ def test_an_invocation_without_coreference_joins_the_same_experiment():
 @needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
 def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path):  # noqa: F811
     """--lr-grid: each lr's short run on the experiment's schedule, scored on the pre-training validation split;
-    rows kept, and a second invocation runs nothing already scored but redraws the plot."""
+    rows kept, and a second invocation runs nothing already scored but redraws the plot; the experiment at a grid
+    point's lr resumes that point's run."""
     results = tmp_path / "results"
     command = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--schemes", "none", "subword",
                "--lr-grid", "1e-4", "3e-4", "--lr-grid-updates", "2", "--results", str(results),
@@ -209,3 +210,14 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
     assert again.returncode == 0 and "== " not in again.stdout.replace("== prepare", "")  # nothing trained again
     assert (results / "lr_grid_commands.md").read_text(encoding="utf-8") == commands
     assert (results / "lr_grid.png").stat().st_size > 0  # redrawn from the rows on disk
+    # the experiment at a grid point's lr starts from that run: the same command but for where it stops
+    arm = subprocess.run([*command[:command.index("--schemes")], "--schemes", "subword", "--tasks", "coref", "--seeds",
+                          "--pretrain-lr", "3e-4", "--results", str(results), "--work", str(tmp_path / "work")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert arm.returncode == 0, arm.stdout[-3000:] + arm.stderr[-3000:]
+    assert "== start subword from the lr grid's run of its configuration (2 updates)" in arm.stdout
+    log = (tmp_path / "work" / "pretrain" / "subword" / "train.log").read_text(encoding="utf-8")
+    grid_log = (tmp_path / "work" / "pretrain_lr_grid" / "subword_lr0.0003_2of4_fp32" / "train.log").read_text(
+        encoding="utf-8")
+    assert log.startswith(grid_log) and "(epoch 1 @ 2 updates)" in log[len(grid_log):]  # resumed at update 2
+    assert "\nstart subword from the lr grid" in (results / "commands.md").read_text(encoding="utf-8").replace("- ", "")
