@@ -17,7 +17,8 @@ fold are kept and reused, so the command can be stopped and started again; a
 fine-tuning run that was stopped resumes from its checkpoint_last.pt. ``--out``
 gets ``results.csv`` (one row per run), ``folds.csv`` (per fold, mean over
 seeds), ``summary.md`` (mean ± sd over folds beside the published figures),
-``commands.txt`` (every command behind every row) and ``folds.png``.
+``commands.txt`` (every command behind every row), ``runs.jsonl`` (each run's record: its dev CoNLL F1 per epoch
+and per singleton threshold too) and ``folds.png``.
 ``--train-docs N`` keeps the first N training documents, ``--eval-docs N`` the first N dev and test documents
 (smoke tests).
 """
@@ -349,6 +350,8 @@ def main():
         writer.writerows(folds)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(summary(results, folds))
+    with open(os.path.join(args.out, "runs.jsonl"), "w") as f:  # with each run's dev curves (commands.txt: commands)
+        f.writelines(json.dumps({k: v for k, v in r.items() if k != "commands"}) + "\n" for r in results)
     with open(os.path.join(args.out, "commands.txt"), "w") as f:
         f.write(f"# {invocation}\n" + "".join(f"{c}\n" for c in prepared))
         for r in results:
