@@ -311,34 +311,38 @@ def flat_config(config):
             for key, value in values.items() if section != "model" or key == "_name"}
 
 
+def lr_grid_dir(args, cfg, scheme, lr, updates):
+    """The folder of a grid run: the scheme at peak ``lr`` on the experiment's schedule, stopped after ``updates``
+    (a glob pattern for ``updates="*"``)."""
+    return os.path.join(args.work, "pretrain_lr_grid",
+                        f"{scheme}_lr{lr:g}_{updates}of{cfg['pretrain_updates']}_{precision_of(cfg)}")
+
+
 def start_from_lr_grid(log, args, cfg, scheme, save_dir, argv):
     """Start a pre-training from the lr grid's longest finished run of the same configuration (the same command but
     for where it stops and saves: its updates are this run's first ones, so its checkpoint and log are copied into
-    ``save_dir`` and fairseq-train resumes from them, as from its own stopped run). Returns the grid folder used, or
-    None."""
+    ``save_dir`` and fairseq-train resumes from them, as from its own stopped run)."""
     import glob
     import shutil
 
     from fairseq import checkpoint_utils
     from omegaconf import OmegaConf
 
-    pattern = os.path.join(args.work, "pretrain_lr_grid", f"{scheme}_lr{cfg['pretrain_lr']:g}_*of"
-                                                          f"{cfg['pretrain_updates']}_{precision_of(cfg)}")
-    grids = [folder for folder in glob.glob(pattern) if os.path.isfile(os.path.join(folder, "checkpoint_last.pt.done"))]
+    grids = [folder for folder in glob.glob(lr_grid_dir(args, cfg, scheme, cfg["pretrain_lr"], "*"))
+             if os.path.isfile(os.path.join(folder, "checkpoint_last.pt.done"))]
     if not grids:
-        return None
+        return
     wanted = fairseq_train_config(argv[1:])
     best, best_updates = None, 0
     for folder in grids:
         state = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(folder, "checkpoint_last.pt"))
-        config = state["cfg"]
-        grid = flat_config(config if isinstance(config, dict) else OmegaConf.to_container(config))
+        grid = flat_config(OmegaConf.to_container(state["cfg"]))  # fairseq loads it as a DictConfig
         updates = state["optimizer_history"][-1]["num_updates"]
         same = all(grid.get(k) == wanted.get(k) for k in set(grid) | set(wanted) if k not in GRID_PREFIX_DIFFERENCES)
         if same and best_updates < updates < cfg["pretrain_updates"]:
             best, best_updates = folder, updates
     if best is None:
-        return None
+        return
     os.makedirs(save_dir, exist_ok=True)
     for name in ("checkpoint_last.pt", "train.log"):  # whole files only: a stopped copy leaves no checkpoint_last.pt
         shutil.copyfile(os.path.join(best, name), os.path.join(save_dir, name + ".tmp"))
@@ -346,7 +350,6 @@ def start_from_lr_grid(log, args, cfg, scheme, save_dir, argv):
     log.lines.append((f"start {os.path.basename(save_dir)} from the lr grid's run of its configuration "
                       f"({best_updates} updates)", f"cp {best}/checkpoint_last.pt {best}/train.log {save_dir}/"))
     print(f"== {log.lines[-1][0]}: {log.lines[-1][1]}", flush=True)
-    return best
 
 
 def validate(log, args, cfg, corpus, subset, checkpoint, overrides, what, env):
@@ -420,8 +423,7 @@ def lr_grid(log, args, cfg, data, env):
                    "precision": precision}
             if key(row) in done:
                 continue
-            save_dir = os.path.join(args.work, "pretrain_lr_grid", f"{scheme}_lr{lr:g}_{args.lr_grid_updates}of"
-                                                                   f"{cfg['pretrain_updates']}_{precision}")
+            save_dir = lr_grid_dir(args, cfg, scheme, lr, args.lr_grid_updates)
             start = len(log.lines)  # this row's commands (a finished pre-training runs none)
             checkpoint = pretrain(log, args, cfg, data, scheme, env, lr=lr, stop_at=args.lr_grid_updates,
                                   save_dir=save_dir)

@@ -220,4 +220,5 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
     grid_log = (tmp_path / "work" / "pretrain_lr_grid" / "subword_lr0.0003_2of4_fp32" / "train.log").read_text(
         encoding="utf-8")
     assert log.startswith(grid_log) and "(epoch 1 @ 2 updates)" in log[len(grid_log):]  # resumed at update 2
-    assert "\nstart subword from the lr grid" in (results / "commands.md").read_text(encoding="utf-8").replace("- ", "")
+    assert "- start subword from the lr grid's run of its configuration (2 updates): `cp " in (
+        results / "commands.md").read_text(encoding="utf-8")
