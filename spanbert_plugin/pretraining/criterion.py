@@ -2,12 +2,12 @@
 import math
 from dataclasses import dataclass, field
 
-import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..core.errors import UsageError
+from .vocab_cross_entropy import vocab_cross_entropy
 
 
 @dataclass
@@ -46,9 +46,8 @@ class SpanBertCriterion(FairseqCriterion):
             span_offset=sample["span_offset"] if use_sbo else None,
         )
         targets = target[masked]
-        # log-softmax in fp32: fp16-safe
-        mlm_logits = out["mlm_logits"].float()
-        mlm_loss = F.cross_entropy(mlm_logits, targets, reduction="sum")
+        # log-sum-exp in fp32 (fp16- and bf16-safe), chunk by chunk
+        mlm_loss, mlm_correct = vocab_cross_entropy(out["mlm_logits"], targets)
         loss = mlm_loss
         num_masked = targets.numel()
         logging_output = {
@@ -57,17 +56,16 @@ class SpanBertCriterion(FairseqCriterion):
             "sample_size": num_masked,
             "num_masked": num_masked,
             "mlm_loss": mlm_loss.detach().item(),
-            "mlm_correct": (mlm_logits.argmax(-1) == targets).sum().item(),
+            "mlm_correct": mlm_correct.item(),
         }
         if use_sbo:
-            sbo_logits = out["sbo_logits"].float()
             sbo_targets = targets[out["sbo_mask"]]
-            sbo_loss = F.cross_entropy(sbo_logits, sbo_targets, reduction="sum")
+            sbo_loss, sbo_correct = vocab_cross_entropy(out["sbo_logits"], sbo_targets)
             loss = loss + self.sbo_weight * sbo_loss
             logging_output.update(
                 num_sbo=sbo_targets.numel(),
                 sbo_loss=sbo_loss.detach().item(),
-                sbo_correct=(sbo_logits.argmax(-1) == sbo_targets).sum().item(),
+                sbo_correct=sbo_correct.item(),
             )
         logging_output["loss"] = loss.detach().item()
         return loss, num_masked, logging_output
