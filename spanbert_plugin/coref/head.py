@@ -40,6 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..model.dropout import Dropout
+
 PARAM_GROUP = "coref_head"
 DISTANCE_BUCKETS = 10
 CHUNK_ELEMENTS = 1 << 23  # floats per chunk of gathered span tokens or pair features (32 MiB in fp32)
@@ -56,7 +58,7 @@ def bucket_distance(distance: torch.Tensor) -> torch.Tensor:
 
 
 def _ffnn(d_in: int, hidden: int, dropout: float) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), Dropout(dropout), nn.Linear(hidden, 1))
 
 
 def _chunked(fn, n: int, chunk: int, *tensors):
@@ -120,7 +122,7 @@ class CorefHead(nn.Module):
         self.top_span_ratio, self.max_top_antecedents = top_span_ratio, max_top_antecedents
         span_dim = 3 * hidden + feature_size
         self.span_dim = span_dim
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.head_attention = nn.Linear(hidden, 1)
         self.width_embedding = nn.Embedding(max_span_width, feature_size)
         self.mention_scorer = _ffnn(span_dim, ffnn_size, dropout)

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dropout import Dropout, dropout
+
 
 class BertEmbeddings(nn.Module):
     """Word + position (from 0) + token-type embeddings, then LayerNorm and dropout."""
@@ -19,7 +21,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(max_positions, hidden)
         self.token_type_embeddings = nn.Embedding(type_vocab_size, hidden)
         self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens, token_types=None):
         positions = torch.arange(tokens.size(1), device=tokens.device).unsqueeze(0)
@@ -89,22 +91,27 @@ class BertLayer(nn.Module):
 
         q, k, v = split(sa.query(x)), split(sa.key(x)), split(sa.value(x))
         dropout_p = self.attention_dropout if self.training else 0.0
+        if drop_mask is not None:
+            attn_mask = additive_drop_mask(drop_mask, attn_mask, q.dtype)
         probs = None
-        if return_probs:
-            scores = torch.matmul(q, k.transpose(-1, -2)) * (q.size(-1) ** -0.5)
-            if attn_mask is not None:
+        # on a CPU, attention dropout costs less as our dropout on explicit probabilities than inside the fused kernel
+        if return_probs or (dropout_p > 0 and q.device.type == "cpu"):
+            scores = torch.matmul(q * (q.size(-1) ** -0.5), k.transpose(-1, -2))
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
-            probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-            ctx = torch.matmul(F.dropout(probs, dropout_p, self.training), v)
+            elif attn_mask is not None:
+                scores = scores + attn_mask
+            # softmax in the scores' dtype (its kernels accumulate in fp32), not in autocast's fp32 copy of them
+            with torch.autocast(q.device.type, enabled=False):
+                probs = torch.softmax(scores, dim=-1)
+            ctx = torch.matmul(dropout(probs, dropout_p, self.training), v)
         else:
-            if drop_mask is not None:
-                attn_mask = additive_drop_mask(drop_mask, attn_mask, q.dtype)
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
         ctx = ctx.transpose(1, 2).reshape(B, T, H)
         out = self.attention.output
-        x = out.LayerNorm(x + F.dropout(out.dense(ctx), self.dropout, self.training))
+        x = out.LayerNorm(x + dropout(out.dense(ctx), self.dropout, self.training))
         h = F.gelu(self.intermediate.dense(x))
-        x = self.output.LayerNorm(x + F.dropout(self.output.dense(h), self.dropout, self.training))
+        x = self.output.LayerNorm(x + dropout(self.output.dense(h), self.dropout, self.training))
         return (x, probs) if return_probs else x
 
 
@@ -190,7 +197,7 @@ class ClassificationHead(nn.Module):
     def __init__(self, hidden, inner_dim, num_classes, dropout):
         super().__init__()
         self.dense = nn.Linear(hidden, inner_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.out_proj = nn.Linear(inner_dim, num_classes)
 
     def forward(self, features):

@@ -2,6 +2,8 @@
 import torch
 from torch import nn
 
+from .dropout import Dropout
+
 RE_POOLINGS = ("cls", "entity_start")
 
 
@@ -18,7 +20,7 @@ class RelationHead(nn.Module):
             raise ValueError(f"unknown relation pooling {pooling!r}; expected one of {', '.join(RE_POOLINGS)}")
         self.pooling = pooling
         self.dense = nn.Linear(2 * hidden if pooling == "entity_start" else hidden, hidden)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.out_proj = nn.Linear(hidden, num_classes)
 
     def forward(self, features, entity_positions=None):

@@ -1,0 +1,48 @@
+"""The model's CPU dropout (mask from numpy's PCG64, seeded by torch): torch's dropout in distribution."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from spanbert_plugin.model.dropout import Dropout, dropout
+
+
+def test_drop_rate_and_scale_match_the_asked_probability():
+    torch.manual_seed(0)
+    n = 1_000_000
+    y = dropout(torch.ones(n), 0.1)
+    dropped = (y == 0).float().mean().item()
+    # binomial sd of the dropped fraction: sqrt(p (1 - p) / n) = 0.0003; 5 sd
+    assert abs(dropped - 0.1) < 5 * math.sqrt(0.1 * 0.9 / n)
+    kept = y[y != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 65536 / (65536 - round(0.1 * 65536))))
+    assert abs(y.mean().item() - 1.0) < 5 * math.sqrt(0.1 / 0.9 / n)  # the expectation is kept
+
+
+def test_seeded_by_torch_and_new_each_call():
+    torch.manual_seed(3)
+    first, second = dropout(torch.ones(1000), 0.5), dropout(torch.ones(1000), 0.5)
+    torch.manual_seed(3)
+    assert torch.equal(dropout(torch.ones(1000), 0.5), first)
+    assert not torch.equal(first, second)
+
+
+def test_gradient_is_the_mask_times_the_scale_in_the_inputs_dtype():
+    torch.manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(64, 33).to(dtype).requires_grad_()
+        y = dropout(x, 0.25)
+        y.backward(torch.ones_like(y))
+        keep = y != 0
+        scale = 65536 / (65536 - 16384)
+        assert y.dtype == x.grad.dtype == dtype
+        torch.testing.assert_close(y, torch.where(keep, x.detach() * scale, 0).to(dtype))
+        torch.testing.assert_close(x.grad, (keep * scale).to(dtype))
+
+
+def test_evaluation_zero_and_one_probabilities_behave_as_torch():
+    x = torch.randn(10, 10)
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
+    assert torch.equal(dropout(x, 1.0), F.dropout(x, 1.0, True))
+    module = Dropout(0.3).eval()
+    assert module(x) is x and isinstance(module, torch.nn.Dropout) and module.state_dict() == {}
