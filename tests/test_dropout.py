@@ -44,5 +44,9 @@ def test_evaluation_zero_and_one_probabilities_behave_as_torch():
     x = torch.randn(10, 10)
     assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
     assert torch.equal(dropout(x, 1.0), F.dropout(x, 1.0, True))
+    # probabilities that round to 0 or 1 in 1/65,536 steps go to torch's dropout rather than to no or every drop
+    torch.manual_seed(0)
+    assert torch.equal(dropout(torch.ones(100), 1 - 1e-6), torch.zeros(100))
+    assert dropout(torch.ones(10**6), 1e-6).eq(0).sum().item() < 20
     module = Dropout(0.3).eval()
     assert module(x) is x and isinstance(module, torch.nn.Dropout) and module.state_dict() == {}

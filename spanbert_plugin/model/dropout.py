@@ -22,9 +22,10 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """``F.dropout(x, p, training)``, with the CPU mask drawn as above."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or not 0.0 < p < 1.0:
-        return F.dropout(x, p, training)
     dropped_levels = round(p * _LEVELS)
+    # off the CPU, and where p does not round to a level strictly between 0 and 1, torch's dropout is exact
+    if x.device.type != "cpu" or not 0 < dropped_levels < _LEVELS:
+        return F.dropout(x, p, training)
     return _MaskedScale.apply(x, keep_mask(x.shape, dropped_levels), _LEVELS / (_LEVELS - dropped_levels))
 
 
