@@ -26,10 +26,10 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     # off the CPU, and where p does not round to a level strictly between 0 and 1, torch's dropout is exact
     if x.device.type != "cpu" or not 0 < dropped_levels < _LEVELS:
         return F.dropout(x, p, training)
-    return _MaskedScale.apply(x, keep_mask(x.shape, dropped_levels), _LEVELS / (_LEVELS - dropped_levels))
+    return _MaskedScale.apply(x, _keep_mask(x.shape, dropped_levels), _LEVELS / (_LEVELS - dropped_levels))
 
 
-def keep_mask(shape, dropped_levels: int) -> torch.Tensor:
+def _keep_mask(shape, dropped_levels: int) -> torch.Tensor:
     """A bool tensor of ``shape``, each element False with probability dropped_levels / 65,536, independently."""
     count = int(np.prod(shape))
     seed = int(torch.randint(0, 2**62, ()))

@@ -46,7 +46,7 @@ class SpanBertCriterion(FairseqCriterion):
             span_offset=sample["span_offset"] if use_sbo else None,
         )
         targets = target[masked]
-        # log-sum-exp in fp32 (fp16- and bf16-safe), chunk by chunk
+        # log-softmax in fp32 (fp16- and bf16-safe), chunk by chunk
         mlm_loss, mlm_correct = vocab_cross_entropy(out["mlm_logits"], targets)
         loss = mlm_loss
         num_masked = targets.numel()
