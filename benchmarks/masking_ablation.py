@@ -80,7 +80,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qa_quality import CommandLog, split_by_article, write_atomic  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
-SHARED = os.path.join(ROOT, "..", "shared", "data")
+SHARED = os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
 LITBANK = os.path.join(SHARED, "litbank")
 BERT_VOCAB = os.path.join(SHARED, "bert_uncased_vocab", "vocab.txt")
 SCHEMES = {  # name: (--mask-scheme, --sbo-weight)
@@ -803,6 +803,8 @@ def main(argv=None):
     parser.add_argument("--re-data", default=os.path.join(SHARED, "tacred_sample"), help="folder with train.json and dev.json")
     parser.add_argument("--workers", type=int, default=1, help="spanbert-prepare --workers")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (OMP_NUM_THREADS)")
+    parser.add_argument("--device", choices=["cpu", "cuda"],
+                        help="where every run trains (default: the setting's; --from-model takes --setting's)")
     parser.add_argument("--smoke", action="store_true", help="a tiny budget that only checks the plumbing (numbers mean nothing)")
     parser.add_argument("--work", default="/tmp/masking_ablation")
     parser.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "masking_ablation"))
@@ -846,6 +848,8 @@ def main(argv=None):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
     cfg["bf16_autocast"] = args.bf16_autocast
+    if args.device:
+        cfg["cpu"] = args.device == "cpu"
     if args.heldout_mlm:
         cfg["heldout_chars"] = args.heldout_chars
     if args.from_model:

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The continued-pre-training experiment (benchmarks/masking_ablation.py --from-model) on one GPU in one device call:
+# all-MiniLM-L6-v2 pre-trained further on fold 0's training novels under subword, span and span+sbo masking, each at
+# the peak lr it was given on the CPU's lr grid (2,000 updates of 16 x 128 tokens, as on the CPU), then LitBank
+# fold-0 coreference from each arm and from the encoder as it came (none), 3 seeds each, fp32 (no TF32). The
+# invocations run side by side on the one GPU and share one results folder, as they do one per core on a CPU; an
+# arm's fine-tuning starts as soon as its pre-training ends.
+#
+# Before the call, here (fills .gpu/cp, about 58 MiB with the tracked files; .gpu/ is git-ignored):
+#   python benchmarks/masking_ablation.py --from-model IMPORTED --novels 0 --heldout-mlm --tasks coref \
+#       --schemes none --seeds --work PREP --results PREP/results         # prepares the corpus, trains nothing
+#   python benchmarks/gpu/stage_continued_pretraining.py pack --imported IMPORTED --work PREP \
+#       --wheels FAIRSEQ_CP312_WHEEL hydra-core omegaconf antlr4 bitarray tensorboardX wheels (docs/install.md#gpu-hosts)
+# The call (carry .gpu/cp):
+#   bash benchmarks/gpu/continued_pretraining.sh              # results.tgz and logs.tgz come back in $OUT
+#   bash benchmarks/gpu/continued_pretraining.sh --dry-run    # here, on the CPU: every step at the smoke budget
+# Every invocation stops at the call's budget (BUDGET_S, 500 s) and what finished by then is in results.tgz.
+set -uo pipefail
+DRY=0; [ "${1:-}" = "--dry-run" ] && DRY=1
+START=$SECONDS BUDGET_S=${BUDGET_S:-500}
+OUT=${OUT:-/tmp/cp_gpu_out} W=${CP_GPU_WORK:-/tmp/cp_gpu}
+LOGS=$W/logs RESULTS=$W/results
+mkdir -p "$OUT" "$LOGS"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFERED=1 SPANBERT_SHARED_DATA=$W/shared
+if [ $DRY = 1 ]; then
+    PY=${PY:-.venv/bin/python} DEVICE=cpu SIZE=(--smoke --pretrain-updates 4)
+else
+    PY=python3 DEVICE=cuda SIZE=(--pretrain-updates 2000)
+    $PY -m pip install -q --no-index --no-deps --no-compile .gpu/cp/whl/*.whl || exit 1
+    $PY -m pip wheel -q --no-index --no-deps --no-build-isolation -w /tmp/plugin_wheel . || exit 1
+    $PY -m pip install -q --no-index --no-deps /tmp/plugin_wheel/spanbert_plugin*.whl || exit 1
+    ln -sfn "$PWD/user_dir" "$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/user_dir"
+    nvidia-smi -L
+    $PY -c "import torch, fairseq, spanbert_plugin.registry; print('torch', torch.__version__, 'fairseq', fairseq.__version__)" || exit 1
+fi
+echo "set-up: $((SECONDS - START)) s"
+[ -f "$W/imported/model.pt" ] || $PY benchmarks/gpu/stage_continued_pretraining.py unpack --stage .gpu/cp --to "$W" || exit 1
+
+COMMON=(--from-model "$W/imported" --novels 0 --heldout-mlm --freeze-encoder-updates 100 --tasks coref
+        --singleton-thresholds 0.1,0.15,0.2,0.25,0.3,0.4,0.5 --threads 1 --device $DEVICE --results "$RESULTS" "${SIZE[@]}")
+# one masking_ablation invocation in its own --work folder, which sees the prepared corpus (and an arm's pre-training)
+invocation() {  # NAME PRETRAIN_FROM ARGS...
+    local name=$1 from=$2; shift 2
+    mkdir -p "$W/$name"
+    ln -sfn "$W/corpus/pretrain_data" "$W/$name/pretrain_data"
+    ln -sfn "$W/corpus/heldout_data" "$W/$name/heldout_data"
+    [ -n "$from" ] && ln -sfn "$W/$from/pretrain" "$W/$name/pretrain"
+    local left=$((BUDGET_S - (SECONDS - START) - 15))
+    echo "$(date +%T) start $name ($left s left): $*"
+    timeout $left $PY benchmarks/masking_ablation.py "${COMMON[@]}" --work "$W/$name" "$@" > "$LOGS/$name.log" 2>&1
+    echo "$(date +%T) $name exit $?: $(grep -- '->' "$LOGS/$name.log" | tail -2 | tr '\n' ' ')"
+}
+# the experiment's first invocation sets its lr (1e-4): an arm at another lr is SCHEME_lrX, as in the CPU results
+invocation settings "" --schemes none --seeds
+for seed in 1 2 3; do invocation "none_seed$seed" "" --schemes none --seeds $seed & done
+arm() {  # SCHEME LR: pre-train (and score the held-out MLM loss), then the 3 seeds side by side
+    local scheme=$1 lr=$2
+    invocation "pretrain_$scheme" "" --schemes $scheme --pretrain-lr $lr --seeds
+    for seed in 1 2 3; do
+        invocation "${scheme}_seed$seed" "pretrain_$scheme" --schemes $scheme --pretrain-lr $lr --seeds $seed &
+    done
+    wait
+}
+arm subword 2e-4 & arm span 4e-4 & arm span+sbo 4e-4 &
+while [ -n "$(jobs -r)" ]; do  # progress: the newest LitBank epoch of each run
+    sleep 30
+    echo "$(date +%T) $((SECONDS - START)) s: $(grep -ho '"epoch": [0-9]*, "valid_loss"' "$W"/*/coref/*/*/runs/*/hydra/hydra_train.log 2>/dev/null \
+        | grep -o '[0-9]*' | sort -n | uniq -c | tr '\n' ' ')"
+done
+wait
+
+# what comes back: the results folder, and the logs (pre-training, every LitBank run's training log and record)
+tar czf "$OUT/results.tgz" -C "$W" results
+(cd "$W" && find . -path ./corpus -prune -o \( -name '*.log' -o -name 'fold*_seed*.json' -o -name train_command.txt \) -print \
+    | tar czf "$OUT/logs.tgz" -T -)
+nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
+cat "$RESULTS/results.csv" 2>/dev/null
+echo "done in $((SECONDS - START)) s"
