@@ -13,14 +13,18 @@
 # Needs that Python here (pyenv's is found).
 set -euo pipefail
 VERSION=${1:-3.12}
-PYTHON=$(command -v "python$VERSION" 2>/dev/null || ls -d "$(pyenv root 2>/dev/null)/versions/$VERSION"*/bin/python$VERSION 2>/dev/null | tail -1)
-[ -x "$PYTHON" ] || { echo "build_wheels: no python$VERSION here (pyenv install $VERSION)"; exit 1; }
+PYTHON=
+for candidate in "python$VERSION" $(ls -d "$(pyenv root 2>/dev/null)/versions/$VERSION"*/bin/python$VERSION 2>/dev/null); do
+    "$candidate" -V >/dev/null 2>&1 && { PYTHON=$candidate; break; }  # a pyenv shim may name a Python it cannot run
+done
+[ -n "$PYTHON" ] || { echo "build_wheels: no python$VERSION here (pyenv install $VERSION)"; exit 1; }
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
 OUTDIR=$PWD/.gpu/wheels BUILD=$(mktemp -d)
 mkdir -p "$OUTDIR"
 "$PYTHON" -m venv "$BUILD/venv"
 "$BUILD/venv/bin/pip" install -q "numpy>=2" cython setuptools wheel
-"$BUILD/venv/bin/pip" download -q --no-deps --no-binary :all: --no-build-isolation -d "$BUILD" fairseq-fixed==0.12.3.1
+# the sdist's metadata is prepared with this checkout's venv (its setup.py imports torch: make install first)
+.venv/bin/pip download -q --no-deps --no-binary :all: --no-build-isolation -d "$BUILD" fairseq-fixed==0.12.3.1
 tar xzf "$BUILD"/fairseq_fixed-0.12.3.1.tar.gz -C "$BUILD"
 SRC=$BUILD/fairseq_fixed-0.12.3.1
 # setup.py without torch: the NumPy/Cython extensions only

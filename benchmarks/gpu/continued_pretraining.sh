@@ -10,7 +10,7 @@
 #   python benchmarks/masking_ablation.py --from-model IMPORTED --novels 0 --heldout-mlm --tasks coref \
 #       --schemes none --seeds --work PREP --results PREP/results         # prepares the corpus, trains nothing
 #   python benchmarks/gpu/stage_continued_pretraining.py pack --imported IMPORTED --work PREP \
-#       --wheels FAIRSEQ_CP312_WHEEL hydra-core omegaconf antlr4 bitarray tensorboardX wheels (docs/install.md#gpu-hosts)
+#       --wheels .gpu/wheels/*.whl              # after bash benchmarks/gpu/build_wheels.sh (docs/install.md#gpu-hosts)
 # The call (carry .gpu/cp):
 #   bash benchmarks/gpu/continued_pretraining.sh              # results.tgz and logs.tgz come back in $OUT
 #   bash benchmarks/gpu/continued_pretraining.sh --dry-run    # here, on the CPU: every step at the smoke budget
