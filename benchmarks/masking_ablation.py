@@ -100,7 +100,9 @@ SETTINGS = {
                 finetune_updates=2000, finetune_lr=3e-5, finetune_batch=32, novels=0, cpu=False),
 }
 # precision: "bf16_autocast" or "fp32", the run's pre-training and fine-tuning (a per-run choice: a CPU without native
-# bfloat16 trains several times faster in fp32); empty in files written before the column
+# bfloat16 trains several times faster in fp32); "fp16" on a GPU without --bf16-autocast, where pre-training and the
+# SQuAD/SST-2/TACRED fine-tuning run under fairseq's --fp16 (LitBank fine-tuning stays fp32); empty in files
+# written before the column
 FIELDS = ["arm", "task", "seed", "score", "metric", "precision"]
 HELDOUT = "heldout_mlm"  # the masked-token loss on the fold's test novels (--heldout-mlm)
 DEV_THRESHOLD = "_dev_threshold"  # LitBank rows scored at the singleton threshold chosen on dev (--singleton-thresholds)
@@ -167,7 +169,7 @@ def is_lr_variant(arm):
 
 def precision_of(cfg):
     """The ``precision`` column of this invocation's runs."""
-    return "bf16_autocast" if cfg["bf16_autocast"] else "fp32"
+    return "bf16_autocast" if cfg["bf16_autocast"] else "fp32" if cfg["cpu"] else "fp16"
 
 
 def coref_record_name(arm, seed, precision):
@@ -637,10 +639,14 @@ def train_inner_losses(log_path, keys):
 
 def pretraining_precision(log_path):
     """The ``precision`` of the pre-training a fairseq-train log records (its configuration, printed at every start):
-    "bf16_autocast", "fp32", or "mixed" when a resumed run changed it."""
+    "bf16_autocast", "fp16", "fp32", or "mixed" when a resumed run changed it."""
     with open(log_path, encoding="utf-8") as f:
-        found = set(re.findall(r"'bf16_autocast': (True|False)", f.read()))
-    return "mixed" if len(found) > 1 else "bf16_autocast" if found == {"True"} else "fp32"
+        text = f.read()
+    bf16 = set(re.findall(r"'bf16_autocast': (True|False)", text))
+    fp16 = set(re.findall(r"'common': \{.*?'fp16': (True|False)", text))
+    if len(bf16) > 1 or len(fp16) > 1:
+        return "mixed"
+    return "bf16_autocast" if bf16 == {"True"} else "fp16" if fp16 == {"True"} else "fp32"
 
 
 def pretraining_curves(args):

@@ -118,6 +118,10 @@ def test_pretraining_precision_reads_every_start_of_a_resumed_run(tmp_path):
     assert masking_ablation.pretraining_precision(str(log)) == "fp32"
     log.write_text(start.format("True") + start.format("False"))
     assert masking_ablation.pretraining_precision(str(log)) == "mixed"
+    # a GPU run under fairseq's --fp16 (the driver's default there without --bf16-autocast)
+    log.write_text("2026-11-27 22:08:10 | INFO | fairseq_cli.train | {'common': {'fp16': True, 'bf16': False}, "
+                   "'task': {'bf16_autocast': False}}\n")
+    assert masking_ablation.pretraining_precision(str(log)) == "fp16"
 
 
 def test_arms_are_compared_within_one_precision():

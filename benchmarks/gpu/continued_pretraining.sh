@@ -26,12 +26,7 @@ if [ $DRY = 1 ]; then
     PY=${PY:-.venv/bin/python} DEVICE=cpu SIZE=(--smoke --pretrain-updates 4)
 else
     PY=python3 DEVICE=cuda SIZE=(--pretrain-updates 2000)
-    $PY -m pip install -q --no-index --no-deps --no-compile .gpu/cp/whl/*.whl || exit 1
-    $PY -m pip wheel -q --no-index --no-deps --no-build-isolation -w /tmp/plugin_wheel . || exit 1
-    $PY -m pip install -q --no-index --no-deps /tmp/plugin_wheel/spanbert_plugin*.whl || exit 1
-    ln -sfn "$PWD/user_dir" "$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/user_dir"
-    nvidia-smi -L
-    $PY -c "import torch, fairseq, spanbert_plugin.registry; print('torch', torch.__version__, 'fairseq', fairseq.__version__)" || exit 1
+    source benchmarks/gpu/install_staged.sh || exit 1
 fi
 echo "set-up: $((SECONDS - START)) s"
 [ -f "$W/imported/model.pt" ] || $PY benchmarks/gpu/stage_continued_pretraining.py unpack --stage .gpu/cp --to "$W" || exit 1
