@@ -13,7 +13,7 @@
 #       --wheels .gpu/wheels/*.whl              # after bash benchmarks/gpu/build_wheels.sh (docs/install.md#gpu-hosts)
 # The call (carry .gpu/cp):
 #   bash benchmarks/gpu/continued_pretraining.sh              # results.tgz and logs.tgz come back in $OUT
-#   bash benchmarks/gpu/continued_pretraining.sh --dry-run    # here, on the CPU: every step at the smoke budget
+#   bash benchmarks/gpu/continued_pretraining.sh --dry-run    # here, on the CPU: every step at the smoke budget, one at a time
 # Every invocation stops at the call's budget (BUDGET_S, 500 s) and what finished by then is in results.tgz.
 set -uo pipefail
 DRY=0; [ "${1:-}" = "--dry-run" ] && DRY=1
@@ -47,16 +47,18 @@ invocation() {  # NAME PRETRAIN_FROM ARGS...
 }
 # the experiment's first invocation sets its lr (1e-4): an arm at another lr is SCHEME_lrX, as in the CPU results
 invocation settings "" --schemes none --seeds
-for seed in 1 2 3; do invocation "none_seed$seed" "" --schemes none --seeds $seed & done
+# side by side on the GPU; one after another in a dry run (13 processes at once need more than a 24 GB machine has)
+aside() { if [ $DRY = 1 ]; then "$@"; else "$@" & fi; }
+for seed in 1 2 3; do aside invocation "none_seed$seed" "" --schemes none --seeds $seed; done
 arm() {  # SCHEME LR: pre-train (and score the held-out MLM loss), then the 3 seeds side by side
     local scheme=$1 lr=$2
     invocation "pretrain_$scheme" "" --schemes $scheme --pretrain-lr $lr --seeds
     for seed in 1 2 3; do
-        invocation "${scheme}_seed$seed" "pretrain_$scheme" --schemes $scheme --pretrain-lr $lr --seeds $seed &
+        aside invocation "${scheme}_seed$seed" "pretrain_$scheme" --schemes $scheme --pretrain-lr $lr --seeds $seed
     done
     wait
 }
-arm subword 2e-4 & arm span 4e-4 & arm span+sbo 4e-4 &
+aside arm subword 2e-4; aside arm span 4e-4; aside arm span+sbo 4e-4
 while [ -n "$(jobs -r)" ]; do  # progress: the newest LitBank epoch of each run
     sleep 30
     echo "$(date +%T) $((SECONDS - START)) s: $(grep -ho '"epoch": [0-9]*, "valid_loss"' "$W"/*/coref/*/*/runs/*/hydra/hydra_train.log 2>/dev/null \
