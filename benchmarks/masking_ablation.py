@@ -51,6 +51,10 @@ checkpoint with the best dev CoNLL F1, its score on the fold's test documents. `
 runs every pre-training and fine-tuning under bfloat16 autocast; an arm run in both precisions gets one row per
 precision in the table, and arms are compared within one precision where both ran in it.
 
+``--device cuda`` runs any setting on a GPU (``benchmarks/gpu/continued_pretraining.sh`` runs the --from-model
+experiment there, its invocations side by side): pre-training and the SQuAD/SST-2/TACRED fine-tuning under fairseq's
+``--fp16`` unless ``--bf16-autocast``, LitBank fine-tuning in fp32; its rows are labelled ``fp16``.
+
 Every budget can be overridden (``--pretrain-updates``, ``--finetune-updates``, ``--novels``,
 ``--seeds`` …). Results: ``--results`` (default ``benchmarks/masking_ablation``): ``results.csv``
 (columns ``arm,task,seed,score,metric``: one row per scheme, task and seed, kept across runs with the
