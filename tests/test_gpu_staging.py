@@ -17,7 +17,7 @@ def test_packed_model_unpacks_to_its_float16_rounding_with_ties_kept(tmp_path):
     embeddings = torch.randn(50, 8, generator=generator) * 0.05
     model = {"encoder.embed.weight": embeddings, "lm_head.weight": embeddings,  # tied, as the import writes them
              "encoder.layer.0.weight": torch.randn(8, 8, generator=generator),
-             "encoder.layer.0.bias": torch.tensor([1e-5, -3.0, 70000.0 / 2, 0.0, 1.0, 2.0, 3.0, 4.0]),
+             "encoder.layer.0.bias": torch.tensor([1e-5, -3.0, 35000.0, 0.0, 1.0, 2.0, 3.0, 4.0]),
              "scalar": torch.tensor(0.125), "positions": torch.arange(6)}
     torch.save({"model": model, "cfg": {"model": {"encoder_layers": 1}}, "extra_state": {"epoch": 3}},
                tmp_path / "model.pt")

@@ -25,7 +25,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFERED=1 SPANBERT_SHARED_DA
 if [ $DRY = 1 ]; then
     PY=${PY:-.venv/bin/python} DEVICE=cpu SIZE=(--smoke --pretrain-updates 4)
 else
-    PY=python3 DEVICE=cuda SIZE=(--pretrain-updates 2000)
+    DEVICE=cuda SIZE=(--pretrain-updates 2000)  # install_staged.sh sets PY, the machine's python3
     source benchmarks/gpu/install_staged.sh || exit 1
 fi
 echo "set-up: $((SECONDS - START)) s"

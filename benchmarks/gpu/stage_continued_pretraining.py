@@ -79,7 +79,7 @@ def unpack_model(packed, model_pt):
         elif "tensor" in entry:
             model[entry["key"]] = entry["tensor"]
         else:
-            count = int(np.prod(entry["shape"])) if entry["shape"] else 1
+            count = int(np.prod(entry["shape"]))  # 1 for a scalar's empty shape
             model[entry["key"]] = flat[offset:offset + count].view(entry["shape"]).clone()
             offset += count
     if offset != len(flat):
