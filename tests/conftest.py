@@ -103,10 +103,61 @@ def pytest_runtest_setup(item):
         require_shared_data(*marker.args)
 
 
+class _ForkServer:
+    """The client of tests/cli_forkserver.py: one server per test process, started at its first command."""
+
+    def __init__(self):
+        self.process, self.commands = None, None
+
+    def serves(self, args):
+        """Whether ``args`` runs a console command of the venv that the server runs (fairseq's or the plugin's)."""
+        if os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1" or os.path.dirname(args[0]) != BIN:
+            return False
+        if self.commands is None:
+            from importlib.metadata import entry_points
+
+            self.commands = {ep.name for ep in entry_points(group="console_scripts")
+                             if ep.value.startswith(("fairseq_cli.", "spanbert_plugin."))}
+        return os.path.basename(args[0]) in self.commands
+
+    def run(self, args, env, timeout):
+        import json
+        import tempfile
+
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "cli_forkserver.py")],
+                                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            env=dict(os.environ, **CHILD_ENV))
+        with tempfile.TemporaryDirectory(prefix="forkserver-") as outputs:
+            stdout, stderr = os.path.join(outputs, "stdout"), os.path.join(outputs, "stderr")
+            request = {"argv": [str(a) for a in args], "env": env, "cwd": ROOT, "stdout": stdout,
+                       "stderr": stderr, "timeout": timeout}
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline()
+            if not answer:
+                raise RuntimeError("tests/cli_forkserver.py stopped; its error is in the test's stderr")
+            answer = json.loads(answer)
+            with open(stdout, encoding="utf-8", errors="replace") as f, \
+                    open(stderr, encoding="utf-8", errors="replace") as g:
+                out, err = f.read(), g.read()
+        if answer.get("timeout"):
+            raise subprocess.TimeoutExpired(args, timeout, out, err)
+        return subprocess.CompletedProcess(args, answer["returncode"], out, err)
+
+
+_FORK_SERVER = _ForkServer()
+
+
 def run_cli(args, timeout=600, check=True, env=None):
-    """Run a console command of the venv; return the CompletedProcess."""
+    """Run a console command of the venv; return the CompletedProcess. fairseq's and the plugin's commands run in a
+    fork of a process that has imported them already (tests/cli_forkserver.py; SPANBERT_TESTS_NO_FORKSERVER=1
+    starts each as a new process instead)."""
     full_env = dict(os.environ, **CHILD_ENV, **(env or {}))
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
+    if _FORK_SERVER.serves(args):
+        proc = _FORK_SERVER.run(args, full_env, timeout)
+    else:
+        proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
