@@ -18,6 +18,7 @@ Each ``--runs`` entry is a results folder and the fine-tuning precision of its r
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import statistics
@@ -25,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from masking_ablation import LR_VARIANT, NO_PRETRAINING, SCHEME_PAIRS  # noqa: E402
-from paired_stats import paired_difference  # noqa: E402
+from paired_stats import interval_text, paired_difference  # noqa: E402
 
 RECORD = re.compile(r"^(?P<arm>.+)_seed(?P<seed>\d+)_(?P<precision>[a-z0-9_]+)\.json$")
 FIELDS = ("arm", "pretrain_lr", "source", "precision", "seeds", "dev_conll_f1_mean", "dev_conll_f1_sd",
@@ -38,7 +39,7 @@ def fail(message):
 
 
 def read_candidates(entries):
-    """{(arm, lr, source): {seed: record}} from every ``FOLDER:PRECISION`` entry."""
+    """{(arm, lr, folder, precision): {seed: record}} from every ``FOLDER:PRECISION`` entry."""
     candidates = {}
     for entry in entries:
         folder, _, precision = entry.rpartition(":")
@@ -59,26 +60,27 @@ def read_candidates(entries):
             lr = None if arm == NO_PRETRAINING else float(lr) if lr else float(default_lr)
             with open(os.path.join(runs, name), encoding="utf-8") as f:
                 record = json.load(f)
-            candidates.setdefault((arm, lr, folder), {})[int(match["seed"])] = record
+            candidates.setdefault((arm, lr, folder, precision), {})[int(match["seed"])] = record
             found += 1
         if not found:
             fail(f"--runs {entry}: no coref_runs/*_{precision}.json in {folder}")
     return candidates
 
 
-def summarise(candidates, precision_of):
+def summarise(candidates):
     """One row per candidate, and each arm's choice: the candidate with the highest mean dev CoNLL F1."""
     rows = []
-    for (arm, lr, source), runs in sorted(candidates.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2])):
+    for key, runs in sorted(candidates.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2])):
+        arm, lr, source, precision = key
         dev = [runs[s]["best_dev_conll_f1"] for s in sorted(runs)]
         test = [runs[s]["test_conll_f1"] for s in sorted(runs)]
         rows.append({"arm": arm, "pretrain_lr": "" if lr is None else f"{lr:g}", "source": source,
-                     "precision": precision_of[source], "seeds": " ".join(map(str, sorted(runs))),
+                     "precision": precision, "seeds": " ".join(map(str, sorted(runs))),
                      "dev_conll_f1_mean": statistics.mean(dev),
                      "dev_conll_f1_sd": statistics.stdev(dev) if len(dev) > 1 else float("nan"),
                      "test_conll_f1_mean": statistics.mean(test),
                      "test_conll_f1_sd": statistics.stdev(test) if len(test) > 1 else float("nan"),
-                     "chosen": False, "_key": (arm, lr, source)})
+                     "chosen": False, "_key": key})
     for arm in {r["arm"] for r in rows}:
         max((r for r in rows if r["arm"] == arm), key=lambda r: r["dev_conll_f1_mean"])["chosen"] = True
     return rows
@@ -87,18 +89,17 @@ def summarise(candidates, precision_of):
 def comparisons(candidates, rows):
     """Paired test differences between the arms at their chosen rates: each against none, and SCHEME_PAIRS."""
     chosen = {r["arm"]: candidates[r["_key"]] for r in rows if r["chosen"]}
-    pairs = [(arm, NO_PRETRAINING) for arm in sorted(chosen) if arm != NO_PRETRAINING]
-    pairs += [pair for pair in SCHEME_PAIRS if pair[0] in chosen and pair[1] in chosen]
+    pairs = [(arm, NO_PRETRAINING) for arm in sorted(chosen) if arm != NO_PRETRAINING] + list(SCHEME_PAIRS)
     lines = []
     for arm, base in pairs:
-        if base not in chosen:
+        if arm not in chosen or base not in chosen:
             continue
         seeds = sorted(set(chosen[arm]) & set(chosen[base]))
         if not seeds:
             continue
         paired = paired_difference([chosen[arm][s]["test_conll_f1"] - chosen[base][s]["test_conll_f1"]
                                     for s in seeds], MARGIN)
-        interval = "– (one pair)" if paired["low"] is None else f"{paired['low']:+.2f} to {paired['high']:+.2f}"
+        interval = interval_text(paired)
         tost = "–" if paired["tost_p"] is None else f"{paired['tost_p']:.3f}"
         lines.append(f"| {arm} − {base} | {', '.join(map(str, seeds))} | {paired['mean']:+.2f} | {interval} | {tost} |")
     return lines
@@ -112,7 +113,7 @@ def write_report(out, rows, lines, entries):
         writer.writerows(rows)
 
     def cell(mean, sd):
-        return f"{mean:.1f}" if sd != sd else f"{mean:.1f} ± {sd:.1f}"
+        return f"{mean:.1f}" if math.isnan(sd) else f"{mean:.1f} ± {sd:.1f}"
 
     table = ["| arm | pre-training lr | results folder (precision) | seeds | LitBank dev CoNLL F1 | test CoNLL F1 | chosen |",
              "|---|---|---|---|---|---|---|"]
@@ -144,10 +145,10 @@ def plot(out, rows):
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(rows)), 3.8))
     labels = [f"{r['arm']}\n{r['pretrain_lr'] or '–'}" + (" *" if r["chosen"] else "") for r in rows]
     positions = range(len(rows))
-    for offset, key, name in ((-0.2, "dev", "dev"), (0.2, "test", "test")):
-        sds = [0 if r[f"{key}_conll_f1_sd"] != r[f"{key}_conll_f1_sd"] else r[f"{key}_conll_f1_sd"] for r in rows]
-        ax.bar([p + offset for p in positions], [r[f"{key}_conll_f1_mean"] for r in rows], 0.4, yerr=sds,
-               capsize=3, label=name)
+    for offset, split in ((-0.2, "dev"), (0.2, "test")):
+        sds = [0 if math.isnan(r[f"{split}_conll_f1_sd"]) else r[f"{split}_conll_f1_sd"] for r in rows]
+        ax.bar([p + offset for p in positions], [r[f"{split}_conll_f1_mean"] for r in rows], 0.4, yerr=sds,
+               capsize=3, label=split)
     ax.set_xticks(list(positions), labels, fontsize=8)
     ax.set_ylabel("LitBank CoNLL F1")
     ax.set_title("Pre-training lr per arm (* chosen on dev)")
@@ -166,8 +167,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="folder for lr_choice.csv, lr_choice.md and lr_choice.png")
     args = parser.parse_args(argv)
     candidates = read_candidates(args.runs)
-    precision_of = {entry.rpartition(":")[0]: entry.rpartition(":")[2] for entry in args.runs}
-    rows = summarise(candidates, precision_of)
+    rows = summarise(candidates)
     print(write_report(args.out, rows, comparisons(candidates, rows), args.runs))
 
 

@@ -713,7 +713,7 @@ def paired_differences(rows, tasks, schemes, margin=None):
     precisions against each other, per task:
     the mean difference over the fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with
     ``margin`` a TOST p-value against +-margin points; a markdown table, or "" without pairs."""
-    from paired_stats import paired_difference
+    from paired_stats import interval_text, paired_difference
 
     score = {(r["label"], r["task"], int(r["seed"])): float(r["score"]) for r in rows}
     arm_of = {r["label"]: r["arm"] for r in rows}
@@ -756,8 +756,7 @@ def paired_differences(rows, tasks, schemes, margin=None):
             if not seeds:
                 continue
             paired = paired_difference([score[(arm, task, s)] - score[(base, task, s)] for s in seeds], margin)
-            interval = ("– (one pair)" if paired["low"] is None
-                        else f"{paired['low']:+.2f} to {paired['high']:+.2f}")
+            interval = interval_text(paired)
             tost = "" if margin is None else (" – |" if paired["tost_p"] is None else f" {paired['tost_p']:.3f} |")
             lines.append(f"| {task} | {arm} − {base} | {', '.join(map(str, seeds))} | {paired['mean']:+.2f} | {interval} |"
                          + tost)

@@ -24,3 +24,8 @@ def paired_difference(differences, margin=None):
         p_high = stats.t.cdf((mean - margin) / se, n - 1)
         tost_p = float(max(p_low, p_high))
     return {"mean": mean, "low": float(low), "high": float(high), "tost_p": tost_p}
+
+
+def interval_text(paired):
+    """A table cell for ``paired_difference``'s 95% interval: "low to high", or "– (one pair)"."""
+    return "– (one pair)" if paired["low"] is None else f"{paired['low']:+.2f} to {paired['high']:+.2f}"

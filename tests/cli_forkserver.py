@@ -9,7 +9,7 @@ give afresh is whatever the environment decides at import time (torch's thread c
 again in the child).
 
 Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout", "stderr", "timeout"}``
-on the server's stdin, the server answers ``{"returncode"}`` (``"timeout": true`` when it killed the command).
+on the server's stdin, the server answers ``{"returncode"}``, or ``{"timeout": true}`` when it killed the command.
 """
 import json
 import logging
@@ -19,24 +19,27 @@ import signal
 import sys
 from importlib.metadata import entry_points
 
-import torch  # imported once here, inherited by every command
-
-import fairseq  # noqa: F401
-import spanbert_plugin.registry  # noqa: F401
-
-# Importing fairseq leaves a DEBUG handler on the root logger (one of its modules calls logging.basicConfig);
-# fairseq-train configures logging before it imports fairseq, so each command must find logging as a fresh
-# interpreter has it. fairseq_cli's modules are left to the commands for the same reason: they configure
-# logging when imported.
-logging.getLogger().handlers.clear()
-logging.getLogger().setLevel(logging.WARNING)
-
 SERVED_MODULES = ("fairseq_cli.", "spanbert_plugin.")
 
 
 def console_scripts():
-    """{command name: entry point} for the commands this server runs."""
+    """{command name: entry point} for the commands this server runs (the client asks it which those are)."""
     return {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith(SERVED_MODULES)}
+
+
+def preload():
+    """Import what every command imports, once, for the forks to inherit."""
+    import torch  # noqa: F401
+
+    import fairseq  # noqa: F401
+    import spanbert_plugin.registry  # noqa: F401
+
+    # Importing fairseq leaves a DEBUG handler on the root logger (one of its modules calls logging.basicConfig);
+    # fairseq-train configures logging before it imports fairseq, so each command must find logging as a fresh
+    # interpreter has it. fairseq_cli's modules are left to the commands for the same reason: they configure
+    # logging when imported.
+    logging.getLogger().handlers.clear()
+    logging.getLogger().setLevel(logging.WARNING)
 
 
 def wait(pid, timeout):
@@ -63,6 +66,8 @@ def run_command(request, commands):
     for fd, key in ((1, "stdout"), (2, "stderr")):
         os.dup2(os.open(request[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
     if os.environ.get("OMP_NUM_THREADS"):
+        import torch  # preloaded
+
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     sys.argv = list(request["argv"])
     sys.exit(commands[os.path.basename(sys.argv[0])].load()())
@@ -79,9 +84,10 @@ def serve():
             os.close(answers)
             run_command(request, commands)
         returncode = wait(pid, request["timeout"])
-        answer = {"returncode": returncode} if returncode is not None else {"returncode": -9, "timeout": True}
+        answer = {"timeout": True} if returncode is None else {"returncode": returncode}
         os.write(answers, (json.dumps(answer) + "\n").encode())
 
 
 if __name__ == "__main__":
+    preload()
     serve()

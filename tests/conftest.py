@@ -114,10 +114,9 @@ class _ForkServer:
         if os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1" or os.path.dirname(args[0]) != BIN:
             return False
         if self.commands is None:
-            from importlib.metadata import entry_points
+            from cli_forkserver import console_scripts
 
-            self.commands = {ep.name for ep in entry_points(group="console_scripts")
-                             if ep.value.startswith(("fairseq_cli.", "spanbert_plugin."))}
+            self.commands = set(console_scripts())
         return os.path.basename(args[0]) in self.commands
 
     def run(self, args, env, timeout):
