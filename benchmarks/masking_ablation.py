@@ -802,6 +802,8 @@ def main(argv=None):
     parser.add_argument("--pretrain-seed", type=int, default=1)
     parser.add_argument("--novels", type=int, help="pre-training novels (0: all but the evaluation fold's)")
     parser.add_argument("--pretrain-updates", type=int)
+    parser.add_argument("--pretrain-batch", type=int, help="pre-training sequences per update (default: the setting's, 16 on "
+                        "the cpu setting); a larger batch at the same updates gives more pre-training tokens")
     parser.add_argument("--finetune-updates", type=int)
     parser.add_argument("--pretrain-lr", type=float, help="pre-training peak lr (default: the setting's; 1e-4 with --from-model); another "
                         "than the experiment's first invocation's adds arms SCHEME_lrX")
@@ -856,6 +858,10 @@ def main(argv=None):
     for key in ("novels", "pretrain_updates", "finetune_updates", "pretrain_lr", "finetune_lr"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
+    if args.pretrain_batch is not None:
+        if args.pretrain_batch < 1:
+            sys.exit(f"masking_ablation: --pretrain-batch {args.pretrain_batch}: expected at least 1 sequence")
+        cfg["batch"] = args.pretrain_batch
     cfg["bf16_autocast"] = args.bf16_autocast
     if args.device:
         cfg["cpu"] = args.device == "cpu"

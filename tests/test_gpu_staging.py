@@ -31,3 +31,47 @@ def test_packed_model_unpacks_to_its_float16_rounding_with_ties_kept(tmp_path):
         assert back["model"][key].dtype == (torch.float32 if value.is_floating_point() else value.dtype), key
         assert torch.equal(back["model"][key], expected), key
     assert back["model"]["lm_head.weight"].data_ptr() == back["model"]["encoder.embed.weight"].data_ptr()
+
+
+def test_export_brings_back_the_arm_best_on_dev_in_parts_that_join_to_its_weights(tmp_path, monkeypatch):
+    """export picks the pre-trained arm with the highest mean dev CoNLL F1 (never none, whatever its score), drops
+    the optimizer state and splits the weights into parts of at most --part-mib; join rebuilds model.pt from them
+    beside the imported encoder's vocabulary files."""
+    generator = torch.Generator().manual_seed(1)
+    records = tmp_path / "results" / "coref_runs"
+    records.mkdir(parents=True)
+    dev_scores = {"none": [70.0, 71.0], "subword": [56.0, 57.5], "span+sbo": [58.0, 55.0]}  # means 56.75, 56.5
+    for arm, scores in dev_scores.items():
+        for seed, score in enumerate(scores, start=1):
+            (records / f"{arm}_seed{seed}_fp16.json").write_text(f'{{"best_dev_conll_f1": {score}}}')
+    checkpoints = {}
+    for arm in ("subword", "span+sbo"):
+        folder = tmp_path / "work" / f"pretrain_{arm}" / "pretrain" / arm
+        folder.mkdir(parents=True)
+        model = {"encoder.weight": torch.randn(300, 64, generator=generator), "step": torch.tensor(7)}
+        torch.save({"model": model, "cfg": {"arm": arm}, "last_optimizer_state": {"state": torch.ones(300, 64)}},
+                   folder / "checkpoint_last.pt")
+        checkpoints[arm] = model
+    out = tmp_path / "out"
+    out.mkdir()
+    # parts of 1/64 MiB (16 KiB) for a 38 KB model: three of them
+    monkeypatch.setattr(stage, "MIB", 2**14)
+    monkeypatch.setattr(sys, "argv", ["stage", "export", "--results", str(tmp_path / "results"), "--work",
+                                      str(tmp_path / "work"), "--out", str(out), "--choice", str(tmp_path / "choice.json"),
+                                      "--part-mib", "1"])
+    stage.main()
+    parts = sorted(out.iterdir())
+    assert [p.name for p in parts] == [f"subword.encoder.part{i}" for i in range(3)]
+    assert all(p.stat().st_size <= 2**14 for p in parts)
+    imported = tmp_path / "imported"
+    imported.mkdir()
+    (imported / "vocab.txt").write_text("[PAD]\n")
+    (imported / "model.pt").write_text("not copied")
+    monkeypatch.setattr(sys, "argv", ["stage", "join", "--parts", *map(str, reversed(parts)), "--imported",
+                                      str(imported), "--to", str(tmp_path / "subword")])
+    stage.main()
+    back = torch.load(tmp_path / "subword" / "model.pt", weights_only=True)
+    assert "last_optimizer_state" not in back and back["cfg"] == {"arm": "subword"}
+    assert torch.equal(back["model"]["encoder.weight"], checkpoints["subword"]["encoder.weight"].half().float())
+    assert torch.equal(back["model"]["step"], torch.tensor(7))
+    assert sorted(os.listdir(tmp_path / "subword")) == ["model.pt", "vocab.txt"]

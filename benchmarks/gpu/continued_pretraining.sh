@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The continued-pre-training experiment (benchmarks/masking_ablation.py --from-model) on one GPU in one device call:
-# all-MiniLM-L6-v2 pre-trained further on fold 0's training novels under subword, span and span+sbo masking, each at
-# the peak lr it was given on the CPU's lr grid (2,000 updates of 16 x 128 tokens, as on the CPU), then LitBank
-# fold-0 coreference from each arm and from the encoder as it came (none), 3 seeds each, fp32 (no TF32). The
+# all-MiniLM-L6-v2 pre-trained further on fold 0's training novels under subword, span and span+sbo masking, then
+# LitBank fold-0 coreference from each arm and from the encoder as it came (none), 3 seeds each, fp32 (no TF32). The
 # invocations run side by side on the one GPU and share one results folder, as they do one per core on a CPU; an
 # arm's fine-tuning starts as soon as its pre-training ends.
+#
+# What it runs, from the environment (defaults: the first GPU call, at the CPU's budget and the lr grid's rates):
+#   ARMS="subword:2e-4 span:4e-4 span+sbo:4e-4"  the arms, SCHEME:PEAK_LR (the first sets nothing: none runs at 1e-4)
+#   UPDATES=2000 BATCH=16                         pre-training updates and sequences of 128 tokens per update
+#   BUDGET_S=500                                  every invocation stops by then; what finished is in results.tgz
 #
 # Before the call, here (fills .gpu/cp, about 58 MiB with the tracked files; .gpu/ is git-ignored):
 #   python benchmarks/masking_ablation.py --from-model IMPORTED --novels 0 --heldout-mlm --tasks coref \
@@ -12,9 +16,10 @@
 #   python benchmarks/gpu/stage_continued_pretraining.py pack --imported IMPORTED --work PREP \
 #       --wheels .gpu/wheels/*.whl              # after bash benchmarks/gpu/build_wheels.sh (docs/install.md#gpu-hosts)
 # The call (carry .gpu/cp):
-#   bash benchmarks/gpu/continued_pretraining.sh              # results.tgz and logs.tgz come back in $OUT
+#   bash benchmarks/gpu/continued_pretraining.sh              # results.tgz, logs.tgz, gpu_use.csv, ARM.encoder.part* in $OUT
+# (the parts: the arm with the best mean LitBank dev CoNLL F1, for stage_continued_pretraining.py join here)
 #   bash benchmarks/gpu/continued_pretraining.sh --dry-run    # here, on the CPU: every step at the smoke budget, one at a time
-# Every invocation stops at the call's budget (BUDGET_S, 500 s) and what finished by then is in results.tgz.
+# results.tgz is written again every 30 s, so a call stopped at the device's limit still returns the finished runs.
 set -uo pipefail
 DRY=0; [ "${1:-}" = "--dry-run" ] && DRY=1
 START=$SECONDS BUDGET_S=${BUDGET_S:-500}
@@ -23,9 +28,10 @@ LOGS=$W/logs RESULTS=$W/results
 mkdir -p "$OUT" "$LOGS"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFERED=1 SPANBERT_SHARED_DATA=$W/shared
 if [ $DRY = 1 ]; then
-    PY=${PY:-.venv/bin/python} DEVICE=cpu SIZE=(--smoke --pretrain-updates 4)
+    PY=${PY:-.venv/bin/python} DEVICE=cpu SIZE=(--smoke --pretrain-updates 4 --pretrain-batch 4)
 else
-    DEVICE=cuda SIZE=(--pretrain-updates 2000)  # install_staged.sh sets PY, the machine's python3
+    DEVICE=cuda SIZE=(--pretrain-updates "${UPDATES:-2000}" --pretrain-batch "${BATCH:-16}")  # install_staged.sh sets PY
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_use.csv" 2>&1 & SAMPLER=$!
     source benchmarks/gpu/install_staged.sh || exit 1
 fi
 echo "set-up: $((SECONDS - START)) s"
@@ -58,18 +64,24 @@ arm() {  # SCHEME LR: pre-train (and score the held-out MLM loss), then the 3 se
     done
     wait
 }
-aside arm subword 2e-4; aside arm span 4e-4; aside arm span+sbo 4e-4
-while [ -n "$(jobs -r)" ]; do  # progress: the newest LitBank epoch of each run
+for spec in ${ARMS:-subword:2e-4 span:4e-4 span+sbo:4e-4}; do aside arm "${spec%%:*}" "${spec#*:}"; done
+# what comes back: the results folder, and the logs (pre-training, every LitBank run's training log and record)
+snapshot() {
+    tar czf "$OUT/results.part" -C "$W" results 2>/dev/null && mv "$OUT/results.part" "$OUT/results.tgz"
+    (cd "$W" && find . -path ./corpus -prune -o \( -name '*.log' -o -name 'fold*_seed*.json' -o -name train_command.txt -o -path './logs/*' \) \
+        -print | tar czf "$OUT/logs.part" -T - 2>/dev/null) && mv "$OUT/logs.part" "$OUT/logs.tgz"
+}
+while [ -n "$(jobs -rp | grep -vx "${SAMPLER:-none}")" ]; do  # progress: each run's newest LitBank epoch
     sleep 30
+    snapshot
     echo "$(date +%T) $((SECONDS - START)) s: $(grep -ho '"epoch": [0-9]*, "valid_loss"' "$W"/*/coref/*/*/runs/*/hydra/hydra_train.log 2>/dev/null \
         | grep -o '[0-9]*' | sort -n | uniq -c | tr '\n' ' ')"
 done
+[ -n "${SAMPLER:-}" ] && kill "$SAMPLER"
 wait
-
-# what comes back: the results folder, and the logs (pre-training, every LitBank run's training log and record)
-tar czf "$OUT/results.tgz" -C "$W" results
-(cd "$W" && find . -path ./corpus -prune -o \( -name '*.log' -o -name 'fold*_seed*.json' -o -name train_command.txt \) -print \
-    | tar czf "$OUT/logs.tgz" -T -)
-nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
+# the arm with the best mean dev CoNLL F1, back in parts for longer fine-tuning on another machine
+$PY benchmarks/gpu/stage_continued_pretraining.py export --results "$RESULTS" --work "$W" --out "$OUT" --choice "$LOGS/export.json"
+nvidia-smi > "$LOGS/nvidia_smi.txt" 2>&1
+snapshot
 cat "$RESULTS/results.csv" 2>/dev/null
 echo "done in $((SECONDS - START)) s"
