@@ -913,8 +913,10 @@ def main(argv=None):
     if same and not args.fresh and os.path.isfile(csv_path):
         rows = read_rows(csv_path)
     commands_path = os.path.join(args.results, "commands.md")  # earlier invocations' commands, kept with their rows
-    if not rows and os.path.isfile(commands_path):
-        os.replace(commands_path, commands_path + ".old")  # other settings' commands: kept aside, not mixed in
+    # other settings' commands (or a --fresh start's predecessors): kept aside, not mixed in. Not merely "no rows
+    # yet": invocations of one experiment started side by side all find no rows, and each writes its own section
+    if (not same or args.fresh) and os.path.isfile(commands_path):
+        os.replace(commands_path, commands_path + ".old")
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
     if args.report_only:
         for row in rows:  # the LitBank runs' records, as litbank_run keeps them (runs finished before it did)

@@ -48,7 +48,9 @@ def test_export_brings_back_the_arm_best_on_dev_in_parts_that_join_to_its_weight
     for arm in ("subword", "span+sbo"):
         folder = tmp_path / "work" / f"pretrain_{arm}" / "pretrain" / arm
         folder.mkdir(parents=True)
-        model = {"encoder.weight": torch.randn(300, 64, generator=generator), "step": torch.tensor(7)}
+        embeddings = torch.randn(300, 64, generator=generator)
+        # as fp16 training saves tied decoders: equal copies, each with its own storage
+        model = {"encoder.weight": embeddings, "lm_head.weight": embeddings.clone(), "step": torch.tensor(7)}
         torch.save({"model": model, "cfg": {"arm": arm}, "last_optimizer_state": {"state": torch.ones(300, 64)}},
                    folder / "checkpoint_last.pt")
         checkpoints[arm] = model
@@ -73,5 +75,6 @@ def test_export_brings_back_the_arm_best_on_dev_in_parts_that_join_to_its_weight
     back = torch.load(tmp_path / "subword" / "model.pt", weights_only=True)
     assert "last_optimizer_state" not in back and back["cfg"] == {"arm": "subword"}
     assert torch.equal(back["model"]["encoder.weight"], checkpoints["subword"]["encoder.weight"].half().float())
+    assert back["model"]["lm_head.weight"].data_ptr() == back["model"]["encoder.weight"].data_ptr()  # once, tied
     assert torch.equal(back["model"]["step"], torch.tensor(7))
     assert sorted(os.listdir(tmp_path / "subword")) == ["model.pt", "vocab.txt"]

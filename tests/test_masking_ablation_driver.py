@@ -29,7 +29,7 @@ def assert_each_command_once(commands_md):
 @needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
 def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # noqa: F811
     results = tmp_path / "results"
-    common = [sys.executable, DRIVER, "--from-model", imported, "--smoke",
+    common = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--pretrain-batch", "3",
               "--tasks", "coref", "--seeds", "1", "--heldout-mlm", "--results", str(results)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     runs = [subprocess.Popen([*common, "--schemes", arm, "--work", str(tmp_path / f"work_{i}")], cwd=ROOT, env=env,
@@ -45,6 +45,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     commands = (results / "commands.md").read_text(encoding="utf-8")
     assert commands.count("\n## `") == 2  # both invocations, neither overwriting the other
     assert "- pre-train span+sbo: " in commands and commands.count("- LitBank fold 0, ") >= 4
+    assert "--max-update 4 --batch-size 3 " in commands  # --pretrain-batch, in place of the smoke budget's 4
     assert_each_command_once(commands)
     for arm in ("none", "span+sbo"):
         run = json.loads((results / "coref_runs" / f"{arm}_seed1_fp32.json").read_text())
@@ -226,3 +227,11 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
     assert log.startswith(grid_log) and "(epoch 1 @ 2 updates)" in log[len(grid_log):]  # resumed at update 2
     assert "- start subword from the lr grid's run of its configuration (2 updates): `cp " in (
         results / "commands.md").read_text(encoding="utf-8")
+
+
+def test_a_pretraining_batch_below_one_is_refused_before_anything_is_written(tmp_path):
+    refused = subprocess.run([sys.executable, DRIVER, "--pretrain-batch", "0", "--work", str(tmp_path / "work"),
+                              "--results", str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "masking_ablation: --pretrain-batch 0: expected at least 1 sequence"
+    assert list(tmp_path.iterdir()) == []

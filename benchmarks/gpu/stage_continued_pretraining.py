@@ -36,8 +36,8 @@ MIB = 2**20
 
 def pack_model(model_pt, out, compress=True):
     """model.pt's weights as float16, high bytes then low bytes, xz-compressed (``compress``: float16 weights gain
-    12% from xz, at 40 s on one core); the rest of the checkpoint, less any optimizer state, in a header. Tensors
-    sharing storage (the tied embeddings) are stored once."""
+    12% from xz, at 40 s on one core); the rest of the checkpoint, less any optimizer state, in a header. Tied
+    weights (the embeddings, the MLM and SBO decoders: shared storage, or equal copies) are stored once."""
     import torch
 
     state = torch.load(model_pt, map_location="cpu", weights_only=True)
@@ -45,8 +45,12 @@ def pack_model(model_pt, out, compress=True):
     layout, arrays, first_of = [], [], {}
     for key, tensor in state["model"].items():
         storage = (tensor.untyped_storage().data_ptr(), tuple(tensor.shape))
-        if storage in first_of:
-            layout.append({"key": key, "same_as": first_of[storage]})
+        # tied weights share storage in an import, but a checkpoint saved from fp16 training holds a copy of each
+        twin = first_of.get(storage) or next((k for k in first_of.values() if state["model"][k].shape == tensor.shape
+                                             and state["model"][k].dtype == tensor.dtype
+                                             and torch.equal(state["model"][k], tensor)), None)
+        if twin is not None:
+            layout.append({"key": key, "same_as": twin})
             continue
         first_of[storage] = key
         if tensor.is_floating_point():
