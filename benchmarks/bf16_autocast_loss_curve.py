@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from masking_ablation import _pyplot, _read_json, common_train_args, train_inner_losses  # noqa: E402
 from qa_quality import CommandLog, write_atomic  # noqa: E402
 
-BIN = os.path.dirname(sys.executable)
+BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 PRECISIONS = ("fp32", "bf16_autocast")
 LOSSES = ("loss", "mlm_loss", "sbo_loss")
 TAIL = 50  # updates whose losses summarise each run

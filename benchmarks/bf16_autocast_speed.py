@@ -32,7 +32,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-BIN = os.path.dirname(sys.executable)
+BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 SHARED = os.path.join(ROOT, "..", "shared", "data")
 MINILM = ["--arch", "spanbert_base", "--encoder-layers", "6", "--encoder-embed-dim", "384",
           "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12", "--max-positions", "512"]

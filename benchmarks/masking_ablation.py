@@ -83,7 +83,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qa_quality import CommandLog, split_by_article, write_atomic  # noqa: E402
 
-BIN = os.path.dirname(sys.executable)
+BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 SHARED = os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
 LITBANK = os.path.join(SHARED, "litbank")
 BERT_VOCAB = os.path.join(SHARED, "bert_uncased_vocab", "vocab.txt")

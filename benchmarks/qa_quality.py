@@ -39,7 +39,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-BIN = os.path.dirname(sys.executable)
+BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
 SETUPS = ("pretrained", "random-init", "transformers")
 FIELDS = ["setup", "seed", "em", "f1", "questions", "updates", "train_seconds"]
@@ -109,7 +109,7 @@ def finetune_args(args):
 def run_argv(prepared, setup, seed, args):
     """The command line of one run (transformers: this script, which trains it in-process)."""
     if setup == "transformers":
-        return [os.path.join(BIN, "python"), os.path.relpath(os.path.abspath(__file__), ROOT), *sys.argv[1:]]
+        return [sys.executable, os.path.relpath(os.path.abspath(__file__), ROOT), *sys.argv[1:]]
     argv = [os.path.join(BIN, "fairseq-train"), prepared, *finetune_args(args), "--seed", str(seed)]
     if setup == "pretrained":
         argv += ["--finetune-from-model", os.path.abspath(args.checkpoint)]

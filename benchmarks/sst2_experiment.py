@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 GLUE = os.path.join(ROOT, "..", "shared", "data", "glue")
-BIN = os.path.dirname(sys.executable)
+BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 DEFAULT_WORK = os.path.join(ROOT, "benchmarks", "out", "glue_work")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
 # columns of the GLUE files as distributed; RTE's index column becomes the prediction id

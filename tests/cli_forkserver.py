@@ -10,12 +10,20 @@ again in the child).
 
 Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout", "stderr", "timeout"}``
 on the server's stdin, the server answers ``{"returncode"}``, or ``{"timeout": true}`` when it killed the command.
+
+``--socket PATH`` serves commands that other programs start (the benchmark drivers): the server listens on a Unix
+socket and writes, into a folder, one small script per command (``write_shims``). A driver pointed at that folder
+(``SPANBERT_COMMANDS_DIR``) runs the script as it would run the command; the script hands the server its
+arguments, environment, working directory and stdout/stderr, and exits as the command did. Each connection is served
+by a fork of its own, so commands of drivers running side by side run side by side; a command whose script goes away
+(a driver killed at its timeout) is killed with its process group.
 """
 import json
 import logging
 import os
 import select
 import signal
+import socket
 import sys
 from importlib.metadata import entry_points
 
@@ -56,15 +64,18 @@ def wait(pid, timeout):
     return os.waitstatus_to_exitcode(status) if ready else None
 
 
-def run_command(request, commands):
-    """In the forked child: become the command, then leave through sys.exit as its console script would."""
+def run_command(request, commands, fds=None):
+    """In the forked child: become the command, then leave through sys.exit as its console script would. Its stdin,
+    stdout and stderr are ``fds`` (socket mode), or /dev/null and the request's two files."""
     os.setsid()  # its own process group, so that a timeout kills its data-loader workers too
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    for fd, key in ((1, "stdout"), (2, "stderr")):
-        os.dup2(os.open(request[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+    if fds is None:
+        fds = [os.open(os.devnull, os.O_RDONLY),
+               *(os.open(request[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for key in ("stdout", "stderr"))]
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
     if os.environ.get("OMP_NUM_THREADS"):
         import torch  # preloaded
 
@@ -88,6 +99,77 @@ def serve():
         os.write(answers, (json.dumps(answer) + "\n").encode())
 
 
+SHIM = """#!{python} -SE
+# runs {name} in a fork of tests/cli_forkserver.py --socket (written by the tests; see that file)
+import json, os, signal, socket, sys
+server = socket.socket(socket.AF_UNIX)
+server.connect({socket_path!r})
+socket.send_fds(server, [b"!"], [os.open(os.devnull, os.O_RDONLY), 1, 2])
+request = {{"argv": [{command!r}, *sys.argv[1:]], "env": dict(os.environ), "cwd": os.getcwd()}}
+server.sendall((json.dumps(request) + "\\n").encode())
+returncode = int(server.makefile().readline())
+if returncode < 0:  # killed by a signal: end the same way, as subprocess reports it
+    signal.signal(-returncode, signal.SIG_DFL)
+    os.kill(os.getpid(), -returncode)
+sys.exit(returncode)
+"""
+
+
+def write_shims(folder, socket_path, commands_dir):
+    """One script per served command in ``folder``, named as the command in ``commands_dir`` (the venv's bin)."""
+    for name in console_scripts():
+        path = os.path.join(folder, name)
+        with open(path, "w") as f:
+            f.write(SHIM.format(python=sys.executable, name=name, socket_path=socket_path,
+                                command=os.path.join(commands_dir, name)))
+        os.chmod(path, 0o755)
+
+
+def serve_connection(connection, commands):
+    """In a fork per connection: run the command a shim sent, kill it if the shim goes away, send its return code."""
+    _, fds, _, _ = socket.recv_fds(connection, 1, 3)
+    request = json.loads(connection.makefile().readline())
+    pid = os.fork()
+    if pid == 0:
+        connection.close()
+        run_command(request, commands, fds)
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd, connection], [], [])
+    if pidfd not in ready:  # the shim is gone (its driver was stopped): so is the command
+        os.killpg(pid, signal.SIGKILL)
+    returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    try:
+        connection.sendall(f"{returncode}\n".encode())
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def serve_socket(socket_path):
+    """Socket mode: accept until stdin closes (the test process that started the server has ended)."""
+    commands = console_scripts()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(socket_path)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the per-connection forks are reaped by the kernel
+    print("ready", flush=True)
+    while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [])
+        if sys.stdin in ready:
+            return
+        connection, _ = listener.accept()
+        if os.fork() == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this fork waits for its command
+            listener.close()
+            serve_connection(connection, commands)
+        connection.close()
+
+
 if __name__ == "__main__":
     preload()
-    serve()
+    if sys.argv[1:2] == ["--socket"]:
+        serve_socket(sys.argv[2])
+    else:
+        serve()

@@ -148,6 +148,52 @@ class _ForkServer:
 _FORK_SERVER = _ForkServer()
 
 
+class _DriverCommands:
+    """tests/cli_forkserver.py --socket and its shims, for the benchmark drivers that start commands themselves: one
+    server per test process, started at the first driver run, ended with the test process (its stdin closes)."""
+
+    def __init__(self):
+        self.process, self.folder = None, None
+
+    def env(self):
+        """What a driver's environment needs to start its commands through the server (nothing when it is off)."""
+        if os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1":
+            return {}
+        if self.process is None or self.process.poll() is not None:
+            import tempfile
+
+            from cli_forkserver import write_shims
+
+            self.folder = tempfile.mkdtemp(prefix="forkserver-commands-")
+            socket_path = os.path.join(self.folder, "socket")
+            self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "cli_forkserver.py"),
+                                             "--socket", socket_path], cwd=ROOT, stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, env=dict(os.environ, **CHILD_ENV))
+            if self.process.stdout.readline() != b"ready\n":  # listening once it says so: no polling
+                raise RuntimeError("tests/cli_forkserver.py --socket did not start; its error is in the test's stderr")
+            write_shims(self.folder, socket_path, BIN)
+            import atexit
+
+            atexit.register(self.close)
+        return {"SPANBERT_COMMANDS_DIR": self.folder}
+
+    def close(self):
+        import shutil
+
+        self.process.stdin.close()  # the server's signal to stop accepting
+        self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_DRIVER_COMMANDS = _DriverCommands()
+
+
+def driver_env(**extra):
+    """The environment for a benchmark driver (benchmarks/*.py run as a program): the commands it starts run in
+    forks of tests/cli_forkserver.py --socket, as run_cli's do (SPANBERT_TESTS_NO_FORKSERVER=1: as new processes)."""
+    return dict(os.environ, **CHILD_ENV, **_DRIVER_COMMANDS.env(), **extra)
+
+
 def run_cli(args, timeout=600, check=True, env=None):
     """Run a console command of the venv; return the CompletedProcess. fairseq's and the plugin's commands run in a
     fork of a process that has imported them already (tests/cli_forkserver.py; SPANBERT_TESTS_NO_FORKSERVER=1

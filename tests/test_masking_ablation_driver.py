@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, needs_shared_data
+from conftest import ROOT, driver_env, needs_shared_data
 from test_finetune_recipes import imported  # noqa: F401 - module fixture reused here
 
 DRIVER = os.path.join(ROOT, "benchmarks", "masking_ablation.py")
@@ -31,7 +31,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
     results = tmp_path / "results"
     common = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--pretrain-batch", "3",
               "--tasks", "coref", "--seeds", "1", "--heldout-mlm", "--results", str(results)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = driver_env(OMP_NUM_THREADS="1")
     runs = [subprocess.Popen([*common, "--schemes", arm, "--work", str(tmp_path / f"work_{i}")], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for i, arm in enumerate(("none", "span+sbo"))]
@@ -196,7 +196,7 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
     command = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--schemes", "none", "subword",
                "--lr-grid", "1e-4", "3e-4", "--lr-grid-updates", "2", "--results", str(results),
                "--work", str(tmp_path / "work")]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = driver_env(OMP_NUM_THREADS="1")
     first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     with open(results / "lr_grid.csv", newline="") as f:

@@ -1,0 +1,30 @@
+"""tests/cli_forkserver.py --socket: a command started through its shim, as a benchmark driver starts it, gets the
+driver's arguments, working directory, environment and pipes, and its return code comes back to the driver."""
+import os
+import subprocess
+
+from conftest import driver_env
+
+
+def test_a_shim_runs_its_command_with_the_callers_arguments_pipes_and_return_code(tmp_path):
+    env = driver_env()
+    if "SPANBERT_COMMANDS_DIR" not in env:  # SPANBERT_TESTS_NO_FORKSERVER=1
+        return
+    commands = env["SPANBERT_COMMANDS_DIR"]
+    usage = subprocess.run([os.path.join(commands, "fairseq-train"), "--help"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: fairseq-train") and "Traceback" not in usage.stderr
+    # argparse's error goes to the caller's stderr, with exit 2
+    refused = subprocess.run([os.path.join(commands, "spanbert-prepare-coref"), "--train", "train.txt"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "the following arguments are required: --tokenizer-from, --destdir" in refused.stderr
+
+    # the environment is the caller's: argparse wraps its usage at the caller's COLUMNS
+    def usage_first_line(columns):
+        return subprocess.run([os.path.join(commands, "spanbert-prepare-coref"), "--help"], cwd=tmp_path,
+                              env={**env, "COLUMNS": columns}, capture_output=True, text=True,
+                              timeout=300).stdout.splitlines()[0]
+
+    assert usage_first_line("40") == "usage: spanbert-prepare-coref"
+    assert usage_first_line("200").startswith("usage: spanbert-prepare-coref [-h] [--train TRAIN]")
