@@ -3,13 +3,15 @@ driver's arguments, working directory, environment and pipes, and its return cod
 import os
 import subprocess
 
+import pytest
+
 from conftest import driver_env
 
 
 def test_a_shim_runs_its_command_with_the_callers_arguments_pipes_and_return_code(tmp_path):
     env = driver_env()
-    if "SPANBERT_COMMANDS_DIR" not in env:  # SPANBERT_TESTS_NO_FORKSERVER=1
-        return
+    if "SPANBERT_COMMANDS_DIR" not in env:
+        pytest.skip("SPANBERT_TESTS_NO_FORKSERVER=1: commands start as new processes, there is no server")
     commands = env["SPANBERT_COMMANDS_DIR"]
     usage = subprocess.run([os.path.join(commands, "fairseq-train"), "--help"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)
