@@ -6,7 +6,8 @@
 # arm's fine-tuning starts as soon as its pre-training ends.
 #
 # What it runs, from the environment (defaults: the first GPU call, at the CPU's budget and the lr grid's rates):
-#   ARMS="subword:2e-4 span:4e-4 span+sbo:4e-4"  the arms, SCHEME:PEAK_LR (the first sets nothing: none runs at 1e-4)
+#   ARMS="subword:2e-4 span:4e-4 span+sbo:4e-4"  the arms, SCHEME:PEAK_LR (an arm at another lr than the experiment's
+#                                                 1e-4 is recorded as SCHEME_lrX)
 #   UPDATES=2000 BATCH=16                         pre-training updates and sequences of 128 tokens per update
 #   BUDGET_S=500                                  every invocation stops by then; what finished is in results.tgz
 #
