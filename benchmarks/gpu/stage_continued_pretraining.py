@@ -160,7 +160,8 @@ def export(args):
 
     dev = {}
     for record in glob.glob(os.path.join(args.results, "coref_runs", "*.json")):
-        run = json.load(open(record))
+        with open(record, encoding="utf-8") as f:
+            run = json.load(f)
         arm = os.path.basename(record).split("_seed")[0]
         if arm != "none" and run.get("best_dev_conll_f1") is not None:
             dev.setdefault(arm, []).append(run["best_dev_conll_f1"])
