@@ -103,6 +103,11 @@ def pytest_runtest_setup(item):
         require_shared_data(*marker.args)
 
 
+def _forkserver_off():
+    """SPANBERT_TESTS_NO_FORKSERVER=1: every command starts as a new Python."""
+    return os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1"
+
+
 class _ForkServer:
     """The client of tests/cli_forkserver.py: one server per test process, started at its first command."""
 
@@ -111,7 +116,7 @@ class _ForkServer:
 
     def serves(self, args):
         """Whether ``args`` runs a console command of the venv that the server runs (fairseq's or the plugin's)."""
-        if os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1" or os.path.dirname(args[0]) != BIN:
+        if _forkserver_off() or os.path.dirname(args[0]) != BIN:
             return False
         if self.commands is None:
             from cli_forkserver import console_scripts
@@ -157,7 +162,7 @@ class _DriverCommands:
 
     def env(self):
         """What a driver's environment needs to start its commands through the server (nothing when it is off)."""
-        if os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1":
+        if _forkserver_off():
             return {}
         if self.process is None or self.process.poll() is not None:
             import tempfile

@@ -78,3 +78,17 @@ def test_export_brings_back_the_arm_best_on_dev_in_parts_that_join_to_its_weight
     assert back["model"]["lm_head.weight"].data_ptr() == back["model"]["encoder.weight"].data_ptr()  # once, tied
     assert torch.equal(back["model"]["step"], torch.tensor(7))
     assert sorted(os.listdir(tmp_path / "subword")) == ["model.pt", "vocab.txt"]
+
+
+def test_join_refuses_a_folder_that_exists(tmp_path, monkeypatch, capsys):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "model.pt").write_text("a user's file")
+    monkeypatch.setattr(sys, "argv", ["stage", "join", "--parts", str(tmp_path / "x.part0"), "--imported",
+                                      str(tmp_path), "--to", str(tmp_path / "taken")])
+    try:
+        stage.main()
+    except SystemExit as stop:
+        assert "exists; expected a new folder" in str(stop.code)
+    else:
+        raise AssertionError("join wrote into an existing folder")
+    assert (tmp_path / "taken" / "model.pt").read_text() == "a user's file"

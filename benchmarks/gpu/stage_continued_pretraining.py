@@ -192,7 +192,9 @@ def export(args):
 
 def join(args):
     """An exported arm's parts as a folder to fine-tune from: model.pt and the imported encoder's other files."""
-    os.makedirs(args.to, exist_ok=False)
+    if os.path.exists(args.to):
+        sys.exit(f"stage join: --to {args.to} exists; expected a new folder (nothing is overwritten)")
+    os.makedirs(args.to)
     packed = os.path.join(args.to, "encoder.packed")
     with open(packed, "wb") as out:
         for part in sorted(args.parts, key=lambda path: int(path.rsplit(".part", 1)[1])):
