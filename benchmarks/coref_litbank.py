@@ -19,6 +19,8 @@ gets ``results.csv`` (one row per run), ``folds.csv`` (per fold, mean over
 seeds), ``summary.md`` (mean ± sd over folds beside the published figures),
 ``commands.txt`` (every command behind every row), ``runs.jsonl`` (each run's record: its dev CoNLL F1 per epoch
 and per singleton threshold too) and ``folds.png``.
+``--paired-with OUT`` adds, in ``paired.csv`` and ``summary.md``, this run minus another run of the command (its
+``--out``), paired by fold and seed, with the 95% interval and a TOST against ``--equivalence-margin``.
 ``--train-docs N`` keeps the first N training documents, ``--eval-docs N`` the first N dev and test documents
 (smoke tests).
 """
@@ -35,6 +37,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paired_stats import interval_text, paired_difference  # noqa: E402
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 LITBANK = os.path.join(os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data"), "litbank")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
@@ -273,6 +277,39 @@ def summary(results, folds):
     return "\n".join(lines) + "\n"
 
 
+PAIRED_METRICS = ("test_conll_f1", "test_conll_f1_dev_threshold")
+
+
+def paired_with(results, baseline_csv, margin):
+    """Each of ``PAIRED_METRICS`` minus the same fold, arm and seed in another run of this command (its results.csv):
+    the paired mean, its 95% interval and a TOST p against +-``margin``, over the pairs both hold."""
+    with open(baseline_csv, newline="") as f:
+        baseline = {(int(r["fold"]), r["arm"], int(r["seed"])): r for r in csv.DictReader(f)}
+    rows = []
+    for metric in PAIRED_METRICS:
+        pairs = [(r, baseline[key]) for r in results
+                 if (key := (int(r["fold"]), r["arm"], int(r["seed"]))) in baseline
+                 and r.get(metric) not in (None, "") and baseline[key].get(metric) not in (None, "")]
+        if not pairs:
+            continue
+        stats = paired_difference([float(r[metric]) - float(b[metric]) for r, b in pairs], margin)
+        rows.append({"metric": metric, "pairs": " ".join(f"{r['fold']}/{r['seed']}" for r, _ in pairs),
+                     "mean": stats["mean"], "low": stats["low"], "high": stats["high"], "tost_p": stats["tost_p"],
+                     "margin": margin})
+    return rows
+
+
+def paired_text(rows, baseline):
+    lines = ["", f"Paired with `{baseline}` (this run minus it, same fold and seed; pairs as fold/seed; TOST: equal "
+             f"within the margin when p < 0.05):", "",
+             "| metric | pairs | mean difference | 95% interval | TOST p | margin |", "| --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        tost = "–" if row["tost_p"] is None else f"{row['tost_p']:.3f}"
+        lines.append(f"| {row['metric']} | {row['pairs']} | {row['mean']:+.2f} | {interval_text(row)} | {tost} | "
+                     f"±{row['margin']:g} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(folds, path):
     import logging
 
@@ -322,9 +359,16 @@ def main():
     parser.add_argument("--override", nargs="*", default=[], help="hydra overrides appended to every fine-tuning run")
     parser.add_argument("--litbank", default=LITBANK)
     parser.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "out", "coref_work"))
+    parser.add_argument("--paired-with", metavar="OUT",
+                        help="another --out of this command (e.g. the encoder as it came): paired differences by fold "
+                        "and seed in paired.csv and summary.md")
+    parser.add_argument("--equivalence-margin", type=float, default=2.7,
+                        help="margin of the TOST in the paired differences (default 2.7, SpanBERT's SBO gain)")
     args = parser.parse_args()
     if not re.fullmatch(r"[0-9,\-]+", args.folds):
-        parser.error(f"--folds {args.folds!r}: expected folds such as 0-9 or 0,3")
+        sys.exit(f"coref_litbank: --folds {args.folds!r}: expected folds such as 0-9 or 0,3")
+    if args.paired_with and not os.path.isfile(os.path.join(args.paired_with, "results.csv")):
+        sys.exit(f"coref_litbank: --paired-with {args.paired_with}: expected a folder with this command's results.csv")
     os.makedirs(os.path.join(args.work, "runs"), exist_ok=True)
     sizes, tokenizer_from = checkpoint_settings(args.checkpoint)
     invocation = shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
@@ -348,8 +392,16 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(folds[0]))
         writer.writeheader()
         writer.writerows(folds)
+    text = summary(results, folds)
+    if args.paired_with:
+        paired = paired_with(results, os.path.join(args.paired_with, "results.csv"), args.equivalence_margin)
+        with open(os.path.join(args.out, "paired.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["metric", "pairs", "mean", "low", "high", "tost_p", "margin"])
+            writer.writeheader()
+            writer.writerows(paired)
+        text += paired_text(paired, os.path.relpath(args.paired_with, ROOT))
     with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(summary(results, folds))
+        f.write(text)
     with open(os.path.join(args.out, "runs.jsonl"), "w") as f:  # with each run's dev curves (commands.txt: commands)
         f.writelines(json.dumps({k: v for k, v in r.items() if k != "commands"}) + "\n" for r in results)
     with open(os.path.join(args.out, "commands.txt"), "w") as f:
@@ -357,7 +409,7 @@ def main():
         for r in results:
             f.write(f"# fold {r['fold']}, {r['arm']}, seed {r['seed']}\n" + "".join(f"{c}\n" for c in r["commands"]))
     plot(folds, os.path.join(args.out, "folds.png"))
-    print(summary(results, folds))
+    print(text)
     return 0
 
 
