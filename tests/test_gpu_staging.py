@@ -92,3 +92,40 @@ def test_join_refuses_a_folder_that_exists(tmp_path, monkeypatch, capsys):
     else:
         raise AssertionError("join wrote into an existing folder")
     assert (tmp_path / "taken" / "model.pt").read_text() == "a user's file"
+
+
+def test_litbank_only_stage_carries_every_fold_and_unpacks_without_a_corpus(tmp_path, monkeypatch):
+    """pack without --work stages an encoder and LitBank for fine-tuning only (benchmarks/gpu/litbank.sh): every
+    fold's lists and the documents they name, the novels as empty names, no pre-training corpus; unpack rebuilds it."""
+    litbank = tmp_path / "shared" / "litbank"
+    (litbank / "novels").mkdir(parents=True)
+    (litbank / "novels" / "11_alice.txt").write_text("Alice was beginning to get very tired.")
+    (litbank / "coref").mkdir()
+    for document in ("11_a", "12_b", "13_c"):
+        (litbank / "coref" / f"{document}.conll").write_text(f"#begin document ({document}); part 0\n#end document\n")
+    for fold, (train, dev, test) in enumerate([("11_a", "12_b", "13_c"), ("12_b", "13_c", "11_a")]):
+        (litbank / "splits" / f"fold{fold}").mkdir(parents=True)
+        for split, document in (("train", train), ("dev", dev), ("test", test)):
+            (litbank / "splits" / f"fold{fold}" / f"{split}.txt").write_text(f"../../coref/{document}.conll\n")
+    encoder = tmp_path / "encoder"
+    encoder.mkdir()
+    torch.save({"model": {"w": torch.full((4, 4), 0.1)}}, encoder / "model.pt")
+    (encoder / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    stage_dir = tmp_path / "stage"
+    monkeypatch.setattr(sys, "argv", ["stage", "pack", "--imported", str(encoder), "--shared",
+                                      str(tmp_path / "shared"), "--stage", str(stage_dir)])
+    stage.main()
+    assert sorted(os.listdir(stage_dir)) == ["imported.xz", "imported_files.tar", "litbank.tar.xz", "whl"]
+    monkeypatch.setattr(sys, "argv", ["stage", "unpack", "--stage", str(stage_dir), "--to", str(tmp_path / "to")])
+    stage.main()
+    back = tmp_path / "to" / "shared" / "litbank"
+    for fold in ("fold0", "fold1"):
+        for split in ("train", "dev", "test"):
+            assert (back / "splits" / fold / f"{split}.txt").read_text() == \
+                (litbank / "splits" / fold / f"{split}.txt").read_text()
+    assert sorted(os.listdir(back / "coref")) == ["11_a.conll", "12_b.conll", "13_c.conll"]
+    assert (back / "novels" / "11_alice.txt").read_text() == ""
+    assert not (tmp_path / "to" / "corpus").exists()
+    assert (tmp_path / "to" / "imported" / "vocab.txt").read_text() == "[PAD]\n[UNK]\n"
+    assert torch.equal(torch.load(tmp_path / "to" / "imported" / "model.pt", weights_only=True)["model"]["w"],
+                       torch.full((4, 4), 0.1).half().float())

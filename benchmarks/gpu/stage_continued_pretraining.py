@@ -7,13 +7,14 @@
   of 94; tied weights stay tied), bytes grouped high/low before xz; the folder's small files beside it;
 * ``corpus.tar.xz``: masking_ablation's prepared pre-training corpus and held-out text (``--work`` of a run of
   ``benchmarks/masking_ablation.py --from-model ... --heldout-mlm --seeds``, which prepares them and trains nothing);
-* ``litbank.tar.xz``: LitBank's fold lists and the fold's coreference files. The novels are not carried (the corpus
+* ``litbank.tar.xz``: LitBank's fold lists (all ten) and the coreference files they name. The novels are not carried (the corpus
   is prepared): their names are, as empty files, because the driver lists them to know which novels it used;
 * ``whl/``: fairseq-fixed built for the machine's Python without its torch extensions (the plugin uses none of
   them, so the wheel does not depend on the machine's torch), and the pure-Python packages the machine lacks.
 
 ``unpack`` rebuilds them under ``--to``: ``imported/`` (model.pt in float32, the rounded values), ``corpus/`` and
-``shared/litbank/``.
+``shared/litbank/``. Without ``--work``, ``pack`` leaves the corpus out: a stage for LitBank fine-tuning only
+(``benchmarks/gpu/litbank.sh``), which also takes a folder ``join`` made in place of the imported encoder.
 
 ``export`` (on the GPU machine, after the grid) brings one pre-trained arm back for longer fine-tuning elsewhere: the
 arm with the highest mean LitBank dev CoNLL F1 over its seeds, its weights in float16 without the optimizer state,
@@ -115,19 +116,20 @@ def pack(args):
     pack_model(os.path.join(args.imported, "model.pt"), os.path.join(args.stage, "imported.xz"))
     with tarfile.open(os.path.join(args.stage, "imported_files.tar"), "w") as tar:
         add_folder(tar, args.imported, "imported", skip={"model.pt"})
-    with tarfile.open(os.path.join(args.stage, "corpus.tar.xz"), "w:xz") as tar:
-        for name in ("pretrain_data", "heldout_data", "heldout_text"):
-            add_folder(tar, os.path.join(args.work, name), f"corpus/{name}")
+    if args.work:  # without it the stage is for LitBank fine-tuning only (benchmarks/gpu/litbank.sh)
+        with tarfile.open(os.path.join(args.stage, "corpus.tar.xz"), "w:xz") as tar:
+            for name in ("pretrain_data", "heldout_data", "heldout_text"):
+                add_folder(tar, os.path.join(args.work, name), f"corpus/{name}")
     litbank = os.path.join(args.shared, "litbank")
-    fold = os.path.join(litbank, "splits", f"fold{args.fold}")
-    documents = []
-    for split in ("train", "dev", "test"):
-        with open(os.path.join(fold, f"{split}.txt"), encoding="utf-8") as f:
-            documents += [line.strip() for line in f if line.strip()]
+    splits = os.path.join(litbank, "splits")
+    documents = set()  # every fold's lists, and the documents they name (relative to the fold's folder)
+    for fold in sorted(os.listdir(splits)):
+        for split in ("train", "dev", "test"):
+            with open(os.path.join(splits, fold, f"{split}.txt"), encoding="utf-8") as f:
+                documents.update(os.path.normpath(os.path.join(splits, fold, line.strip())) for line in f if line.strip())
     with tarfile.open(os.path.join(args.stage, "litbank.tar.xz"), "w:xz") as tar:
-        tar.add(fold, arcname=f"litbank/splits/fold{args.fold}")
-        for document in documents:  # the lists name files relative to the fold's folder
-            path = os.path.normpath(os.path.join(fold, document))
+        tar.add(splits, arcname="litbank/splits")
+        for path in sorted(documents):
             tar.add(path, arcname="litbank/" + os.path.relpath(path, litbank))
         for novel in sorted(os.listdir(os.path.join(litbank, "novels"))):
             info = tarfile.TarInfo(f"litbank/novels/{novel}")
@@ -146,11 +148,13 @@ def pack(args):
 def unpack(args):
     os.makedirs(args.to, exist_ok=True)
     for archive in ("imported_files.tar", "corpus.tar.xz", "litbank.tar.xz"):
+        if archive == "corpus.tar.xz" and not os.path.exists(os.path.join(args.stage, archive)):
+            continue  # a stage for LitBank fine-tuning only
         with tarfile.open(os.path.join(args.stage, archive)) as tar:
             tar.extractall(os.path.join(args.to, "shared") if archive.startswith("litbank") else args.to,
                            filter="data")
     unpack_model(os.path.join(args.stage, "imported.xz"), os.path.join(args.to, "imported", "model.pt"))
-    print(f"unpacked into {args.to}: imported/, corpus/, shared/litbank/", flush=True)
+    print(f"unpacked into {args.to}: {', '.join(sorted(os.listdir(args.to)))}", flush=True)
 
 
 def export(args):
@@ -212,10 +216,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pack")
-    p.add_argument("--imported", required=True, help="spanbert-import-hf folder of all-MiniLM-L6-v2")
-    p.add_argument("--work", required=True, help="masking_ablation --work folder with the prepared corpus")
+    p.add_argument("--imported", required=True, help="spanbert-import-hf folder of all-MiniLM-L6-v2 (or any folder "
+                   "of a spanbert model.pt and its vocabulary files, such as one stage join made)")
+    p.add_argument("--work", help="masking_ablation --work folder with the prepared corpus (leave it out for a stage "
+                   "that only fine-tunes on LitBank)")
     p.add_argument("--shared", default=os.environ.get("SPANBERT_SHARED_DATA", "../shared/data"))
-    p.add_argument("--fold", type=int, default=0)
     p.add_argument("--wheels", nargs="*", default=[], help="wheels for the machine's Python")
     p.add_argument("--stage", default=".gpu/cp")
     u = sub.add_parser("unpack")
