@@ -3,20 +3,17 @@ process that has already imported torch, fairseq and the plugin.
 
 Starting Python and importing those takes about 6 s on this project's 2-core machines, and the suite starts a few
 hundred commands: most of its time. Each command still runs in a process of its own, a fresh fork of the server
-(which never runs anything itself), with its own environment, working directory, arguments and output files, and
-exits as a console script does (``sys.exit(main())``, then the interpreter's normal shutdown). What a fork does not
-give afresh is whatever the environment decides at import time (torch's thread count is set from OMP_NUM_THREADS
-again in the child).
+(which never runs anything itself), with its own environment, working directory, arguments and pipes, and exits as
+a console script does (``sys.exit(main())``, then the interpreter's normal shutdown). What a fork does not give
+afresh is whatever the environment decides at import time (torch's thread count is set from OMP_NUM_THREADS again in
+the child).
 
-Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout", "stderr", "timeout"}``
-on the server's stdin, the server answers ``{"returncode"}``, or ``{"timeout": true}`` when it killed the command.
-
-``--socket PATH`` serves commands that other programs start (the benchmark drivers): the server listens on a Unix
-socket and writes, into a folder, one small script per command (``write_shims``). A driver pointed at that folder
-(``SPANBERT_COMMANDS_DIR``) runs the script as it would run the command; the script hands the server its
-arguments, environment, working directory and stdout/stderr, and exits as the command did. Each connection is served
-by a fork of its own, so commands of drivers running side by side run side by side; a command whose script goes away
-(a driver killed at its timeout) is killed with its process group.
+``cli_forkserver.py --socket PATH``: the server listens on a Unix socket and writes, into a folder, one small script
+per command (``write_shims``). The tests' ``run_cli`` runs a command's script instead of the command, and a benchmark
+driver pointed at the folder (``SPANBERT_COMMANDS_DIR``) does the same; the script hands the server its arguments,
+environment, working directory and stdin/stdout/stderr, and exits as the command did. Each connection is served by a
+fork of its own, so commands started side by side run side by side; a command whose script goes away (killed at a
+timeout) is killed with its process group. The server stops when its stdin closes (the test process has ended).
 """
 import json
 import logging
@@ -31,7 +28,7 @@ SERVED_MODULES = ("fairseq_cli.", "spanbert_plugin.")
 
 
 def console_scripts():
-    """{command name: entry point} for the commands this server runs (the client asks it which those are)."""
+    """{command name: entry point} for the commands this server runs (it writes a shim for each)."""
     return {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith(SERVED_MODULES)}
 
 
@@ -50,30 +47,13 @@ def preload():
     logging.getLogger().setLevel(logging.WARNING)
 
 
-def wait(pid, timeout):
-    """The command's return code as subprocess gives it (negative: killed by that signal), or None after ``timeout``
-    seconds, when its whole process group is killed."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        ready, _, _ = select.select([pidfd], [], [], timeout)
-        if not ready:
-            os.killpg(pid, signal.SIGKILL)
-        status = os.waitpid(pid, 0)[1]
-    finally:
-        os.close(pidfd)
-    return os.waitstatus_to_exitcode(status) if ready else None
-
-
-def run_command(request, commands, fds=None):
-    """In the forked child: become the command, then leave through sys.exit as its console script would. Its stdin,
-    stdout and stderr are ``fds`` (socket mode), or /dev/null and the request's two files."""
+def run_command(request, commands, fds):
+    """In the forked child: become the command, then leave through sys.exit as its console script would, with the
+    shim's stdin, stdout and stderr (``fds``)."""
     os.setsid()  # its own process group, so that a timeout kills its data-loader workers too
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if fds is None:
-        fds = [os.open(os.devnull, os.O_RDONLY),
-               *(os.open(request[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for key in ("stdout", "stderr"))]
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     if os.environ.get("OMP_NUM_THREADS"):
@@ -82,21 +62,6 @@ def run_command(request, commands, fds=None):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     sys.argv = list(request["argv"])
     sys.exit(commands[os.path.basename(sys.argv[0])].load()())
-
-
-def serve():
-    commands = console_scripts()
-    answers = os.dup(1)
-    os.dup2(2, 1)  # anything printed by the server itself goes to stderr, never into an answer
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            os.close(answers)
-            run_command(request, commands)
-        returncode = wait(pid, request["timeout"])
-        answer = {"timeout": True} if returncode is None else {"returncode": returncode}
-        os.write(answers, (json.dumps(answer) + "\n").encode())
 
 
 SHIM = """#!{python} -SE
@@ -148,7 +113,7 @@ def serve_connection(connection, commands):
 
 
 def serve_socket(socket_path):
-    """Socket mode: accept until stdin closes (the test process that started the server has ended)."""
+    """Accept until stdin closes (the test process that started the server has ended)."""
     commands = console_scripts()
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(socket_path)
@@ -168,8 +133,7 @@ def serve_socket(socket_path):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] != ["--socket"] or len(sys.argv) != 3:
+        sys.exit("usage: cli_forkserver.py --socket PATH")
     preload()
-    if sys.argv[1:2] == ["--socket"]:
-        serve_socket(sys.argv[2])
-    else:
-        serve()
+    serve_socket(sys.argv[2])

@@ -108,62 +108,17 @@ def _forkserver_off():
     return os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1"
 
 
-class _ForkServer:
-    """The client of tests/cli_forkserver.py: one server per test process, started at its first command."""
-
-    def __init__(self):
-        self.process, self.commands = None, None
-
-    def serves(self, args):
-        """Whether ``args`` runs a console command of the venv that the server runs (fairseq's or the plugin's)."""
-        if _forkserver_off() or os.path.dirname(args[0]) != BIN:
-            return False
-        if self.commands is None:
-            from cli_forkserver import console_scripts
-
-            self.commands = set(console_scripts())
-        return os.path.basename(args[0]) in self.commands
-
-    def run(self, args, env, timeout):
-        import json
-        import tempfile
-
-        if self.process is None or self.process.poll() is not None:
-            self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "cli_forkserver.py")],
-                                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            env=dict(os.environ, **CHILD_ENV))
-        with tempfile.TemporaryDirectory(prefix="forkserver-") as outputs:
-            stdout, stderr = os.path.join(outputs, "stdout"), os.path.join(outputs, "stderr")
-            request = {"argv": [str(a) for a in args], "env": env, "cwd": ROOT, "stdout": stdout,
-                       "stderr": stderr, "timeout": timeout}
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
-            answer = self.process.stdout.readline()
-            if not answer:
-                raise RuntimeError("tests/cli_forkserver.py stopped; its error is in the test's stderr")
-            answer = json.loads(answer)
-            with open(stdout, encoding="utf-8", errors="replace") as f, \
-                    open(stderr, encoding="utf-8", errors="replace") as g:
-                out, err = f.read(), g.read()
-        if answer.get("timeout"):
-            raise subprocess.TimeoutExpired(args, timeout, out, err)
-        return subprocess.CompletedProcess(args, answer["returncode"], out, err)
-
-
-_FORK_SERVER = _ForkServer()
-
-
-class _DriverCommands:
-    """tests/cli_forkserver.py --socket and its shims, for the benchmark drivers that start commands themselves: one
-    server per test process, started at the first driver run, ended with the test process (its stdin closes)."""
+class _CommandServer:
+    """tests/cli_forkserver.py --socket and its shims: one server per test process, started at its first command,
+    ended with the test process (its stdin closes). run_cli and the benchmark drivers start commands through them."""
 
     def __init__(self):
         self.process, self.folder = None, None
 
-    def env(self):
-        """What a driver's environment needs to start its commands through the server (nothing when it is off)."""
+    def shims(self):
+        """The folder of shims, one per command the server runs (None when it is off)."""
         if _forkserver_off():
-            return {}
+            return None
         if self.process is None or self.process.poll() is not None:
             import tempfile
 
@@ -180,7 +135,15 @@ class _DriverCommands:
             import atexit
 
             atexit.register(self.close)
-        return {"SPANBERT_COMMANDS_DIR": self.folder}
+        return self.folder
+
+    def shim(self, command):
+        """The shim that runs ``command`` (a path in the venv's bin), or None: the server is off or does not run it
+        (only fairseq's and the plugin's commands)."""
+        if os.path.dirname(command) != BIN or self.shims() is None:
+            return None
+        path = os.path.join(self.folder, os.path.basename(command))
+        return path if os.path.exists(path) else None
 
     def close(self):
         import shutil
@@ -190,24 +153,26 @@ class _DriverCommands:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-_DRIVER_COMMANDS = _DriverCommands()
+_COMMANDS = _CommandServer()
 
 
 def driver_env(**extra):
     """The environment for a benchmark driver (benchmarks/*.py run as a program): the commands it starts run in
     forks of tests/cli_forkserver.py --socket, as run_cli's do (SPANBERT_TESTS_NO_FORKSERVER=1: as new processes)."""
-    return dict(os.environ, **CHILD_ENV, **_DRIVER_COMMANDS.env(), **extra)
+    shims = _COMMANDS.shims()
+    return dict(os.environ, **CHILD_ENV, **({"SPANBERT_COMMANDS_DIR": shims} if shims else {}), **extra)
 
 
 def run_cli(args, timeout=600, check=True, env=None):
     """Run a console command of the venv; return the CompletedProcess. fairseq's and the plugin's commands run in a
-    fork of a process that has imported them already (tests/cli_forkserver.py; SPANBERT_TESTS_NO_FORKSERVER=1
-    starts each as a new process instead)."""
-    full_env = dict(os.environ, **CHILD_ENV, **(env or {}))
-    if _FORK_SERVER.serves(args):
-        proc = _FORK_SERVER.run(args, full_env, timeout)
-    else:
-        proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
+    fork of a process that has imported them already, through its shim (tests/cli_forkserver.py;
+    SPANBERT_TESTS_NO_FORKSERVER=1 starts each as a new process instead). At the timeout the shim is killed, and the
+    server kills the command with it."""
+    args = [str(a) for a in args]
+    shim = _COMMANDS.shim(args[0])
+    proc = subprocess.run([shim, *args[1:]] if shim else args, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, **CHILD_ENV, **(env or {})))
+    proc.args = args
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
