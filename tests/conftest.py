@@ -140,9 +140,9 @@ class _CommandServer:
     def shim(self, command):
         """The shim that runs ``command`` (a path in the venv's bin), or None: the server is off or does not run it
         (only fairseq's and the plugin's commands)."""
-        if os.path.dirname(command) != BIN or self.shims() is None:
+        if os.path.dirname(command) != BIN or (folder := self.shims()) is None:
             return None
-        path = os.path.join(self.folder, os.path.basename(command))
+        path = os.path.join(folder, os.path.basename(command))
         return path if os.path.exists(path) else None
 
     def close(self):

@@ -4,6 +4,7 @@ unchanged."""
 import os
 import sys
 
+import pytest
 import torch
 
 from conftest import ROOT
@@ -85,12 +86,8 @@ def test_join_refuses_a_folder_that_exists(tmp_path, monkeypatch, capsys):
     (tmp_path / "taken" / "model.pt").write_text("a user's file")
     monkeypatch.setattr(sys, "argv", ["stage", "join", "--parts", str(tmp_path / "x.part0"), "--imported",
                                       str(tmp_path), "--to", str(tmp_path / "taken")])
-    try:
+    with pytest.raises(SystemExit, match="exists; expected a new folder"):
         stage.main()
-    except SystemExit as stop:
-        assert "exists; expected a new folder" in str(stop.code)
-    else:
-        raise AssertionError("join wrote into an existing folder")
     assert (tmp_path / "taken" / "model.pt").read_text() == "a user's file"
 
 
