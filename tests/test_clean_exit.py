@@ -106,3 +106,34 @@ def test_forked_children_do_not_finalise_the_parents_data_loaders(tmp_path):
         outputs[mode] = proc.stderr
     assert "can only test a child process" in outputs["bare"]  # the mechanism, reproduced
     assert outputs["plugin"] == "", outputs["plugin"]
+
+
+PERSISTENT_WORKERS_LEFT_AT_EXIT = '''
+import sys
+import torch
+if sys.argv[1] == "plugin":
+    import spanbert_plugin.registry
+from torch.utils.data import DataLoader
+
+loader = DataLoader([torch.arange(8) for _ in range(16)], batch_size=4, num_workers=2, persistent_workers=True)
+for batch in loader:  # each worker sends tensors, through a socket in its own pymp-* folder
+    pass
+# the loader and its idle workers live until the end, as fairseq's epoch iterators keep theirs
+'''
+
+
+def test_data_loading_workers_leave_no_temporary_folders(tmp_path):
+    """Without the plugin both workers are killed at exit and leave their pymp-* folders; with it, none is left."""
+    script = tmp_path / "workers.py"
+    script.write_text(PERSISTENT_WORKERS_LEFT_AT_EXIT)
+    left = {}
+    for mode in ("bare", "plugin"):
+        temporary = tmp_path / mode
+        temporary.mkdir()
+        proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=120,
+                              cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(temporary)))
+        assert proc.returncode == 0, proc.stderr
+        assert "Warning" not in proc.stderr, proc.stderr
+        left[mode] = sorted(p.name for p in temporary.iterdir())
+    assert len(left["bare"]) == 2 and all(name.startswith("pymp-") for name in left["bare"])  # the mechanism
+    assert left["plugin"] == []

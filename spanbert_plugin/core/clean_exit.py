@@ -1,5 +1,5 @@
-"""Stop fairseq's batch-prefetching threads before Python finalises, so a finished run exits 0; keep forked
-children from finalising their parent's data loaders.
+"""Stop fairseq's batch-prefetching threads and data-loading workers before Python finalises, so a finished run
+exits 0 and leaves no temporary folders; keep forked children from finalising their parent's data loaders.
 
 fairseq's ``BufferedIterator`` loads batches on a daemon thread. When training stops mid-epoch (``--max-update``),
 that thread is still loading; if it frees a tensor while the interpreter finalises, torch's destructor cannot take
@@ -40,6 +40,23 @@ def stop_background_consumers(wait_seconds: float = _EXIT_WAIT_SECONDS) -> None:
             thread.join(0.05)
 
 
+def shut_down_data_loader_workers() -> None:
+    """Let the workers of every live multiprocessing DataLoader iterator exit on their own, while the queues that
+    tell them to are intact.
+
+    fairseq keeps its epoch iterators' DataLoaders, and with them their persistent workers, until the process ends.
+    Left to the interpreter's end, each worker is killed before it can remove its ``pymp-*`` folder from the
+    temporary directory (a worker that sends a tensor opens a socket there): every run left one per worker.
+    """
+    dataloader = sys.modules.get("torch.utils.data.dataloader")
+    if dataloader is None:
+        return
+    iterator_class = dataloader._MultiProcessingDataLoaderIter
+    # type(), not isinstance(): isinstance reads __class__, which some torch module proxies answer with a warning
+    for iterator in [o for o in gc.get_objects() if issubclass(type(o), iterator_class)]:
+        iterator._shutdown_workers()
+
+
 def _drain(batches: queue.Queue) -> None:
     try:
         while True:
@@ -51,10 +68,16 @@ def _drain(batches: queue.Queue) -> None:
 _FORK_HOOK = []  # os.register_at_fork cannot be undone: registered once per process
 
 
+def at_exit() -> None:
+    """Prefetch threads first: one may be waiting for a batch from a worker."""
+    stop_background_consumers()
+    shut_down_data_loader_workers()
+
+
 def install() -> None:
-    """Run :func:`stop_background_consumers` at exit, and freeze inherited objects in forked children (once per process)."""
-    atexit.unregister(stop_background_consumers)
-    atexit.register(stop_background_consumers)
+    """Run :func:`at_exit` at exit, and freeze inherited objects in forked children (once per process)."""
+    atexit.unregister(at_exit)
+    atexit.register(at_exit)
     if not _FORK_HOOK:
         os.register_at_fork(after_in_child=gc.freeze)
         _FORK_HOOK.append(gc.freeze)
