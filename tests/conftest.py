@@ -103,6 +103,23 @@ def pytest_runtest_setup(item):
         require_shared_data(*marker.args)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temporary_directory_of_the_session(tmp_path_factory):
+    """Temporary files of the tests and of every command they start (TMPDIR) go under pytest's own temporary
+    folder, which pytest rotates, rather than into /tmp."""
+    import tempfile
+
+    folder = str(tmp_path_factory.mktemp("tmpdir"))
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    yield folder
+    if before[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before[0]
+    tempfile.tempdir = before[1]
+
+
 def _forkserver_off():
     """SPANBERT_TESTS_NO_FORKSERVER=1: every command starts as a new Python."""
     return os.environ.get("SPANBERT_TESTS_NO_FORKSERVER") == "1"
