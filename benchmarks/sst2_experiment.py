@@ -3,7 +3,12 @@
 
 Both arms use the checkpoint's encoder size and tokenizer (the data folder it
 was pre-trained on), the same slice of SST-2 train, the full dev set (872) and
-the same hyper-parameters; only ``--finetune-from-model`` differs. Every run
+the same hyper-parameters; only ``--finetune-from-model`` differs. With
+``--lr-grid``, each arm instead gets the learning rate of the grid that scores
+best on the last ``--heldout`` rows of the training slice (one run per lr with
+the first seed, trained on the other rows), as a practitioner would tune a
+pre-trained model and a randomly initialised one separately; dev is not used
+to choose. Every run
 records the dev accuracy after each epoch, and the accuracy of its final model
 on the training slice (``spanbert-predict-classification --split train``), so
 the train-dev gap is measured on one model.
@@ -91,17 +96,22 @@ def run_logged(command, log):
     return proc.stdout + proc.stderr
 
 
-def prepare_glue(work, task, tokenizer_folder, train_size, max_seq_length, log):
-    """Prepared folder of GLUE ``task``: the first ``train_size`` training rows (all when 0) and the full dev set."""
-    name = f"{task}_{train_size or 'all'}_{max_seq_length}"
+def prepare_glue(work, task, tokenizer_folder, train_size, max_seq_length, log, heldout=0):
+    """Prepared folder of GLUE ``task``: the first ``train_size`` training rows (all when 0) and the full dev set;
+    with ``heldout`` N, the last N of those rows become the validation split and train keeps the others."""
+    name = f"{task}_{train_size or 'all'}_{max_seq_length}" + (f"_heldout{heldout}" if heldout else "")
     folder = os.path.join(work, "data", name)
     source = os.path.join(GLUE, task)
-    train = os.path.join(source, "train.tsv")
+    train, valid = os.path.join(source, "train.tsv"), os.path.join(source, "dev.tsv")
     if train_size:
-        log.append(f"head -n {train_size + 1} {train} > {os.path.join(work, 'data', name + '.train.tsv')}")
+        log.append(f"head -n {train_size - heldout + 1} {train} > {os.path.join(work, 'data', name + '.train.tsv')}")
+        if heldout:
+            log.append(f"(head -n 1 {train}; head -n {train_size + 1} {train} | tail -n {heldout}) > "
+                       f"{os.path.join(work, 'data', name + '.valid.tsv')}")
+            valid = os.path.join(work, "data", f"{name}.valid.tsv")
         train = os.path.join(work, "data", f"{name}.train.tsv")
     command = [os.path.join(BIN, "spanbert-prepare-classification"), "--train", train,
-               "--valid", os.path.join(source, "dev.tsv"), "--tokenizer-from", tokenizer_folder, "--destdir", folder,
+               "--valid", valid, "--tokenizer-from", tokenizer_folder, "--destdir", folder,
                *GLUE_COLUMNS[task], "--max-seq-length", str(max_seq_length)]
     if os.path.isfile(os.path.join(folder, "classification.json")):
         log.append(shlex.join(command))
@@ -113,7 +123,10 @@ def prepare_glue(work, task, tokenizer_folder, train_size, max_seq_length, log):
             sys.exit(f"--train-size {train_size}: {source}/train.tsv has only {len(lines) - 1} rows")
         os.makedirs(os.path.dirname(train), exist_ok=True)
         with open(train, "w", encoding="utf-8") as f:
-            f.writelines(lines[: train_size + 1])  # header and the first rows (the file is shuffled)
+            f.writelines(lines[: train_size - heldout + 1])  # header and the first rows (the file is shuffled)
+        if heldout:
+            with open(valid, "w", encoding="utf-8") as f:
+                f.writelines([lines[0], *lines[train_size - heldout + 1: train_size + 1]])
     run_logged(command, log)
     return folder
 
@@ -347,29 +360,77 @@ def save_figure(plt, figure, path):
     plt.close(figure)
 
 
+def choose_learning_rates(args, settings, arch, tokenizer_folder, log):
+    """{arm: lr}: for each arm, the lr of ``--lr-grid`` whose run (the first seed, trained on the training slice
+    without its last ``--heldout`` rows) scores best on those rows; and one row per grid run."""
+    from dataclasses import replace
+
+    data = prepare_glue(args.work, "SST-2", tokenizer_folder, args.train_size, args.max_seq_length, log,
+                        heldout=args.heldout)
+    seed, examples = int(args.seeds.split(",")[0]), args.train_size - args.heldout
+    chosen, grid_rows = {}, []
+    for init in ARMS:
+        scores = {}
+        for lr in args.lr_grid:
+            name = f"SST-2_heldout{args.heldout}_{init}_lr{lr:g}_{seed}"
+            command = train_command(data, arch, args.checkpoint if init == "pretrained" else None, seed,
+                                    replace(settings, lr=lr), examples, os.path.join(args.work, "checkpoints", name))
+            scores[lr] = finetune_run(args.work, name, command, log)["dev_accuracy"]
+            grid_rows.append({"init": init, "lr": lr, "seed": seed, "heldout_accuracy": round(scores[lr], 2)})
+            print(json.dumps(grid_rows[-1]), flush=True)
+        chosen[init] = max(args.lr_grid, key=lambda lr: (scores[lr], -lr))  # a tie goes to the smaller lr
+    return chosen, grid_rows
+
+
+def parse_lr_grid(text):
+    try:
+        grid = [float(v) for v in text.split(",")]
+    except ValueError:
+        grid = []
+    if not grid or any(lr <= 0 for lr in grid):
+        sys.exit(f"--lr-grid {text}: expected comma-separated positive learning rates, e.g. 1e-4,3e-4,1e-3")
+    return grid
+
+
 def main():
+    from dataclasses import replace
+
     parser = experiment_parser(__doc__, os.path.join(ROOT, "benchmarks", "sst2", "demo_1200"))
     parser.add_argument("--train-size", type=int, default=2000, help="first N sentences of SST-2 train")
+    parser.add_argument("--lr-grid", type=parse_lr_grid, default=None,
+                        help="choose each arm's lr among these (comma-separated) on --heldout training rows, "
+                             "instead of --lr for both")
+    parser.add_argument("--heldout", type=int, default=5000,
+                        help="with --lr-grid: the last N rows of the training slice score the grid (never dev)")
     args = parser.parse_args()
+    if args.lr_grid and not 0 < args.heldout < args.train_size:
+        parser.error(f"--heldout {args.heldout}: expected between 0 and --train-size ({args.train_size}), exclusive")
     check_inputs(args, ["SST-2"])
     settings = settings_from(args)
     log = []
     arch, tokenizer_folder = checkpoint_model(args.checkpoint)
+    lrs, grid_rows = ({init: settings.lr for init in ARMS}, [])
+    if args.lr_grid:
+        lrs, grid_rows = choose_learning_rates(args, settings, arch, tokenizer_folder, log)
     data = prepare_glue(args.work, "SST-2", tokenizer_folder, args.train_size, args.max_seq_length, log)
     rows = []
     for init in ARMS:
         for seed in [int(s) for s in args.seeds.split(",")]:
-            save_dir = os.path.join(args.work, "checkpoints", f"SST-2_{init}_{seed}")
-            command = train_command(data, arch, args.checkpoint if init == "pretrained" else None, seed, settings,
-                                    args.train_size, save_dir)
-            result = finetune_run(args.work, f"SST-2_{init}_{seed}", command, log)
-            rows.append(result_row({"init": init, "seed": seed, "train_size": args.train_size}, result))
+            tag = f"SST-2_{init}_{seed}" + (f"_lr{lrs[init]:g}" if args.lr_grid else "")
+            save_dir = os.path.join(args.work, "checkpoints", tag)
+            command = train_command(data, arch, args.checkpoint if init == "pretrained" else None, seed,
+                                    replace(settings, lr=lrs[init]), args.train_size, save_dir)
+            result = finetune_run(args.work, tag, command, log)
+            rows.append(result_row({"init": init, "seed": seed, "train_size": args.train_size, "lr": lrs[init]},
+                                   result))
             print(json.dumps(rows[-1]), flush=True)
     summary = {"checkpoint": os.path.abspath(args.checkpoint), "checkpoint_updates": checkpoint_updates(args.checkpoint),
                "task": "SST-2", "train_size": args.train_size,
                "dev_size": 872, "max_seq_length": args.max_seq_length, **asdict(settings),
                "majority_class_dev_accuracy": round(majority_share("SST-2"), 2), "arms": summarise(rows, ["init"]),
                "pretrained_minus_random": pretrained_minus_random(rows)}
+    if args.lr_grid:
+        summary.update(lr=None, lr_chosen=lrs, lr_selection={"heldout_rows": args.heldout, "grid": grid_rows})
     write_results(args.out, args.force, [args.checkpoint], rows, summary, log, plot_sst2,
                   "OMP_NUM_THREADS=1 .venv/bin/python " + shlex.join(sys.argv))
     print(json.dumps(summary["arms"]))
