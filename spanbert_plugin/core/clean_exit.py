@@ -54,7 +54,8 @@ def shut_down_data_loader_workers() -> None:
     iterator_class = dataloader._MultiProcessingDataLoaderIter
     # type(), not isinstance(): isinstance reads __class__, which some torch module proxies answer with a warning
     for iterator in [o for o in gc.get_objects() if issubclass(type(o), iterator_class)]:
-        iterator._shutdown_workers()
+        if all(worker._parent_pid == os.getpid() for worker in iterator._workers):  # not one a fork inherited
+            iterator._shutdown_workers()
 
 
 def _drain(batches: queue.Queue) -> None:
