@@ -137,3 +137,52 @@ def test_data_loading_workers_leave_no_temporary_folders(tmp_path):
         left[mode] = sorted(p.name for p in temporary.iterdir())
     assert len(left["bare"]) == 2 and all(name.startswith("pymp-") for name in left["bare"])  # the mechanism
     assert left["plugin"] == []
+
+
+EPOCHS_WITH_A_COLLECTION_EACH = '''
+import gc, multiprocessing.process, sys
+from fairseq import trainer
+from fairseq_cli.train import cli_main
+
+if sys.argv[1] == "bare":  # fairseq's own iterators: persistent workers for every epoch
+    from spanbert_plugin.core.tasks import OneDictionaryTask
+    del OneDictionaryTask.get_batch_iterator
+
+killed = []
+terminate = multiprocessing.process.BaseProcess.terminate
+multiprocessing.process.BaseProcess.terminate = lambda self: (killed.append(self.pid), terminate(self))
+begin_epoch = trainer.Trainer.begin_epoch
+def collect_then_begin(self, epoch):
+    gc.collect()  # as a full collection may run at any time: here it meets the previous epoch's iterator
+    return begin_epoch(self, epoch)
+trainer.Trainer.begin_epoch = collect_then_begin
+sys.argv = ["fairseq-train", *sys.argv[2:]]
+try:
+    cli_main()
+finally:
+    print("workers killed:", len(killed))
+'''
+
+
+def test_an_epoch_iterator_stops_its_workers_when_the_epoch_ends(spm_data, tmp_path):
+    """A training epoch's iterator is built anew each epoch: its workers stop with the epoch, so a garbage
+    collection that frees it later kills nothing (fairseq's persistent workers: 2 killed per epoch, each after a
+    5 s wait, and each leaving a pymp-* folder)."""
+    script = tmp_path / "epochs.py"
+    script.write_text(EPOCHS_WITH_A_COLLECTION_EACH)
+    killed, left = {}, {}
+    for mode in ("bare", "plugin"):
+        temporary = tmp_path / f"tmp_{mode}"
+        temporary.mkdir()
+        train = [spm_data, "--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
+                 "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32",
+                 "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--tokens-per-sample", "64",
+                 "--batch-size", "32", "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--num-workers", "2",
+                 "--max-epoch", "2", "--disable-validation", "--no-save", "--log-format", "none"]
+        proc = subprocess.run([sys.executable, str(script), mode, *train], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(temporary)))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        killed[mode] = int(proc.stdout.split("workers killed:")[1])
+        left[mode] = [p.name for p in temporary.iterdir() if p.name.startswith("pymp-")]
+    assert killed["bare"] >= 2 and len(left["bare"]) >= 2  # the mechanism: at least epoch 1's iterator
+    assert killed["plugin"] == 0 and left["plugin"] == []

@@ -44,6 +44,19 @@ class OneDictionaryTask:
         with torch.no_grad(), self.forward_precision(model):
             return criterion(model, sample)
 
+    def get_batch_iterator(self, dataset, *args, **kwargs):
+        """FairseqTask's, with persistent DataLoader workers only for an iterator fairseq keeps for reuse.
+
+        An iterator built anew (each training epoch of a dataset drawn anew every epoch) would keep its idle workers
+        until the garbage collector frees it; freed inside a collection, its queues are finalised before it can tell
+        the workers to stop, so the run waits 5 s per worker, kills them, and each leaves a pymp-* folder behind.
+        Non-persistent workers stop when their epoch ends.
+        """
+        iterator = super().get_batch_iterator(dataset, *args, **kwargs)
+        if self.dataset_to_epoch_iter.get(dataset) is not iterator:
+            iterator.persistent_workers = False
+        return iterator
+
     @property
     def source_dictionary(self):
         return self.dictionary
