@@ -1,8 +1,10 @@
 """fairseq's prefetch thread is stopped at exit, so a run that stops mid-epoch cannot abort while Python finalises."""
 
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
 import threading
 
 import torch
@@ -108,6 +110,12 @@ def test_forked_children_do_not_finalise_the_parents_data_loaders(tmp_path):
     assert outputs["plugin"] == "", outputs["plugin"]
 
 
+def short_temporary_folder(mode):
+    """A fresh TMPDIR for one command: short, because each worker's socket lives in TMPDIR/pymp-*/listener-* and
+    a Unix socket path over 107 bytes fails (pytest's tmp_path under xdist is already longer)."""
+    return pathlib.Path(tempfile.mkdtemp(prefix=mode + "-"))
+
+
 PERSISTENT_WORKERS_LEFT_AT_EXIT = '''
 import sys
 import torch
@@ -128,8 +136,7 @@ def test_data_loading_workers_leave_no_temporary_folders(tmp_path):
     script.write_text(PERSISTENT_WORKERS_LEFT_AT_EXIT)
     left = {}
     for mode in ("bare", "plugin"):
-        temporary = tmp_path / mode
-        temporary.mkdir()
+        temporary = short_temporary_folder(mode)
         proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=120,
                               cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(temporary)))
         assert proc.returncode == 0, proc.stderr
@@ -172,8 +179,7 @@ def test_an_epoch_iterator_stops_its_workers_when_the_epoch_ends(spm_data, tmp_p
     script.write_text(EPOCHS_WITH_A_COLLECTION_EACH)
     killed, left = {}, {}
     for mode in ("bare", "plugin"):
-        temporary = tmp_path / f"tmp_{mode}"
-        temporary.mkdir()
+        temporary = short_temporary_folder(mode)
         train = [spm_data, "--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
                  "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32",
                  "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--tokens-per-sample", "64",
