@@ -1,4 +1,5 @@
-"""fairseq's prefetch thread is stopped at exit, so a run that stops mid-epoch cannot abort while Python finalises."""
+"""fairseq's prefetch thread is stopped at exit, so a run that stops mid-epoch cannot abort while Python finalises;
+data-loading workers stop with their epoch and before exit, so none is killed and none leaves a pymp-* folder."""
 
 import os
 import pathlib
