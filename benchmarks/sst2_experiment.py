@@ -37,7 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -363,8 +363,6 @@ def save_figure(plt, figure, path):
 def choose_learning_rates(args, settings, arch, tokenizer_folder, log):
     """{arm: lr}: for each arm, the lr of ``--lr-grid`` whose run (the first seed, trained on the training slice
     without its last ``--heldout`` rows) scores best on those rows; and one row per grid run."""
-    from dataclasses import replace
-
     data = prepare_glue(args.work, "SST-2", tokenizer_folder, args.train_size, args.max_seq_length, log,
                         heldout=args.heldout)
     seed, examples = int(args.seeds.split(",")[0]), args.train_size - args.heldout
@@ -393,8 +391,6 @@ def parse_lr_grid(text):
 
 
 def main():
-    from dataclasses import replace
-
     parser = experiment_parser(__doc__, os.path.join(ROOT, "benchmarks", "sst2", "demo_1200"))
     parser.add_argument("--train-size", type=int, default=2000, help="first N sentences of SST-2 train")
     parser.add_argument("--lr-grid", type=parse_lr_grid, default=None,
@@ -409,7 +405,7 @@ def main():
     settings = settings_from(args)
     log = []
     arch, tokenizer_folder = checkpoint_model(args.checkpoint)
-    lrs, grid_rows = ({init: settings.lr for init in ARMS}, [])
+    lrs, grid_rows = {init: settings.lr for init in ARMS}, []
     if args.lr_grid:
         lrs, grid_rows = choose_learning_rates(args, settings, arch, tokenizer_folder, log)
     data = prepare_glue(args.work, "SST-2", tokenizer_folder, args.train_size, args.max_seq_length, log)

@@ -110,14 +110,10 @@ def temporary_directory_of_the_session(tmp_path_factory):
     import tempfile
 
     folder = str(tmp_path_factory.mktemp("tmpdir"))
-    before = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
-    yield folder
-    if before[0] is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = before[0]
-    tempfile.tempdir = before[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", folder)
+        patch.setattr(tempfile, "tempdir", folder)
+        yield folder
 
 
 def _forkserver_off():
