@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -174,6 +175,10 @@ def finetune_run(work, name, command, log):
         return result
     commands = []
     save_dir = command[command.index("--save-dir") + 1]
+    if os.path.isdir(save_dir):
+        # a run of this script stopped before its result was cached: fairseq would resume from its last checkpoint
+        # (after the last epoch, training nothing), so it starts again
+        shutil.rmtree(save_dir)
     started = time.time()
     output = run_logged(command, commands)
     train_seconds = time.time() - started

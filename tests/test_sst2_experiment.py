@@ -77,3 +77,30 @@ def test_bad_grid_flags_are_refused_in_one_line(flags, expected, tmp_path):
                            *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_a_run_stopped_before_its_result_was_cached_trains_again_from_the_start(tmp_path, monkeypatch):
+    """fairseq resumes from a save folder's checkpoint_last.pt; one left by a run stopped after training (while it
+    scored the training split) would resume after the last epoch, train nothing and log no validation."""
+    save_dir = tmp_path / "work" / "checkpoints" / "SST-2_random_1"
+    save_dir.mkdir(parents=True)
+    (save_dir / "checkpoint_last.pt").write_bytes(b"the stopped run's model")
+    found_at_start = []
+
+    def run_logged(command, log):
+        if "--save-dir" in command:
+            found_at_start.append(sorted(os.listdir(save_dir)) if save_dir.exists() else None)
+            save_dir.mkdir(parents=True, exist_ok=True)
+            (save_dir / "checkpoint_last.pt").write_bytes(b"a new model")
+            return '| valid | {"epoch": 1, "valid_accuracy": "81.5"}\n| train | {"epoch": 1}\n'
+        predicted = command[command.index("--out") + 1]
+        os.makedirs(predicted, exist_ok=True)
+        with open(os.path.join(predicted, "eval.json"), "w") as f:
+            f.write('{"accuracy": 90.0}')
+        return ""
+
+    monkeypatch.setattr(sst2_experiment, "run_logged", run_logged)
+    command = ["fairseq-train", "data", "--save-dir", str(save_dir), "--seed", "1"]
+    result = sst2_experiment.finetune_run(str(tmp_path / "work"), "SST-2_random_1", command, [])
+    assert found_at_start == [None]  # the stopped run's folder was gone when training started
+    assert result["dev_accuracy"] == 81.5 and result["train_accuracy"] == 90.0
