@@ -280,7 +280,8 @@ def strip_plot(axis, rows, group_key, groups, column, ylabel, reference=None):
     """Each run as a dot and each group's mean +- sd as a bar, per value of ``group_key``."""
     for x, group in enumerate(groups):
         values = [r[column] for r in rows if r[group_key] == group]
-        axis.scatter([x + 0.08 * (i - (len(values) - 1) / 2) for i in range(len(values))], values, s=18, zorder=3)
+        step = min(0.08, 0.45 / max(len(values), 1))  # many seeds stay inside their group's column
+        axis.scatter([x + step * (i - (len(values) - 1) / 2) for i in range(len(values))], values, s=18, zorder=3)
         mean = statistics.mean(values)
         sd = statistics.stdev(values) if len(values) > 1 else 0.0
         axis.errorbar([x + 0.3], [mean], yerr=[sd], fmt="s", color="black", capsize=4)
@@ -351,11 +352,28 @@ def pyplot():
 
 def plot_sst2(rows, folder):
     plt = pyplot()
-    figure, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    figure, axes = plt.subplots(1, 3, figsize=(11, 3.6))
     strip_plot(axes[0], rows, "init", ARMS, "dev_accuracy", "dev accuracy (%), final model", majority_share("SST-2"))
-    strip_plot(axes[1], rows, "init", ARMS, "train_dev_gap", "train - dev accuracy (points)")
+    paired_difference_plot(axes[1], rows)
+    strip_plot(axes[2], rows, "init", ARMS, "train_dev_gap", "train - dev accuracy (points)")
     figure.suptitle(f"SST-2, {rows[0]['train_size']} training sentences, dev 872 (dashed: majority class)")
     save_figure(plt, figure, os.path.join(folder, "sst2_pretrained_vs_random.png"))
+
+
+def paired_difference_plot(axis, rows):
+    """Pre-trained minus random dev accuracy per seed, with the mean and its 95% interval: the difference the
+    first panel's scale hides."""
+    difference = pretrained_minus_random(rows)
+    by_arm = {init: {r["seed"]: r["dev_accuracy"] for r in rows if r["init"] == init} for init in ARMS}
+    seeds = difference["seeds"]
+    axis.scatter(seeds, [by_arm["pretrained"][s] - by_arm["random"][s] for s in seeds], s=18, zorder=3)
+    axis.axhline(0, color="grey", linestyle="--", linewidth=1)
+    if difference["ci95"]:
+        axis.axhspan(*difference["ci95"], color="tab:blue", alpha=0.15, label="mean, 95% interval")
+        axis.axhline(difference["mean"], color="tab:blue", linewidth=1)
+        axis.legend(loc="best", fontsize=8)
+    axis.set_xlabel("seed")
+    axis.set_ylabel("pre-trained - random (points)")
 
 
 def save_figure(plt, figure, path):

@@ -104,3 +104,25 @@ def test_a_run_stopped_before_its_result_was_cached_trains_again_from_the_start(
     result = sst2_experiment.finetune_run(str(tmp_path / "work"), "SST-2_random_1", command, [])
     assert found_at_start == [None]  # the stopped run's folder was gone when training started
     assert result["dev_accuracy"] == 81.5 and result["train_accuracy"] == 90.0
+
+
+def test_the_plot_shows_each_seeds_paired_difference_and_the_interval(tmp_path, monkeypatch):
+    fake_glue(tmp_path, monkeypatch)  # the majority-class line reads dev.tsv
+    accuracy = {("pretrained", 1): 80.0, ("pretrained", 2): 81.0, ("pretrained", 3): 80.5,
+                ("random", 1): 79.0, ("random", 2): 80.5, ("random", 3): 80.5}
+    rows = [{"init": init, "seed": seed, "train_size": 100, "dev_accuracy": value, "train_dev_gap": 5.0}
+            for (init, seed), value in accuracy.items()]
+    saved, save_figure = {}, sst2_experiment.save_figure
+
+    def keep_figure(plt, figure, path):
+        saved["axes"] = figure.axes
+        save_figure(plt, figure, path)
+
+    monkeypatch.setattr(sst2_experiment, "save_figure", keep_figure)
+    sst2_experiment.plot_sst2(rows, str(tmp_path))
+    assert (tmp_path / "sst2_pretrained_vs_random.png").stat().st_size > 0
+    middle = saved["axes"][1]
+    assert middle.collections[0].get_offsets().tolist() == [[1, 1.0], [2, 0.5], [3, 0.0]]  # by seed
+    low, high = sst2_experiment.pretrained_minus_random(rows)["ci95"]
+    band = middle.patches[0]  # the 95% interval of the mean difference
+    assert (round(band.get_y(), 2), round(band.get_y() + band.get_height(), 2)) == (low, high)
