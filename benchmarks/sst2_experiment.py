@@ -229,14 +229,19 @@ def summarise(rows, group_keys):
             for group, members in groups.items()}
 
 
+def paired_by_seed(rows, column):
+    """({arm: {seed: value}}, the seeds both arms ran, pre-trained minus random for each of them)."""
+    by_arm = {init: {r["seed"]: r[column] for r in rows if r["init"] == init} for init in ARMS}
+    seeds = sorted(set(by_arm["pretrained"]) & set(by_arm["random"]))
+    return by_arm, seeds, [by_arm["pretrained"][s] - by_arm["random"][s] for s in seeds]
+
+
 def pretrained_minus_random(rows, column="dev_accuracy"):
     """``column`` of the pre-trained arm minus the random arm, paired by seed: mean, 95% t-interval, the paired
     t-test's and Welch's two-sided p-values (None below two pairs)."""
     from scipy import stats
 
-    by_arm = {init: {r["seed"]: r[column] for r in rows if r["init"] == init} for init in ARMS}
-    seeds = sorted(set(by_arm["pretrained"]) & set(by_arm["random"]))
-    diffs = [by_arm["pretrained"][s] - by_arm["random"][s] for s in seeds]
+    by_arm, seeds, diffs = paired_by_seed(rows, column)
     result = {"seeds": seeds, "mean": round(statistics.mean(diffs), 2) if diffs else None,
               "ci95": None, "paired_t_p": None, "welch_p": None}
     if len(diffs) > 1:
@@ -363,10 +368,9 @@ def plot_sst2(rows, folder):
 def paired_difference_plot(axis, rows):
     """Pre-trained minus random dev accuracy per seed, with the mean and its 95% interval: the difference the
     first panel's scale hides."""
+    _, seeds, diffs = paired_by_seed(rows, "dev_accuracy")
     difference = pretrained_minus_random(rows)
-    by_arm = {init: {r["seed"]: r["dev_accuracy"] for r in rows if r["init"] == init} for init in ARMS}
-    seeds = difference["seeds"]
-    axis.scatter(seeds, [by_arm["pretrained"][s] - by_arm["random"][s] for s in seeds], s=18, zorder=3)
+    axis.scatter(seeds, diffs, s=18, zorder=3)
     axis.axhline(0, color="grey", linestyle="--", linewidth=1)
     if difference["ci95"]:
         axis.axhspan(*difference["ci95"], color="tab:blue", alpha=0.15, label="mean, 95% interval")
