@@ -285,7 +285,7 @@ def strip_plot(axis, rows, group_key, groups, column, ylabel, reference=None):
     """Each run as a dot and each group's mean +- sd as a bar, per value of ``group_key``."""
     for x, group in enumerate(groups):
         values = [r[column] for r in rows if r[group_key] == group]
-        step = min(0.08, 0.45 / max(len(values), 1))  # many seeds stay inside their group's column
+        step = min(0.08, 0.45 / len(values))  # many seeds stay inside their group's column
         axis.scatter([x + step * (i - (len(values) - 1) / 2) for i in range(len(values))], values, s=18, zorder=3)
         mean = statistics.mean(values)
         sd = statistics.stdev(values) if len(values) > 1 else 0.0
