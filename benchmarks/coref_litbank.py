@@ -22,7 +22,8 @@ and per singleton threshold too) and ``folds.png``.
 ``--paired-with OUT`` adds, in ``paired.csv`` and ``summary.md``, this run minus another run of the command (its
 ``--out``), paired by fold and seed, with the 95% interval and a TOST against ``--equivalence-margin``.
 ``--train-docs N`` keeps the first N training documents, ``--eval-docs N`` the first N dev and test documents
-(smoke tests).
+(smoke tests). ``--out`` must be new, empty, or an earlier ``--out`` of this command (``--force`` replaces it): it
+is checked before any work and written all at once when the runs are done.
 """
 import argparse
 import csv
@@ -39,10 +40,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paired_stats import interval_text, paired_difference  # noqa: E402
+from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination  # noqa: E402
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 LITBANK = os.path.join(os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data"), "litbank")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
 METRICS = ("muc", "bcub", "ceafe")
+COMMAND = "coref_litbank.py"  # recorded in --out's manifest: --force replaces only this command's output
 # published LitBank CoNLL F1 (with singletons, mean over the 10 folds), drawn beside ours
 PUBLISHED = {"Bamman et al. 2020, BERT-base (110M)": 68.1, "Maverick 2024, DeBERTa-v3-large (435M), end to end": 78.3}
 
@@ -336,10 +339,39 @@ def plot(folds, path):
     fig.savefig(path, dpi=120)
 
 
+def write_outputs(out, results, folds, paired, text, preamble):
+    """results.csv, folds.csv, paired.csv (with ``paired``), summary.md, runs.jsonl, commands.txt and folds.png."""
+    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
+        fields = list(dict.fromkeys(k for r in results for k in r
+                                    if k not in ("dev_conll_f1_per_epoch", "commands", "dev_conll_f1_per_threshold")))
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(results)
+    with open(os.path.join(out, "folds.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(folds[0]))
+        writer.writeheader()
+        writer.writerows(folds)
+    if paired is not None:
+        with open(os.path.join(out, "paired.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["metric", "pairs", "mean", "low", "high", "tost_p", "margin"])
+            writer.writeheader()
+            writer.writerows(paired)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, "runs.jsonl"), "w") as f:  # with each run's dev curves (commands.txt: commands)
+        f.writelines(json.dumps({k: v for k, v in r.items() if k != "commands"}) + "\n" for r in results)
+    with open(os.path.join(out, "commands.txt"), "w") as f:
+        f.write("".join(f"{line}\n" for line in preamble))
+        for r in results:
+            f.write(f"# fold {r['fold']}, {r['arm']}, seed {r['seed']}\n" + "".join(f"{c}\n" for c in r["commands"]))
+    plot(folds, os.path.join(out, "folds.png"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True, help="pre-trained spanbert checkpoint (e.g. spanbert-import-hf)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this command")
     parser.add_argument("--folds", default="0", help="folds to run: '0-9', '0,3' (default 0)")
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--arms", default="pretrained", help="pretrained and/or random, comma-separated")
@@ -369,6 +401,13 @@ def main():
         sys.exit(f"coref_litbank: --folds {args.folds!r}: expected folds such as 0-9 or 0,3")
     if args.paired_with and not os.path.isfile(os.path.join(args.paired_with, "results.csv")):
         sys.exit(f"coref_litbank: --paired-with {args.paired_with}: expected a folder with this command's results.csv")
+    inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *([args.paired_with] if args.paired_with else [])]
+    try:  # before hours of fine-tuning: an --out this command may not replace is refused now
+        check_destination(args.out, COMMAND, inputs, args.force, "--out")
+    except OutputError as err:
+        sys.exit(f"coref_litbank: {err}")
+    if not os.path.isfile(args.checkpoint):
+        sys.exit(f"coref_litbank: --checkpoint {args.checkpoint}: no such file (expected a spanbert checkpoint)")
     os.makedirs(os.path.join(args.work, "runs"), exist_ok=True)
     sizes, tokenizer_from = checkpoint_settings(args.checkpoint)
     invocation = shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
@@ -381,34 +420,13 @@ def main():
             for arm in args.arms.split(","):
                 results.append(finetune_and_test(args, fold, data, sizes, arm, int(seed)))
     folds = fold_means(results)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        fields = list(dict.fromkeys(k for r in results for k in r
-                                    if k not in ("dev_conll_f1_per_epoch", "commands", "dev_conll_f1_per_threshold")))
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(results)
-    with open(os.path.join(args.out, "folds.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(folds[0]))
-        writer.writeheader()
-        writer.writerows(folds)
     text = summary(results, folds)
+    paired = None
     if args.paired_with:
         paired = paired_with(results, os.path.join(args.paired_with, "results.csv"), args.equivalence_margin)
-        with open(os.path.join(args.out, "paired.csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=["metric", "pairs", "mean", "low", "high", "tost_p", "margin"])
-            writer.writeheader()
-            writer.writerows(paired)
         text += paired_text(paired, os.path.relpath(args.paired_with, ROOT))
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "runs.jsonl"), "w") as f:  # with each run's dev curves (commands.txt: commands)
-        f.writelines(json.dumps({k: v for k, v in r.items() if k != "commands"}) + "\n" for r in results)
-    with open(os.path.join(args.out, "commands.txt"), "w") as f:
-        f.write(f"# {invocation}\n" + "".join(f"{c}\n" for c in prepared))
-        for r in results:
-            f.write(f"# fold {r['fold']}, {r['arm']}, seed {r['seed']}\n" + "".join(f"{c}\n" for c in r["commands"]))
-    plot(folds, os.path.join(args.out, "folds.png"))
+    with atomic_directory(args.out, COMMAND, inputs, args.force, "--out") as out:
+        write_outputs(out, results, folds, paired, text, [f"# {invocation}", *prepared])
     print(text)
     return 0
 

@@ -1,7 +1,8 @@
 """benchmarks/coref_litbank.py --paired-with: this run minus another run of the command, paired by fold and seed
 (only the pairs both hold), with the t-interval and TOST of benchmarks/paired_stats.py; bad flags refused in one
-line, exit 1, before any work."""
+line, exit 1, before any work; --out replaced only when it is this command's own (with --force), written at once."""
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def test_paired_differences_match_by_fold_and_seed(tmp_path):
 
 
 @pytest.mark.parametrize("flags, expected", [
+    ([], "--checkpoint {tmp}/none.pt: no such file (expected a spanbert checkpoint)"),
     (["--paired-with", "missing_folder"], "--paired-with missing_folder: expected a folder with this command's "
                                           "results.csv"),
     (["--folds", "0-x"], "--folds '0-x': expected folds such as 0-9 or 0,3"),
@@ -62,5 +64,61 @@ def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expe
     proc = subprocess.run([sys.executable, DRIVER, "--checkpoint", str(tmp_path / "none.pt"), "--out", str(out),
                            "--work", str(tmp_path / "work"), *flags], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [f"coref_litbank: {expected}"]
+    assert proc.stderr.strip().splitlines() == [f"coref_litbank: {expected.format(tmp=tmp_path)}"]
     assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_an_out_folder_it_did_not_write_is_refused_before_any_work_and_kept(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text("a user's own results\n")
+    proc = subprocess.run([sys.executable, DRIVER, "--checkpoint", str(tmp_path / "none.pt"), "--out", str(out),
+                           "--work", str(tmp_path / "work"), "--force"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"coref_litbank: --out {out}: exists and was not written by a spanbert command")
+    assert (out / "results.csv").read_text() == "a user's own results\n"
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # no work folder, no temporary folder
+
+
+def test_its_own_earlier_out_is_replaced_only_with_force(tmp_path):
+    from spanbert_plugin.core.file_utils import atomic_directory
+
+    out = tmp_path / "out"
+    with atomic_directory(str(out), coref_litbank.COMMAND) as folder:
+        open(os.path.join(folder, "results.csv"), "w").close()
+    proc = subprocess.run([sys.executable, DRIVER, "--checkpoint", str(tmp_path / "none.pt"), "--out", str(out),
+                           "--work", str(tmp_path / "work")], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"coref_litbank: --out {out}: exists (an output of coref_litbank.py); pass --force to replace it"]
+    # with --force the check passes and the command goes on to the checkpoint (missing here)
+    proc = subprocess.run([sys.executable, DRIVER, "--checkpoint", str(tmp_path / "none.pt"), "--out", str(out),
+                           "--work", str(tmp_path / "work"), "--force"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.stderr.strip().splitlines() == [
+        f"coref_litbank: --checkpoint {tmp_path}/none.pt: no such file (expected a spanbert checkpoint)"]
+    assert sorted(os.listdir(out)) == [".spanbert-output.json", "results.csv"]  # kept: no run finished
+
+
+def test_the_outputs_are_written_all_at_once_as_the_span_sbo_runs_wrote_them(tmp_path):
+    from spanbert_plugin.core.file_utils import atomic_directory
+
+    results_folder = os.path.join(ROOT, "benchmarks", "coref_litbank")
+    committed = os.path.join(results_folder, "gpu_span_sbo_fold0_20epochs")  # three seeds, paired with the baseline
+    with open(os.path.join(committed, "runs.jsonl")) as f:
+        results = [dict(json.loads(line), commands=[f"train seed {i + 1}"]) for i, line in enumerate(f)]
+    folds = coref_litbank.fold_means(results)
+    paired = coref_litbank.paired_with(results, os.path.join(results_folder, "minilm_fold0_20epochs", "results.csv"),
+                                       2.7)
+    text = coref_litbank.summary(results, folds) + coref_litbank.paired_text(
+        paired, "benchmarks/coref_litbank/minilm_fold0_20epochs")
+    out = tmp_path / "out"
+    with atomic_directory(str(out), coref_litbank.COMMAND) as folder:
+        coref_litbank.write_outputs(folder, results, folds, paired, text, ["# the invocation"])
+    assert sorted(os.listdir(out)) == [".spanbert-output.json", "commands.txt", "folds.csv", "folds.png",
+                                       "paired.csv", "results.csv", "runs.jsonl", "summary.md"]
+    for name in ("results.csv", "folds.csv", "paired.csv", "runs.jsonl", "summary.md"):
+        with open(out / name) as written, open(os.path.join(committed, name)) as expected:
+            assert written.read() == expected.read(), name
+    assert (out / "commands.txt").read_text().splitlines()[:3] == [
+        "# the invocation", "# fold 0, pretrained, seed 1", "train seed 1"]
