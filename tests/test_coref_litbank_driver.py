@@ -81,7 +81,7 @@ def test_an_out_folder_it_did_not_write_is_refused_before_any_work_and_kept(tmp_
     assert sorted(os.listdir(tmp_path)) == ["out"]  # no work folder, no temporary folder
 
 
-def test_its_own_earlier_out_is_replaced_only_with_force(tmp_path):
+def test_its_own_earlier_out_passes_the_check_only_with_force(tmp_path):
     from spanbert_plugin.core.file_utils import atomic_directory
 
     out = tmp_path / "out"
@@ -100,7 +100,7 @@ def test_its_own_earlier_out_is_replaced_only_with_force(tmp_path):
     assert sorted(os.listdir(out)) == [".spanbert-output.json", "results.csv"]  # kept: no run finished
 
 
-def test_the_outputs_are_written_all_at_once_as_the_span_sbo_runs_wrote_them(tmp_path):
+def test_the_writer_reproduces_the_committed_span_sbo_outputs_with_a_manifest(tmp_path):
     from spanbert_plugin.core.file_utils import atomic_directory
 
     results_folder = os.path.join(ROOT, "benchmarks", "coref_litbank")
