@@ -15,7 +15,8 @@ the first update (no head-only updates), so every update exercises bf16 through 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bf16_autocast_loss_curve.py --from-model IMPORTED \\
         --data PRETRAIN_DATA --out benchmarks/bf16_autocast/loss_curve
 
-A finished run (its log reaches ``--updates``) is not run again.
+A finished run (its log reaches ``--updates``) is not run again. ``--out`` is written all at once and must be
+new, empty, or an earlier output of this script (``--force`` replaces it), checked before any training.
 """
 import argparse
 import json
@@ -27,8 +28,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from masking_ablation import _pyplot, _read_json, common_train_args, train_inner_losses  # noqa: E402
-from qa_quality import CommandLog, write_atomic  # noqa: E402
+from qa_quality import CommandLog  # noqa: E402
 
+from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination  # noqa: E402
+
+COMMAND = "bf16_autocast_loss_curve.py"  # recorded in --out's manifest: --force replaces only this script's output
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 PRECISIONS = ("fp32", "bf16_autocast")
 LOSSES = ("loss", "mlm_loss", "sbo_loss")
@@ -41,6 +45,7 @@ def main(argv=None):
     parser.add_argument("--from-model-arch", default="spanbert_base")
     parser.add_argument("--data", required=True, help="spanbert-prepare folder with the imported model's vocabulary")
     parser.add_argument("--out", required=True, help="results folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     parser.add_argument("--work", default="/tmp/bf16_loss_curve", help="fairseq-train logs")
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--schedule-updates", type=int, default=2000, help="the run whose lr schedule is followed")
@@ -56,12 +61,21 @@ def main(argv=None):
                        ("--data", os.path.join(args.data, "prepare_stats.json"))):
         if not os.path.isfile(path):
             sys.exit(f"bf16_autocast_loss_curve: {flag}: {path} not found")
-    os.makedirs(args.out, exist_ok=True)
+    inputs = [args.from_model, args.data, args.work]
+    try:  # before the training runs: an --out this script may not replace is refused now
+        check_destination(args.out, COMMAND, inputs, args.force, "--out")
+    except OutputError as err:
+        sys.exit(f"bf16_autocast_loss_curve: {err}")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     log = CommandLog()
     curves, wall = {}, {}
-    summary_path = os.path.join(args.out, "summary.json")
+    summary_path = os.path.join(args.out, "summary.json")  # an earlier output's: the wall times of finished runs
     earlier = _read_json(summary_path) if os.path.isfile(summary_path) else {}
+    commands_path = os.path.join(args.out, "commands.md")  # kept when nothing runs again
+    commands = None
+    if os.path.isfile(commands_path):
+        with open(commands_path, encoding="utf-8") as f:
+            commands = f.read()
     for precision in PRECISIONS:
         work = os.path.join(args.work, precision)
         log_path = os.path.join(work, "train.log")
@@ -88,7 +102,6 @@ def main(argv=None):
     updates = sorted(set(curves["fp32"]) & set(curves["bf16_autocast"]))
     rows = ["precision,update,loss,mlm_loss,sbo_loss"] + [
         f"{p},{u},{','.join(map(str, curves[p][u]))}" for p in PRECISIONS for u in sorted(curves[p])]
-    write_atomic(os.path.join(args.out, "loss_curve.csv"), "\n".join(rows) + "\n")
     differences = [curves["bf16_autocast"][u][0] - curves["fp32"][u][0] for u in updates]
     tail = updates[-TAIL:]
     summary = {
@@ -101,26 +114,40 @@ def main(argv=None):
         "max_abs_loss_difference": max(abs(d) for d in differences),
         f"mean_loss_difference_last_{TAIL}": statistics.mean(differences[-len(tail):]),
     }
-    write_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
-    if log.lines:
-        write_atomic(os.path.join(args.out, "commands.md"),
-                     f"## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {w}: `{c}`\n" for w, c in log.lines))
+    try:
+        with atomic_directory(args.out, COMMAND, inputs, args.force, "--out") as out:
+            if log.lines:
+                commands = f"## `{' '.join(sys.argv)}`\n\n" + "".join(f"- {w}: `{c}`\n" for w, c in log.lines)
+            write_outputs(out, rows, summary, commands, curves, updates, differences, args.updates)
+    except OutputError as err:
+        sys.exit(f"bf16_autocast_loss_curve: {err}")
+    print(json.dumps(summary))
+
+
+def write_outputs(out, rows, summary, commands, curves, updates, differences, updates_run):
+    """loss_curve.csv, summary.json, commands.md (when there are commands) and loss_curve.png into ``out``."""
+    with open(os.path.join(out, "loss_curve.csv"), "w", encoding="utf-8") as f:
+        f.write("\n".join(rows) + "\n")
+    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(summary, indent=2) + "\n")
+    if commands is not None:
+        with open(os.path.join(out, "commands.md"), "w", encoding="utf-8") as f:
+            f.write(commands)
     plt = _pyplot()
     if plt is not None:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
         for precision, style in zip(PRECISIONS, ("-", "--")):
             top.plot(updates, [curves[precision][u][0] for u in updates], style, linewidth=1, label=precision)
         top.set_ylabel("training loss (MLM + SBO, bits)")
-        top.set_title(f"continued span + SBO pre-training, first {args.updates} updates, same batches", fontsize=10)
+        top.set_title(f"continued span + SBO pre-training, first {updates_run} updates, same batches", fontsize=10)
         top.legend()
         bottom.plot(updates, differences, linewidth=1, color="grey")
         bottom.axhline(0, color="black", linewidth=0.5)
         bottom.set_xlabel("update")
         bottom.set_ylabel("bf16 − fp32")
         fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "loss_curve.png"), dpi=120)
+        fig.savefig(os.path.join(out, "loss_curve.png"), dpi=120)
         plt.close(fig)
-    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

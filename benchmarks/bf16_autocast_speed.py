@@ -19,10 +19,10 @@ what pre-trained ones do):
         --out benchmarks/bf16_autocast/results_1thread.json
 
 Writes a JSON with every per-run time and prints one line per workload.
+An existing ``--out`` is replaced only with ``--force``, and only when it is an earlier result of this script.
 """
 import argparse
 import glob
-import json
 import os
 import platform
 import subprocess
@@ -97,6 +97,9 @@ def build_trainer(argv):
     return trainer, iterator, model
 
 
+RESULT_KEYS = ("threads", "cpu_bf16", "runs", "steps", "workloads")  # what tells this script's results file
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -105,7 +108,11 @@ def main():
     parser.add_argument("--steps", type=int, default=3, help="updates per side and run (the run's median)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "bf16_autocast_speed"))
     parser.add_argument("--out", required=True, help="results JSON")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     args = parser.parse_args()
+    from results_file import check_results_file, write_results_file
+
+    check_results_file(args.out, "bf16_autocast_speed.py", args.force, RESULT_KEYS)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -137,9 +144,7 @@ def main():
                                                               per_run["bf16_autocast"]), flush=True)
         for name in sides:
             print("   " + time_line(name, per_run[name], unit="s", scale=1.0, places=3), flush=True)
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
+        write_results_file(args.out, results)  # after every workload: a stopped run keeps those done
     return 0
 
 

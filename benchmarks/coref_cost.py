@@ -32,6 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SHARED = os.path.join(ROOT, "..", "shared", "data")
+COMMAND = "coref_cost.py"  # recorded in --out's manifest: --force replaces only this script's output
 SHAPES = {  # layers, hidden, ffn, heads, head FFNN size (SpanBERT's c2f uses 3000 with base/large)
     "tiny": (2, 128, 512, 2, 150),
     "base": (12, 768, 3072, 12, 3000),
@@ -157,7 +158,14 @@ def table(results) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main():
+def write_outputs(out: str, results: list, markdown: str) -> None:
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(markdown)
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default="tiny,base")
     parser.add_argument("--sizes", default="1000,2000,4000,8000,16000")
@@ -169,17 +177,26 @@ def main():
     parser.add_argument("--mention-loss-weight", type=float, default=0.0,
                         help="training with the mention loss (the documents hold LitBank's singletons); 0: without")
     parser.add_argument("--out", help="folder for results.json and results.md (default: print only)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "spanbert_coref_cost"))
     parser.add_argument("--litbank", default=os.path.join(SHARED, "litbank"))
     parser.add_argument("--vocab", default=os.path.join(SHARED, "bert_uncased_vocab", "vocab.txt"))
     parser.add_argument("--cpu", action="store_true", help="measure on the CPU even where CUDA is available")
     parser.add_argument("--one", nargs=3, metavar=("DATA", "SHAPE", "MODE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.one:
         print("RESULT " + json.dumps(measure(*args.one, steps=args.steps, cpu=args.cpu, warmup=args.warmup,
                                              max_training_segments=args.max_training_segments,
                                              mention_loss_weight=args.mention_loss_weight)))
         return 0
+    from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination
+
+    inputs = [args.litbank, args.vocab, args.work]
+    if args.out:
+        try:  # before minutes of measurements: an --out this script may not replace is refused now
+            check_destination(args.out, COMMAND, inputs, args.force, "--out")
+        except OutputError as err:
+            sys.exit(f"coref_cost: {err}")
     os.makedirs(args.work, exist_ok=True)
     results = []
     for shape in args.shapes.split(","):
@@ -200,11 +217,11 @@ def main():
     done = [r for r in results if "error" not in r]
     print(table(done))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump(results, f, indent=2)
-        with open(os.path.join(args.out, "results.md"), "w") as f:
-            f.write(table(done))
+        try:
+            with atomic_directory(args.out, COMMAND, inputs, args.force, "--out") as out:
+                write_outputs(out, results, table(done))
+        except OutputError as err:
+            sys.exit(f"coref_cost: {err}")
     return 0
 
 

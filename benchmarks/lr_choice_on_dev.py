@@ -13,7 +13,8 @@ chosen rates on test, paired by seed, with the same intervals and TOST as the ex
 Each ``--runs`` entry is a results folder and the fine-tuning precision of its runs to use
 (``coref_runs/ARM_seedS_PRECISION.json``); an arm's rate is its ``_lrX`` suffix, else the folder's
 ``settings.json`` ``pretrain_lr``. Writes ``lr_choice.csv`` (one row per arm and candidate), ``lr_choice.md`` and
-``lr_choice.png`` in ``--out``.
+``lr_choice.png`` in ``--out``, all at once; ``--out`` must be new, empty, or an earlier output of this script
+(``--force`` replaces it).
 """
 import argparse
 import csv
@@ -28,9 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from masking_ablation import LR_VARIANT, NO_PRETRAINING, SCHEME_PAIRS  # noqa: E402
 from paired_stats import interval_text, paired_difference  # noqa: E402
 
+from spanbert_plugin.core.file_utils import OutputError, atomic_directory  # noqa: E402
+
 RECORD = re.compile(r"^(?P<arm>.+)_seed(?P<seed>\d+)_(?P<precision>[a-z0-9_]+)\.json$")
 FIELDS = ("arm", "pretrain_lr", "source", "precision", "seeds", "dev_conll_f1_mean", "dev_conll_f1_sd",
           "test_conll_f1_mean", "test_conll_f1_sd", "chosen")
+COMMAND = "lr_choice_on_dev.py"  # recorded in --out's manifest: --force replaces only this script's output
 MARGIN = 2.7  # the SBO's published coreference gain (SpanBERT Table 7), as the experiment's table uses
 
 
@@ -106,7 +110,6 @@ def comparisons(candidates, rows):
 
 
 def write_report(out, rows, lines, entries):
-    os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "lr_choice.csv"), "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         writer.writeheader()
@@ -165,10 +168,17 @@ def main(argv=None):
     parser.add_argument("--runs", nargs="+", required=True, metavar="FOLDER:PRECISION",
                         help="masking_ablation.py results folders and the fine-tuning precision of their runs to use")
     parser.add_argument("--out", required=True, help="folder for lr_choice.csv, lr_choice.md and lr_choice.png")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     args = parser.parse_args(argv)
     candidates = read_candidates(args.runs)
     rows = summarise(candidates)
-    print(write_report(args.out, rows, comparisons(candidates, rows), args.runs))
+    inputs = [entry.rpartition(":")[0] for entry in args.runs]
+    try:
+        with atomic_directory(args.out, COMMAND, inputs, args.force, "--out") as out:
+            text = write_report(out, rows, comparisons(candidates, rows), args.runs)
+    except OutputError as err:
+        fail(str(err))
+    print(text)
 
 
 if __name__ == "__main__":

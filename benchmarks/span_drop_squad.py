@@ -17,7 +17,8 @@ it finishes (a rerun with ``--resume`` skips finished runs); ``OUT/summary.md``
 holds the table (mean +- sd over seeds and the paired difference with the
 baseline) and ``OUT/f1_vs_size.png`` the plot. ``--budget-minutes`` stops
 starting new runs once that much wall time has passed (runs are ordered seed
-by seed, so a cut leaves whole seeds).
+by seed, so a cut leaves whole seeds). ``OUT`` must be new or empty; with ``--resume``
+it may hold only those three files.
 
     .venv/bin/python benchmarks/span_drop_squad.py --out benchmarks/span_drop_squad \
         [--checkpoint demo_out/checkpoints/checkpoint_last.pt --sizes 500,2000 --seeds 1,2,3 --p 0.1]
@@ -37,6 +38,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 FIELDS = ("seed", "size", "method", "em", "f1", "updates", "seconds")
+OUTPUTS = ("results.csv", "summary.md", "f1_vs_size.png")  # all this script writes into --out
+
+
+def out_problem(out, resume):
+    """Why ``out`` may not receive this script's files (one line), or None."""
+    if not os.path.lexists(out):
+        return None
+    if os.path.islink(out) or not os.path.isdir(out):
+        return f"--out {out}: exists and is not a folder"
+    present = sorted(os.listdir(out))
+    foreign = [name for name in present if name not in OUTPUTS]
+    if foreign:
+        return f"--out {out}: holds files this script did not write ({', '.join(foreign[:3])}); choose another --out"
+    if present and not resume:
+        return f"--out {out}: holds an earlier run's results: pass --resume to continue it or choose another --out"
+    return None
 
 
 def methods(p):
@@ -146,8 +163,10 @@ def summarise(rows, out, names):
             cells.append(f"{statistics.mean(em):.1f} ± {sd(em):.1f} / {statistics.mean(f1):.1f} ± {sd(f1):.1f} (n={len(seeds)})")
             cells.append("" if name == "baseline" else f"{statistics.mean(diff):+.1f} ± {sd(diff):.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
+    temporary = os.path.join(out, f".summary.md.tmp{os.getpid()}")
+    with open(temporary, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
+    os.replace(temporary, os.path.join(out, "summary.md"))
     import logging
 
     import matplotlib
@@ -198,9 +217,10 @@ def main(argv=None):
         parser.error(f"{SQUAD_DEV}: not found")
     if not os.path.isfile(args.checkpoint):
         parser.error(f"--checkpoint {args.checkpoint}: no such file (run `make demo`)")
+    problem = out_problem(args.out, args.resume)
+    if problem:
+        parser.error(problem)
     results = os.path.join(args.out, "results.csv")
-    if os.path.exists(results) and not args.resume:
-        parser.error(f"{results} exists: pass --resume to continue it or choose another --out")
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.work, exist_ok=True)
     all_methods = methods(args.p)

@@ -9,15 +9,19 @@ fp32, sides in alternating runs (``benchmarks/timing.py``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/vocab_cross_entropy_speed.py --threads 1 \\
         --out benchmarks/bf16_autocast/vocab_cross_entropy_1thread.json
+
+An existing ``--out`` is replaced only with ``--force``, and only when it is an earlier result of this script.
 """
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+
+RESULT_KEYS = ("threads", "rows", "vocab", "runs", "steps", "dtypes")  # what tells this script's results file
 
 
 def main():
@@ -28,7 +32,11 @@ def main():
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", required=True, help="results JSON")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     args = parser.parse_args()
+    from results_file import check_results_file, write_results_file
+
+    check_results_file(args.out, "vocab_cross_entropy_speed.py", args.force, RESULT_KEYS)
     import torch
     import torch.nn.functional as F
 
@@ -60,9 +68,7 @@ def main():
         print(f"{name} logits ({thread_note()}): " + ratio_line("F.cross_entropy / chunked time",
                                                                  per_run["F.cross_entropy"], per_run["chunked"]))
         print("\n".join("   " + time_line(side, times) for side, times in per_run.items()))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(json.dumps(results, indent=2))
+    write_results_file(args.out, results)
 
 
 if __name__ == "__main__":

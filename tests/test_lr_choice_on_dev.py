@@ -70,3 +70,18 @@ def test_an_entry_without_folder_or_precision_is_refused(tmp_path, entry):
     result = subprocess.run([sys.executable, SCRIPT, "--runs", entry, "--out", str(tmp_path / "out")],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "FOLDER:PRECISION" in result.stderr
+
+
+def test_out_is_replaced_only_with_force_and_never_when_it_holds_a_users_files(tmp_path):
+    runs = results_folder(tmp_path, "runs", 1e-4, {("none", 1): (50, 48), ("subword", 1): (56, 50)}, "fp32")
+    out = tmp_path / "out"
+    lr_choice_on_dev.main(["--runs", f"{runs}:fp32", "--out", str(out)])
+    before = (out / "lr_choice.csv").read_text()
+    with pytest.raises(SystemExit, match="pass --force"):
+        lr_choice_on_dev.main(["--runs", f"{runs}:fp32", "--out", str(out)])
+    lr_choice_on_dev.main(["--runs", f"{runs}:fp32", "--out", str(out), "--force"])
+    assert (out / "lr_choice.csv").read_text() == before
+    (out / "notes.md").write_text("mine")
+    with pytest.raises(SystemExit, match="did not write"):
+        lr_choice_on_dev.main(["--runs", f"{runs}:fp32", "--out", str(out), "--force"])
+    assert (out / "notes.md").read_text() == "mine"

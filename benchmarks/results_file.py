@@ -1,0 +1,46 @@
+"""The one JSON results file a speed benchmark writes to ``--out``, without ever replacing a user's file.
+
+An existing ``--out`` is replaced only with ``--force``, and only when it is a results file of the same
+script (a JSON object holding that script's keys); anything else is refused in one line before the
+benchmark runs. The file is written to a temporary name and moved into place, so it is never half-written.
+"""
+import json
+import os
+import sys
+
+
+def check_results_file(path, script, force, keys):
+    """Exit with one line naming ``--out`` when ``script`` may not write ``path``."""
+    where = f"{script}: --out {path}"
+    if not os.path.lexists(path):
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            sys.exit(f"{where}: {parent} is a file, not a folder")
+        return
+    if os.path.islink(path) or not os.path.isfile(path):
+        sys.exit(f"{where}: exists and is not a plain file; choose another name")
+    if not force:
+        sys.exit(f"{where}: exists; pass --force to replace an earlier result of {script}, or choose another name")
+    try:
+        with open(path, encoding="utf-8") as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        earlier = None
+    if not isinstance(earlier, dict) or not set(keys) <= set(earlier):
+        sys.exit(f"{where}: is not a results file of {script} (a JSON object with {', '.join(sorted(keys))}); "
+                 "it is never replaced, even with --force: choose another name")
+
+
+def write_results_file(path, results):
+    """Write ``results`` as indented JSON to ``path`` in one step."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(json.dumps(results, indent=2))
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)

@@ -1,0 +1,128 @@
+"""The benchmark scripts never replace a user's files: a results folder or file they did not write is refused in
+one line, exit 1, before any measurement, and left as it was; their own earlier output is replaced only with
+--force (the committed results included, so their documented commands can be run again)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import span_drop_squad  # noqa: E402
+from results_file import check_results_file, write_results_file  # noqa: E402
+
+from spanbert_plugin.core.file_utils import OutputError, check_destination  # noqa: E402
+
+BENCHMARKS = os.path.join(ROOT, "benchmarks")
+
+
+def run(script, *argv):
+    return subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), *argv], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def users_folder(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "results.json").write_text("my own results\n")
+    return folder
+
+
+def assert_refused_in_one_line(result, folder):
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "--out" in result.stderr and str(folder) in result.stderr
+    assert sorted(os.listdir(folder)) == ["results.json"]
+    assert (folder / "results.json").read_text() == "my own results\n"
+
+
+def test_coref_cost_refuses_a_users_folder_before_measuring(tmp_path):
+    folder = users_folder(tmp_path)
+    result = run("coref_cost.py", "--shapes", "tiny", "--sizes", "1000", "--modes", "predict", "--cpu",
+                 "--work", str(tmp_path / "work"), "--out", str(folder), "--force")
+    assert_refused_in_one_line(result, folder)
+    assert not (tmp_path / "work").exists()  # nothing prepared, nothing measured
+
+
+def test_loss_curve_refuses_a_users_folder_before_training(tmp_path):
+    model, data = tmp_path / "imported", tmp_path / "data"
+    model.mkdir()
+    data.mkdir()
+    (model / "model.pt").write_bytes(b"")
+    (data / "prepare_stats.json").write_text("{}")
+    folder = users_folder(tmp_path)
+    result = run("bf16_autocast_loss_curve.py", "--from-model", str(model), "--data", str(data),
+                 "--work", str(tmp_path / "work"), "--out", str(folder), "--force")
+    assert_refused_in_one_line(result, folder)
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("folder, command", [
+    ("coref_cost", "coref_cost.py"), ("coref_cost/mention_loss_0", "coref_cost.py"),
+    ("coref_cost/mention_loss_1", "coref_cost.py"), ("bf16_autocast/loss_curve", "bf16_autocast_loss_curve.py"),
+    ("continued_pretraining/lr_choice_on_dev", "lr_choice_on_dev.py")])
+def test_committed_results_are_replaced_only_by_their_script_and_only_with_force(folder, command):
+    destination = os.path.join(BENCHMARKS, folder)
+    if folder == "coref_cost":  # its two sub-folders are other runs' outputs: never replaced with it
+        with pytest.raises(OutputError, match="did not write"):
+            check_destination(destination, command, force=True, flag="--out")
+        return
+    check_destination(destination, command, force=True, flag="--out")
+    with pytest.raises(OutputError, match="pass --force"):
+        check_destination(destination, command, force=False, flag="--out")
+    with pytest.raises(OutputError, match="not of coref_litbank.py"):
+        check_destination(destination, "coref_litbank.py", force=True, flag="--out")
+
+
+SPEED_KEYS = ("threads", "runs", "steps", "workloads")
+
+
+def test_a_results_file_is_replaced_only_with_force_and_only_when_it_is_the_scripts(tmp_path, capsys):
+    path = tmp_path / "results.json"
+    check_results_file(str(path), "speed.py", False, SPEED_KEYS)  # new: fine
+    write_results_file(str(path), {"threads": 1, "runs": 2, "steps": 3, "workloads": {}})
+    assert json.loads(path.read_text())["runs"] == 2 and os.listdir(tmp_path) == ["results.json"]
+    with pytest.raises(SystemExit, match="pass --force"):
+        check_results_file(str(path), "speed.py", False, SPEED_KEYS)
+    check_results_file(str(path), "speed.py", True, SPEED_KEYS)
+    foreign = tmp_path / "notes.json"
+    foreign.write_text('{"threads": 1}')
+    with pytest.raises(SystemExit, match="never replaced, even with --force"):
+        check_results_file(str(foreign), "speed.py", True, SPEED_KEYS)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(SystemExit, match="not a plain file"):
+        check_results_file(str(tmp_path / "folder"), "speed.py", True, SPEED_KEYS)
+    assert foreign.read_text() == '{"threads": 1}'
+
+
+@pytest.mark.parametrize("script", ["bf16_autocast_speed.py", "vocab_cross_entropy_speed.py"])
+def test_speed_scripts_refuse_a_users_file_before_measuring(tmp_path, script):
+    path = tmp_path / "notes.json"
+    path.write_text("my notes\n")
+    result = run(script, "--out", str(path), "--force")
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
+    assert path.read_text() == "my notes\n"
+    assert run(script, "--out", str(path)).stderr.strip().endswith("choose another name")
+
+
+@pytest.mark.parametrize("name, script", [
+    ("results_1thread.json", "bf16_autocast_speed"), ("results_2threads.json", "bf16_autocast_speed"),
+    ("results_avx2_1thread.json", "bf16_autocast_speed"), ("results_1thread_chunked_ce.json", "bf16_autocast_speed"),
+    ("vocab_cross_entropy_1thread.json", "vocab_cross_entropy_speed")])
+def test_committed_speed_results_are_their_scripts(name, script):
+    module = __import__(script)
+    check_results_file(os.path.join(BENCHMARKS, "bf16_autocast", name), script + ".py", True, module.RESULT_KEYS)
+
+
+def test_span_drop_squad_keeps_its_folder_to_its_own_files(tmp_path):
+    out = tmp_path / "out"
+    assert span_drop_squad.out_problem(str(out), resume=False) is None
+    out.mkdir()
+    assert span_drop_squad.out_problem(str(out), resume=False) is None  # empty
+    (out / "results.csv").write_text("seed\n")
+    assert "pass --resume" in span_drop_squad.out_problem(str(out), resume=False)
+    assert span_drop_squad.out_problem(str(out), resume=True) is None
+    (out / "draft.md").write_text("mine")
+    assert "did not write (draft.md)" in span_drop_squad.out_problem(str(out), resume=True)
