@@ -58,7 +58,9 @@ experiment there, its invocations side by side): pre-training and the SQuAD/SST-
 Every budget can be overridden (``--pretrain-updates``, ``--finetune-updates``, ``--novels``,
 ``--seeds`` …). Results: ``--results`` (default ``benchmarks/masking_ablation``): ``results.csv``
 (columns ``arm,task,seed,score,metric``: one row per scheme, task and seed, kept across runs with the
-same settings), ``table.md``, ``table.png`` and ``commands.md``.
+same settings), ``table.md``, ``table.png`` and ``commands.md``. A ``--results`` folder holding another
+experiment (other settings) is refused before anything is written to it (``--fresh`` replaces its results), and
+so is a folder of files this script did not write.
 
 The continued-pre-training experiment (all-MiniLM-L6-v2 on fold 0's training novels, LitBank with 3
 seeds, a SQuAD split with 2, held-out MLM loss):
@@ -68,7 +70,7 @@ seeds, a SQuAD split with 2, held-out MLM loss):
         --pretrain-updates 2000 --bf16-autocast --results benchmarks/continued_pretraining
 
     .venv/bin/python benchmarks/masking_ablation.py --setting cpu [--seeds 1 2 3] [--novels 20]
-    .venv/bin/python benchmarks/masking_ablation.py --setting cpu --smoke     # a tiny budget: the plumbing only
+    .venv/bin/python benchmarks/masking_ablation.py --setting cpu --smoke --results /tmp/smoke   # the plumbing only
 """
 import argparse
 import csv
@@ -190,6 +192,22 @@ def same_settings(stored, current):
         return {k: v for k, v in settings.items() if k not in TASK_OWN_SETTINGS or k in other}
 
     return shared(stored, current) == shared(current, stored)
+
+
+def foreign_results_folder(folder):
+    """One line when ``folder`` holds files but no mark of this script (its settings.json or lr_grid.csv), else None."""
+    if not os.path.isdir(folder) or not os.listdir(folder):
+        return None
+    if any(os.path.isfile(os.path.join(folder, mark)) for mark in ("settings.json", "lr_grid.csv")):
+        return None
+    return (f"--results {folder}: holds files, but no settings.json or lr_grid.csv of this script; "
+            "choose a new or empty folder")
+
+
+def differing_settings(stored, current):
+    """The settings two invocations disagree on (those ``same_settings`` compares), sorted."""
+    keys = {k for k in set(stored) | set(current) if k not in TASK_OWN_SETTINGS or (k in stored and k in current)}
+    return sorted(k for k in keys if stored.get(k) != current.get(k))
 
 
 def run_key(row):
@@ -872,6 +890,11 @@ def main(argv=None):
     if "coref" in args.tasks:
         cfg.update(coref_epochs=args.coref_epochs, coref_ffnn_size=args.coref_ffnn_size,
                    coref_head_lr=args.coref_head_lr, coref_encoder_lr=args.coref_encoder_lr)
+    if os.path.lexists(args.results) and not os.path.isdir(args.results):
+        sys.exit(f"masking_ablation: --results {args.results}: exists and is not a folder")
+    foreign = foreign_results_folder(args.results)
+    if foreign:
+        sys.exit(f"masking_ablation: {foreign}")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.results, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -907,6 +930,10 @@ def main(argv=None):
     stored = _read_json(settings_path) if os.path.isfile(settings_path) else None
     settings = experiment_settings(stored, settings)  # another N or lr makes variant arms
     same = stored is not None and same_settings(stored, settings)
+    if stored is not None and not same and not args.fresh:  # its rows would be dropped: refused, nothing written
+        sys.exit(f"masking_ablation: --results {args.results}: holds another experiment (settings differ in "
+                 f"{', '.join(differing_settings(stored, settings))}); choose another --results, or pass --fresh to "
+                 "replace its results")
     if same:  # an invocation without coref keeps the stored coref settings
         settings = {**stored, **settings}
     rows = []

@@ -235,3 +235,28 @@ def test_a_pretraining_batch_below_one_is_refused_before_anything_is_written(tmp
     assert refused.returncode == 1
     assert refused.stderr.strip() == "masking_ablation: --pretrain-batch 0: expected at least 1 sequence"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_results_folder_of_other_files_is_refused_before_anything_is_written(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.csv").write_text("my own\n")
+    refused = subprocess.run([sys.executable, DRIVER, "--work", str(tmp_path / "work"), "--results", str(results)],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stderr.strip().count("\n") == 0
+    assert refused.stderr.startswith(f"masking_ablation: --results {results}: holds files, but no settings.json")
+    assert os.listdir(results) == ["results.csv"] and (results / "results.csv").read_text() == "my own\n"
+    assert not (tmp_path / "work").exists()
+
+
+def test_another_experiments_settings_are_named_when_its_folder_is_refused():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    stored = {"setting": "cpu", "pretrain_updates": 2000, "smoke": False, "coref_epochs": 10}
+    assert masking_ablation.differing_settings(stored, {**stored, "smoke": True, "pretrain_updates": 4}) == [
+        "pretrain_updates", "smoke"]
+    # coreference's own settings count only where both invocations ran it, as in same_settings
+    without_coref = {k: v for k, v in stored.items() if k != "coref_epochs"}
+    assert masking_ablation.differing_settings(stored, without_coref) == []
+    assert masking_ablation.same_settings(stored, without_coref)
