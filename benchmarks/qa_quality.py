@@ -22,8 +22,9 @@ Three set-ups, each over ``--seeds``, with one set of hyper-parameters:
 
 Results go to ``--results`` (default ``benchmarks/qa_quality``): ``results.csv`` (one row per
 set-up and seed, written after each run; finished rows are kept when the script is run again
-with the same settings), ``summary.md`` (mean and sample standard deviation per set-up),
-``em_f1.png`` and ``commands.md`` (the exact commands that ran).
+with the same settings, and a folder of other settings is refused unless ``--fresh``),
+``summary.md`` (mean and sample standard deviation per set-up), ``em_f1.png`` and
+``commands.md`` (the exact commands that ran).
 
     .venv/bin/python benchmarks/qa_quality.py [--seeds 1 2 3] [--max-update 600] [--setups pretrained random-init transformers]
 """
@@ -306,7 +307,7 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of every set-up")
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=SETUPS, help="set-ups to run")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (OMP_NUM_THREADS)")
-    parser.add_argument("--fresh", action="store_true", help="discard earlier results of these settings")
+    parser.add_argument("--fresh", action="store_true", help="discard the earlier results in --results")
     args = parser.parse_args()
     needed = [(SQUAD_DEV, "the shared SQuAD 1.1 dev set"), (os.path.join(args.tokenizer_from, "dict.txt"), "run `make demo` first")]
     uses_checkpoint = set(args.setups) & {"pretrained", "transformers"}
@@ -315,6 +316,11 @@ def main():
     for path, what in needed:
         if not os.path.isfile(path):
             sys.exit(f"{path}: no such file ({what})")
+    settings_path = os.path.join(args.results, "settings.json")
+    if os.path.lexists(args.results) and (not os.path.isdir(args.results) or (
+            os.listdir(args.results) and not os.path.isfile(settings_path))):
+        sys.exit(f"qa_quality: --results {args.results}: holds files, but no settings.json of this script; "
+                 "choose a new or empty folder")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.results, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -339,9 +345,16 @@ def main():
                 "max_query_length": args.max_query_length, "batch_size": args.batch_size, "lr": args.lr,
                 "warmup_updates": args.warmup_updates, "max_update": args.max_update, "threads": args.threads,
                 "checkpoint": args.checkpoint}
-    settings_path = os.path.join(args.results, "settings.json")
     csv_path = os.path.join(args.results, "results.csv")
-    same = os.path.isfile(settings_path) and json.load(open(settings_path)) == settings
+    stored = None
+    if os.path.isfile(settings_path):
+        with open(settings_path, encoding="utf-8") as f:
+            stored = json.load(f)
+    same = stored == settings
+    if stored is not None and not same and not args.fresh:  # its rows would be dropped: refused, nothing written
+        differing = sorted(k for k in set(stored) | set(settings) if stored.get(k) != settings.get(k))
+        sys.exit(f"qa_quality: --results {args.results}: holds results of other settings (they differ in "
+                 f"{', '.join(differing)}); choose another --results, or pass --fresh to replace them")
     rows = read_rows(csv_path) if same and not args.fresh else []
     write_atomic(settings_path, json.dumps(settings, indent=2) + "\n")
     print(json.dumps(settings), flush=True)

@@ -126,3 +126,15 @@ def test_span_drop_squad_keeps_its_folder_to_its_own_files(tmp_path):
     assert span_drop_squad.out_problem(str(out), resume=True) is None
     (out / "draft.md").write_text("mine")
     assert "did not write (draft.md)" in span_drop_squad.out_problem(str(out), resume=True)
+
+
+def test_qa_quality_refuses_a_results_folder_it_did_not_write(tmp_path):
+    tokenizer = tmp_path / "data"
+    tokenizer.mkdir()
+    (tokenizer / "dict.txt").write_text("a 1\n")
+    folder = users_folder(tmp_path)
+    result = run("qa_quality.py", "--setups", "random-init", "--tokenizer-from", str(tokenizer),
+                 "--work", str(tmp_path / "work"), "--results", str(folder), "--fresh")
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert f"--results {folder}: holds files, but no settings.json" in result.stderr
+    assert os.listdir(folder) == ["results.json"] and not (tmp_path / "work").exists()
