@@ -62,7 +62,9 @@ def test_loss_curve_refuses_a_users_folder_before_training(tmp_path):
 @pytest.mark.parametrize("folder, command", [
     ("coref_cost", "coref_cost.py"), ("coref_cost/mention_loss_0", "coref_cost.py"),
     ("coref_cost/mention_loss_1", "coref_cost.py"), ("bf16_autocast/loss_curve", "bf16_autocast_loss_curve.py"),
-    ("continued_pretraining/lr_choice_on_dev", "lr_choice_on_dev.py")])
+    ("continued_pretraining/lr_choice_on_dev", "lr_choice_on_dev.py"),
+    ("real_encoder/results/qa_inference", "qa_inference.py"),
+    ("real_encoder/results/qa_inference_all_recheck", "qa_inference.py")])
 def test_committed_results_are_replaced_only_by_their_script_and_only_with_force(folder, command):
     destination = os.path.join(BENCHMARKS, folder)
     if folder == "coref_cost":  # its two sub-folders are other runs' outputs: never replaced with it
@@ -138,3 +140,18 @@ def test_qa_quality_refuses_a_results_folder_it_did_not_write(tmp_path):
     assert result.returncode == 1 and result.stderr.strip().count("\n") == 0, result.stderr
     assert f"--results {folder}: holds files, but no settings.json" in result.stderr
     assert os.listdir(folder) == ["results.json"] and not (tmp_path / "work").exists()
+
+
+def test_qa_inference_refuses_a_users_folder_before_any_work(tmp_path):
+    folder = users_folder(tmp_path)
+    result = run("real_encoder/qa_inference.py", "--checkpoint", str(tmp_path / "model.pt"), "--tokenizer-from",
+                 str(tmp_path), "--work", str(tmp_path / "work"), "--out", str(folder), "--force")
+    assert_refused_in_one_line(result, folder)
+    assert not (tmp_path / "work").exists()
+
+
+def test_side_by_side_refuses_a_folder_without_its_runs(tmp_path):
+    folder = users_folder(tmp_path)
+    result = run("real_encoder/side_by_side.py", "--task", "sst2", "--work", str(tmp_path / "work"), "--out", str(folder))
+    assert_refused_in_one_line(result, folder)
+    assert not (tmp_path / "work").exists()

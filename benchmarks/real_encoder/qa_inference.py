@@ -38,6 +38,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+COMMAND = "qa_inference.py"  # recorded in --out's manifest: --force replaces only this script's output
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BIN = os.path.dirname(sys.executable)
 SQUAD_DEV = os.path.join(os.path.dirname(ROOT), "shared", "data", "squad", "dev-v1.1.json")
@@ -187,6 +188,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of ours, transformers")
     parser.add_argument("--work", default="/tmp/qa_inference", help="scratch folder")
     parser.add_argument("--out", help="results folder (summary.md, results.json)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     parser.add_argument("--bf16", action="store_true",
                         help="also both sides under bfloat16 autocast (ours: spanbert-predict-qa --bf16)")
     parser.add_argument("--fp32-recheck-margin", type=float, default=0.0,
@@ -199,6 +201,14 @@ def main():
         return 0
     if not (args.checkpoint and args.tokenizer_from):
         parser.error("--checkpoint and --tokenizer-from are required")
+    from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination
+
+    inputs = [args.checkpoint, args.tokenizer_from, args.squad, args.work]
+    if args.out:
+        try:  # before the runs: an --out this script may not replace is refused now
+            check_destination(args.out, COMMAND, inputs, args.force, "--out")
+        except OutputError as err:
+            sys.exit(f"qa_inference: {err}")
     os.makedirs(args.work, exist_ok=True)
     squad = os.path.join(args.work, "questions.json")
     n = held_out_questions(args.squad, args.skip_articles, args.questions, squad)
@@ -271,13 +281,16 @@ def main():
                            f"| {100 * row['identical_to_ours_fp32']:.2f}% |\n" for row in result["fp32_recheck_sweep"]))
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        if "fp32_recheck_sweep" in result:
-            plot_sweep(result["fp32_recheck_sweep"], os.path.join(args.out, "fp32_recheck_sweep.png"))
-        with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-        with open(os.path.join(args.out, "summary.md"), "w", encoding="utf-8") as f:
-            f.write(text + "\n    " + " ".join(sys.argv) + "\n")
+        try:
+            with atomic_directory(args.out, COMMAND, inputs, args.force, "--out") as out:
+                if "fp32_recheck_sweep" in result:
+                    plot_sweep(result["fp32_recheck_sweep"], os.path.join(out, "fp32_recheck_sweep.png"))
+                with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as f:
+                    json.dump(result, f, indent=2)
+                with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
+                    f.write(text + "\n    " + " ".join(sys.argv) + "\n")
+        except OutputError as err:
+            sys.exit(f"qa_inference: {err}")
     return 0
 
 
