@@ -219,7 +219,7 @@ def main(argv=None):
         parser.error(f"--checkpoint {args.checkpoint}: no such file (run `make demo`)")
     problem = out_problem(args.out, args.resume)
     if problem:
-        parser.error(problem)
+        sys.exit(f"span_drop_squad: {problem}")
     results = os.path.join(args.out, "results.csv")
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.work, exist_ok=True)
