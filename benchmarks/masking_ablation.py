@@ -84,6 +84,7 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qa_quality import CommandLog, split_by_article, write_atomic  # noqa: E402
+from results_file import unmarked_folder  # noqa: E402
 
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 SHARED = os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
@@ -192,16 +193,6 @@ def same_settings(stored, current):
         return {k: v for k, v in settings.items() if k not in TASK_OWN_SETTINGS or k in other}
 
     return shared(stored, current) == shared(current, stored)
-
-
-def foreign_results_folder(folder):
-    """One line when ``folder`` holds files but no mark of this script (its settings.json or lr_grid.csv), else None."""
-    if not os.path.isdir(folder) or not os.listdir(folder):
-        return None
-    if any(os.path.isfile(os.path.join(folder, mark)) for mark in ("settings.json", "lr_grid.csv")):
-        return None
-    return (f"--results {folder}: holds files, but no settings.json or lr_grid.csv of this script; "
-            "choose a new or empty folder")
 
 
 def differing_settings(stored, current):
@@ -890,9 +881,7 @@ def main(argv=None):
     if "coref" in args.tasks:
         cfg.update(coref_epochs=args.coref_epochs, coref_ffnn_size=args.coref_ffnn_size,
                    coref_head_lr=args.coref_head_lr, coref_encoder_lr=args.coref_encoder_lr)
-    if os.path.lexists(args.results) and not os.path.isdir(args.results):
-        sys.exit(f"masking_ablation: --results {args.results}: exists and is not a folder")
-    foreign = foreign_results_folder(args.results)
+    foreign = unmarked_folder(args.results, "--results", ("settings.json", "lr_grid.csv"))
     if foreign:
         sys.exit(f"masking_ablation: {foreign}")
     os.makedirs(args.work, exist_ok=True)

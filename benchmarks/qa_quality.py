@@ -40,6 +40,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results_file import unmarked_folder  # noqa: E402
+
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 SQUAD_DEV = os.path.join(ROOT, "..", "shared", "data", "squad", "dev-v1.1.json")
 SETUPS = ("pretrained", "random-init", "transformers")
@@ -317,10 +320,9 @@ def main():
         if not os.path.isfile(path):
             sys.exit(f"{path}: no such file ({what})")
     settings_path = os.path.join(args.results, "settings.json")
-    if os.path.lexists(args.results) and (not os.path.isdir(args.results) or (
-            os.listdir(args.results) and not os.path.isfile(settings_path))):
-        sys.exit(f"qa_quality: --results {args.results}: holds files, but no settings.json of this script; "
-                 "choose a new or empty folder")
+    foreign = unmarked_folder(args.results, "--results", ("settings.json",))
+    if foreign:
+        sys.exit(f"qa_quality: {foreign}")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.results, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))

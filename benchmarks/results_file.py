@@ -1,4 +1,5 @@
-"""The one JSON results file a speed benchmark writes to ``--out``, without ever replacing a user's file.
+"""Benchmark results without ever replacing a user's files: the one JSON file a speed benchmark writes, and
+the check of a results folder that a script adds to across runs.
 
 An existing ``--out`` is replaced only with ``--force``, and only when it is a results file of the same
 script (a JSON object holding that script's keys); anything else is refused in one line before the
@@ -44,3 +45,15 @@ def write_results_file(path, results):
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+def unmarked_folder(folder, flag, marks):
+    """One line when ``folder`` may not take a script's results: not a folder, or holding files but none of
+    ``marks`` (the files that show the script wrote there before); else None."""
+    if not os.path.lexists(folder):
+        return None
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return f"{flag} {folder}: exists and is not a folder"
+    if not os.listdir(folder) or any(os.path.isfile(os.path.join(folder, mark)) for mark in marks):
+        return None
+    return f"{flag} {folder}: holds files, but no {' or '.join(marks)} of this script; choose a new or empty folder"

@@ -66,6 +66,7 @@ def _script(path, name):
 
 fetch = _script(os.path.join(HERE, "fetch_minilm.py"), "fetch_minilm")
 qa_quality = _script(os.path.join(ROOT, "benchmarks", "qa_quality.py"), "qa_quality")
+results_file = _script(os.path.join(ROOT, "benchmarks", "results_file.py"), "results_file")
 sst2_experiment = _script(os.path.join(ROOT, "benchmarks", "sst2_experiment.py"), "sst2_experiment")
 
 GLUE_TASKS = {"sst2": "SST-2", "rte": "RTE"}
@@ -425,10 +426,9 @@ def main():
     args.max_epoch = args.max_epoch or {"sst2": 3, "rte": 10, "squad": 2}[args.task]
     args.max_seq_length = args.max_seq_length or (384 if args.task == "squad" else 128)
     args.out = args.out or os.path.join(HERE, "results", args.task + ("_group_by_length" if args.group_by_length else ""))
-    if os.path.lexists(args.out) and (not os.path.isdir(args.out) or (
-            os.listdir(args.out) and not os.path.isfile(os.path.join(args.out, "runs.jsonl")))):
-        sys.exit(f"side_by_side: --out {args.out}: holds files, but no runs.jsonl of this script; "
-                 "choose a new or empty folder")  # its summary.md and commands.md would be replaced or added to
+    foreign = results_file.unmarked_folder(args.out, "--out", ("runs.jsonl",))  # its summary.md would be replaced
+    if foreign:
+        sys.exit(f"side_by_side: {foreign}")
     squad = f", {args.train_articles} training articles, {args.eval_articles or 'all other'} evaluated"
     args.settings = (f"task {args.task}, train size {args.train_size or 'all'}{squad if args.task == 'squad' else ''}, "
                      f"{args.max_epoch} epoch(s), batch {args.batch_size}, lr {args.lr} (10% warm-up, linear decay), "
