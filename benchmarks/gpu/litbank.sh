@@ -7,6 +7,12 @@
 #   LITBANK_ARGS=""                 more coref_litbank.py options; its defaults are the recipe's (FFNN 3,000, head lr
 #                                   2e-4, fp32), e.g. "--ffnn-size 150 --head-lr 1e-4" for the CPU's setting
 #   STAGE=.gpu/lit BUDGET_S=500     the staged encoder and data; every invocation stops by BUDGET_S
+#   OUT, LITBANK_GPU_WORK           where the returned files and the runs go (default /tmp/litbank_gpu_out, /tmp/litbank_gpu)
+#   INSTALLED=1                     the staged wheels are installed already (PY set): two settings side by side, e.g.
+#       STAGED=.gpu/lit source benchmarks/gpu/install_staged.sh && export INSTALLED=1 PY
+#       OUT=$OUT/a LITBANK_GPU_WORK=/tmp/a FOLDS=0 bash benchmarks/gpu/litbank.sh &
+#       OUT=$OUT/b LITBANK_GPU_WORK=/tmp/b FOLDS=7,8,9 SEEDS=1 LITBANK_ARGS="--ffnn-size 150" bash benchmarks/gpu/litbank.sh
+#       wait
 # On an H200, three 20-epoch runs side by side took about 19 s per epoch each with FFNN 3,000 (about 400 s in all).
 #
 # Before the call, here (.gpu/ is git-ignored; about 45 MiB with the tracked files):
@@ -31,7 +37,7 @@ if [ $DRY = 1 ]; then
 else
     SIZE=(--epochs "$EPOCHS") BUDGET_S=${BUDGET_S:-500}  # install_staged.sh sets PY
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_use.csv" 2>&1 & SAMPLER=$!
-    STAGED=$STAGE source benchmarks/gpu/install_staged.sh || exit 1
+    if [ -z "${INSTALLED:-}" ]; then STAGED=$STAGE source benchmarks/gpu/install_staged.sh || exit 1; fi
 fi
 echo "set-up: $((SECONDS - START)) s"
 [ -f "$W/imported/model.pt" ] || $PY benchmarks/gpu/stage_continued_pretraining.py unpack --stage "$STAGE" --to "$W" || exit 1
