@@ -21,6 +21,9 @@ seeds), ``summary.md`` (mean ± sd over folds beside the published figures),
 and per singleton threshold too) and ``folds.png``.
 ``--paired-with OUT`` adds, in ``paired.csv`` and ``summary.md``, this run minus another run of the command (its
 ``--out``), paired by fold and seed, with the 95% interval and a TOST against ``--equivalence-margin``.
+``--include OUT ...`` takes finished runs from earlier ``--out`` folders of this command (their runs.jsonl and
+commands.txt) instead of training them, so that runs made elsewhere (another machine, a GPU call) join one summary:
+a run of ``--folds`` x ``--seeds`` x ``--arms`` found there is not trained, and its fold is not prepared.
 ``--train-docs N`` keeps the first N training documents, ``--eval-docs N`` the first N dev and test documents
 (smoke tests). ``--out`` must be new, empty, or an earlier ``--out`` of this command (``--force`` replaces it): it
 is checked before any work and written all at once when the runs are done.
@@ -224,6 +227,40 @@ def tune_singleton_threshold(args, name, save_dir, result):
                   test_mentions_f1_dev_threshold=row["test_mentions_f1"])
 
 
+RUN_HEADER = re.compile(r"# fold (\d+), (\S+), seed (\d+)")  # a run's section in commands.txt
+
+
+def included_runs(folders):
+    """{(fold, arm, seed): record with its commands} from earlier --out folders of this command, and the lines that
+    say where they came from; a run found in two of them is refused."""
+    runs, origin, preamble = {}, {}, []
+    for folder in folders:
+        paths = [os.path.join(folder, name) for name in ("runs.jsonl", "commands.txt")]
+        if not all(os.path.isfile(path) for path in paths):
+            sys.exit(f"coref_litbank: --include {folder}: expected an --out folder of this command (runs.jsonl and "
+                     "commands.txt)")
+        commands, section = {}, None
+        with open(paths[1]) as f:
+            lines = [line.rstrip("\n") for line in f if line.strip()]
+        preamble.append(f"# runs included from {folder}, whose commands.txt begins:")
+        for line in lines:
+            if match := RUN_HEADER.fullmatch(line):
+                section = commands.setdefault((int(match[1]), match[2], int(match[3])), [])
+            elif section is None:
+                preamble.append(line if line.startswith("#") else f"#   {line}")
+            else:
+                section.append(line)
+        with open(paths[0]) as f:
+            for number, line in enumerate(f, 1):
+                record = json.loads(line)
+                key = (int(record["fold"]), record["arm"], int(record["seed"]))
+                if key in runs:
+                    sys.exit(f"coref_litbank: --include {folder}: fold {key[0]}, {key[1]}, seed {key[2]} is also in "
+                             f"{origin[key]}")
+                runs[key], origin[key] = dict(record, commands=commands.get(key, [])), folder
+    return runs, origin, preamble
+
+
 def mean_sd(values):
     if len(values) == 1:
         return f"{values[0]:.1f}"
@@ -394,6 +431,9 @@ def main():
     parser.add_argument("--paired-with", metavar="OUT",
                         help="another --out of this command (e.g. the encoder as it came): paired differences by fold "
                         "and seed in paired.csv and summary.md")
+    parser.add_argument("--include", nargs="+", default=[], metavar="OUT",
+                        help="earlier --out folders of this command: their finished runs are taken from there, not "
+                        "trained (runs made on another machine join this summary)")
     parser.add_argument("--equivalence-margin", type=float, default=2.7,
                         help="margin of the TOST in the paired differences (default 2.7, SpanBERT's SBO gain)")
     args = parser.parse_args()
@@ -401,7 +441,9 @@ def main():
         sys.exit(f"coref_litbank: --folds {args.folds!r}: expected folds such as 0-9 or 0,3")
     if args.paired_with and not os.path.isfile(os.path.join(args.paired_with, "results.csv")):
         sys.exit(f"coref_litbank: --paired-with {args.paired_with}: expected a folder with this command's results.csv")
-    inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *([args.paired_with] if args.paired_with else [])]
+    included, origin, prepared = included_runs(args.include)
+    inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *([args.paired_with] if args.paired_with else []),
+              *args.include]
     try:  # before hours of fine-tuning: an --out this command may not replace is refused now
         check_destination(args.out, COMMAND, inputs, args.force, "--out")
     except OutputError as err:
@@ -411,16 +453,25 @@ def main():
     os.makedirs(os.path.join(args.work, "runs"), exist_ok=True)
     sizes, tokenizer_from = checkpoint_settings(args.checkpoint)
     invocation = shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
-    prepared, results = [], []
+    results, taken = [], {}
     for fold in parse_folds(args.folds):
-        data, command = prepare_fold(args, fold, tokenizer_from, min(args.max_segment_length,
-                                                                     int(sizes["max_positions"])))
-        prepared.append(command)
-        for seed in args.seeds.split(","):
-            for arm in args.arms.split(","):
-                results.append(finetune_and_test(args, fold, data, sizes, arm, int(seed)))
+        keys = [(fold, arm, int(seed)) for seed in args.seeds.split(",") for arm in args.arms.split(",")]
+        if not all(key in included for key in keys):
+            data, command = prepare_fold(args, fold, tokenizer_from, min(args.max_segment_length,
+                                                                         int(sizes["max_positions"])))
+            prepared.append(command)
+        for key in keys:
+            if key in included:
+                results.append(included[key])
+                taken.setdefault(origin[key], []).append(key)
+            else:
+                results.append(finetune_and_test(args, fold, data, sizes, key[1], key[2]))
     folds = fold_means(results)
     text = summary(results, folds)
+    if taken:
+        text += "\nRuns taken from earlier outputs of this command (not trained here): " + "; ".join(
+            f"`{os.path.relpath(folder, ROOT)}`: " + ", ".join(f"fold {f} seed {s}" + ("" if a == "pretrained" else f" ({a})")
+                                                          for f, a, s in keys) for folder, keys in taken.items()) + "\n"
     paired = None
     if args.paired_with:
         paired = paired_with(results, os.path.join(args.paired_with, "results.csv"), args.equivalence_margin)

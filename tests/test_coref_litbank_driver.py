@@ -122,3 +122,73 @@ def test_the_writer_reproduces_the_committed_span_sbo_outputs_with_a_manifest(tm
             assert written.read() == expected.read(), name
     assert (out / "commands.txt").read_text().splitlines()[:3] == [
         "# the invocation", "# fold 0, pretrained, seed 1", "train seed 1"]
+
+
+def write_out_folder(path, runs, invocation):
+    """An --out folder as this command writes it: runs.jsonl and commands.txt (invocation, preparation, runs)."""
+    path.mkdir()
+    with open(path / "runs.jsonl", "w") as f:
+        f.writelines(json.dumps(run) + "\n" for run in runs)
+    with open(path / "commands.txt", "w") as f:
+        f.write(f"# {invocation}\nprepare fold {runs[0]['fold']}\n")
+        for run in runs:
+            f.write(f"# fold {run['fold']}, {run['arm']}, seed {run['seed']}\ntrain {run['fold']}/{run['seed']}\n"
+                    f"predict {run['fold']}/{run['seed']}\n")
+
+
+def test_included_runs_come_with_their_commands_and_where_they_came_from(tmp_path):
+    committed = os.path.join(ROOT, "benchmarks", "coref_litbank", "gpu_span_sbo_fold0_20epochs", "runs.jsonl")
+    with open(committed) as f:
+        record = json.loads(f.readline())
+    cpu = [dict(record, fold=fold) for fold in (0, 1)]
+    gpu = [dict(record, fold=2, seed=seed) for seed in (1, 2)]
+    write_out_folder(tmp_path / "cpu", cpu, "coref_litbank.py --folds 0,1")
+    write_out_folder(tmp_path / "gpu", gpu, "coref_litbank.py --folds 2 --seeds 1,2")
+    runs, origin, preamble = coref_litbank.included_runs([str(tmp_path / "cpu"), str(tmp_path / "gpu")])
+    assert sorted(runs) == [(0, "pretrained", 1), (1, "pretrained", 1), (2, "pretrained", 1), (2, "pretrained", 2)]
+    assert runs[(2, "pretrained", 2)]["commands"] == ["train 2/2", "predict 2/2"]
+    assert runs[(1, "pretrained", 1)]["test_conll_f1"] == record["test_conll_f1"]
+    assert origin[(2, "pretrained", 1)] == str(tmp_path / "gpu")
+    assert preamble == [f"# runs included from {tmp_path}/cpu, whose commands.txt begins:",
+                        "# coref_litbank.py --folds 0,1", "#   prepare fold 0",
+                        f"# runs included from {tmp_path}/gpu, whose commands.txt begins:",
+                        "# coref_litbank.py --folds 2 --seeds 1,2", "#   prepare fold 2"]
+
+
+def test_every_run_included_trains_nothing_and_writes_one_summary(tmp_path, monkeypatch):
+    """The driver with every run of --folds x --seeds included: no fold is prepared, nothing is trained (the
+    checkpoint is only read for its settings), and the summary says where the runs came from."""
+    with open(os.path.join(ROOT, "benchmarks", "coref_litbank", "gpu_span_sbo_fold0_20epochs", "runs.jsonl")) as f:
+        record = json.loads(f.readline())
+    write_out_folder(tmp_path / "a", [dict(record, fold=0, test_conll_f1=60.0)], "a")
+    write_out_folder(tmp_path / "b", [dict(record, fold=1, test_conll_f1=50.0)], "b")
+    checkpoint, out, work = tmp_path / "model.pt", tmp_path / "out", tmp_path / "work"
+    checkpoint.write_bytes(b"read only for its settings")
+    monkeypatch.setattr(coref_litbank, "checkpoint_settings", lambda path: ({"max_positions": 512}, None))
+    monkeypatch.setattr(sys, "argv", [DRIVER, "--checkpoint", str(checkpoint), "--folds", "0,1", "--out", str(out),
+                                      "--work", str(work), "--include", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert coref_litbank.main() == 0
+    assert os.listdir(work) == ["runs"] and os.listdir(work / "runs") == []  # nothing prepared or trained
+    with open(out / "folds.csv") as f:
+        assert [float(row["test_conll_f1"]) for row in csv.DictReader(f)] == [60.0, 50.0]
+    text = (out / "summary.md").read_text()
+    assert "| pretrained | 2 | 1/1 | 55.0 ± 7.1 |" in text
+    assert f"(not trained here): `{os.path.relpath(tmp_path / 'a', ROOT)}`: fold 0 seed 1; " in text
+    commands = (out / "commands.txt").read_text().splitlines()
+    assert commands[1:3] == [f"# runs included from {tmp_path}/a, whose commands.txt begins:", "# a"]
+    assert commands[-3:] == ["# fold 1, pretrained, seed 1", "train 1/1", "predict 1/1"]
+
+
+@pytest.mark.parametrize("include, expected", [
+    (["mine"], "--include {tmp}/mine: expected an --out folder of this command (runs.jsonl and commands.txt)"),
+    (["a", "a"], "--include {tmp}/a: fold 0, pretrained, seed 1 is also in {tmp}/a"),
+])
+def test_a_bad_include_is_refused_in_one_line_before_any_work(tmp_path, include, expected):
+    (tmp_path / "mine").mkdir()
+    write_out_folder(tmp_path / "a", [{"fold": 0, "arm": "pretrained", "seed": 1, "test_conll_f1": 60.0}], "a")
+    proc = subprocess.run([sys.executable, DRIVER, "--checkpoint", str(tmp_path / "none.pt"), "--out",
+                           str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--include",
+                           *(str(tmp_path / name) for name in include)], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"coref_litbank: {expected.format(tmp=tmp_path)}"]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
