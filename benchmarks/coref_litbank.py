@@ -31,6 +31,7 @@ is checked before any work and written all at once when the runs are done.
 import argparse
 import csv
 import json
+import logging
 import os
 import re
 import shlex
@@ -48,6 +49,8 @@ BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)
 LITBANK = os.path.join(os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data"), "litbank")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
 METRICS = ("muc", "bcub", "ceafe")
+# importing fairseq sets the root logger to DEBUG, and matplotlib (imported by the plugin) then logs its set-up
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
 COMMAND = "coref_litbank.py"  # recorded in --out's manifest: --force replaces only this command's output
 # published LitBank CoNLL F1 (with singletons, mean over the 10 folds), drawn beside ours
 PUBLISHED = {"Bamman et al. 2020, BERT-base (110M)": 68.1, "Maverick 2024, DeBERTa-v3-large (435M), end to end": 78.3}
@@ -351,11 +354,8 @@ def paired_text(rows, baseline):
 
 
 def plot(folds, path):
-    import logging
-
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG under fairseq's set-up
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

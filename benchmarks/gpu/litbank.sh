@@ -13,7 +13,9 @@
 #       OUT=$OUT/a LITBANK_GPU_WORK=/tmp/a FOLDS=0 bash benchmarks/gpu/litbank.sh &
 #       OUT=$OUT/b LITBANK_GPU_WORK=/tmp/b FOLDS=7,8,9 SEEDS=1 LITBANK_ARGS="--ffnn-size 150" bash benchmarks/gpu/litbank.sh
 #       wait
-# On an H200, three 20-epoch runs side by side took about 19 s per epoch each with FFNN 3,000 (about 400 s in all).
+# On an H200, three 20-epoch runs side by side took about 19 s per epoch each with FFNN 3,000 (about 400 s in all);
+# six (three FFNN 3,000, three FFNN 150; bf16 autocast) about 24 and 20 s per epoch, and the test predictions a minute
+# more: about 580 s and 470 s from the start (benchmarks/gpu/logs/litbank_h200_folds7-9_ffnn3000).
 #
 # Before the call, here (.gpu/ is git-ignored; about 45 MiB with the tracked files):
 #   python benchmarks/gpu/stage_continued_pretraining.py pack --imported ENCODER_FOLDER --stage .gpu/lit \
