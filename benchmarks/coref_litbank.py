@@ -19,8 +19,9 @@ gets ``results.csv`` (one row per run), ``folds.csv`` (per fold, mean over
 seeds), ``summary.md`` (mean ± sd over folds beside the published figures),
 ``commands.txt`` (every command behind every row), ``runs.jsonl`` (each run's record: its dev CoNLL F1 per epoch
 and per singleton threshold too) and ``folds.png``.
-``--paired-with OUT`` adds, in ``paired.csv`` and ``summary.md``, this run minus another run of the command (its
-``--out``), paired by fold and seed, with the 95% interval and a TOST against ``--equivalence-margin``.
+``--paired-with OUT [OUT ...]`` adds, in ``paired.csv`` and ``summary.md``, this run minus another run of the command
+(its ``--out``, or several whose runs together make it), paired by fold and seed, with the 95% interval and a TOST
+against ``--equivalence-margin``, for each of ``--paired-metrics`` (results.csv columns).
 ``--include OUT ...`` takes finished runs from earlier ``--out`` folders of this command (their runs.jsonl and
 commands.txt) instead of training them, so that runs made elsewhere (another machine, a GPU call) join one summary:
 a run of ``--folds`` x ``--seeds`` x ``--arms`` found there is not trained, and its fold is not prepared.
@@ -323,13 +324,28 @@ def summary(results, folds):
 PAIRED_METRICS = ("test_conll_f1", "test_conll_f1_dev_threshold")
 
 
-def paired_with(results, baseline_csv, margin):
-    """Each of ``PAIRED_METRICS`` minus the same fold, arm and seed in another run of this command (its results.csv):
-    the paired mean, its 95% interval and a TOST p against +-``margin``, over the pairs both hold."""
-    with open(baseline_csv, newline="") as f:
-        baseline = {(int(r["fold"]), r["arm"], int(r["seed"])): r for r in csv.DictReader(f)}
+def read_baseline(baseline_csvs):
+    """{(fold, arm, seed): row} of other runs of this command (their results.csv: one path, or several whose runs
+    together make the baseline); a run in two of them is refused."""
+    baseline = {}
+    for path in [baseline_csvs] if isinstance(baseline_csvs, str) else baseline_csvs:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                key = (int(row["fold"]), row["arm"], int(row["seed"]))
+                if key in baseline:
+                    sys.exit(f"coref_litbank: --paired-with {os.path.dirname(path)}: fold {key[0]}, {key[1]}, seed "
+                             f"{key[2]} is also in another of its folders")
+                baseline[key] = row
+    return baseline
+
+
+def paired_with(results, baseline, margin, metrics=PAIRED_METRICS):
+    """Each of ``metrics`` minus the same fold, arm and seed in the ``baseline`` runs (``read_baseline``'s dict, or
+    what it reads): the paired mean, its 95% interval and a TOST p against +-``margin``, over the pairs both hold."""
+    if not isinstance(baseline, dict):
+        baseline = read_baseline(baseline)
     rows = []
-    for metric in PAIRED_METRICS:
+    for metric in metrics:
         pairs = [(r, baseline[key]) for r in results
                  if (key := (int(r["fold"]), r["arm"], int(r["seed"]))) in baseline
                  and r.get(metric) not in (None, "") and baseline[key].get(metric) not in (None, "")]
@@ -343,6 +359,7 @@ def paired_with(results, baseline_csv, margin):
 
 
 def paired_text(rows, baseline):
+    baseline = "`, `".join([baseline] if isinstance(baseline, str) else baseline)
     lines = ["", f"Paired with `{baseline}` (this run minus it, same fold and seed; pairs as fold/seed; TOST: equal "
              f"within the margin when p < 0.05):", "",
              "| metric | pairs | mean difference | 95% interval | TOST p | margin |", "| --- | --- | --- | --- | --- | --- |"]
@@ -428,9 +445,12 @@ def main():
     parser.add_argument("--override", nargs="*", default=[], help="hydra overrides appended to every fine-tuning run")
     parser.add_argument("--litbank", default=LITBANK)
     parser.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "out", "coref_work"))
-    parser.add_argument("--paired-with", metavar="OUT",
-                        help="another --out of this command (e.g. the encoder as it came): paired differences by fold "
-                        "and seed in paired.csv and summary.md")
+    parser.add_argument("--paired-with", metavar="OUT", nargs="+", default=[],
+                        help="another --out of this command (e.g. the encoder as it came), or several whose runs "
+                        "together make the baseline: paired differences by fold and seed in paired.csv and summary.md")
+    parser.add_argument("--paired-metrics", type=lambda text: text.split(","), default=list(PAIRED_METRICS),
+                        help="results.csv columns to pair (default test_conll_f1,test_conll_f1_dev_threshold; e.g. "
+                        "also test_conll_f1_no_singleton_output)")
     parser.add_argument("--include", nargs="+", default=[], metavar="OUT",
                         help="earlier --out folders of this command: their finished runs are taken from there, not "
                         "trained (runs made on another machine join this summary)")
@@ -439,10 +459,12 @@ def main():
     args = parser.parse_args()
     if not re.fullmatch(r"[0-9,\-]+", args.folds):
         sys.exit(f"coref_litbank: --folds {args.folds!r}: expected folds such as 0-9 or 0,3")
-    if args.paired_with and not os.path.isfile(os.path.join(args.paired_with, "results.csv")):
-        sys.exit(f"coref_litbank: --paired-with {args.paired_with}: expected a folder with this command's results.csv")
+    for folder in args.paired_with:
+        if not os.path.isfile(os.path.join(folder, "results.csv")):
+            sys.exit(f"coref_litbank: --paired-with {folder}: expected a folder with this command's results.csv")
+    baseline = read_baseline([os.path.join(folder, "results.csv") for folder in args.paired_with])
     included, origin, prepared = included_runs(args.include)
-    inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *([args.paired_with] if args.paired_with else []),
+    inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *args.paired_with,
               *args.include]
     try:  # before hours of fine-tuning: an --out this command may not replace is refused now
         check_destination(args.out, COMMAND, inputs, args.force, "--out")
@@ -474,8 +496,8 @@ def main():
                                                           for f, a, s in keys) for folder, keys in taken.items()) + "\n"
     paired = None
     if args.paired_with:
-        paired = paired_with(results, os.path.join(args.paired_with, "results.csv"), args.equivalence_margin)
-        text += paired_text(paired, os.path.relpath(args.paired_with, ROOT))
+        paired = paired_with(results, baseline, args.equivalence_margin, args.paired_metrics)
+        text += paired_text(paired, [os.path.relpath(folder, ROOT) for folder in args.paired_with])
     with atomic_directory(args.out, COMMAND, inputs, args.force, "--out") as out:
         write_outputs(out, results, folds, paired, text, [f"# {invocation}", *prepared])
     print(text)

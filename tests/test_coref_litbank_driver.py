@@ -53,6 +53,29 @@ def test_paired_differences_match_by_fold_and_seed(tmp_path):
     assert "| test_conll_f1_dev_threshold | 1/1 | +1.50 | – (one pair) | – | ±2.7 |" in text
 
 
+def test_the_baseline_may_be_several_folders_and_other_columns(tmp_path):
+    """Seeds run apart (two --out folders) make one baseline; --paired-metrics pairs other results.csv columns."""
+    columns = ["fold", "arm", "seed", "test_conll_f1", "test_conll_f1_no_singleton_output"]
+    for name, seeds in (("seeds12", (1, 2)), ("seed3", (3,))):
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "results.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows({"fold": 0, "arm": "pretrained", "seed": seed, "test_conll_f1": 47.0 + seed,
+                              "test_conll_f1_no_singleton_output": 40.0 + seed} for seed in seeds)
+    results = [{"fold": 0, "arm": "pretrained", "seed": seed, "test_conll_f1": 39.0 + seed,
+                "test_conll_f1_no_singleton_output": 39.0 + seed + seed / 10} for seed in (1, 2, 3)]
+    baseline = coref_litbank.read_baseline([str(tmp_path / "seeds12" / "results.csv"),
+                                            str(tmp_path / "seed3" / "results.csv")])
+    rows = coref_litbank.paired_with(results, baseline, 2.7, ["test_conll_f1", "test_conll_f1_no_singleton_output"])
+    assert [(row["metric"], row["pairs"]) for row in rows] == [("test_conll_f1", "0/1 0/2 0/3"),
+                                                               ("test_conll_f1_no_singleton_output", "0/1 0/2 0/3")]
+    assert rows[0]["mean"] == pytest.approx(-8.0) and rows[1]["mean"] == pytest.approx(-0.8)
+    assert "Paired with `a`, `b` (this run minus it" in coref_litbank.paired_text(rows, ["a", "b"])
+    with pytest.raises(SystemExit, match="fold 0, pretrained, seed 1 is also in another of its folders"):
+        coref_litbank.read_baseline([str(tmp_path / "seeds12" / "results.csv")] * 2)
+
+
 @pytest.mark.parametrize("flags, expected", [
     ([], "--checkpoint {tmp}/none.pt: no such file (expected a spanbert checkpoint)"),
     (["--paired-with", "missing_folder"], "--paired-with missing_folder: expected a folder with this command's "
