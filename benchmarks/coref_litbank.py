@@ -255,8 +255,7 @@ def included_runs(folders):
             else:
                 section.append(line)
         with open(paths[0]) as f:
-            for number, line in enumerate(f, 1):
-                record = json.loads(line)
+            for record in (json.loads(line) for line in f if line.strip()):
                 key = (int(record["fold"]), record["arm"], int(record["seed"]))
                 if key in runs:
                     sys.exit(f"coref_litbank: --include {folder}: fold {key[0]}, {key[1]}, seed {key[2]} is also in "
@@ -463,6 +462,8 @@ def main():
         if not os.path.isfile(os.path.join(folder, "results.csv")):
             sys.exit(f"coref_litbank: --paired-with {folder}: expected a folder with this command's results.csv")
     baseline = read_baseline([os.path.join(folder, "results.csv") for folder in args.paired_with])
+    if baseline and (missing := [m for m in args.paired_metrics if not any(m in row for row in baseline.values())]):
+        sys.exit(f"coref_litbank: --paired-metrics {','.join(missing)}: not a column of the --paired-with results.csv")
     included, origin, prepared = included_runs(args.include)
     inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *args.paired_with,
               *args.include]

@@ -81,6 +81,8 @@ def test_the_baseline_may_be_several_folders_and_other_columns(tmp_path):
     (["--paired-with", "missing_folder"], "--paired-with missing_folder: expected a folder with this command's "
                                           "results.csv"),
     (["--folds", "0-x"], "--folds '0-x': expected folds such as 0-9 or 0,3"),
+    (["--paired-with", os.path.join(ROOT, "benchmarks", "coref_litbank", "minilm_fold0_20epochs"), "--paired-metrics",
+      "test_conll_f1,test_conll"], "--paired-metrics test_conll: not a column of the --paired-with results.csv"),
 ])
 def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expected):
     out = tmp_path / "out"
