@@ -6,8 +6,10 @@
 # arm's fine-tuning starts as soon as its pre-training ends.
 #
 # What it runs, from the environment (defaults: the first GPU call, at the CPU's budget and the lr grid's rates):
-#   ARMS="subword:2e-4 span:4e-4 span+sbo:4e-4"  the arms, SCHEME:PEAK_LR (an arm at another lr than the experiment's
-#                                                 1e-4 is recorded as SCHEME_lrX)
+#   ARMS="subword:2e-4 span:4e-4 span+sbo:4e-4"  the arms, SCHEME:PEAK_LR[:FREEZE] (an arm at another lr than the
+#                                                 experiment's 1e-4 is recorded as SCHEME_lrX; FREEZE, head-only updates
+#                                                 other than the experiment's 100, as SCHEME_freezeN), e.g.
+#                                                 ARMS="subword:1e-4 subword:1e-4:0 word:1e-4" (the head warm-up, word)
 #   UPDATES=2000 BATCH=16                         pre-training updates and sequences of 128 tokens per update
 #   BUDGET_S=500                                  every invocation stops by then; what finished is in results.tgz
 #
@@ -20,6 +22,7 @@
 #   bash benchmarks/gpu/continued_pretraining.sh              # results.tgz, logs.tgz, gpu_use.csv, ARM.encoder.part* in $OUT
 # (the parts: the arm with the best mean LitBank dev CoNLL F1, for stage_continued_pretraining.py join here)
 #   bash benchmarks/gpu/continued_pretraining.sh --dry-run    # here, on the CPU: every step at the smoke budget, one at a time
+#                                                             # (BUDGET_S=3600: 852 s for ARMS="subword:1e-4 subword:1e-4:0 word:1e-4")
 # results.tgz is written again every 30 s, so a call stopped at the device's limit still returns the finished runs.
 set -uo pipefail
 DRY=0; [ "${1:-}" = "--dry-run" ] && DRY=1
@@ -57,15 +60,20 @@ invocation settings "" --schemes none --seeds
 # side by side on the GPU; one after another in a dry run (13 processes at once need more than a 24 GB machine has)
 aside() { if [ $DRY = 1 ]; then "$@"; else "$@" & fi; }
 for seed in 1 2 3; do aside invocation "none_seed$seed" "" --schemes none --seeds $seed; done
-arm() {  # SCHEME LR: pre-train (and score the held-out MLM loss), then the 3 seeds side by side
-    local scheme=$1 lr=$2
-    invocation "pretrain_$scheme" "" --schemes $scheme --pretrain-lr $lr --seeds
+arm() {  # SCHEME LR FREEZE: pre-train (and score the held-out MLM loss), then the 3 seeds side by side
+    local scheme=$1 lr=$2 freeze=$3 name=$1
+    [ "$freeze" = 100 ] || name=${scheme}_freeze$freeze
+    invocation "pretrain_$name" "" --schemes $scheme --pretrain-lr $lr --freeze-encoder-updates $freeze --seeds
     for seed in 1 2 3; do
-        aside invocation "${scheme}_seed$seed" "pretrain_$scheme" --schemes $scheme --pretrain-lr $lr --seeds $seed
+        aside invocation "${name}_seed$seed" "pretrain_$name" --schemes $scheme --pretrain-lr $lr \
+            --freeze-encoder-updates $freeze --seeds $seed
     done
     wait
 }
-for spec in ${ARMS:-subword:2e-4 span:4e-4 span+sbo:4e-4}; do aside arm "${spec%%:*}" "${spec#*:}"; done
+for spec in ${ARMS:-subword:2e-4 span:4e-4 span+sbo:4e-4}; do
+    IFS=: read -r scheme lr freeze <<< "$spec"
+    aside arm "$scheme" "$lr" "${freeze:-100}"
+done
 # what comes back: the results folder, and the logs (pre-training, every LitBank run's training log and record)
 snapshot() {
     tar czf "$OUT/results.part" -C "$W" results 2>/dev/null && mv "$OUT/results.part" "$OUT/results.tgz"
