@@ -24,12 +24,11 @@ MAX_UPDATE=${MAX_UPDATE:-10000} JOBS=${JOBS:-3}
 mkdir -p "$OUT" "$W"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFERED=1
 if [ $DRY = 1 ]; then
-    BIN=${BIN:-.venv/bin} SIZE=(--device cpu --seq-len 20 --max-update 30 --test-size 200) BUDGET_S=${BUDGET_S:-3600}
+    PY=${PY:-.venv/bin/python} SIZE=(--device cpu --seq-len 20 --max-update 30 --test-size 200) BUDGET_S=${BUDGET_S:-3600}
 else
     SIZE=(--device cuda --max-update "$MAX_UPDATE") BUDGET_S=${BUDGET_S:-500}
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_use.csv" 2>&1 & SAMPLER=$!
-    if [ -z "${INSTALLED:-}" ]; then STAGED=$STAGE source benchmarks/gpu/install_staged.sh || exit 1; fi
-    BIN=$(dirname "$(command -v spanbert-findanimals)")
+    if [ -z "${INSTALLED:-}" ]; then STAGED=$STAGE source benchmarks/gpu/install_staged.sh || exit 1; fi  # sets PY
 fi
 echo "set-up: $((SECONDS - START)) s"
 
@@ -37,7 +36,7 @@ invocation() {  # SIZE SEED
     local name="size$1_seed$2" left=$((BUDGET_S - (SECONDS - START) - 20))
     if [ $left -le 0 ]; then echo "$(date +%T) $name not started: the budget is spent"; return; fi
     echo "$(date +%T) start $name ($left s left)"
-    timeout $left "$BIN/spanbert-findanimals" --setting full "${SIZE[@]}" --methods "$METHODS" --sizes "$1" \
+    timeout $left $PY -m spanbert_plugin.cli.findanimals --setting full "${SIZE[@]}" --methods "$METHODS" --sizes "$1" \
         --seeds "$2" --jobs "$JOBS" --out "$W/$name" > "$W/$name.log" 2>&1
     echo "$(date +%T) $name exit $?"
 }
