@@ -11,6 +11,10 @@
 #                                                 other than the experiment's 100, as SCHEME_freezeN), e.g.
 #                                                 ARMS="subword:1e-4 subword:1e-4:0 word:1e-4" (the head warm-up, word)
 #   UPDATES=2000 BATCH=16                         pre-training updates and sequences of 128 tokens per update
+#   NONE_SEEDS="1 2 3"                            the fine-tuning seeds of `none` ("": none, when they ran already)
+#   ABLATION_ARGS=""                              more masking_ablation.py options for every invocation, e.g. the
+#                                                 recipe's head: "--coref-epochs 20 --coref-ffnn-size 3000
+#                                                 --coref-head-lr 2e-4" (about 20 s per epoch and run on an H200)
 #   BUDGET_S=500                                  every invocation stops by then; what finished is in results.tgz
 #
 # Before the call, here (fills .gpu/cp, about 58 MiB with the tracked files; .gpu/ is git-ignored):
@@ -42,7 +46,8 @@ echo "set-up: $((SECONDS - START)) s"
 [ -f "$W/imported/model.pt" ] || $PY benchmarks/gpu/stage_continued_pretraining.py unpack --stage .gpu/cp --to "$W" || exit 1
 
 COMMON=(--from-model "$W/imported" --novels 0 --heldout-mlm --freeze-encoder-updates 100 --tasks coref
-        --singleton-thresholds 0.1,0.15,0.2,0.25,0.3,0.4,0.5 --threads 1 --device $DEVICE --results "$RESULTS" "${SIZE[@]}")
+        --singleton-thresholds 0.1,0.15,0.2,0.25,0.3,0.4,0.5 --threads 1 --device $DEVICE --results "$RESULTS" "${SIZE[@]}"
+        ${ABLATION_ARGS:-})  # word splitting intended: a list of options
 # one masking_ablation invocation in its own --work folder, which sees the prepared corpus (and an arm's pre-training)
 invocation() {  # NAME PRETRAIN_FROM ARGS...
     local name=$1 from=$2; shift 2
@@ -59,7 +64,7 @@ invocation() {  # NAME PRETRAIN_FROM ARGS...
 invocation settings "" --schemes none --seeds
 # side by side on the GPU; one after another in a dry run (13 processes at once need more than a 24 GB machine has)
 aside() { if [ $DRY = 1 ]; then "$@"; else "$@" & fi; }
-for seed in 1 2 3; do aside invocation "none_seed$seed" "" --schemes none --seeds $seed; done
+for seed in ${NONE_SEEDS-1 2 3}; do aside invocation "none_seed$seed" "" --schemes none --seeds $seed; done
 arm() {  # SCHEME LR FREEZE: pre-train (and score the held-out MLM loss), then the 3 seeds side by side
     local scheme=$1 lr=$2 freeze=$3 name=$1
     [ "$freeze" = 100 ] || name=${scheme}_freeze$freeze
