@@ -14,7 +14,7 @@
 #   NONE_SEEDS="1 2 3"                            the fine-tuning seeds of `none` ("": none, when they ran already)
 #   ABLATION_ARGS=""                              more masking_ablation.py options for every invocation, e.g. the
 #                                                 recipe's head: "--coref-epochs 20 --coref-ffnn-size 3000
-#                                                 --coref-head-lr 2e-4" (about 20 s per epoch and run on an H200)
+#                                                 --coref-head-lr 2e-4" (about 24 s per epoch, six runs sharing an H200)
 #   BUDGET_S=500                                  every invocation stops by then; what finished is in results.tgz
 #
 # Before the call, here (fills .gpu/cp, about 58 MiB with the tracked files; .gpu/ is git-ignored):
