@@ -264,6 +264,16 @@ def included_runs(folders):
     return runs, origin, preamble
 
 
+def taken_text(taken):
+    """summary.md's line on the runs --include took, {folder: [(fold, arm, seed), ...]}."""
+    def run(fold, arm, seed):
+        return f"fold {fold} seed {seed}" + ("" if arm == "pretrained" else f" ({arm})")
+
+    return "\nRuns taken from earlier outputs of this command (not trained here): " + "; ".join(
+        f"`{os.path.relpath(folder, ROOT)}`: " + ", ".join(run(*key) for key in keys)
+        for folder, keys in taken.items()) + "\n"
+
+
 def mean_sd(values):
     if len(values) == 1:
         return f"{values[0]:.1f}"
@@ -324,10 +334,10 @@ PAIRED_METRICS = ("test_conll_f1", "test_conll_f1_dev_threshold")
 
 
 def read_baseline(baseline_csvs):
-    """{(fold, arm, seed): row} of other runs of this command (their results.csv: one path, or several whose runs
-    together make the baseline); a run in two of them is refused."""
+    """{(fold, arm, seed): row} of other runs of this command (their results.csv files, whose runs together make the
+    baseline); a run in two of them is refused."""
     baseline = {}
-    for path in [baseline_csvs] if isinstance(baseline_csvs, str) else baseline_csvs:
+    for path in baseline_csvs:
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
                 key = (int(row["fold"]), row["arm"], int(row["seed"]))
@@ -339,10 +349,8 @@ def read_baseline(baseline_csvs):
 
 
 def paired_with(results, baseline, margin, metrics=PAIRED_METRICS):
-    """Each of ``metrics`` minus the same fold, arm and seed in the ``baseline`` runs (``read_baseline``'s dict, or
-    what it reads): the paired mean, its 95% interval and a TOST p against +-``margin``, over the pairs both hold."""
-    if not isinstance(baseline, dict):
-        baseline = read_baseline(baseline)
+    """Each of ``metrics`` minus the same fold, arm and seed in the ``baseline`` runs (``read_baseline``'s): the
+    paired mean, its 95% interval and a TOST p against +-``margin``, over the pairs both hold."""
     rows = []
     for metric in metrics:
         pairs = [(r, baseline[key]) for r in results
@@ -357,9 +365,8 @@ def paired_with(results, baseline, margin, metrics=PAIRED_METRICS):
     return rows
 
 
-def paired_text(rows, baseline):
-    baseline = "`, `".join([baseline] if isinstance(baseline, str) else baseline)
-    lines = ["", f"Paired with `{baseline}` (this run minus it, same fold and seed; pairs as fold/seed; TOST: equal "
+def paired_text(rows, baselines):
+    lines = ["", f"Paired with `{'`, `'.join(baselines)}` (this run minus it, same fold and seed; pairs as fold/seed; TOST: equal "
              f"within the margin when p < 0.05):", "",
              "| metric | pairs | mean difference | 95% interval | TOST p | margin |", "| --- | --- | --- | --- | --- | --- |"]
     for row in rows:
@@ -465,8 +472,7 @@ def main():
     if baseline and (missing := [m for m in args.paired_metrics if not any(m in row for row in baseline.values())]):
         sys.exit(f"coref_litbank: --paired-metrics {','.join(missing)}: not a column of the --paired-with results.csv")
     included, origin, prepared = included_runs(args.include)
-    inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *args.paired_with,
-              *args.include]
+    inputs = [args.checkpoint, args.work, args.litbank, args.recipe, *args.paired_with, *args.include]
     try:  # before hours of fine-tuning: an --out this command may not replace is refused now
         check_destination(args.out, COMMAND, inputs, args.force, "--out")
     except OutputError as err:
@@ -492,9 +498,7 @@ def main():
     folds = fold_means(results)
     text = summary(results, folds)
     if taken:
-        text += "\nRuns taken from earlier outputs of this command (not trained here): " + "; ".join(
-            f"`{os.path.relpath(folder, ROOT)}`: " + ", ".join(f"fold {f} seed {s}" + ("" if a == "pretrained" else f" ({a})")
-                                                          for f, a, s in keys) for folder, keys in taken.items()) + "\n"
+        text += taken_text(taken)
     paired = None
     if args.paired_with:
         paired = paired_with(results, baseline, args.equivalence_margin, args.paired_metrics)

@@ -37,7 +37,7 @@ def test_paired_differences_match_by_fold_and_seed(tmp_path):
                for seed, score in ((1, 60.0), (2, 60.4), (3, 59.0), (4, 70.0))]
     results.append({"fold": 1, "arm": "pretrained", "seed": 1, "test_conll_f1": 53.0,
                     "test_conll_f1_dev_threshold": 52.5})
-    rows = coref_litbank.paired_with(results, str(tmp_path / "baseline" / "results.csv"), 2.7)
+    rows = coref_litbank.paired_with(results, coref_litbank.read_baseline([str(tmp_path / "baseline" / "results.csv")]), 2.7)
     differences = [2.5, 1.8, 1.6, 3.0]
     assert [row["metric"] for row in rows] == ["test_conll_f1", "test_conll_f1_dev_threshold"]
     conll = rows[0]
@@ -48,7 +48,7 @@ def test_paired_differences_match_by_fold_and_seed(tmp_path):
     assert conll["tost_p"] == pytest.approx(stats.t.cdf((mean - 2.7) / stats.sem(differences), 3))
     one_pair = rows[1]  # only fold 1 has a dev-threshold score on both sides
     assert one_pair["pairs"] == "1/1" and one_pair["mean"] == pytest.approx(1.5) and one_pair["low"] is None
-    text = coref_litbank.paired_text(rows, "benchmarks/coref_litbank/baseline")
+    text = coref_litbank.paired_text(rows, ["benchmarks/coref_litbank/baseline"])
     assert f"| test_conll_f1 | 0/1 0/2 0/3 1/1 | {conll['mean']:+.2f} | {low:+.2f} to {high:+.2f} |" in text
     assert "| test_conll_f1_dev_threshold | 1/1 | +1.50 | – (one pair) | – | ±2.7 |" in text
 
@@ -133,10 +133,10 @@ def test_the_writer_reproduces_the_committed_span_sbo_outputs_with_a_manifest(tm
     with open(os.path.join(committed, "runs.jsonl")) as f:
         results = [dict(json.loads(line), commands=[f"train seed {i + 1}"]) for i, line in enumerate(f)]
     folds = coref_litbank.fold_means(results)
-    paired = coref_litbank.paired_with(results, os.path.join(results_folder, "minilm_fold0_20epochs", "results.csv"),
-                                       2.7)
+    baseline = coref_litbank.read_baseline([os.path.join(results_folder, "minilm_fold0_20epochs", "results.csv")])
+    paired = coref_litbank.paired_with(results, baseline, 2.7)
     text = coref_litbank.summary(results, folds) + coref_litbank.paired_text(
-        paired, "benchmarks/coref_litbank/minilm_fold0_20epochs")
+        paired, ["benchmarks/coref_litbank/minilm_fold0_20epochs"])
     out = tmp_path / "out"
     with atomic_directory(str(out), coref_litbank.COMMAND) as folder:
         coref_litbank.write_outputs(folder, results, folds, paired, text, ["# the invocation"])
