@@ -60,7 +60,11 @@ Every budget can be overridden (``--pretrain-updates``, ``--finetune-updates``, 
 (columns ``arm,task,seed,score,metric``: one row per scheme, task and seed, kept across runs with the
 same settings), ``table.md``, ``table.png`` and ``commands.md``. A ``--results`` folder holding another
 experiment (other settings) is refused before anything is written to it (``--fresh`` replaces its results), and
-so is a folder of files this script did not write.
+so is a folder of files this script did not write. An arm's rows are one encoder's: where an arm is pre-trained again
+(its --work gone) and its loss curve differs from the one recorded in ``pretrain_curves.csv`` (another machine's
+kernels or a code change draw other numbers), its scores are not added to the earlier encoder's; ``--retire ARM``
+moves the earlier rows to ``retired.csv`` (and their LitBank records to ``coref_runs/retired/``) so the new encoder
+is scored afresh.
 
 The continued-pre-training experiment (all-MiniLM-L6-v2 on fold 0's training novels, LitBank with 3
 seeds, a SQuAD split with 2, held-out MLM loss):
@@ -662,6 +666,54 @@ def pretraining_precision(log_path):
     return "bf16_autocast" if bf16 == {"True"} else "fp16" if fp16 == {"True"} else "fp32"
 
 
+def recorded_curves(results):
+    """{(arm, precision): {update: mlm_loss}} as ``pretrain_curves.csv`` in the results folder holds them."""
+    path, curves = os.path.join(results, "pretrain_curves.csv"), {}
+    if os.path.isfile(path):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                key = (row["arm"], row.get("precision") or "not recorded")
+                curves.setdefault(key, {})[int(row["update"])] = float(row["mlm_loss"])
+    return curves
+
+
+def departure_from(recorded, log_path):
+    """The first update where a pre-training's MLM loss (its train.log) differs from the curve recorded for its arm:
+    (update, recorded loss, this run's), or None where they agree at every update both have. The same code on the same
+    kind of machine logs the same numbers; other random draws (another machine's kernels, a code change) do not."""
+    for update, (mlm_loss, _) in sorted(train_inner_losses(log_path, ("mlm_loss", "sbo_loss")).items()):
+        if update in recorded and recorded[update] != mlm_loss:
+            return update, recorded[update], mlm_loss
+    return None
+
+
+def retire_rows(args, rows, arm, precision):
+    """Move an arm's rows in one precision from results.csv to ``retired.csv`` (appended; same columns) and its
+    LitBank records to ``coref_runs/retired/``: scores of an encoder that is no longer there, kept apart from those of
+    the encoder that replaces it. ``rows`` (the invocation's) loses them too."""
+    import fcntl
+
+    csv_path, retired_path = os.path.join(args.results, "results.csv"), os.path.join(args.results, "retired.csv")
+    with open(csv_path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        on_disk = read_rows(csv_path) if os.path.isfile(csv_path) else []
+        leaving = [r for r in on_disk if r["arm"] == arm and r["precision"] == precision]
+        earlier = read_rows(retired_path) if os.path.isfile(retired_path) else []
+        for path, kept in ((retired_path, earlier + leaving), (csv_path, [r for r in on_disk if r not in leaving])):
+            with open(path + ".tmp", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=FIELDS)
+                writer.writeheader()
+                writer.writerows(kept)
+            os.replace(path + ".tmp", path)
+        for row in leaving:
+            record = os.path.join(args.results, coref_record_name(arm, row["seed"], precision))
+            if os.path.isfile(record):
+                os.makedirs(os.path.join(args.results, "coref_runs", "retired"), exist_ok=True)
+                os.replace(record, os.path.join(args.results, "coref_runs", "retired", os.path.basename(record)))
+    rows[:] = [r for r in rows if not (r["arm"] == arm and r["precision"] == precision)]
+    return len(leaving)
+
+
 def pretraining_curves(args):
     """{(arm, precision): [(update, mlm_loss, sbo_loss)]} from each pre-training's train.log in --work (the last
     record of an update when a stopped run was resumed; sbo_loss None for the arms without SBO), written to
@@ -848,6 +900,10 @@ def main(argv=None):
     parser.add_argument("--equivalence-margin", type=float, default=None, metavar="POINTS",
                         help="add to the paired differences a two-one-sided t-test against +-POINTS (e.g. 2.7, the "
                              "paper's coreference gain from SBO): the arms are called equal within it only where p < 0.05")
+    parser.add_argument("--retire", nargs="+", default=[], metavar="ARM",
+                        help="arms whose rows came from a pre-training this one does not reproduce (its loss curve "
+                             "differs: another machine, a code change): their rows move to retired.csv, and this "
+                             "pre-training's encoder is scored in their place (without it such an invocation stops)")
     parser.add_argument("--lr-grid", type=float, nargs="+", metavar="LR",
                         help="choose the pre-training lr on validation loss: run only the grid (each scheme at each "
                              "peak lr, --lr-grid-updates long) and write lr_grid.csv; then run with --pretrain-lr")
@@ -996,9 +1052,23 @@ def main(argv=None):
     def done(scheme, task, seed):  # in this invocation's precision: another precision's run is another replicate
         return any(run_key(r) == (scheme, task, seed, precision) for r in rows)
 
+    recorded = recorded_curves(args.results)  # before this invocation writes its --work's curves there
     for scheme in args.schemes:
         arm = variant_arm(scheme, cfg, settings)
         checkpoint = pretrain(log, args, cfg, data, scheme, env, save_dir=os.path.join(args.work, "pretrain", arm))
+        # an arm's rows are one encoder's: a pre-training that cannot be rerun the same (the first one's --work is
+        # gone) does not add its scores to the earlier encoder's
+        departure = (scheme != NO_PRETRAINING and any(r["arm"] == arm and r["precision"] == precision for r in rows)
+                     and departure_from(recorded.get((arm, precision), {}),
+                                        os.path.join(args.work, "pretrain", arm, "train.log")))
+        if departure and arm not in args.retire:
+            update, before, now = departure
+            sys.exit(f"masking_ablation: {arm} ({precision}): this pre-training is another encoder than the one its rows "
+                     f"in {csv_path} came from (MLM loss {now} at update {update}, {before} recorded); pass --retire "
+                     f"{arm} to move those rows to retired.csv and score this one, or choose another --results")
+        if departure:
+            print(f"{arm} ({precision}): {retire_rows(args, rows, arm, precision)} rows of the earlier pre-training "
+                  "moved to retired.csv", flush=True)
         if heldout and scheme != NO_PRETRAINING and not done(arm, HELDOUT, args.pretrain_seed):
             record(arm, HELDOUT, args.pretrain_seed, heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env))
         for task in args.tasks:

@@ -260,3 +260,57 @@ def test_another_experiments_settings_are_named_when_its_folder_is_refused():
     without_coref = {k: v for k, v in stored.items() if k != "coref_epochs"}
     assert masking_ablation.differing_settings(stored, without_coref) == []
     assert masking_ablation.same_settings(stored, without_coref)
+
+
+@needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
+def test_an_arm_pretrained_again_differently_is_refused_or_its_earlier_rows_retired(tmp_path, monkeypatch, capsys):
+    """An arm's rows are one encoder's. Pre-trained again in a new --work (same settings) with another loss curve than
+    the one recorded, the arm is refused before a row is added; --retire moves its earlier rows (and LitBank
+    records) aside, leaving the other arms' rows and the same arm's rows in another precision."""
+    import pytest
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    results, work = tmp_path / "results", tmp_path / "work"
+    (work / "pretrain_data").mkdir(parents=True)
+    (work / "pretrain_data" / "prepare_stats.json").write_text('{"train": {"tokens": 1000}}')
+    monkeypatch.setattr(masking_ablation, "pretrain",  # the pre-training as if it had run: its log is written below
+                        lambda log, args, cfg, data, scheme, env, save_dir=None, **kw: os.path.join(save_dir, "x.pt"))
+    argv = ["--schemes", "subword", "--tasks", "coref", "--seeds", "--work", str(work), "--results", str(results)]
+    masking_ablation.main(argv)  # the experiment's settings.json; no rows
+    (results / "results.csv").write_text(
+        "arm,task,seed,score,metric,precision\nsubword,heldout_mlm,1,5.7,mlm_bits,fp32\n"
+        "subword,litbank_fold0,1,53.0,conll_f1,fp32\nnone,litbank_fold0,1,48.0,conll_f1,fp32\n"
+        "subword,litbank_fold0,2,54.0,conll_f1,bf16_autocast\n")
+    (results / "coref_runs").mkdir()
+    (results / "coref_runs" / "subword_seed1_fp32.json").write_text("{}")
+    (results / "pretrain_curves.csv").write_text(
+        "arm,precision,update,mlm_loss,sbo_loss\nsubword,fp32,50,12.737,\nsubword,fp32,100,9.777,\n")
+    log = work / "pretrain" / "subword" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.write_text('2026-11-28 23:50:57 | INFO | train_inner | {"num_updates": "50", "mlm_loss": "12.737"}\n'
+                   '2026-11-28 23:52:32 | INFO | train_inner | {"num_updates": "100", "mlm_loss": "9.734"}\n')
+    assert masking_ablation.departure_from({50: 12.737, 100: 9.777}, str(log)) == (100, 9.777, 9.734)
+    assert masking_ablation.departure_from({50: 12.737}, str(log)) is None  # agrees where both logged
+    before = {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()}
+    with pytest.raises(SystemExit) as refused:
+        masking_ablation.main(argv)
+    assert str(refused.value) == (
+        f"masking_ablation: subword (fp32): this pre-training is another encoder than the one its rows in "
+        f"{results / 'results.csv'} came from (MLM loss 9.734 at update 100, 9.777 recorded); pass --retire subword "
+        "to move those rows to retired.csv and score this one, or choose another --results")
+    assert {p.name: p.read_bytes() for p in results.iterdir() if p.is_file()} == before  # nothing written
+    masking_ablation.main([*argv, "--retire", "subword"])
+    assert "subword (fp32): 2 rows of the earlier pre-training moved to retired.csv" in capsys.readouterr().out
+    kept = masking_ablation.read_rows(results / "results.csv")
+    assert [(r["arm"], r["seed"], r["precision"]) for r in kept] == [("none", "1", "fp32"),
+                                                                     ("subword", "2", "bf16_autocast")]
+    retired = masking_ablation.read_rows(results / "retired.csv")
+    assert [(r["arm"], r["task"], r["seed"]) for r in retired] == [("subword", "heldout_mlm", "1"),
+                                                                   ("subword", "litbank_fold0", "1")]
+    assert (results / "coref_runs" / "retired" / "subword_seed1_fp32.json").is_file()
+    assert not (results / "coref_runs" / "subword_seed1_fp32.json").exists()
+    with open(results / "pretrain_curves.csv", newline="") as f:  # the new encoder's curve
+        assert [r["mlm_loss"] for r in csv.DictReader(f)] == ["12.737", "9.734"]
+    masking_ablation.main(argv)  # its curve is now the one on record: no refusal
