@@ -981,6 +981,11 @@ def main(argv=None):
                  "replace its results")
     if same:  # an invocation without coref keeps the stored coref settings
         settings = {**stored, **settings}
+    arms = [variant_arm(scheme, cfg, settings) for scheme in args.schemes if scheme != NO_PRETRAINING]
+    unknown = [arm for arm in args.retire if arm not in arms]
+    if unknown:
+        sys.exit(f"masking_ablation: --retire {' '.join(unknown)}: not an arm this invocation pre-trains "
+                 f"({', '.join(arms) or 'none'})")
     rows = []
     if same and not args.fresh and os.path.isfile(csv_path):
         rows = read_rows(csv_path)
@@ -1069,6 +1074,9 @@ def main(argv=None):
         if departure:
             print(f"{arm} ({precision}): {retire_rows(args, rows, arm, precision)} rows of the earlier pre-training "
                   "moved to retired.csv", flush=True)
+        elif arm in args.retire:
+            print(f"{arm} ({precision}): --retire: this pre-training is the recorded one (or nothing is recorded "
+                  "to compare); no row moved", flush=True)
         if heldout and scheme != NO_PRETRAINING and not done(arm, HELDOUT, args.pretrain_seed):
             record(arm, HELDOUT, args.pretrain_seed, heldout_mlm_bits(log, args, cfg, heldout, checkpoint, env))
         for task in args.tasks:

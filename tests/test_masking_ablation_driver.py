@@ -313,4 +313,10 @@ def test_an_arm_pretrained_again_differently_is_refused_or_its_earlier_rows_reti
     assert not (results / "coref_runs" / "subword_seed1_fp32.json").exists()
     with open(results / "pretrain_curves.csv", newline="") as f:  # the new encoder's curve
         assert [r["mlm_loss"] for r in csv.DictReader(f)] == ["12.737", "9.734"]
-    masking_ablation.main(argv)  # its curve is now the one on record: no refusal
+    masking_ablation.main([*argv, "--retire", "subword"])  # its curve is now the one on record: nothing moves
+    assert "subword (fp32): --retire: this pre-training is the recorded one" in capsys.readouterr().out
+    assert len(masking_ablation.read_rows(results / "retired.csv")) == 2
+    with pytest.raises(SystemExit) as refused:  # a name of no arm here: refused before anything runs
+        masking_ablation.main([*argv, "--retire", "subword_freeze0"])
+    assert str(refused.value) == ("masking_ablation: --retire subword_freeze0: not an arm this invocation pre-trains "
+                                  "(subword)")
