@@ -169,8 +169,10 @@ def scheme_of(arm):
 
 
 # span+sbo against subword (SpanBERT against BERT's masking), against span (the SBO's own effect: the paper's +2.7
-# coreference F1) and span against subword (span masking's own effect)
-SCHEME_PAIRS = (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"))
+# coreference F1), span against subword (span masking's own effect), word against subword (whole-word masking's, as
+# BERT-wwm) and span against word (random spans against whole words, the paper's Table 6 rows)
+SCHEME_PAIRS = (("span+sbo", "subword"), ("span+sbo", "span"), ("span", "subword"), ("word", "subword"),
+                ("span", "word"))
 
 
 def is_lr_variant(arm):
@@ -768,9 +770,9 @@ def pretraining_curves(args):
 
 
 def paired_differences(rows, tasks, schemes, margin=None):
-    """Each pre-trained arm against ``none`` (and span+sbo against subword and span, span against subword, an arm at
-    another --freeze-encoder-updates or --pretrain-lr against its scheme, and those comparisons between the arms at
-    other lrs), in one precision where both ran in it, and each arm's
+    """Each pre-trained arm against ``none`` (and SCHEME_PAIRS: span+sbo against subword and span, span against
+    subword and word, word against subword; an arm at another --freeze-encoder-updates or --pretrain-lr against its
+    scheme, and SCHEME_PAIRS between the arms at other lrs), in one precision where both ran in it, and each arm's
     precisions against each other, per task:
     the mean difference over the fine-tuning seeds both arms ran (paired by seed) with its 95% t-interval, and with
     ``margin`` a TOST p-value against +-margin points; a markdown table, or "" without pairs."""
