@@ -692,7 +692,8 @@ def departure_from(recorded, log_path):
 def retire_rows(args, rows, arm, precision):
     """Move an arm's rows in one precision from results.csv to ``retired.csv`` (appended; same columns) and its
     LitBank records to ``coref_runs/retired/``: scores of an encoder that is no longer there, kept apart from those of
-    the encoder that replaces it. ``rows`` (the invocation's) loses them too."""
+    the encoder that replaces it. ``rows`` (the invocation's) loses them too; an invocation started beside it, before
+    the move, still holds them and would write them back: start the others after the move is printed."""
     import fcntl
 
     csv_path, retired_path = os.path.join(args.results, "results.csv"), os.path.join(args.results, "retired.csv")
