@@ -136,6 +136,15 @@ def read_rows(path):
             for r in rows]
 
 
+def write_csv_atomic(path, fieldnames, rows):
+    """``rows`` (dicts) as a CSV file with a header, replacing ``path`` whole."""
+    with open(path + ".tmp", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path + ".tmp", path)
+
+
 FREEZE_VARIANT = "_freeze"  # an arm pre-trained with another --freeze-encoder-updates: SCHEME_freezeN
 LR_VARIANT = "_lr"  # an arm pre-trained at another peak lr (--pretrain-lr): SCHEME_lrX
 VARIANT_SETTINGS = ("freeze_encoder_updates", "pretrain_lr")  # kept from the experiment's first invocation
@@ -425,12 +434,7 @@ def lr_grid(log, args, cfg, data, env):
         row = {k: str(v) for k, v in row.items()}  # as the rows read back from the file
         with open(path + ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            rows = [r for r in rows_on_disk() if key(r) != key(row)] + [row]
-            with open(path + ".tmp", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=LR_GRID_FIELDS)
-                writer.writeheader()
-                writer.writerows(rows)
-            os.replace(path + ".tmp", path)
+            write_csv_atomic(path, LR_GRID_FIELDS, [r for r in rows_on_disk() if key(r) != key(row)] + [row])
             earlier = ""
             if os.path.isfile(commands_path):
                 with open(commands_path, encoding="utf-8") as f:
@@ -669,21 +673,23 @@ def pretraining_precision(log_path):
 
 
 def recorded_curves(results):
-    """{(arm, precision): {update: mlm_loss}} as ``pretrain_curves.csv`` in the results folder holds them."""
+    """{(arm, precision): [(update, mlm_loss, sbo_loss)]} as ``pretrain_curves.csv`` in the results folder holds them
+    (sbo_loss None where empty; precision "not recorded" in files written before the column)."""
     path, curves = os.path.join(results, "pretrain_curves.csv"), {}
     if os.path.isfile(path):
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
-                key = (row["arm"], row.get("precision") or "not recorded")
-                curves.setdefault(key, {})[int(row["update"])] = float(row["mlm_loss"])
+                curves.setdefault((row["arm"], row.get("precision") or "not recorded"), []).append(
+                    (int(row["update"]), float(row["mlm_loss"]), float(row["sbo_loss"]) if row["sbo_loss"] else None))
     return curves
 
 
 def departure_from(recorded, log_path):
-    """The first update where a pre-training's MLM loss (its train.log) differs from the curve recorded for its arm:
-    (update, recorded loss, this run's), or None where they agree at every update both have. The same code on the same
-    kind of machine logs the same numbers; other random draws (another machine's kernels, a code change) do not."""
-    for update, (mlm_loss, _) in sorted(train_inner_losses(log_path, ("mlm_loss", "sbo_loss")).items()):
+    """The first update where a pre-training's MLM loss (its train.log) differs from the curve recorded for its arm,
+    {update: mlm_loss}: (update, recorded loss, this run's), or None where they agree at every update both have. The
+    same code on the same kind of machine logs the same numbers; other random draws (another machine's kernels, a code
+    change) do not."""
+    for update, (mlm_loss,) in sorted(train_inner_losses(log_path, ("mlm_loss",)).items()):
         if update in recorded and recorded[update] != mlm_loss:
             return update, recorded[update], mlm_loss
     return None
@@ -699,21 +705,20 @@ def retire_rows(args, rows, arm, precision):
     csv_path, retired_path = os.path.join(args.results, "results.csv"), os.path.join(args.results, "retired.csv")
     with open(csv_path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        def of_arm(row):
+            return row["arm"] == arm and row["precision"] == precision
+
         on_disk = read_rows(csv_path) if os.path.isfile(csv_path) else []
-        leaving = [r for r in on_disk if r["arm"] == arm and r["precision"] == precision]
+        leaving = [r for r in on_disk if of_arm(r)]
         earlier = read_rows(retired_path) if os.path.isfile(retired_path) else []
-        for path, kept in ((retired_path, earlier + leaving), (csv_path, [r for r in on_disk if r not in leaving])):
-            with open(path + ".tmp", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=FIELDS)
-                writer.writeheader()
-                writer.writerows(kept)
-            os.replace(path + ".tmp", path)
+        write_csv_atomic(retired_path, FIELDS, earlier + leaving)
+        write_csv_atomic(csv_path, FIELDS, [r for r in on_disk if not of_arm(r)])
         for row in leaving:
             record = os.path.join(args.results, coref_record_name(arm, row["seed"], precision))
             if os.path.isfile(record):
                 os.makedirs(os.path.join(args.results, "coref_runs", "retired"), exist_ok=True)
                 os.replace(record, os.path.join(args.results, "coref_runs", "retired", os.path.basename(record)))
-    rows[:] = [r for r in rows if not (r["arm"] == arm and r["precision"] == precision)]
+    rows[:] = [r for r in rows if not of_arm(r)]
     return len(leaving)
 
 
@@ -730,18 +735,10 @@ def pretraining_curves(args):
         if by_update:
             key = (os.path.basename(os.path.dirname(log_path)), pretraining_precision(log_path))
             curves[key] = [(u, *by_update[u]) for u in sorted(by_update)]
-    csv_path = os.path.join(args.results, "pretrain_curves.csv")
-    if os.path.isfile(csv_path):
-        with open(csv_path, newline="") as f:
-            kept = {}
-            for row in csv.DictReader(f):
-                key = (row["arm"], row.get("precision") or "not recorded")  # files written before the column
-                if key not in curves:
-                    kept.setdefault(key, []).append(
-                        (int(row["update"]), float(row["mlm_loss"]), float(row["sbo_loss"]) if row["sbo_loss"] else None))
-        curves.update(kept)
+    curves.update({key: points for key, points in recorded_curves(args.results).items() if key not in curves})
     if not curves:
         return curves
+    csv_path = os.path.join(args.results, "pretrain_curves.csv")
     lines = ["arm,precision,update,mlm_loss,sbo_loss"] + [
         f"{arm},{precision},{u},{m},{'' if b is None else b}"
         for (arm, precision), points in curves.items() for u, m, b in points]
@@ -1044,11 +1041,7 @@ def main(argv=None):
                 rows.extend(r for r in read_rows(csv_path) if run_key(r) not in known)
             if new_row is not None:
                 rows.append(new_row)
-                with open(csv_path + ".tmp", "w", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=FIELDS)
-                    writer.writeheader()
-                    writer.writerows(rows)
-                os.replace(csv_path + ".tmp", csv_path)
+                write_csv_atomic(csv_path, FIELDS, rows)
             write_table(rows, args, settings)
             written["section"] = write_commands(commands_path, commands_of_others(), log)
 
@@ -1060,15 +1053,17 @@ def main(argv=None):
     def done(scheme, task, seed):  # in this invocation's precision: another precision's run is another replicate
         return any(run_key(r) == (scheme, task, seed, precision) for r in rows)
 
-    recorded = recorded_curves(args.results)  # before this invocation writes its --work's curves there
+    # read before this invocation writes its --work's curves there
+    recorded = {key: {update: mlm_loss for update, mlm_loss, _ in points}
+                for key, points in recorded_curves(args.results).items()}
     for scheme in args.schemes:
         arm = variant_arm(scheme, cfg, settings)
         checkpoint = pretrain(log, args, cfg, data, scheme, env, save_dir=os.path.join(args.work, "pretrain", arm))
         # an arm's rows are one encoder's: a pre-training that cannot be rerun the same (the first one's --work is
         # gone) does not add its scores to the earlier encoder's
-        departure = (scheme != NO_PRETRAINING and any(r["arm"] == arm and r["precision"] == precision for r in rows)
-                     and departure_from(recorded.get((arm, precision), {}),
-                                        os.path.join(args.work, "pretrain", arm, "train.log")))
+        has_rows = scheme != NO_PRETRAINING and any(r["arm"] == arm and r["precision"] == precision for r in rows)
+        departure = has_rows and departure_from(recorded.get((arm, precision), {}),
+                                                os.path.join(args.work, "pretrain", arm, "train.log"))
         if departure and arm not in args.retire:
             update, before, now = departure
             sys.exit(f"masking_ablation: {arm} ({precision}): this pre-training is another encoder than the one its rows "
