@@ -3,7 +3,7 @@ import os
 
 import torch
 
-from conftest import ROOT, bin_path, run_cli
+from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
 from test_finetune_recipes import SHAPE, imported  # noqa: F401 - module fixture reused here
 
 HEADS = ("lm_head.", "sbo_head.")
@@ -29,26 +29,45 @@ def _changed(before, after, heads):
             and not torch.equal(before[k], after[k])}
 
 
-def test_freeze_encoder_updates_trains_the_heads_alone_then_everything(imported, corpus_files, tmp_path):  # noqa: F811
-    data = _corpus(imported, corpus_files, tmp_path)
-    start = _weights(os.path.join(imported, "model.pt"))
+def _freeze_two_updates(data, imported, save_dir, updates):  # noqa: F811
+    return [bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
+            "--criterion", "span_bert", "--arch", "spanbert_base", "--finetune-from-model",
+            os.path.join(imported, "model.pt"), "--tokens-per-sample", "64", "--optimizer", "adam", "--lr", "1e-3",
+            "--weight-decay", "0.01", "--batch-size", "4", "--max-update", str(updates), "--cpu",
+            "--num-workers", "0", "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--disable-validation",
+            "--freeze-encoder-updates", "2"]
 
-    def train(save_dir, updates):
-        proc = run_cli([bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
-                 "--criterion", "span_bert", "--arch", "spanbert_base", "--finetune-from-model",
-                 os.path.join(imported, "model.pt"), "--tokens-per-sample", "64", "--optimizer", "adam", "--lr", "1e-3",
-                 "--weight-decay", "0.01", "--batch-size", "4", "--max-update", str(updates), "--cpu",
-                 "--num-workers", "0", "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--disable-validation",
-                 "--freeze-encoder-updates", "2"])
-        # the known-harmless warnings are silenced once the plugin loads (the DataLoader's pinned-memory note)
-        assert "pin_memory" not in proc.stderr, proc.stderr
-        return _weights(os.path.join(save_dir, "checkpoint_last.pt"))
 
-    frozen = train(tmp_path / "two", 2)
+def _check_heads_alone_then_everything(start, train):
+    frozen = train(2)
     assert _changed(start, frozen, heads=True)  # the heads trained
     assert not _changed(start, frozen, heads=False)  # the encoder (and the tied decoder) did not move, decay included
-    unfrozen = train(tmp_path / "two", 3)  # resumed: update 3 trains everything
+    unfrozen = train(3)  # resumed: update 3 trains everything
     assert _changed(frozen, unfrozen, heads=False) and _changed(frozen, unfrozen, heads=True)
+
+
+def test_freeze_encoder_updates_trains_the_heads_alone_then_everything(imported, corpus_files, tmp_path):  # noqa: F811
+    data = _corpus(imported, corpus_files, tmp_path)
+
+    def train(updates):
+        proc = run_cli(_freeze_two_updates(data, imported, tmp_path / "two", updates))
+        # the known-harmless warnings are silenced once the plugin loads (the DataLoader's pinned-memory note)
+        assert "pin_memory" not in proc.stderr, proc.stderr
+        return _weights(os.path.join(tmp_path / "two", "checkpoint_last.pt"))
+
+    _check_heads_alone_then_everything(_weights(os.path.join(imported, "model.pt")), train)
+
+
+def test_freeze_encoder_updates_in_two_gloo_workers(imported, corpus_files, tmp_path):  # noqa: F811
+    # legacy_ddp all-reduces the gradients of the parameters that require one; the workers agree on the update
+    # number, so they freeze and unfreeze the encoder together (otherwise their buffers would differ in size)
+    data = _corpus(imported, corpus_files, tmp_path)
+
+    def train(updates):
+        run_gloo_ranks(lambda rank: _freeze_two_updates(data, imported, tmp_path / "two", updates))
+        return _weights(os.path.join(tmp_path / "two", "checkpoint_last.pt"))
+
+    _check_heads_alone_then_everything(_weights(os.path.join(imported, "model.pt")), train)
 
 
 def test_negative_freeze_encoder_updates_is_one_line(imported, corpus_files, tmp_path):  # noqa: F811
@@ -72,3 +91,28 @@ def test_continue_from_hf_recipe_runs_from_an_imported_encoder(imported, corpus_
     saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert saved["optimizer_history"][-1]["num_updates"] == 2
     assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
+
+
+def test_freeze_encoder_updates_under_pytorch_ddp_needs_find_unused_parameters(tmp_path):
+    # fairseq builds PyTorch's DDP only on GPUs; the check is on the wrapped module, so a CPU DDP of one gloo
+    # worker stands in. Without find_unused_parameters the second update would fail with a reduction error.
+    import pytest
+    import torch.distributed as dist
+    from fairseq.distributed import ModuleProxyWrapper
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.pretraining.task import refuse_pytorch_ddp_without_unused_parameters
+
+    refuse_pytorch_ddp_without_unused_parameters(torch.nn.Linear(2, 2))  # one process: nothing to refuse
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        for find_unused in (False, True):
+            wrapped = ModuleProxyWrapper(torch.nn.parallel.DistributedDataParallel(
+                torch.nn.Linear(2, 2), find_unused_parameters=find_unused))
+            if find_unused:
+                refuse_pytorch_ddp_without_unused_parameters(wrapped)
+            else:
+                with pytest.raises(UsageError, match="--find-unused-parameters"):
+                    refuse_pytorch_ddp_without_unused_parameters(wrapped)
+    finally:
+        dist.destroy_process_group()

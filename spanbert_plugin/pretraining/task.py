@@ -128,6 +128,18 @@ def has_maskable_token(documents, never_mask: np.ndarray, chunk: int = 1 << 20) 
     return any((~never_mask[np.asarray(documents[i])]).any() for i in range(len(documents)))
 
 
+def refuse_pytorch_ddp_without_unused_parameters(model):
+    """PyTorch's DDP waits for a gradient of every parameter it was built with: a frozen encoder would stop the
+    second update with a reduction error, unless DDP looks for unused parameters (legacy_ddp reduces only those
+    that require a gradient)."""
+    import torch
+
+    ddp = getattr(model, "module", None)  # fairseq's ModuleProxyWrapper holds the DDP module
+    if isinstance(ddp, torch.nn.parallel.DistributedDataParallel) and not ddp.find_unused_parameters:
+        raise UsageError("--freeze-encoder-updates in several processes with --ddp-backend pytorch_ddp needs "
+                         "--find-unused-parameters (or use --ddp-backend legacy_ddp)")
+
+
 @register_task(TASK_NAME, dataclass=SpanBertPretrainingConfig)
 class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
     """SpanBERT pre-training: span-masked single segments for MLM + SBO."""
@@ -190,8 +202,10 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         """With --freeze-encoder-updates N, updates 0..N-1 leave the encoder without gradients (so without updates)."""
         if self.cfg.freeze_encoder_updates > 0:
             frozen = update_num < self.cfg.freeze_encoder_updates
-            encoder = getattr(model, "module", model).encoder
+            encoder = model.encoder  # in several processes fairseq's ModuleProxyWrapper passes this to the model
             if next(encoder.parameters()).requires_grad == frozen:
+                if frozen:
+                    refuse_pytorch_ddp_without_unused_parameters(model)
                 for p in encoder.parameters():
                     p.requires_grad_(not frozen)
                     p.grad = None
