@@ -57,13 +57,30 @@ COMMAND = "coref_litbank.py"  # recorded in --out's manifest: --force replaces o
 PUBLISHED = {"Bamman et al. 2020, BERT-base (110M)": 68.1, "Maverick 2024, DeBERTa-v3-large (435M), end to end": 78.3}
 
 
-def run(command, commands):
+def run(command, commands, progress=None):
+    """Run ``command`` (recorded in ``commands``); ``progress`` maps an output line to a line for the console, or
+    None: a fine-tuning shows each epoch's dev score as it comes."""
     commands.append(shlex.join(command))
     print("$", commands[-1], flush=True)
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    output = []
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            output.append(line)
+            shown = progress(line) if progress else None
+            if shown:
+                print(shown, flush=True)
     if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {commands[-1]}\n{proc.stderr[-3000:]}")
-    return proc
+        raise SystemExit(f"failed ({proc.returncode}): {commands[-1]}\n{''.join(output)[-3000:]}")
+
+
+def epoch_progress(epochs):
+    """``progress`` for a LitBank fine-tuning: each epoch's dev CoNLL F1 from fairseq's validation record."""
+    def progress(line):
+        if '"valid_conll_f1"' not in line:
+            return None
+        record = json.loads(line[line.index("{"):])
+        return f"   epoch {record['epoch']}/{epochs}: dev CoNLL F1 {float(record['valid_conll_f1']):.2f}"
+    return progress
 
 
 def parse_folds(text):
@@ -175,7 +192,7 @@ def finetune_and_test(args, fold, data, sizes, arm, seed):
         os.makedirs(save_dir, exist_ok=True)
         with open(command_file, "a") as f:
             f.write(shlex.join(command) + "\n")
-        run(command, [])
+        run(command, [], progress=epoch_progress(args.epochs))
         open(command_file + ".done", "w").close()
     with open(command_file) as f:
         commands = [line.strip() for line in f if line.strip()]

@@ -87,7 +87,7 @@ from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qa_quality import CommandLog, split_by_article, write_atomic  # noqa: E402
+from qa_quality import CommandLog, split_by_article, train_progress, write_atomic  # noqa: E402
 from results_file import unmarked_folder  # noqa: E402
 
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
@@ -314,7 +314,8 @@ def pretrain(log, args, cfg, data, scheme, env, lr=None, stop_at=None, save_dir=
             else f"pre-train {scheme}, peak lr {lr:g}, {stop_at} updates")
     if lr is None and not os.path.isfile(checkpoint) and not args.fresh:
         start_from_lr_grid(log, args, cfg, scheme, save_dir, argv)
-    log.run(argv, what, env, log_path=os.path.join(save_dir, "train.log"))
+    log.run(argv, what, env, log_path=os.path.join(save_dir, "train.log"),
+            progress=train_progress(stop_at or cfg["pretrain_updates"]))
     open(finished, "w").close()
     return checkpoint
 
@@ -577,7 +578,8 @@ def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
             "--no-save", "--validate-interval", "1000000",
             *common_train_args(cfg, cfg["finetune_updates"], cfg["finetune_lr"], cfg["finetune_batch"], seed)]
     origin = os.path.basename(os.path.dirname(checkpoint)) if checkpoint else "random initialisation"
-    output = log.run(argv, f"fine-tune {task}, seed {seed}, from {origin}", env)
+    output = log.run(argv, f"fine-tune {task}, seed {seed}, from {origin}", env,
+                     progress=train_progress(cfg["finetune_updates"]))
     return last_valid(output, TASKS[task])
 
 

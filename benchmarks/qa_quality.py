@@ -78,25 +78,35 @@ class CommandLog:
     def quote(argv):
         return " ".join(shlex.quote(a) for a in argv)
 
-    def run(self, argv, what, env=None, log_path=None):
-        """Run ``argv``; its output is returned (and, with ``log_path``, appended there as it comes: progress)."""
+    def run(self, argv, what, env=None, log_path=None, progress=None):
+        """Run ``argv``; its output is returned (and, with ``log_path``, appended there as it comes). ``progress``
+        maps an output line to a line for the console, or None: long runs show how far they are."""
         self.lines.append((what, self.quote(argv)))
         print(f"== {what}: {self.lines[-1][1]}", flush=True)
-        if log_path is None:
-            proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            output, returncode = proc.stdout, proc.returncode
-        else:
-            lines = []
-            with open(log_path, "a", encoding="utf-8") as log, subprocess.Popen(
-                    argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-                for line in proc.stdout:
-                    lines.append(line)
-                    log.write(line)
-                    log.flush()
-            output, returncode = "".join(lines), proc.returncode
-        if returncode != 0:
-            sys.exit(f"{what} failed (exit {returncode}):\n{output[-3000:]}")
+        lines = []
+        with open(log_path or os.devnull, "a", encoding="utf-8") as log, subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            for line in proc.stdout:
+                lines.append(line)
+                log.write(line)
+                log.flush()
+                shown = progress(line) if progress else None
+                if shown:
+                    print(shown, flush=True)
+        output = "".join(lines)
+        if proc.returncode != 0:
+            sys.exit(f"{what} failed (exit {proc.returncode}):\n{output[-3000:]}")
         return output
+
+
+def train_progress(total_updates):
+    """``progress`` for fairseq-train's json log: each train_inner record as one line."""
+    def progress(line):
+        if "| train_inner |" not in line:
+            return None
+        record = json.loads(line[line.index("{"):])
+        return f"   update {record['num_updates']}/{total_updates}: loss {record['loss']}"
+    return progress
 
 
 def finetune_args(args):

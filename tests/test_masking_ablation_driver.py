@@ -4,6 +4,7 @@ later invocation adds the scores at the singleton threshold chosen on dev to the
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -37,6 +38,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # 
             for i, arm in enumerate(("none", "span+sbo"))]
     outputs = [run.communicate(timeout=900)[0] for run in runs]
     assert all(run.returncode == 0 for run in runs), "\n".join(output[-3000:] for output in outputs)
+    assert all(re.search(r"\n   epoch 1/\d+: dev CoNLL F1 \d+\.\d\d\n", output) for output in outputs)  # progress
     rows = results_by_run(results)
     assert set(rows) == {("none", "litbank_fold0", "1"), ("span+sbo", "litbank_fold0", "1"),
                          ("span+sbo", "heldout_mlm", "1")}, rows
@@ -320,3 +322,19 @@ def test_an_arm_pretrained_again_differently_is_refused_or_its_earlier_rows_reti
         masking_ablation.main([*argv, "--retire", "subword_freeze0"])
     assert str(refused.value) == ("masking_ablation: --retire subword_freeze0: not an arm this invocation pre-trains "
                                   "(subword)")
+
+
+def test_long_runs_show_their_progress():
+    """The console lines a pre-training or fine-tuning prints as fairseq logs (the full log goes to its file)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from coref_litbank import epoch_progress
+    from qa_quality import train_progress
+
+    update = train_progress(2000)
+    assert update('2026-11-29 03:57:11 | INFO | train_inner | {"epoch": 1, "num_updates": "400", "loss": "8.181"}\n') \
+        == "   update 400/2000: loss 8.181"
+    assert update("2026-11-29 03:57:11 | INFO | fairseq.trainer | begin training epoch 1\n") is None
+    epoch = epoch_progress(10)
+    assert epoch('[2026-11-29 03:15:09,844][valid][INFO] - {"epoch": 10, "valid_loss": "801.997", '
+                 '"valid_conll_f1": "51.2345"}\n') == "   epoch 10/10: dev CoNLL F1 51.23"
+    assert epoch('[2026-11-29 03:15:09,844][train][INFO] - {"epoch": 10, "train_loss": "336.285"}\n') is None
