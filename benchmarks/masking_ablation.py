@@ -310,6 +310,8 @@ def pretrain(log, args, cfg, data, scheme, env, lr=None, stop_at=None, save_dir=
     if args.from_model:
         argv += ["--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt"),
                  "--freeze-encoder-updates", str(args.freeze_encoder_updates)]
+        if args.freeze_encoder_updates and "--fp16" in argv:  # fairseq's flat fp32 copy cannot leave weights out
+            argv.append("--fp16-no-flatten-grads")
     what = (f"pre-train {os.path.basename(save_dir)}" if lr is None  # the arm: the scheme, or a variant of it
             else f"pre-train {scheme}, peak lr {lr:g}, {stop_at} updates")
     if lr is None and not os.path.isfile(checkpoint) and not args.fresh:

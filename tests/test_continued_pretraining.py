@@ -116,3 +116,29 @@ def test_freeze_encoder_updates_under_pytorch_ddp_needs_find_unused_parameters(t
                     refuse_pytorch_ddp_without_unused_parameters(wrapped)
     finally:
         dist.destroy_process_group()
+
+
+def test_freeze_encoder_updates_refuses_fairseqs_flat_fp16_master_weights(monkeypatch):
+    # fairseq's --fp16/--bf16 optimizer packs the gradients of the parameters that require one into its flat fp32
+    # copy from the start: a frozen first parameter shifts the second one's gradient onto it
+    import argparse
+
+    import pytest
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.pretraining.task import refuse_flat_fp16_master_weights
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # the flat copy on the CPU (device index None)
+    encoder, head = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3))
+    optimizer = object.__new__(FP16Optimizer)  # only the state the gradient copy reads
+    optimizer.fp16_params, optimizer._needs_sync = [encoder, head], True
+    optimizer.fp32_params = FP16Optimizer.build_fp32_params(argparse.Namespace(), [encoder, head], flatten=True)
+    encoder.requires_grad_(False)
+    head.grad = torch.ones(3)
+    optimizer._sync_fp16_grads_to_fp32()
+    assert optimizer.fp32_params[None].grad[:3].tolist() == [1, 1, 1]  # the head's gradient, on the encoder's weights
+    with pytest.raises(UsageError, match="--fp16-no-flatten-grads"):
+        refuse_flat_fp16_master_weights(optimizer)
+    optimizer.fp32_params = FP16Optimizer.build_fp32_params(argparse.Namespace(), [encoder, head], flatten=False)
+    refuse_flat_fp16_master_weights(optimizer)  # one fp32 copy per parameter: the frozen one is skipped, not packed

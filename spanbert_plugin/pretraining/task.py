@@ -140,6 +140,15 @@ def refuse_pytorch_ddp_without_unused_parameters(model):
                          "--find-unused-parameters (or use --ddp-backend legacy_ddp)")
 
 
+def refuse_flat_fp16_master_weights(optimizer):
+    """fairseq's --fp16/--bf16 optimizer keeps one flat fp32 copy of all the weights, and fills its gradient with
+    those of the parameters that require one, packed from the start: with the encoder frozen, the heads' gradients
+    would land on the encoder's first weights (and the heads would not train). Per-parameter copies do not pack."""
+    if getattr(optimizer, "has_flat_params", False):
+        raise UsageError("--freeze-encoder-updates with --fp16 or --bf16 needs --fp16-no-flatten-grads (or use "
+                         "--memory-efficient-fp16)")
+
+
 @register_task(TASK_NAME, dataclass=SpanBertPretrainingConfig)
 class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
     """SpanBERT pre-training: span-masked single segments for MLM + SBO."""
@@ -206,6 +215,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
             if next(encoder.parameters()).requires_grad == frozen:
                 if frozen:
                     refuse_pytorch_ddp_without_unused_parameters(model)
+                    refuse_flat_fp16_master_weights(optimizer)
                 for p in encoder.parameters():
                     p.requires_grad_(not frozen)
                     p.grad = None
