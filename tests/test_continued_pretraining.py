@@ -58,6 +58,19 @@ def test_freeze_encoder_updates_trains_the_heads_alone_then_everything(imported,
     _check_heads_alone_then_everything(_weights(os.path.join(imported, "model.pt")), train)
 
 
+def test_freeze_encoder_updates_under_fp16_with_per_parameter_master_weights(imported, corpus_files, tmp_path):  # noqa: F811
+    # --fp16 with --fp16-no-flatten-grads (fairseq's flat copy needs CUDA; this one runs on a CPU): the frozen
+    # encoder's fp16 weights stay as loaded, the heads train
+    data = _corpus(imported, corpus_files, tmp_path)
+    start = {k: v.half() if v.is_floating_point() else v for k, v in _weights(os.path.join(imported, "model.pt")).items()}
+
+    def train(updates):
+        run_cli([*_freeze_two_updates(data, imported, tmp_path / "two", updates), "--fp16", "--fp16-no-flatten-grads"])
+        return _weights(os.path.join(tmp_path / "two", "checkpoint_last.pt"))
+
+    _check_heads_alone_then_everything(start, train)
+
+
 def test_freeze_encoder_updates_in_two_gloo_workers(imported, corpus_files, tmp_path):  # noqa: F811
     # legacy_ddp all-reduces the gradients of the parameters that require one; the workers agree on the update
     # number, so they freeze and unfreeze the encoder together (otherwise their buffers would differ in size)
