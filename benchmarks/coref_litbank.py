@@ -37,13 +37,13 @@ import os
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from command_output import log_record, run_streaming  # noqa: E402
 from paired_stats import interval_text, paired_difference  # noqa: E402
 from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination  # noqa: E402
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
@@ -62,24 +62,16 @@ def run(command, commands, progress=None):
     None: a fine-tuning shows each epoch's dev score as it comes."""
     commands.append(shlex.join(command))
     print("$", commands[-1], flush=True)
-    output = []
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        for line in proc.stdout:
-            output.append(line)
-            shown = progress(line) if progress else None
-            if shown:
-                print(shown, flush=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {commands[-1]}\n{''.join(output)[-3000:]}")
+    returncode, output = run_streaming(command, ROOT, progress=progress)
+    if returncode != 0:
+        raise SystemExit(f"failed ({returncode}): {commands[-1]}\n{output[-3000:]}")
 
 
 def epoch_progress(epochs):
     """``progress`` for a LitBank fine-tuning: each epoch's dev CoNLL F1 from fairseq's validation record."""
     def progress(line):
-        if '"valid_conll_f1"' not in line:
-            return None
-        record = json.loads(line[line.index("{"):])
-        return f"   epoch {record['epoch']}/{epochs}: dev CoNLL F1 {float(record['valid_conll_f1']):.2f}"
+        record = log_record(line, '"valid_conll_f1"')
+        return record and f"   epoch {record['epoch']}/{epochs}: dev CoNLL F1 {float(record['valid_conll_f1']):.2f}"
     return progress
 
 

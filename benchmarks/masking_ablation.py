@@ -87,7 +87,8 @@ from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qa_quality import CommandLog, split_by_article, train_progress, write_atomic  # noqa: E402
+from command_output import train_progress  # noqa: E402
+from qa_quality import CommandLog, split_by_article, write_atomic  # noqa: E402
 from results_file import unmarked_folder  # noqa: E402
 
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands

@@ -34,13 +34,13 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from command_output import run_streaming  # noqa: E402
 from results_file import unmarked_folder  # noqa: E402
 
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
@@ -83,30 +83,10 @@ class CommandLog:
         maps an output line to a line for the console, or None: long runs show how far they are."""
         self.lines.append((what, self.quote(argv)))
         print(f"== {what}: {self.lines[-1][1]}", flush=True)
-        lines = []
-        with open(log_path or os.devnull, "a", encoding="utf-8") as log, subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-            for line in proc.stdout:
-                lines.append(line)
-                log.write(line)
-                log.flush()
-                shown = progress(line) if progress else None
-                if shown:
-                    print(shown, flush=True)
-        output = "".join(lines)
-        if proc.returncode != 0:
-            sys.exit(f"{what} failed (exit {proc.returncode}):\n{output[-3000:]}")
+        returncode, output = run_streaming(argv, ROOT, env, log_path, progress)
+        if returncode != 0:
+            sys.exit(f"{what} failed (exit {returncode}):\n{output[-3000:]}")
         return output
-
-
-def train_progress(total_updates):
-    """``progress`` for fairseq-train's json log: each train_inner record as one line."""
-    def progress(line):
-        if "| train_inner |" not in line:
-            return None
-        record = json.loads(line[line.index("{"):])
-        return f"   update {record['num_updates']}/{total_updates}: loss {record['loss']}"
-    return progress
 
 
 def finetune_args(args):

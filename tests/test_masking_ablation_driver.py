@@ -328,7 +328,7 @@ def test_long_runs_show_their_progress():
     """The console lines a pre-training or fine-tuning prints as fairseq logs (the full log goes to its file)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from coref_litbank import epoch_progress
-    from qa_quality import train_progress
+    from command_output import train_progress
 
     update = train_progress(2000)
     assert update('2026-11-29 03:57:11 | INFO | train_inner | {"epoch": 1, "num_updates": "400", "loss": "8.181"}\n') \
