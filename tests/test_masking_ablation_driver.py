@@ -338,3 +338,27 @@ def test_long_runs_show_their_progress():
     assert epoch('[2026-11-29 03:15:09,844][valid][INFO] - {"epoch": 10, "valid_loss": "801.997", '
                  '"valid_conll_f1": "51.2345"}\n') == "   epoch 10/10: dev CoNLL F1 51.23"
     assert epoch('[2026-11-29 03:15:09,844][train][INFO] - {"epoch": 10, "train_loss": "336.285"}\n') is None
+
+
+def test_a_gpu_pretraining_with_head_warm_up_keeps_per_parameter_fp16_master_weights(tmp_path):
+    """On a GPU the driver pre-trains under fairseq's --fp16, whose flat fp32 copy of the weights cannot leave the
+    frozen encoder out (the plugin refuses it): with --freeze-encoder-updates it asks for per-parameter copies."""
+    import argparse
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    class Log:
+        def run(self, argv, what, env, log_path=None, progress=None):
+            self.argv = argv
+
+    cfg = {"tokens": 128, "update_freq": 1, "pretrain_updates": 20, "pretrain_lr": 1e-4, "batch": 16, "cpu": False}
+    for freeze, cpu in ((100, False), (0, False), (100, True)):
+        args = argparse.Namespace(from_model=str(tmp_path / "imported"), from_model_arch="spanbert_base",
+                                  freeze_encoder_updates=freeze, work=str(tmp_path / f"work{freeze}{cpu}"),
+                                  fresh=False, pretrain_seed=1)
+        log = Log()
+        masking_ablation.pretrain(log, args, {**cfg, "cpu": cpu}, str(tmp_path / "data"), "span+sbo", {},
+                                  lr=1e-4, stop_at=10, save_dir=str(tmp_path / f"run{freeze}{cpu}"))
+        assert ("--fp16" in log.argv) == (not cpu)
+        assert ("--fp16-no-flatten-grads" in log.argv) == (freeze > 0 and not cpu), log.argv
