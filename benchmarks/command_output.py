@@ -29,5 +29,5 @@ def train_progress(total_updates):
     """``progress`` for fairseq-train: each train_inner record as one line."""
     def progress(line):
         record = log_record(line, "| train_inner |")
-        return record and f"   update {record['num_updates']}/{total_updates}: loss {record['loss']}"
+        return None if record is None else f"   update {record['num_updates']}/{total_updates}: loss {record['loss']}"
     return progress

@@ -71,7 +71,9 @@ def epoch_progress(epochs):
     """``progress`` for a LitBank fine-tuning: each epoch's dev CoNLL F1 from fairseq's validation record."""
     def progress(line):
         record = log_record(line, '"valid_conll_f1"')
-        return record and f"   epoch {record['epoch']}/{epochs}: dev CoNLL F1 {float(record['valid_conll_f1']):.2f}"
+        if record is None:
+            return None
+        return f"   epoch {record['epoch']}/{epochs}: dev CoNLL F1 {float(record['valid_conll_f1']):.2f}"
     return progress
 
 

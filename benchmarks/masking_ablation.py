@@ -690,10 +690,10 @@ def recorded_curves(results):
 
 
 def departure_from(recorded, log_path):
-    """The first update where a pre-training's MLM loss (its train.log) differs from the curve recorded for its arm,
-    {update: mlm_loss}: (update, recorded loss, this run's), or None where they agree at every update both have. The
-    same code on the same kind of machine logs the same numbers; other random draws (another machine's kernels, a code
-    change) do not."""
+    """The first update where a pre-training's MLM loss (its train.log) differs from ``recorded``, the curve recorded
+    for its arm as {update: mlm_loss}: (update, recorded loss, this run's), or None where they agree at every update
+    both have. The same code on the same kind of machine logs the same numbers; other random draws (another machine's
+    kernels, a code change) do not."""
     for update, (mlm_loss,) in sorted(train_inner_losses(log_path, ("mlm_loss",)).items()):
         if update in recorded and recorded[update] != mlm_loss:
             return update, recorded[update], mlm_loss
@@ -707,12 +707,12 @@ def retire_rows(args, rows, arm, precision):
     the move, still holds them and would write them back: start the others after the move is printed."""
     import fcntl
 
+    def of_arm(row):
+        return row["arm"] == arm and row["precision"] == precision
+
     csv_path, retired_path = os.path.join(args.results, "results.csv"), os.path.join(args.results, "retired.csv")
     with open(csv_path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        def of_arm(row):
-            return row["arm"] == arm and row["precision"] == precision
-
         on_disk = read_rows(csv_path) if os.path.isfile(csv_path) else []
         leaving = [r for r in on_disk if of_arm(r)]
         earlier = read_rows(retired_path) if os.path.isfile(retired_path) else []
@@ -1058,7 +1058,7 @@ def main(argv=None):
     def done(scheme, task, seed):  # in this invocation's precision: another precision's run is another replicate
         return any(run_key(r) == (scheme, task, seed, precision) for r in rows)
 
-    # read before this invocation writes its --work's curves there
+    # {(arm, precision): {update: mlm_loss}}, read before this invocation writes its --work's curves there
     recorded = {key: {update: mlm_loss for update, mlm_loss, _ in points}
                 for key, points in recorded_curves(args.results).items()}
     for scheme in args.schemes:
