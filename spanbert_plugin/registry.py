@@ -25,6 +25,12 @@ from .core import clean_exit  # noqa: E402
 
 clean_exit.install()  # a run stopped mid-epoch exits 0, not with an abort from fairseq's prefetch thread
 
+from .core import logging_reads  # noqa: E402
+from .core.tasks import OneDictionaryTask  # noqa: E402
+
+# the plugin's tasks: no host read of the logged values after each update (only when they are logged)
+logging_reads.install(lambda fairseq_task: isinstance(fairseq_task, OneDictionaryTask))
+
 # Registered components (models, tasks, criteria, hub methods), one feature per line.
 from .core import torch_adamw  # noqa: F401,E402  (--optimizer torch_adamw)
 from .model import spanbert  # noqa: F401,E402

@@ -118,8 +118,8 @@ def test_full_size_recipes_compose_against_fairseq_schema(recipe):
     assert model["_name"] == "spanbert" and (model["encoder_layers"], model["encoder_embed_dim"],
                                              model["encoder_attention_heads"], model["encoder_ffn_embed_dim"]) == (
         layers, dim, heads, ffn)
-    # the optimizer section resolved through fairseq's own Adam config (its defaults filled in)
-    assert cfg["optimizer"]["_name"] == "adam" and cfg["optimizer"]["lr"] == cfg["optimization"]["lr"]
+    # the optimizer section resolved through the plugin's torch_adamw config (its defaults filled in)
+    assert cfg["optimizer"]["_name"] == "torch_adamw" and cfg["optimizer"]["lr"] == cfg["optimization"]["lr"]
     assert cfg["common"]["fp16"] is True and cfg["optimization"]["clip_norm"] == 1.0
     # SPEC 1.3: 256 sequences per update for large; base uses about 8x that batch
     sequences = cfg["dataset"]["batch_size"] * cfg["optimization"]["update_freq"][0]

@@ -56,7 +56,7 @@ def test_weight_tying_and_shapes(built):
                    span_right=sample["span_right"], span_offset=sample["span_offset"])
     n_masked = int(masked.sum())
     assert out["mlm_logits"].shape == (n_masked, len(task.dictionary))  # masked positions only
-    assert out["sbo_logits"].shape == (int(out["sbo_mask"].sum()), len(task.dictionary))
+    assert out["sbo_logits"].shape == (len(out["sbo_index"]), len(task.dictionary))
     features, _ = model(**sample["net_input"], features_only=True)
     assert features.shape == (*sample["net_input"]["src_tokens"].shape, 128)
     loss, sample_size, log = criterion(model, sample)

@@ -52,7 +52,7 @@ def test_fairseq_hydra_train_tiny_recipe(spm_data, tmp_path):
     assert (tmp_path / "ck" / "checkpoint_last.pt").exists()
 
 
-TIMING_KEYS = {"wps", "ups", "wall", "train_wall", "gb_free"}
+TIMING_KEYS = {"wps", "ups", "tflops", "mfu", "wall", "train_wall", "gb_free"}
 
 
 def deterministic(records):

@@ -108,3 +108,33 @@ def test_fairseq_train_with_torch_adamw_saves_and_resumes(spm_data, tmp_path):
     assert resumed["optimizer_history"][-1]["num_updates"] == 5
     steps = {int(s["step"]) for s in resumed["last_optimizer_state"]["state"].values()}
     assert steps == {5}  # the moments went on from update 3, not from a fresh optimizer
+
+
+def test_under_fairseqs_fp16_optimizer_it_steps_the_fp32_master_weights():
+    """--fp16 (the pre-training recipes' precision): fairseq's FP16Optimizer builds torch_adamw over fp32 master
+    copies and copies them back into the 16-bit weights. On a CPU with per-parameter copies (the flat copy
+    needs CUDA): three updates move the weights as torch's AdamW moves fp32 weights, to fp16 rounding."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "unused_data", "--arch", "roberta_base", "--task", "masked_lm", "--cpu", "--fp16", "--fp16-no-flatten-grads",
+        "--fp16-init-scale", "128", "--optimizer", "torch_adamw", "--adam-eps", "1e-6", "--weight-decay", "0.01",
+        "--lr", "0.01"])
+    torch.manual_seed(0)
+    start = torch.randn(4, 3)
+    half = torch.nn.Parameter(start.half())
+    reference = torch.nn.Parameter(start.half().float())
+    fp16 = FP16Optimizer.build_optimizer(convert_namespace_to_omegaconf(args), [half])
+    assert isinstance(fp16.fp32_optimizer, TorchAdamW)
+    adamw = torch.optim.AdamW([reference], lr=0.01, eps=1e-6, weight_decay=0.01)
+    for step in range(3):
+        grad = torch.randn(4, 3, generator=torch.Generator().manual_seed(step))
+        fp16.zero_grad()  # as fairseq's trainer does before each update: it also sets the unscaling factor
+        fp16.backward((half.float() * grad).sum())  # leaves the loss-scaled gradient in 16 bits
+        reference.grad = half.grad.float() / fp16.scaler.loss_scale
+        fp16.step()
+        adamw.step()
+    assert torch.allclose(half.float(), reference.detach(), atol=2e-3)
+    assert not torch.allclose(half.float(), start, atol=1e-3)  # it moved

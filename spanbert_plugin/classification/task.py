@@ -20,7 +20,7 @@ from ..core.dictionary import SpanBertDictionary
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
 from ..core.errors import UsageError
-from ..core.precision import Bf16AutocastConfig
+from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
 
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SentenceClassificationConfig(Bf16AutocastConfig, ADDropConfig, FinetuneSpanDropConfig):
+class SentenceClassificationConfig(SharedTrainingConfig, ADDropConfig, FinetuneSpanDropConfig):
     data: str = field(default=MISSING, metadata={"help": "spanbert-prepare-classification output folder"})
     classification_head_name: str = field(
         default="sentence_classification_head", metadata={"help": "name of the [CLS] classification head"}

@@ -28,13 +28,42 @@ HALF_PRECISION_FLAGS = (("memory_efficient_fp16", "--memory-efficient-fp16"), ("
 
 
 @dataclass
-class Bf16AutocastConfig(FairseqDataclass):
-    """The training option every plugin task shares."""
+class SharedTrainingConfig(FairseqDataclass):
+    """The training options every plugin task shares: precision and the speed it reports."""
 
     bf16_autocast: bool = field(
         default=False, metadata={"help": "run training and validation forward passes under bfloat16 autocast (fp32 "
                                          "weights, gradients, optimizer state and checkpoints; no loss scaler); about "
                                          "2x faster on CPUs with AVX512-BF16/AMX and on recent GPUs"})
+    tf32: bool = field(
+        default=False, metadata={"help": "fp32 matrix products and convolutions on TF32 tensor cores (NVIDIA Ampere or "
+                                         "later; fairseq leaves them in full fp32); elsewhere a note and no effect"})
+    peak_tflops: float = field(
+        default=0.0, metadata={"help": "the device's dense peak TFLOP/s at the run's precision, for the logged mfu "
+                                       "(default: a table of current NVIDIA GPUs; on CPUs mfu is logged only with it)"})
+
+
+def enable_tf32(cfg) -> None:
+    """With ``--tf32``: TF32 for fp32 matrix products where the GPU has it; else one note, nothing changed."""
+    if not getattr(cfg, "tf32", False):
+        return
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        return
+    where = torch.cuda.get_device_name() if torch.cuda.is_available() else "this CPU"
+    logger.info(f"--tf32 has no effect on {where}: TF32 needs an NVIDIA GPU of compute capability 8.0 or later")
+
+
+def run_precision(cfg) -> str:
+    """'half' (fp16/bf16 modes or --bf16-autocast), 'tf32' (--tf32 on a GPU that has it) or 'fp32'."""
+    if bf16_autocast_enabled(cfg):
+        return "half"
+    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
+    common = run.get("common") if OmegaConf.is_dict(run) else None
+    if OmegaConf.is_dict(common) and any(common.get(key) for key, _ in HALF_PRECISION_FLAGS):
+        return "half"
+    return "tf32" if getattr(cfg, "tf32", False) and torch.backends.cuda.matmul.allow_tf32 else "fp32"
 
 
 def bf16_autocast_enabled(cfg) -> bool:

@@ -4,21 +4,27 @@ import os
 import warnings
 
 import torch
+from fairseq import metrics
 from omegaconf import OmegaConf
 
 from .errors import UsageError
-from .precision import check_bf16_autocast, forward_precision
+from .model_flops import FlopsLog, encoder_training_flops
+from .precision import check_bf16_autocast, enable_tf32, forward_precision, run_precision
 
 
 class OneDictionaryTask:
     """Listed before ``FairseqTask``: source and target dictionary are the task's ``self.dictionary`` (encoder-only models).
 
-    It also runs the forward passes of training and validation under ``--bf16-autocast`` (``core.precision``).
+    It also runs the forward passes of training and validation under ``--bf16-autocast`` (``core.precision``),
+    turns on ``--tf32``, and logs the achieved model FLOP/s of training (``tflops``, and ``mfu`` where the
+    device's peak is known: ``core.model_flops``).
     """
 
     def __init__(self, cfg, **kwargs):
         check_bf16_autocast(cfg)
+        enable_tf32(cfg)
         super().__init__(cfg, **kwargs)
+        self.flops_log = FlopsLog(getattr(cfg, "peak_tflops", 0.0) or 0.0)
 
     def forward_precision(self, model):
         """The context of a training or validation forward pass: bfloat16 autocast with ``--bf16-autocast``."""
@@ -37,7 +43,24 @@ class OneDictionaryTask:
             loss *= 0
         with torch.autograd.profiler.record_function("backward"):
             optimizer.backward(loss)
+        self.flops_log.prepare(model, run_precision(self.cfg), _world_size(self.cfg))
+        if self.flops_log.layer_parameters is not None and not ignore_grad:
+            logging_output["model_flops"] = self.training_flops(model, sample, logging_output)
         return loss, sample_size, logging_output
+
+    def training_flops(self, model, sample, logging_output):
+        """Model FLOPs of this training pass (``core.model_flops``): the encoder's; tasks that predict over the
+        vocabulary add their heads'."""
+        return encoder_training_flops(model, sample["net_input"]["src_tokens"], model.encoder.padding_idx,
+                                      self.flops_log.layer_parameters)
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        flops = [log["model_flops"] for log in logging_outputs if "model_flops" in log]
+        if flops:
+            metrics.log_speed("tflops", sum(flops) / 1e12, priority=95, round=4)
+            if self.flops_log.peak:
+                metrics.log_derived("mfu", self.flops_log.mfu)
 
     def valid_step(self, sample, model, criterion):
         model.eval()
@@ -85,6 +108,12 @@ class OneDictionaryTask:
         """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings."""
         warn_if_validating_between_saves(self.cfg)
         super().begin_epoch(epoch, model)
+
+
+def _world_size(cfg) -> int:
+    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
+    distributed = run.get("distributed_training") if OmegaConf.is_dict(run) else None
+    return int(distributed.get("distributed_world_size") or 1) if OmegaConf.is_dict(distributed) else 1
 
 
 _warned_about_unsaved_validations = False

@@ -18,7 +18,7 @@ from omegaconf import II
 from ..core.dictionary import SpanBertDictionary
 from ..spandrop.sampler import SpanDropSampling, check_span_drop_args
 from ..core.errors import UsageError
-from ..core.precision import Bf16AutocastConfig
+from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder, record_in_run_config
 from .conll import GENRES
 from .dataset import CorefDataset
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class CoreferenceConfig(Bf16AutocastConfig, SpanDropSampling):
+class CoreferenceConfig(SharedTrainingConfig, SpanDropSampling):
     data: str = field(default="", metadata={"help": "spanbert-prepare-coref output folder"})
     max_span_width: int = field(default=30, metadata={"help": "widest candidate span, in tokens"})
     top_span_ratio: float = field(default=0.4, metadata={"help": "spans kept after mention scoring, per word"})

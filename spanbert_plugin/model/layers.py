@@ -139,7 +139,9 @@ class BertStack(nn.Module):
         """``attention_probs_out``: a dict whose keys are layer indices, filled with those layers' attention
         probabilities; ``attention_drop_masks``: {layer index: B x heads x T x T bool, True = drop}."""
         attn_mask = None
-        if padding_mask is not None and padding_mask.any():
+        # Without padding the fused attention runs unmasked; asking a GPU whether there is any would make the
+        # host wait for it, so off the CPU the mask is always applied (the same result).
+        if padding_mask is not None and (padding_mask.device.type != "cpu" or padding_mask.any()):
             attn_mask = ~padding_mask[:, None, None, :]  # True = may attend
         if not attention_probs_out and not attention_drop_masks:  # the plain, fused path
             for layer in self.layer:

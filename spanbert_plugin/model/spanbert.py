@@ -131,6 +131,8 @@ class SpanBertModel(FairseqEncoderModel):
         span_left: Optional[torch.Tensor] = None,
         span_right: Optional[torch.Tensor] = None,
         span_offset: Optional[torch.Tensor] = None,
+        masked_index: Optional[torch.Tensor] = None,
+        sbo_index: Optional[torch.Tensor] = None,
         features_only: bool = False,
         classification_head_name: Optional[str] = None,
         qa: bool = False,
@@ -158,23 +160,36 @@ class SpanBertModel(FairseqEncoderModel):
             return self.classification_heads[classification_head_name](x), {}
         if features_only:
             return x, {}
-        return self.pretraining_heads(x, masked_tokens, span_left, span_right, span_offset), {}
+        return self.pretraining_heads(x, masked_tokens, span_left, span_right, span_offset, masked_index, sbo_index), {}
 
-    def pretraining_heads(self, features, masked_tokens=None, span_left=None, span_right=None, span_offset=None):
-        """MLM logits for masked positions, and SBO logits when span boundaries are given."""
-        if masked_tokens is None:
-            masked_tokens = features.new_ones(features.shape[:2], dtype=torch.bool)
-        rows, cols = masked_tokens.nonzero(as_tuple=True)
-        out = {"mlm_logits": self.lm_head(features[rows, cols])}
+    def pretraining_heads(self, features, masked_tokens=None, span_left=None, span_right=None, span_offset=None,
+                          masked_index=None, sbo_index=None):
+        """MLM logits for masked positions, and SBO logits when span boundaries are given.
+
+        ``masked_index`` (the masked positions, flat in row-major order) and ``sbo_index`` (which of those have an
+        SBO position slot) may come from the data loader, computed on the host: selecting with them never waits
+        for the device, where a boolean mask (``masked_tokens``) needs a ``nonzero`` that does. ``out["sbo_index"]``
+        says which MLM rows the SBO rows belong to.
+        """
+        length, dim = features.shape[1], features.shape[2]
+        flat = features.reshape(-1, dim)
+        if masked_index is None:
+            if masked_tokens is None:
+                masked_tokens = features.new_ones(features.shape[:2], dtype=torch.bool)
+            masked_index = masked_tokens.reshape(-1).nonzero().squeeze(1)
+        out = {"mlm_logits": self.lm_head(flat.index_select(0, masked_index))}
         if span_left is not None:
-            offsets = span_offset[rows, cols]
-            # span tokens past the last position slot get MLM but no SBO (released setting)
-            in_table = offsets <= self.sbo_head.position_slots
-            rows, cols, offsets = rows[in_table], cols[in_table], offsets[in_table]
-            out["sbo_logits"] = self.sbo_head(
-                features[rows, span_left[rows, cols]], features[rows, span_right[rows, cols]], offsets
-            )
-            out["sbo_mask"] = in_table
+            offsets = span_offset.reshape(-1).index_select(0, masked_index)
+            if sbo_index is None:
+                # span tokens past the last position slot get MLM but no SBO (released setting)
+                sbo_index = (offsets <= self.sbo_head.position_slots).nonzero().squeeze(1)
+            positions = masked_index.index_select(0, sbo_index)
+            row_start = positions - positions % length
+            left = row_start + span_left.reshape(-1).index_select(0, positions)
+            right = row_start + span_right.reshape(-1).index_select(0, positions)
+            out["sbo_logits"] = self.sbo_head(flat.index_select(0, left), flat.index_select(0, right),
+                                              offsets.index_select(0, sbo_index))
+            out["sbo_index"] = sbo_index
         return out
 
     def register_classification_head(self, name, num_classes, inner_dim=None):

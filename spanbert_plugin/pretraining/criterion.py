@@ -35,17 +35,22 @@ class SpanBertCriterion(FairseqCriterion):
         self.padding_idx = task.source_dictionary.pad()
 
     def forward(self, model, sample, reduce=True):
+        """Losses and counts stay tensors in the logging output (fairseq reduces them when it logs): with the
+        collater's ``masked_index``/``sbo_index`` nothing here waits for the device."""
         target = sample["target"]
-        masked = target.ne(self.padding_idx)
+        masked_index = sample.get("masked_index")
+        if masked_index is None:  # a batch built elsewhere: select on the device
+            masked_index = target.reshape(-1).ne(self.padding_idx).nonzero().squeeze(1)
         use_sbo = self.sbo_weight > 0
         out, _ = model(
             **sample["net_input"],
-            masked_tokens=masked,
+            masked_index=masked_index,
             span_left=sample["span_left"] if use_sbo else None,
             span_right=sample["span_right"] if use_sbo else None,
             span_offset=sample["span_offset"] if use_sbo else None,
+            sbo_index=sample.get("sbo_index") if use_sbo else None,
         )
-        targets = target[masked]
+        targets = target.reshape(-1).index_select(0, masked_index)
         # log-softmax in fp32 (fp16- and bf16-safe), chunk by chunk
         mlm_loss, mlm_correct = vocab_cross_entropy(out["mlm_logits"], targets)
         loss = mlm_loss
@@ -55,19 +60,15 @@ class SpanBertCriterion(FairseqCriterion):
             "nsentences": sample["nsentences"],
             "sample_size": num_masked,
             "num_masked": num_masked,
-            "mlm_loss": mlm_loss.detach().item(),
-            "mlm_correct": mlm_correct.item(),
+            "mlm_loss": mlm_loss.detach(),
+            "mlm_correct": mlm_correct,
         }
         if use_sbo:
-            sbo_targets = targets[out["sbo_mask"]]
+            sbo_targets = targets.index_select(0, out["sbo_index"])
             sbo_loss, sbo_correct = vocab_cross_entropy(out["sbo_logits"], sbo_targets)
             loss = loss + self.sbo_weight * sbo_loss
-            logging_output.update(
-                num_sbo=sbo_targets.numel(),
-                sbo_loss=sbo_loss.detach().item(),
-                sbo_correct=sbo_correct.item(),
-            )
-        logging_output["loss"] = loss.detach().item()
+            logging_output.update(num_sbo=sbo_targets.numel(), sbo_loss=sbo_loss.detach(), sbo_correct=sbo_correct)
+        logging_output["loss"] = loss.detach()
         return loss, num_masked, logging_output
 
     @staticmethod

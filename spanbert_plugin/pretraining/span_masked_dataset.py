@@ -16,10 +16,13 @@ from .span_masking import SpanMasker
 class SpanMaskedDataset(BatchesEveryExample, EpochKeyedWrapper):
     """Items: masked ``source``, ``target`` (pad where unmasked), span boundaries and offsets."""
 
-    def __init__(self, dataset, masker: SpanMasker, pad_index: int, seed: int = 1, unit_spans=None):
-        """``unit_spans``: index -> the item's annotated spans ((k, 2) positions), for the linguistic schemes."""
+    def __init__(self, dataset, masker: SpanMasker, pad_index: int, seed: int = 1, unit_spans=None,
+                 sbo_position_slots=None):
+        """``unit_spans``: index -> the item's annotated spans ((k, 2) positions), for the linguistic schemes;
+        ``sbo_position_slots``: the model's SBO position slots, when known (see ``collater``)."""
         super().__init__(dataset)
         self.masker, self.pad_index, self.seed = masker, pad_index, seed
+        self.sbo_position_slots = sbo_position_slots
         self.unit_spans = unit_spans
         self.epoch = 0
         self.item_random = ItemRandom()
@@ -50,6 +53,14 @@ class SpanMaskedDataset(BatchesEveryExample, EpochKeyedWrapper):
 
         src_tokens = merge("source", self.pad_index)
         target = merge("target", self.pad_index)
+        span_offset = merge("span_offset", 0)
+        # The masked positions (flat, row-major) and, with the model's slot count, those that get an SBO
+        # prediction: selected here on the host, the model and criterion need no device-side nonzero.
+        masked_index = target.reshape(-1).ne(self.pad_index).nonzero().squeeze(1)
+        selections = {"masked_index": masked_index}
+        if self.sbo_position_slots is not None:
+            in_table = span_offset.reshape(-1)[masked_index] <= self.sbo_position_slots
+            selections["sbo_index"] = in_table.nonzero().squeeze(1)
         return {
             "id": torch.LongTensor([s["id"] for s in samples]),
             "net_input": {
@@ -59,7 +70,8 @@ class SpanMaskedDataset(BatchesEveryExample, EpochKeyedWrapper):
             "target": target,
             "span_left": merge("span_left", 0),
             "span_right": merge("span_right", 0),
-            "span_offset": merge("span_offset", 0),
+            "span_offset": span_offset,
+            **selections,
             "nsentences": len(samples),
             "ntokens": sum(len(s["source"]) for s in samples),
         }

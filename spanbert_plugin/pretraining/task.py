@@ -31,7 +31,7 @@ from .span_masked_dataset import SpanMaskedDataset
 from .annotate import span_file
 from .span_masking import SCHEMES, SpanMasker
 from ..core.errors import UsageError
-from ..core.precision import Bf16AutocastConfig
+from ..core.precision import SharedTrainingConfig
 from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
 from ..core.tasks import OneDictionaryTask, record_in_run_config
 
@@ -42,7 +42,7 @@ _ANNOTATION_OF_SCHEME = {"named_entity": "entities", "noun_phrase": "noun_phrase
 
 
 @dataclass
-class SpanBertPretrainingConfig(Bf16AutocastConfig):
+class SpanBertPretrainingConfig(SharedTrainingConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare folder, or several separated by ':' (one per epoch)"})
     tokens_per_sample: int = field(default=512, metadata={"help": "block length including the begin/end tokens"})
     mask_scheme: ChoiceEnum(SCHEMES) = field(
@@ -128,6 +128,10 @@ def has_maskable_token(documents, never_mask: np.ndarray, chunk: int = 1 << 20) 
     return any((~never_mask[np.asarray(documents[i])]).any() for i in range(len(documents)))
 
 
+def _parameters(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
 def refuse_pytorch_ddp_without_unused_parameters(model):
     """PyTorch's DDP waits for a gradient of every parameter it was built with: a frozen encoder would stop the
     second update with a reduction error, unless DDP looks for unused parameters (legacy_ddp reduces only those
@@ -200,6 +204,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
                 f"--tokens-per-sample {self.cfg.tokens_per_sample} exceeds the model's {max_positions} positions (--max-positions)"
             )
         slots = getattr(getattr(model, "sbo_head", None), "position_slots", None)
+        self.sbo_position_slots = slots  # the batches of datasets loaded from now on say which tokens get SBO
         if slots is not None and self.cfg.mask_scheme == "span" and self.cfg.max_span_len > slots:
             raise UsageError(
                 f"--max-span-len {self.cfg.max_span_len} words exceeds the model's {slots} SBO position slots "
@@ -223,6 +228,13 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
                             f"{self.cfg.freeze_encoder_updates})")
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
+    def training_flops(self, model, sample, logging_output):
+        """The encoder's, plus 6 x the MLM head's parameters (transform and tied decoder) per masked token and
+        the SBO head's per SBO token."""
+        heads = (("lm_head", "num_masked"), ("sbo_head", "num_sbo"))
+        head_flops = sum(6.0 * _parameters(getattr(model, head)) * logging_output.get(count, 0) for head, count in heads)
+        return super().training_flops(model, sample, logging_output) + head_flops
+
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         folders = data_folders(self.cfg.data)
         split_path = os.path.join(folders[(epoch - 1) % len(folders)], split)
@@ -237,7 +249,8 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         )
         logger.info(f"{split_path}: {len(documents)} documents, {len(blocks)} blocks, {int(blocks.sizes.sum())} tokens")
         unit_spans = self._unit_spans(split_path, blocks, len(documents))
-        dataset = SpanMaskedDataset(blocks, self.masker, self.dictionary.pad(), seed=self.cfg.seed, unit_spans=unit_spans)
+        dataset = SpanMaskedDataset(blocks, self.masker, self.dictionary.pad(), seed=self.cfg.seed, unit_spans=unit_spans,
+                                    sbo_position_slots=getattr(self, "sbo_position_slots", None))
         # one folder is loaded once, in epoch 1, by an uninterrupted run: a run resumed later gets that order too
         order_epoch = epoch if len(folders) > 1 else 1
         with data_utils.numpy_seed(self.cfg.seed + order_epoch):

@@ -8,11 +8,17 @@ chunk of rows is cast, log-softmaxed and turned into its gradient (softmax minus
 one-hot, stored in the logits' dtype) while it is in cache; the backward pass
 only scales that gradient. The values are those of ``F.cross_entropy`` on the
 fp32 logits, and the argmax comes from the same pass.
+
+On a GPU there are no such caches to fit, and every chunk costs about eight kernel launches: one chunk of up
+to ``GPU_CHUNK_ELEMENTS`` takes the whole batch of a pre-training update (2,450 masked tokens of 32 x 512 are
+75 M elements), where CPU-sized chunks would be about 145 of them.
 """
 import torch
 
 # about 2 MiB of fp32 per chunk: in L2/L3 on current CPUs
 CHUNK_ELEMENTS = 1 << 19
+# elsewhere (GPUs) 1 GiB of fp32 per chunk, a bound on the extra memory rather than a cache size
+GPU_CHUNK_ELEMENTS = 1 << 28
 
 
 def vocab_cross_entropy(logits: torch.Tensor, targets: torch.Tensor):
@@ -29,7 +35,8 @@ def _reduction_dtype(logits):
 
 
 def _row_chunks(logits):
-    rows = max(1, CHUNK_ELEMENTS // max(1, logits.shape[-1]))
+    elements = CHUNK_ELEMENTS if logits.device.type == "cpu" else GPU_CHUNK_ELEMENTS
+    rows = max(1, elements // max(1, logits.shape[-1]))
     return range(0, logits.shape[0], rows), rows
 
 

@@ -21,7 +21,7 @@ from .span_drop import QASpanDropConfig, QASpanDropDataset
 from ..spandrop.finetune import span_dropper
 from .dataset import ExtractiveQADataset
 from ..core.errors import UsageError
-from ..core.precision import Bf16AutocastConfig
+from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, missing_split_error, prepared_data_folder
 from .windows import QASplit
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
@@ -31,7 +31,7 @@ QA_CONFIG = "qa_config.json"
 
 
 @dataclass
-class ExtractiveQAConfig(Bf16AutocastConfig, ADDropConfig, QASpanDropConfig):
+class ExtractiveQAConfig(SharedTrainingConfig, ADDropConfig, QASpanDropConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare-qa output folder"})
     seed: int = II("common.seed")
 

@@ -20,7 +20,7 @@ from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
 from .span_drop import relation_span_drop
 from .dataset import RelationDataset
 from ..core.errors import UsageError
-from ..core.precision import Bf16AutocastConfig
+from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
 from ..model.relation_head import RE_POOLINGS
 from .prepare import load_re_meta
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class RelationExtractionConfig(Bf16AutocastConfig, ADDropConfig, FinetuneSpanDropConfig):
+class RelationExtractionConfig(SharedTrainingConfig, ADDropConfig, FinetuneSpanDropConfig):
     data: str = field(default="", metadata={"help": "spanbert-prepare-re output folder"})
     re_pooling: ChoiceEnum(RE_POOLINGS) = field(
         default="cls",

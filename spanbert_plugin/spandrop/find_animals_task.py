@@ -17,14 +17,14 @@ from ..core.dictionary import SpanBertDictionary
 from .find_animals_data import DEFAULT_ANIMALS, LETTERS, POSITION_BIASES, FindAnimalsDataset, generate, parse_animals
 from .sampler import SpanDropOptions, apply_span_drop
 from ..core.errors import UsageError
-from ..core.precision import Bf16AutocastConfig
+from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class FindAnimalsConfig(Bf16AutocastConfig, SpanDropOptions):
+class FindAnimalsConfig(SharedTrainingConfig, SpanDropOptions):
     train_size: int = field(default=1000, metadata={"help": "training examples"})
     test_size: int = field(default=10000, metadata={"help": "held-out examples (the valid split)"})
     seq_len: int = field(default=300, metadata={"help": "letters per string (n)"})

@@ -1,0 +1,100 @@
+"""fairseq's trainer reads every logged value on the host after every update; for the plugin's tasks it reads
+them only when someone looks.
+
+``Trainer._reduce_and_log_stats`` (fairseq 0.12) checks ``torch.isfinite(grad_norm)`` before it logs the norm,
+and ends with ``get_smoothed_values()`` of the update's own aggregator, which turns every tensor meter into a
+Python number: on a GPU each is a read that makes the host wait until the device has finished the update, so
+the next update cannot be queued behind it. ``fairseq-train`` only checks that the returned dict is not None;
+the values it prints are read from the ``train_inner`` aggregator at ``--log-interval``. The replacement logs
+the same meters, returns the values as a mapping that reads them on first access, and skips the finiteness
+check, which cannot fail there: fairseq has raised ``FloatingPointError`` for a non-finite norm before (or,
+with ``--amp``/``--fp16`` overflows, not logged the update at all).
+
+Only plugin tasks get it (fairseq's own tasks keep fairseq's method), and only over the fairseq code it was
+written against: ``FAIRSEQ_SOURCE_SHA256`` is the hash of that method's source, and another one leaves
+fairseq's method in place with a warning (``tests/test_update_cost.py`` fails then).
+"""
+import hashlib
+import inspect
+import logging
+from collections.abc import Mapping
+
+import torch
+from fairseq import metrics
+from fairseq.trainer import Trainer
+
+logger = logging.getLogger(__name__)
+# inspect.getsource(fairseq.trainer.Trainer._reduce_and_log_stats) of fairseq-fixed 0.12.3.1
+FAIRSEQ_SOURCE_SHA256 = "6fc951a5f2cdd544e97015950756074d0fecfe6dac303f09b29fe8adfbb8e06e"
+DROPPED_KEYS = ("ppl", "wps", "wpb", "bsz")  # as fairseq's method drops them
+
+
+class SmoothedValuesOnDemand(Mapping):
+    """The aggregator's smoothed values (and ``sample_size``), computed on first access."""
+
+    def __init__(self, aggregator, sample_size):
+        self._aggregator, self._sample_size, self._values = aggregator, sample_size, None
+
+    def _read(self):
+        if self._values is None:
+            values = self._aggregator.get_smoothed_values()
+            values["sample_size"] = self._sample_size
+            for key in DROPPED_KEYS:
+                values.pop(key, None)
+            self._values = values
+        return self._values
+
+    def __getitem__(self, key):
+        return self._read()[key]
+
+    def __iter__(self):
+        return iter(self._read())
+
+    def __len__(self):
+        return len(self._read())
+
+
+def reduce_and_log_stats_without_reads(trainer, logging_outputs, sample_size, grad_norm=None):
+    """``Trainer._reduce_and_log_stats`` less its host reads (see the module's docstring)."""
+    if grad_norm is not None:
+        metrics.log_speed("ups", 1.0, priority=100, round=2)
+        metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
+        clip_norm = trainer.cfg.optimization.clip_norm
+        if clip_norm > 0:
+            clipped = (torch.where(grad_norm > clip_norm, grad_norm.new_tensor(100), grad_norm.new_tensor(0))
+                       if torch.is_tensor(grad_norm) else (100 if grad_norm > clip_norm else 0))
+            metrics.log_scalar("clip", clipped, priority=500, round=1)
+    with metrics.aggregate() as aggregator:
+        if logging_outputs is not None:
+            trainer.task.reduce_metrics(logging_outputs, trainer.get_criterion())
+            del logging_outputs
+        if "loss" not in aggregator:
+            if "loss" not in trainer._warn_once:
+                trainer._warn_once.add("loss")
+                logger.warning("Criterion.reduce_metrics did not log a 'loss' value, which may break some functionality")
+            metrics.log_scalar("loss", -1)
+        return SmoothedValuesOnDemand(aggregator, sample_size)
+
+
+def fairseq_source_sha256():
+    original = getattr(Trainer._reduce_and_log_stats, "__wrapped__", Trainer._reduce_and_log_stats)
+    return hashlib.sha256(inspect.getsource(original).encode()).hexdigest()
+
+
+def install(is_plugin_task):
+    """Route ``Trainer._reduce_and_log_stats`` of tasks for which ``is_plugin_task(task)`` holds (idempotent)."""
+    original = Trainer._reduce_and_log_stats
+    if hasattr(original, "__wrapped__"):
+        return
+    if fairseq_source_sha256() != FAIRSEQ_SOURCE_SHA256:
+        logger.warning("fairseq's Trainer._reduce_and_log_stats is not the one the plugin was written against: "
+                       "it keeps reading every logged value on the host after each update")
+        return
+
+    def _reduce_and_log_stats(self, logging_outputs, sample_size, grad_norm=None):
+        if self.tpu or not is_plugin_task(self.task):
+            return original(self, logging_outputs, sample_size, grad_norm)
+        return reduce_and_log_stats_without_reads(self, logging_outputs, sample_size, grad_norm)
+
+    _reduce_and_log_stats.__wrapped__ = original
+    Trainer._reduce_and_log_stats = _reduce_and_log_stats

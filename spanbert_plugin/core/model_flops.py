@@ -1,0 +1,87 @@
+"""Achieved model FLOP/s of training (``tflops``) and their share of the device's dense peak (``mfu``).
+
+Model FLOPs of one training update, in the convention of the PaLM paper's MFU (Chowdhery et al. 2022, app. B)
+and Megatron-LM (Narayanan et al. 2021): forward + backward = 3 x the forward's 2 FLOPs per multiply-add, so
+
+* 6 x the transformer layers' parameters (embeddings excluded) per real (non-padding) token,
+* plus attention, 12 x layers x hidden x length^2 per sequence (its scores and its mixing, per real length),
+* plus, where a task predicts tokens over the vocabulary (pre-training's MLM and SBO), 6 x the head's
+  parameters (its transform and the tied decoder, vocabulary x hidden) per predicted token.
+
+Padding, recomputation and the small fine-tuning heads (a few hidden x classes products) are not counted:
+the figure is the useful work, the same for any implementation, so ``mfu`` compares implementations and
+devices. fairseq logs it as it logs ``wps``: FLOPs of the updates since the last log over the wall time.
+"""
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Dense (no sparsity) tensor-core peaks in TFLOP/s by the vendor's data sheets: half (fp16/bf16), tf32, fp32.
+# Matched against torch.cuda.get_device_name(), first match wins (PCIe before the SXM default).
+PEAK_TFLOPS = (
+    ("H100 PCIe", {"half": 756.0, "tf32": 378.0, "fp32": 51.2}),
+    ("H100 NVL", {"half": 835.0, "tf32": 418.0, "fp32": 60.0}),
+    ("H100", {"half": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("H200", {"half": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("A100", {"half": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    ("A10G", {"half": 70.0, "tf32": 35.0, "fp32": 31.2}),
+    ("L4", {"half": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    ("V100", {"half": 125.0, "tf32": None, "fp32": 15.7}),
+)
+
+
+def transformer_layer_parameters(model):
+    """Parameters of the encoder's transformer layers (the ``BertStack``), or None for another model."""
+    stack = getattr(getattr(model, "encoder", None), "encoder", None)
+    if stack is None or not hasattr(stack, "layer"):
+        return None
+    return sum(p.numel() for p in stack.parameters())
+
+
+def encoder_training_flops(model, src_tokens, padding_idx, layer_parameters):
+    """Model FLOPs of a training pass of the encoder over ``src_tokens`` (a device tensor: no host read)."""
+    stack = model.encoder.encoder
+    hidden = model.encoder.embeddings.word_embeddings.embedding_dim
+    lengths = src_tokens.ne(padding_idx).sum(dim=1, dtype=torch.float64)
+    return lengths.sum() * (6.0 * layer_parameters) + torch.dot(lengths, lengths) * (12.0 * len(stack.layer) * hidden)
+
+
+def device_peak_tflops(device, precision):
+    """The dense peak of ``device`` for ``precision`` ('half', 'tf32' or 'fp32'), or None when not in the table."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, peaks in PEAK_TFLOPS:
+        if key in name:
+            return peaks.get(precision)
+    return None
+
+
+class FlopsLog:
+    """What a task needs to log ``tflops`` and ``mfu``: the model's layer parameters and the peak to divide by."""
+
+    def __init__(self, peak_tflops_option=0.0):
+        self.peak_option = peak_tflops_option
+        self.layer_parameters, self.peak, self.world_size = None, None, 1
+        self._model_id = None
+
+    def prepare(self, model, precision, world_size):
+        """Count the model's parameters and find the peak (once per model)."""
+        if self._model_id == id(model):
+            return
+        self._model_id = id(model)
+        self.layer_parameters = transformer_layer_parameters(model)
+        self.world_size = max(1, world_size)
+        device = next(model.parameters()).device
+        self.peak = self.peak_option or device_peak_tflops(device, precision)
+        if self.layer_parameters is not None and not self.peak:
+            where = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type.upper()
+            logger.info(f"mfu is not logged: no dense {precision} peak known for {where} (set --peak-tflops)")
+
+    def mfu(self, meters):
+        """Per cent of the peak of all workers (fairseq sums every worker's FLOPs into ``tflops``)."""
+        if "tflops" not in meters:
+            return None
+        return round(100.0 * float(meters["tflops"].avg) / (self.peak * self.world_size), 2)

@@ -1,0 +1,177 @@
+"""The cost of an update: host syncs of the plugin and of fairseq's trainer, the selections of masked tokens made on
+the host, the device-dependent chunking of the vocabulary cross-entropy, logged model FLOP/s, --tf32."""
+import json
+import logging
+import os
+import sys
+
+import pytest
+import torch
+from fairseq import metrics, options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.trainer import Trainer
+
+import spanbert_plugin.registry  # noqa: F401
+from conftest import ROOT, bin_path, run_cli
+from spanbert_plugin.core import logging_reads, model_flops
+from spanbert_plugin.pretraining import vocab_cross_entropy as vce
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "update_cost"))
+import update_cost  # noqa: E402
+
+PRETRAIN = ["--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_tiny",
+            "--tokens-per-sample", "128", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3",
+            "--clip-norm", "1.0", "--cpu", "--num-workers", "0", "--seed", "3"]
+# Plugin code that syncs only on a CPU, by design: the CPU dropout seeds numpy's generator from torch's (off the
+# CPU torch's own dropout runs), and the attention skips its mask when a CPU batch has no padding (off the CPU
+# the mask is always applied, since asking would wait for the device).
+CPU_ONLY = ("spanbert_plugin/model/dropout.py", "spanbert_plugin/model/layers.py")
+
+
+def build(data, *extra):
+    args = options.parse_args_and_arch(options.get_training_parser(), [data, *PRETRAIN, *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    return cfg, task, model, criterion
+
+
+def syncs_by_source(profile, updates=1):
+    counts = update_cost.count_profile(profile.events(), updates)["syncs_by_source"]
+    return {where: n for where, n in counts.items() if not any(path in where for path in CPU_ONLY)}
+
+
+def test_a_pretraining_update_syncs_only_in_fairseqs_finiteness_check(spm_data):
+    """Through fairseq's own Trainer: the plugin's model, criterion and logging read nothing from the device, and
+    fairseq's per-update reads of the logged values are gone; what remains is fairseq's check that the gradient
+    norm is finite (Trainer.train_step), whose FloatingPointError the plugin keeps."""
+    torch.manual_seed(0)
+    cfg, task, model, criterion = build(spm_data, "--dropout", "0", "--attention-dropout", "0")
+    trainer = Trainer(cfg, task, model, criterion)
+    task.load_dataset("train")
+    iterator = trainer.get_train_iterator(epoch=1, load_dataset=False).next_epoch_itr(shuffle=False)
+    samples = [next(iterator) for _ in range(3)]
+    trainer.train_step([samples[0]])  # the first update builds the optimizer
+    with torch.profiler.profile(with_stack=True) as profile:
+        for sample in samples[1:]:
+            with torch.autograd.profiler.record_function(update_cost.UPDATE_RANGE):
+                logged = trainer.train_step([sample])
+    syncs = syncs_by_source(profile, updates=2)
+    assert syncs == {"_local_scalar_dense (fairseq: fairseq/trainer.py(796): train_step)": 1.0}, syncs
+    assert "_reduce_and_log_stats" not in json.dumps(syncs)
+    assert {"loss", "mlm_loss", "sbo_loss", "tflops", "sample_size"} <= set(logged)  # still there when read
+
+
+def test_fairseqs_logging_method_is_the_one_the_plugin_replaces():
+    """Fails when fairseq's Trainer._reduce_and_log_stats changes: the plugin's replacement must then be reviewed."""
+    assert logging_reads.fairseq_source_sha256() == logging_reads.FAIRSEQ_SOURCE_SHA256
+    assert hasattr(Trainer._reduce_and_log_stats, "__wrapped__")
+
+
+def test_the_replacement_logs_what_fairseqs_method_logs(spm_data):
+    torch.manual_seed(0)
+    cfg, task, model, criterion = build(spm_data)
+    trainer = Trainer(cfg, task, model, criterion)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    _, _, logging_output = criterion(model, dataset.collater([dataset[i] for i in range(4)]))
+    grad_norm = torch.tensor(3.0)
+    values = []
+    for method in (Trainer._reduce_and_log_stats.__wrapped__, Trainer._reduce_and_log_stats):
+        with metrics.aggregate(new_root=True):
+            values.append(dict(method(trainer, [dict(logging_output)], 12.0, grad_norm)))
+    fairseqs, plugins = values
+    assert set(fairseqs) == set(plugins)
+    assert all(fairseqs[k] == pytest.approx(plugins[k]) for k in fairseqs if k != "ups")
+
+
+def test_the_collaters_host_selections_equal_the_device_selections(spm_data):
+    torch.manual_seed(0)
+    _, task, model, criterion = build(spm_data, "--max-span-len", "3", "--mask-scheme", "word")
+    model.eval()
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+    assert "sbo_index" in sample  # built after the model: the dataset knows the slots
+    masked = sample["target"].ne(task.dictionary.pad())
+    offsets = sample["span_offset"][masked]
+    assert torch.equal(sample["masked_index"], masked.reshape(-1).nonzero().squeeze(1))
+    assert torch.equal(sample["sbo_index"], (offsets <= model.sbo_head.position_slots).nonzero().squeeze(1))
+    net = dict(sample["net_input"], span_left=sample["span_left"], span_right=sample["span_right"],
+               span_offset=sample["span_offset"])
+    with torch.no_grad():
+        host, _ = model(**net, masked_index=sample["masked_index"], sbo_index=sample["sbo_index"])
+        device, _ = model(**net, masked_tokens=masked)
+    assert torch.equal(host["mlm_logits"], device["mlm_logits"]) and torch.equal(host["sbo_logits"], device["sbo_logits"])
+    without = {k: v for k, v in sample.items() if k not in ("masked_index", "sbo_index")}
+    with torch.no_grad():
+        assert criterion(model, sample)[0].item() == pytest.approx(criterion(model, without)[0].item(), rel=1e-6)
+
+
+def test_the_vocabulary_cross_entropy_chunks_for_caches_only_on_a_cpu():
+    starts, rows = vce._row_chunks(torch.empty(2450, 30522))
+    assert rows == 17 and len(starts) == 145  # CPU: 2 MiB of fp32 a chunk
+    starts, rows = vce._row_chunks(torch.empty(2450, 30522, device="meta"))
+    assert len(starts) == 1  # elsewhere the whole batch of a 32 x 512 pre-training update in one chunk
+
+
+def test_model_flops_of_an_update_against_a_hand_count(spm_data):
+    """spanbert_tiny: 2 layers, hidden 128, FFN 512, 2 heads. Two blocks of 3 and 5 real tokens."""
+    _, task, model, _ = build(spm_data)
+    pad = task.dictionary.pad()
+    tokens = torch.full((2, 6), pad)
+    tokens[0, :3] = 7
+    tokens[1, :5] = 9
+    layers, hidden, ffn = 2, 128, 512
+    per_layer = 4 * (hidden * hidden + hidden) + (hidden * ffn + ffn) + (ffn * hidden + hidden) + 2 * 2 * hidden
+    assert model_flops.transformer_layer_parameters(model) == layers * per_layer
+    expected = 6 * layers * per_layer * (3 + 5) + 12 * layers * hidden * (3 ** 2 + 5 ** 2)
+    assert model_flops.encoder_training_flops(model, tokens, pad, layers * per_layer).item() == expected
+    vocab = len(task.dictionary)
+    mlm_head = (hidden * hidden + hidden + 2 * hidden) + (vocab * hidden + vocab)  # transform, LN, tied decoder
+    logged = {"num_masked": 4, "num_sbo": 3}
+    sbo_head = sum(p.numel() for p in model.sbo_head.parameters())
+    sample = {"net_input": {"src_tokens": tokens}}
+    task.flops_log.prepare(model, "fp32", 1)
+    assert sum(p.numel() for p in model.lm_head.parameters()) == mlm_head
+    assert task.training_flops(model, sample, logged).item() == expected + 6 * (4 * mlm_head + 3 * sbo_head)
+
+
+def test_training_logs_tflops_and_with_a_peak_mfu(spm_data, tmp_path):
+    proc = run_cli([bin_path("fairseq-train"), spm_data, "--user-dir", "user_dir", *PRETRAIN, "--max-update", "3",
+                    "--log-format", "json", "--log-interval", "1", "--no-save", "--disable-validation",
+                    "--peak-tflops", "0.5", "--save-dir", str(tmp_path / "ck")])
+    records = [json.loads(line[line.index("{"):]) for line in (proc.stdout + proc.stderr).splitlines()
+               if "train_inner" in line and "{" in line]
+    assert len(records) == 3
+    for record in records[1:]:  # like wps, the first update's rate reads 0 (its meter starts with it)
+        assert float(record["tflops"]) > 0
+        assert float(record["mfu"]) == pytest.approx(100 * float(record["tflops"]) / 0.5, abs=0.05)
+
+
+def test_tf32_on_a_cpu_says_it_has_no_effect(spm_data, caplog):
+    before = torch.backends.cuda.matmul.allow_tf32
+    with caplog.at_level(logging.INFO):
+        build(spm_data, "--tf32")
+    assert "--tf32 has no effect on this CPU" in caplog.text
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_the_profile_counts_operators_syncs_and_their_sources():
+    """The benchmark's counting on a known program: 4 operators that do work (the view and the no-op conjugate
+    resolutions of the CPU's matmul excluded), one .item() here."""
+    x = torch.randn(4, 4)
+
+    def program():
+        y = (x @ x).relu()
+        return y.view(-1).sum().item()
+
+    with torch.profiler.profile(with_stack=True) as profile:
+        with torch.autograd.profiler.record_function(update_cost.UPDATE_RANGE):
+            program()
+    counts = update_cost.count_profile(profile.events(), 1)
+    assert counts["leaf_ops"] == 4  # mm, relu (its clamp_min), sum (its fill_ here), _local_scalar_dense
+    assert counts["host_syncs"] == 1
+    (where,) = counts["syncs_by_source"]
+    assert where.startswith("_local_scalar_dense (other: test_update_cost.py(") and "program" in where
