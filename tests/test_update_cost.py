@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from fairseq.trainer import Trainer
 
 import spanbert_plugin.registry  # noqa: F401
 from conftest import ROOT, bin_path, run_cli
+from test_finetune_recipes import family_data, imported  # noqa: F401 - module fixtures reused here
 from spanbert_plugin.core import logging_reads, model_flops
 from spanbert_plugin.pretraining import vocab_cross_entropy as vce
 
@@ -35,6 +37,30 @@ def build(data, *extra):
     model = task.build_model(cfg.model)
     criterion = task.build_criterion(cfg.criterion)
     return cfg, task, model, criterion
+
+
+# Tensor calls that read a value back to the host: on a GPU each waits until the device has caught up.
+HOST_READS = {"cpu", "numpy", "tolist", "item", "__bool__", "__float__", "__int__", "__index__", "nonzero"}
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Records the host reads that plugin code makes, with the plugin frame that made each: device-independent,
+    so a CPU run finds the ``.cpu()`` or ``.tolist()`` that a CPU profile cannot tell from a no-op."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        boolean_index = name == "__getitem__" and len(args) > 1 and any(
+            torch.is_tensor(i) and i.dtype == torch.bool for i in (args[1] if isinstance(args[1], tuple) else (args[1],)))
+        if name in HOST_READS or boolean_index:
+            frames = [f for f in traceback.extract_stack()[:-1] if "spanbert_plugin" in f.filename]
+            if frames and not any(path in frames[-1].filename for path in CPU_ONLY):
+                where = frames[-1].filename[frames[-1].filename.index("spanbert_plugin"):]
+                self.reads.append(f"{name} at {where}:{frames[-1].lineno}")
+        return func(*args, **(kwargs or {}))
 
 
 def syncs_by_source(profile, updates=1):
@@ -60,7 +86,41 @@ def test_a_pretraining_update_syncs_only_in_fairseqs_finiteness_check(spm_data):
     syncs = syncs_by_source(profile, updates=2)
     assert syncs == {"_local_scalar_dense (fairseq: fairseq/trainer.py(796): train_step)": 1.0}, syncs
     assert "_reduce_and_log_stats" not in json.dumps(syncs)
-    assert {"loss", "mlm_loss", "sbo_loss", "tflops", "sample_size"} <= set(logged)  # still there when read
+    assert {"loss", "mlm_loss", "sbo_loss", "tflops", "sample_size"} <= set(logged)  # reduced when read
+
+
+FINETUNING = {"cls": ("sentence_classification", "sentence_classification"),
+              "qa": ("extractive_qa", "extractive_qa"),
+              "re": ("relation_extraction", "relation_extraction")}
+
+
+@pytest.mark.parametrize("family", ["pretrain", *FINETUNING])
+def test_a_training_update_reads_nothing_back_from_the_device_in_plugin_code(family, spm_data, family_data,  # noqa: F811
+                                                                            imported):  # noqa: F811
+    """Pre-training and the fine-tuning tasks of the SST-2 and SQuAD recipes (and relation extraction), two updates
+    through fairseq's Trainer: no host read from the plugin's model, criteria, tasks or logging (a coreference
+    update does read: its non-crossing top-span selection runs on the host)."""
+    torch.manual_seed(0)
+    if family == "pretrain":
+        cfg, task, model, criterion = build(spm_data, "--dropout", "0", "--attention-dropout", "0")
+    else:
+        task_name, criterion_name = FINETUNING[family]
+        args = options.parse_args_and_arch(options.get_training_parser(), [
+            family_data[family], "--task", task_name, "--criterion", criterion_name, "--arch", "spanbert_base",
+            "--finetune-from-model", os.path.join(imported, "model.pt"), "--optimizer", "torch_adamw", "--lr", "1e-4",
+            "--clip-norm", "1.0", "--batch-size", "8", "--cpu", "--num-workers", "0", "--seed", "1"])
+        cfg = convert_namespace_to_omegaconf(args)
+        task = tasks.setup_task(cfg.task)
+        model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+    trainer = Trainer(cfg, task, model, criterion)
+    task.load_dataset("train")
+    iterator = trainer.get_train_iterator(epoch=1, load_dataset=False).next_epoch_itr(shuffle=False)
+    samples = [next(iterator) for _ in range(3)]
+    trainer.train_step([samples[0]])
+    with HostReads() as spy:
+        for sample in samples[1:]:
+            trainer.train_step([sample])
+    assert spy.reads == [], spy.reads
 
 
 def test_fairseqs_logging_method_is_the_one_the_plugin_replaces():
@@ -117,25 +177,25 @@ def test_the_vocabulary_cross_entropy_chunks_for_caches_only_on_a_cpu():
 
 
 def test_model_flops_of_an_update_against_a_hand_count(spm_data):
-    """spanbert_tiny: 2 layers, hidden 128, FFN 512, 2 heads. Two blocks of 3 and 5 real tokens."""
+    """spanbert_tiny: 2 layers, hidden 128, FFN 512, 2 heads. Two blocks of 3 and 5 real tokens, padded to 6."""
     _, task, model, _ = build(spm_data)
     pad = task.dictionary.pad()
     tokens = torch.full((2, 6), pad)
     tokens[0, :3] = 7
     tokens[1, :5] = 9
+    sample = {"net_input": {"src_tokens": tokens}, "ntokens": 8}
     layers, hidden, ffn = 2, 128, 512
     per_layer = 4 * (hidden * hidden + hidden) + (hidden * ffn + ffn) + (ffn * hidden + hidden) + 2 * 2 * hidden
     assert model_flops.transformer_layer_parameters(model) == layers * per_layer
-    expected = 6 * layers * per_layer * (3 + 5) + 12 * layers * hidden * (3 ** 2 + 5 ** 2)
-    assert model_flops.encoder_training_flops(model, tokens, pad, layers * per_layer).item() == expected
+    expected = (3 + 5) * (6 * layers * per_layer + 12 * layers * hidden * 6)
+    assert model_flops.encoder_training_flops(model, sample, layers * per_layer) == expected
     vocab = len(task.dictionary)
     mlm_head = (hidden * hidden + hidden + 2 * hidden) + (vocab * hidden + vocab)  # transform, LN, tied decoder
     logged = {"num_masked": 4, "num_sbo": 3}
     sbo_head = sum(p.numel() for p in model.sbo_head.parameters())
-    sample = {"net_input": {"src_tokens": tokens}}
     task.flops_log.prepare(model, "fp32", 1)
     assert sum(p.numel() for p in model.lm_head.parameters()) == mlm_head
-    assert task.training_flops(model, sample, logged).item() == expected + 6 * (4 * mlm_head + 3 * sbo_head)
+    assert task.training_flops(model, sample, logged) == expected + 6 * (4 * mlm_head + 3 * sbo_head)
 
 
 def test_training_logs_tflops_and_with_a_peak_mfu(spm_data, tmp_path):
@@ -175,3 +235,16 @@ def test_the_profile_counts_operators_syncs_and_their_sources():
     assert counts["host_syncs"] == 1
     (where,) = counts["syncs_by_source"]
     assert where.startswith("_local_scalar_dense (other: test_update_cost.py(") and "program" in where
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--fp16"], "--fp16 on a CPU needs --fp16-no-flatten-grads (fairseq keeps its flat fp32 copy of the weights on "
+                 "CUDA), or use --bf16-autocast or --memory-efficient-fp16"),
+    (["--amp"], "--amp needs a CUDA GPU (on a CPU it would train in plain fp32): on a CPU use --bf16-autocast"),
+])
+def test_half_precision_a_cpu_cannot_run_is_one_line(spm_data, tmp_path, flags, expected):
+    proc = run_cli([bin_path("fairseq-train"), spm_data, "--user-dir", "user_dir", *PRETRAIN, "--max-update", "1",
+                    "--save-dir", str(tmp_path / "ck"), *flags], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].endswith(expected), proc.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")

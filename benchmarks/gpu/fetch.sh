@@ -7,6 +7,7 @@
 #   .gpu/novels8/          8 LitBank novels, BERT uncased WordPiece, prepared by spanbert-prepare
 #   .gpu/novels8_roberta/  the same binaries with a fairseq dictionary of the same size (for roberta + masked_lm)
 #   .gpu/squad/dev-v1.1.json  the SQuAD 1.1 dev set (QA step time)
+#   .gpu/glue/SST-2/       GLUE SST-2 (update cost)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${SPANBERT_SHARED_DATA:-../shared/data}
@@ -19,6 +20,7 @@ $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --implement
 # sdists: pip prepares their metadata with this venv's torch/numpy/cython (no build isolation)
 $PIP download -q --no-deps --no-binary :all: --no-build-isolation -d .gpu/src fairseq-fixed==0.12.3.1 antlr4-python3-runtime==4.9.3
 cp "$SHARED/squad/dev-v1.1.json" .gpu/squad/
+mkdir -p .gpu/glue && cp -r "$SHARED/glue/SST-2" .gpu/glue/  # benchmarks/gpu/update_cost.sh
 if [ ! -d .gpu/novels8 ]; then
     # the 8 largest novels: long documents, so nearly every 512-token block is full
     novels=$(ls -S "$SHARED"/litbank/novels/*.txt.gz | head -8)

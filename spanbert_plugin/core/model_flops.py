@@ -1,16 +1,19 @@
 """Achieved model FLOP/s of training (``tflops``) and their share of the device's dense peak (``mfu``).
 
-Model FLOPs of one training update, in the convention of the PaLM paper's MFU (Chowdhery et al. 2022, app. B)
-and Megatron-LM (Narayanan et al. 2021): forward + backward = 3 x the forward's 2 FLOPs per multiply-add, so
+Model FLOPs of one training update, in the convention of the PaLM paper's MFU (Chowdhery et al. 2022, app. B;
+Megatron-LM counts the same way): forward + backward = 3 x the forward's 2 FLOPs per multiply-add, so per real
+(non-padding) token
 
-* 6 x the transformer layers' parameters (embeddings excluded) per real (non-padding) token,
-* plus attention, 12 x layers x hidden x length^2 per sequence (its scores and its mixing, per real length),
+* 6 x the transformer layers' parameters (embeddings excluded),
+* plus attention, 12 x layers x hidden x T, where T is the batch's sequence length (its padded length: the
+  length attention runs over, as PaLM's T is the model's sequence length),
 * plus, where a task predicts tokens over the vocabulary (pre-training's MLM and SBO), 6 x the head's
   parameters (its transform and the tied decoder, vocabulary x hidden) per predicted token.
 
-Padding, recomputation and the small fine-tuning heads (a few hidden x classes products) are not counted:
-the figure is the useful work, the same for any implementation, so ``mfu`` compares implementations and
-devices. fairseq logs it as it logs ``wps``: FLOPs of the updates since the last log over the wall time.
+Padding tokens, recomputation and the small fine-tuning heads (a few hidden x classes products) are not counted.
+Every term comes from numbers the host already has (the batch's ``ntokens`` and shape, the criterion's counts):
+counting costs the device nothing. fairseq logs the figure as it logs ``wps``: FLOPs of the updates since the
+last log over the wall time.
 """
 import logging
 
@@ -40,12 +43,13 @@ def transformer_layer_parameters(model):
     return sum(p.numel() for p in stack.parameters())
 
 
-def encoder_training_flops(model, src_tokens, padding_idx, layer_parameters):
-    """Model FLOPs of a training pass of the encoder over ``src_tokens`` (a device tensor: no host read)."""
+def encoder_training_flops(model, sample, layer_parameters):
+    """Model FLOPs of a training pass of the encoder over ``sample`` (host numbers only)."""
     stack = model.encoder.encoder
     hidden = model.encoder.embeddings.word_embeddings.embedding_dim
-    lengths = src_tokens.ne(padding_idx).sum(dim=1, dtype=torch.float64)
-    return lengths.sum() * (6.0 * layer_parameters) + torch.dot(lengths, lengths) * (12.0 * len(stack.layer) * hidden)
+    tokens = sample["net_input"]["src_tokens"]
+    real = sample.get("ntokens") or tokens.numel()
+    return float(real) * (6.0 * layer_parameters + 12.0 * len(stack.layer) * hidden * tokens.size(-1))
 
 
 def device_peak_tflops(device, precision):

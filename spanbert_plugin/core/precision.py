@@ -85,6 +85,20 @@ def check_bf16_autocast(cfg) -> None:
     warn_if_bf16_is_emulated("--bf16-autocast", "cpu" if common.get("cpu") or not torch.cuda.is_available() else "cuda")
 
 
+def refuse_half_precision_a_cpu_cannot_run(cfg) -> None:
+    """On a CPU, fairseq's ``--amp`` silently trains in fp32 and ``--fp16`` stops in an assertion (its flat fp32
+    copy of the weights is made on CUDA): one line naming what runs there instead."""
+    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
+    common = run.get("common") if OmegaConf.is_dict(run) else None
+    if not OmegaConf.is_dict(common) or not (common.get("cpu") or not torch.cuda.is_available()):
+        return
+    if common.get("amp"):
+        raise UsageError("--amp needs a CUDA GPU (on a CPU it would train in plain fp32): on a CPU use --bf16-autocast")
+    if common.get("fp16") and not common.get("memory_efficient_fp16") and not common.get("fp16_no_flatten_grads"):
+        raise UsageError("--fp16 on a CPU needs --fp16-no-flatten-grads (fairseq keeps its flat fp32 copy of the "
+                         "weights on CUDA), or use --bf16-autocast or --memory-efficient-fp16")
+
+
 def forward_precision(cfg, model):
     """The context a forward pass runs in: bfloat16 autocast on the model's device with ``--bf16-autocast``."""
     if not bf16_autocast_enabled(cfg):

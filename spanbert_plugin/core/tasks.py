@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 
 from .errors import UsageError
 from .model_flops import FlopsLog, encoder_training_flops
-from .precision import check_bf16_autocast, enable_tf32, forward_precision, run_precision
+from .precision import (check_bf16_autocast, enable_tf32, forward_precision, refuse_half_precision_a_cpu_cannot_run,
+                        run_precision)
 
 
 class OneDictionaryTask:
@@ -22,6 +23,7 @@ class OneDictionaryTask:
 
     def __init__(self, cfg, **kwargs):
         check_bf16_autocast(cfg)
+        refuse_half_precision_a_cpu_cannot_run(cfg)
         enable_tf32(cfg)
         super().__init__(cfg, **kwargs)
         self.flops_log = FlopsLog(getattr(cfg, "peak_tflops", 0.0) or 0.0)
@@ -51,8 +53,7 @@ class OneDictionaryTask:
     def training_flops(self, model, sample, logging_output):
         """Model FLOPs of this training pass (``core.model_flops``): the encoder's; tasks that predict over the
         vocabulary add their heads'."""
-        return encoder_training_flops(model, sample["net_input"]["src_tokens"], model.encoder.padding_idx,
-                                      self.flops_log.layer_parameters)
+        return encoder_training_flops(model, sample, self.flops_log.layer_parameters)
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)

@@ -55,9 +55,10 @@ class CoreferenceCriterion(FairseqCriterion):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         documents = total("sample_size")
-        metrics.log_scalar("loss", float(total("loss")) / max(documents, 1) / math.log(2), documents, round=4)
+        # losses stay tensors (read when the meters are); the counts are host numbers already
+        metrics.log_scalar("loss", total("loss") / max(documents, 1) / math.log(2), documents, round=4)
         if any("mention_loss" in log for log in logging_outputs):
-            metrics.log_scalar("mention_loss", float(total("mention_loss")) / max(documents, 1) / math.log(2),
+            metrics.log_scalar("mention_loss", total("mention_loss") / max(documents, 1) / math.log(2),
                                documents, round=4)
         for prefix in ("",) + tuple(c + "_" for c in CONVENTIONS):
             if not any(prefix + COUNT_KEYS[0] in log for log in logging_outputs):

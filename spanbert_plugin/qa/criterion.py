@@ -73,7 +73,7 @@ class ExtractiveQACriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        loss = sum(float(log.get("loss", 0)) for log in logging_outputs)
+        loss = sum(log.get("loss", 0) for log in logging_outputs)  # a tensor: read when the meters are
         sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
         metrics.log_scalar("loss", loss / max(sample_size, 1) / np.log(2), sample_size, round=3)
         records = [log["qa_records"] for log in logging_outputs if "qa_records" in log]

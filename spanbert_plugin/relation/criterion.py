@@ -41,7 +41,7 @@ class RelationExtractionCriterion(FairseqCriterion):
             "ntokens": sample["ntokens"],
             "nsentences": sample_size,
             "sample_size": sample_size,
-            **relation_counts(predicted.cpu().numpy(), target.cpu().numpy(), self.negative_index),
+            **relation_counts(predicted, target, self.negative_index),  # tensors on the device
         }
         return loss, sample_size, logging_output
 

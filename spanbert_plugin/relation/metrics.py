@@ -8,23 +8,28 @@ counts that sum exactly across batches and workers.
 from typing import Dict
 
 import numpy as np
+import torch
 
 COUNT_KEYS = ("re_correct_positive", "re_predicted_positive", "re_gold_positive", "re_correct", "re_examples")
 
 
 def relation_counts(predicted, gold, negative_index: int = 0) -> Dict[str, int]:
-    """The counts behind the scores, for label indices ``predicted`` and ``gold``."""
-    predicted, gold = np.asarray(predicted), np.asarray(gold)
+    """The counts behind the scores, for label indices ``predicted`` and ``gold``: ints for arrays or lists; for
+    tensors, tensors on their device (a training step reads nothing back from the GPU)."""
+    tensors = torch.is_tensor(predicted) and torch.is_tensor(gold)
+    if not tensors:
+        predicted, gold = np.asarray(predicted), np.asarray(gold)
     if predicted.shape != gold.shape:
-        raise ValueError(f"{predicted.shape} predictions for {gold.shape} gold labels")
+        raise ValueError(f"{tuple(predicted.shape)} predictions for {tuple(gold.shape)} gold labels")
     correct = predicted == gold
-    return {
-        "re_correct_positive": int((correct & (gold != negative_index)).sum()),
-        "re_predicted_positive": int((predicted != negative_index).sum()),
-        "re_gold_positive": int((gold != negative_index).sum()),
-        "re_correct": int(correct.sum()),
-        "re_examples": int(gold.size),
+    counts = {
+        "re_correct_positive": (correct & (gold != negative_index)).sum(),
+        "re_predicted_positive": (predicted != negative_index).sum(),
+        "re_gold_positive": (gold != negative_index).sum(),
+        "re_correct": correct.sum(),
     }
+    counts = counts if tensors else {key: int(value) for key, value in counts.items()}
+    return {**counts, "re_examples": int(gold.numel() if tensors else gold.size)}
 
 
 def relation_scores(counts: Dict[str, float]) -> Dict[str, float]:

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# ON THE GPU MACHINE, from the repository root, with .gpu/ carried (benchmarks/gpu/fetch.sh fills it: the
+# wheels, .gpu/novels8 and .gpu/glue/SST-2): the cost of one update, fairseq-train with the plugin against the
+# transformers loop, operator by operator with a CUDA profile (GPU busy share, kernels, the longest ones), model
+# TFLOP/s and MFU (benchmarks/update_cost/update_cost.py), random initialisation of each shape:
+#   * all-MiniLM-L6-v2's shape: SST-2 (batches of 32) and span + SBO pre-training (32 x 512), in fp16, bf16
+#     autocast, fp32 and fp32 with TF32; fairseq's adam beside torch_adamw in fp16;
+#   * spanbert_base's shape: pre-training at 8 x 512 and 32 x 512 (the paper's per-GPU batch on 8 GPUs), fp16
+#     and bf16 autocast.
+# Each setting writes results.json, table.md (and ops.png where matplotlib is installed) under $OUT/NAME.
+#   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 6 minutes after set-up
+#   bash benchmarks/gpu/update_cost.sh --dry-run    # here, on the CPU: each setting at 2 x 64 tokens, 1 update
+set -uo pipefail
+START=$SECONDS
+OUT=${OUT:-/tmp/update_cost_out} WORK=${UPDATE_COST_WORK:-/tmp/update_cost_work}
+mkdir -p "$OUT" "$WORK"
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+if [ "${1:-}" = "--dry-run" ]; then
+    PYTHON=.venv/bin/python VOCAB=${VOCAB:?--dry-run: VOCAB=a spanbert-prepare folder (WordPiece)} LIMIT=600
+    SIZE=(--device cpu --warmup 1 --timed 1 --profiled 1 --repeats 1) BATCH=2 TOKENS=64 BASE_BATCHES="2"
+    PRECISIONS="fp32 bf16" HALF=bf16
+else
+    source benchmarks/gpu/setup.sh || exit 1
+    PYTHON=$(python3 -c 'import sys; print(sys.executable)') VOCAB=.gpu/novels8 LIMIT=${LIMIT:-150}
+    SIZE=(--device cuda --warmup 5 --timed 20 --profiled 3 --repeats 1) BATCH=32 TOKENS=512 BASE_BATCHES="8 32"
+    PRECISIONS="fp16 bf16 fp32 tf32" HALF=fp16
+    # SST-2 where side_by_side.py's preparation looks for it (never over an existing copy)
+    [ -d ../shared/data/glue/SST-2 ] || { mkdir -p ../shared/data/glue && cp -r .gpu/glue/SST-2 ../shared/data/glue/; }
+fi
+echo "set-up: $((SECONDS - START)) s"
+U=("$PYTHON" benchmarks/update_cost/update_cost.py "${SIZE[@]}" --vocab-from "$VOCAB" --work "$WORK")
+setting() {  # NAME ARGS...: one benchmark call, its table's first rows on the console
+    local name=$1; shift
+    timeout $LIMIT "${U[@]}" "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+    echo "$name: exit $? after $((SECONDS - START)) s"
+    grep "^| " "$OUT/$name/table.md" 2>/dev/null | tail -n +3 | cut -c1-160
+}
+for precision in $PRECISIONS; do
+    case $precision in tf32) flags=(--precision fp32 --tf32);; *) flags=(--precision $precision);; esac
+    optimizers=(torch_adamw); [ $precision = $HALF ] && optimizers=(adam torch_adamw)
+    setting minilm_$precision --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH --tokens $TOKENS \
+        --optimizers "${optimizers[@]}" "${flags[@]}"
+done
+for batch in $BASE_BATCHES; do
+    for precision in $(printf "%s\n" $HALF bf16 | sort -u); do
+        setting base_${batch}x${TOKENS}_$precision --encoder base-shape --workloads pretrain --batch-size $batch \
+            --tokens $TOKENS --optimizers torch_adamw --precision $precision
+    done
+done
+echo "done after $((SECONDS - START)) s"
