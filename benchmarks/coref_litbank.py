@@ -31,6 +31,7 @@ is checked before any work and written all at once when the runs are done.
 """
 import argparse
 import csv
+import hashlib
 import json
 import logging
 import os
@@ -78,12 +79,56 @@ def epoch_progress(epochs):
 
 
 def parse_folds(text):
-    """'0-9' or '0,3,5' -> [0, ..., 9] / [0, 3, 5]."""
+    """'0-9' or '0,3,5' -> [0, ..., 9] / [0, 3, 5]; SystemExit naming the flag for a range that runs backwards."""
     folds = []
     for part in text.split(","):
         low, _, high = part.partition("-")
+        if not low or int(high or low) < int(low):
+            sys.exit(f"coref_litbank: --folds {text!r}: {part!r} is not a range from a lower to a higher fold")
         folds += list(range(int(low), int(high or low) + 1))
     return folds
+
+
+ARMS = ("pretrained", "random")
+
+
+def check_run_flags(args):
+    """One line and exit 1 for folds LitBank lacks, seeds that are not whole numbers >= 0 and unknown arms:
+    before any preparation or training."""
+    for fold in parse_folds(args.folds):
+        if not os.path.isfile(os.path.join(args.litbank, "splits", f"fold{fold}", "train.txt")):
+            sys.exit(f"coref_litbank: --folds {args.folds}: no fold {fold} in {args.litbank}/splits (LitBank has 0-9)")
+    for seed in args.seeds.split(","):
+        if not seed.isdigit():
+            sys.exit(f"coref_litbank: --seeds {args.seeds}: {seed!r} is not a seed (whole numbers >= 0, comma-separated)")
+    for arm in args.arms.split(","):
+        if arm not in ARMS:
+            sys.exit(f"coref_litbank: --arms {args.arms}: {arm!r} is not an arm (pretrained and/or random)")
+
+
+def run_settings(args, arm):
+    """Everything besides the fold and seed that decides a run's result: a finished run in --work is reused only
+    under the same settings (another checkpoint, recipe or budget is another run)."""
+    settings = {"arm": arm, "recipe": os.path.abspath(args.recipe), "recipe_sha256": file_sha256(args.recipe),
+                "epochs": args.epochs, "encoder_lr": args.encoder_lr, "head_lr": args.head_lr,
+                "ffnn_size": args.ffnn_size, "max_segment_length": args.max_segment_length,
+                "bf16_autocast": args.bf16_autocast, "cpu": args.cpu, "train_docs": args.train_docs,
+                "eval_docs": args.eval_docs, "override": list(args.override), "litbank": os.path.abspath(args.litbank)}
+    if arm == "pretrained":
+        settings.update(checkpoint=os.path.abspath(args.checkpoint), checkpoint_sha256=file_sha256(args.checkpoint))
+    return settings
+
+
+def file_sha256(path, _cache={}):
+    """The content hash of a file (once per file and modification per process)."""
+    key = (os.path.abspath(path), os.stat(path).st_mtime_ns, os.stat(path).st_size)
+    if key not in _cache:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        _cache[key] = digest.hexdigest()
+    return _cache[key]
 
 
 def checkpoint_settings(checkpoint):
@@ -166,13 +211,23 @@ def test_scores(eval_json):
     return row, scores["documents"]
 
 
+def run_name(args, fold, arm, seed):
+    """(the run's name in --work, its settings): keyed by every setting that decides the result."""
+    settings = run_settings(args, arm)
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return f"fold{fold}_{arm}_seed{seed}_{key}", settings
+
+
 def finetune_and_test(args, fold, data, sizes, arm, seed):
-    name = f"fold{fold}_{arm}_seed{seed}"
+    name, settings = run_name(args, fold, arm, seed)
     result_path = os.path.join(args.work, "runs", name + ".json")
     save_dir = os.path.join(args.work, "runs", name)
     if os.path.isfile(result_path):
         with open(result_path) as f:
             result = json.load(f)
+        if result.get("settings") != settings:  # a key collision, or a record edited by hand: never reused
+            sys.exit(f"coref_litbank: {result_path}: a finished run of other settings under this run's key; "
+                     "move it away or use another --work")
         if getattr(args, "singleton_thresholds", None) and "singleton_threshold_dev" not in result:  # added to a finished run
             tune_singleton_threshold(args, name, save_dir, result)
             with open(result_path, "w") as f:
@@ -195,7 +250,8 @@ def finetune_and_test(args, fold, data, sizes, arm, seed):
                    or '"train_num_updates"' in line]
     dev = [float(r["valid_conll_f1"]) for r in records if "valid_conll_f1" in r]
     epochs = [r for r in records if "train_num_updates" in r]  # end-of-epoch summaries: that epoch's training time
-    result = {"fold": fold, "arm": arm, "seed": seed, "best_dev_conll_f1": max(dev), "dev_conll_f1_per_epoch": dev,
+    result = {"fold": fold, "arm": arm, "seed": seed, "settings": settings,
+              "best_dev_conll_f1": max(dev), "dev_conll_f1_per_epoch": dev,
               # seconds of training per update (one document window each), from fairseq's own clock
               "train_seconds_per_document": sum(float(r["train_train_wall"]) for r in epochs)
               / float(epochs[-1]["train_num_updates"])}
@@ -414,7 +470,8 @@ def write_outputs(out, results, folds, paired, text, preamble):
     """results.csv, folds.csv, paired.csv (with ``paired``), summary.md, runs.jsonl, commands.txt and folds.png."""
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
         fields = list(dict.fromkeys(k for r in results for k in r
-                                    if k not in ("dev_conll_f1_per_epoch", "commands", "dev_conll_f1_per_threshold")))
+                                    if k not in ("dev_conll_f1_per_epoch", "commands", "dev_conll_f1_per_threshold",
+                                                 "settings")))
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(results)
@@ -476,6 +533,7 @@ def main():
     args = parser.parse_args()
     if not re.fullmatch(r"[0-9,\-]+", args.folds):
         sys.exit(f"coref_litbank: --folds {args.folds!r}: expected folds such as 0-9 or 0,3")
+    check_run_flags(args)
     for folder in args.paired_with:
         if not os.path.isfile(os.path.join(folder, "results.csv")):
             sys.exit(f"coref_litbank: --paired-with {folder}: expected a folder with this command's results.csv")

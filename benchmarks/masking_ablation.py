@@ -78,6 +78,7 @@ seeds, a SQuAD split with 2, held-out MLM loss):
 """
 import argparse
 import csv
+import hashlib
 import json
 import os
 import re
@@ -256,6 +257,29 @@ def heldout_text(fold, chars, folder):
             write_atomic(path, text[start:end if end > start else start + chars].strip() + "\n")
         paths.append(path)
     return paths
+
+
+def check_flags(args):
+    """One line and exit 1 for values that would fail only after minutes of work: before any of it."""
+    if not os.path.isfile(os.path.join(LITBANK, "splits", f"fold{args.fold}", "test.txt")):
+        sys.exit(f"masking_ablation: --fold {args.fold}: no such LitBank fold in {LITBANK}/splits (LitBank has 0-9)")
+    for flag, values in (("--seeds", args.seeds), ("--pretrain-seed", [args.pretrain_seed])):
+        if any(seed < 0 for seed in values):
+            sys.exit(f"masking_ablation: {flag} {' '.join(map(str, values))}: seeds are whole numbers >= 0")
+    for flag in ("novels", "pretrain_updates", "finetune_updates", "freeze_encoder_updates"):
+        value = getattr(args, flag)
+        least = 0 if flag in ("novels", "freeze_encoder_updates") else 1
+        if value is not None and value < least:
+            sys.exit(f"masking_ablation: --{flag.replace('_', '-')} {value}: expected at least {least}")
+    if args.from_model and not os.path.isfile(os.path.join(args.from_model, "model.pt")):
+        sys.exit(f"masking_ablation: --from-model {args.from_model}: no model.pt (expected a spanbert-import-hf folder)")
+
+
+def corpus_inputs(novels, vocab, annotate):
+    """What a prepared pre-training corpus was made from: it is reused only for the same."""
+    with open(vocab, "rb") as f:
+        vocab_sha256 = hashlib.sha256(f.read()).hexdigest()
+    return {"novels": [os.path.basename(n) for n in novels], "vocab_sha256": vocab_sha256, "annotated": annotate}
 
 
 def pretraining_novels(fold, limit):
@@ -917,6 +941,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.lr_grid and (min(args.lr_grid) <= 0 or args.lr_grid_updates < 1):
         sys.exit("masking_ablation: --lr-grid: learning rates must be > 0 and --lr-grid-updates >= 1")
+    check_flags(args)
     args.from_model_checkpoint = os.path.join(os.path.abspath(args.from_model), "model.pt") if args.from_model else None
     cfg = dict(SETTINGS[args.setting])
     if args.smoke:
@@ -958,7 +983,19 @@ def main(argv=None):
     annotated = os.path.isfile(stats) and "annotator" in _read_json(stats)
     if args.report_only and not os.path.isfile(stats):
         sys.exit(f"masking_ablation: --report-only: {args.work} holds no prepared corpus (the run's --work folder?)")
-    if args.fresh or not os.path.isfile(stats) or (needs_spans and not annotated):  # same text; spans added when needed
+    # the corpus in --work is reused only when made from the same novels (so never from the fold's dev and test
+    # novels of another --fold) and vocabulary; spans are added when needed
+    made_from = os.path.join(args.work, "pretrain_data.inputs.json")
+    wanted = corpus_inputs(novels, vocab, needs_spans or annotated)
+    if os.path.isfile(stats) and not args.fresh:
+        recorded = _read_json(made_from) if os.path.isfile(made_from) else None
+        if recorded is None or {**recorded, "annotated": wanted["annotated"]} != wanted:
+            what = "was prepared without a record of its novels" if recorded is None else \
+                "was prepared from other novels or another vocabulary (another --fold, --novels or --from-model)"
+            sys.exit(f"masking_ablation: --work {args.work}: its pre-training corpus {what}; use another --work, or "
+                     "--fresh to prepare it again (which also discards the encoders pre-trained on it)")
+    if args.fresh or not os.path.isfile(stats) or (needs_spans and not annotated):
+        write_atomic(made_from, json.dumps(wanted, indent=2) + "\n")  # first: an invocation beside it reads it
         log.run([os.path.join(BIN, "spanbert-prepare"), "--train", *novels, "--join-wrapped-lines", "--wordpiece-vocab", vocab,
                  "--lowercase", *(["--annotate", "spacy"] if needs_spans else []), "--workers", str(args.workers),
                  "--valid-fraction", "0.05", "--destdir", data, "--force"], "prepare the pre-training corpus", env)

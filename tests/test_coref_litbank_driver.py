@@ -1,6 +1,7 @@
 """benchmarks/coref_litbank.py --paired-with: this run minus another run of the command, paired by fold and seed
 (only the pairs both hold), with the t-interval and TOST of benchmarks/paired_stats.py; bad flags refused in one
 line, exit 1, before any work; --out replaced only when it is this command's own (with --force), written at once."""
+import argparse
 import csv
 import json
 import os
@@ -217,3 +218,61 @@ def test_a_bad_include_is_refused_in_one_line_before_any_work(tmp_path, include,
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [f"coref_litbank: {expected.format(tmp=tmp_path)}"]
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def _run_args(tmp_path, checkpoint, **changes):
+    args = dict(checkpoint=str(checkpoint), recipe=os.path.join(ROOT, "configs", "finetune", "litbank.yaml"), epochs=1,
+                encoder_lr=2e-5, head_lr=2e-4, ffnn_size=50, max_segment_length=384, bf16_autocast=False, cpu=True,
+                train_docs=2, eval_docs=1, override=[], litbank=str(tmp_path), work=str(tmp_path / "work"),
+                singleton_thresholds=None)
+    return argparse.Namespace(**{**args, **changes})
+
+
+def test_a_finished_run_is_reused_only_under_the_same_settings(tmp_path, monkeypatch):
+    """A finished run in --work belongs to its checkpoint (by content), recipe and budget: another checkpoint, or the
+    same path rewritten, or other epochs start a run of their own instead of reporting this one's scores."""
+    first = tmp_path / "first.pt"
+    first.write_bytes(b"one encoder")
+    args = _run_args(tmp_path, first)
+    name, settings = coref_litbank.run_name(args, 0, "pretrained", 1)
+    os.makedirs(tmp_path / "work" / "runs")
+    record = {"fold": 0, "arm": "pretrained", "seed": 1, "settings": settings, "test_conll_f1": 61.0}
+    (tmp_path / "work" / "runs" / f"{name}.json").write_text(json.dumps(record))
+    assert coref_litbank.finetune_and_test(args, 0, "data", {}, "pretrained", 1) == record
+
+    class Trains(Exception):
+        pass
+
+    def trains(*_args, **_kwargs):
+        raise Trains
+
+    monkeypatch.setattr(coref_litbank, "finetune_command", trains)  # the training it would start
+    second = tmp_path / "second.pt"
+    second.write_bytes(b"another encoder")
+    for other in (_run_args(tmp_path, second), _run_args(tmp_path, first, epochs=2)):
+        with pytest.raises(Trains):
+            coref_litbank.finetune_and_test(other, 0, "data", {}, "pretrained", 1)
+    first.write_bytes(b"the path's encoder, trained further")
+    with pytest.raises(Trains):
+        coref_litbank.finetune_and_test(args, 0, "data", {}, "pretrained", 1)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--folds", "10"], "--folds 10: no fold 10 in {litbank}/splits (LitBank has 0-9)"),
+    (["--folds", "5-2"], "--folds '5-2': '5-2' is not a range from a lower to a higher fold"),
+    (["--seeds", "x"], "--seeds x: 'x' is not a seed (whole numbers >= 0, comma-separated)"),
+    (["--seeds=-1"], "--seeds -1: '-1' is not a seed (whole numbers >= 0, comma-separated)"),
+    (["--arms", "Pretrained"], "--arms Pretrained: 'Pretrained' is not an arm (pretrained and/or random)"),
+])
+def test_bad_runs_are_refused_in_one_line_before_any_work(tmp_path, flags, expected):
+    litbank = tmp_path / "litbank"
+    for fold in range(10):
+        (litbank / "splits" / f"fold{fold}").mkdir(parents=True)
+        (litbank / "splits" / f"fold{fold}" / "train.txt").write_text("")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, DRIVER, "--checkpoint", str(tmp_path / "none.pt"), "--out", str(out),
+                           "--work", str(tmp_path / "work"), "--litbank", str(litbank), *flags], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"coref_litbank: {expected.format(litbank=litbank)}"]
+    assert not out.exists() and not (tmp_path / "work").exists()

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, driver_env, needs_shared_data
 from test_finetune_recipes import imported  # noqa: F401 - module fixture reused here
 
@@ -362,3 +364,50 @@ def test_a_gpu_pretraining_with_head_warm_up_keeps_per_parameter_fp16_master_wei
                                   lr=1e-4, stop_at=10, save_dir=str(tmp_path / f"run{freeze}{cpu}"))
         assert ("--fp16" in log.argv) == (not cpu)
         assert ("--fp16-no-flatten-grads" in log.argv) == (freeze > 0 and not cpu), log.argv
+
+
+@needs_shared_data("litbank/splits/fold0/test.txt")
+@pytest.mark.parametrize("flags, expected", [
+    (["--fold", "10"], "--fold 10: no such LitBank fold in {litbank}/splits (LitBank has 0-9)"),
+    (["--seeds=-1"], "--seeds -1: seeds are whole numbers >= 0"),
+    (["--pretrain-updates=-5"], "--pretrain-updates -5: expected at least 1"),
+    (["--from-model", "{tmp}"], "--from-model {tmp}: no model.pt (expected a spanbert-import-hf folder)"),
+])
+def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expected):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
+    refused = subprocess.run([sys.executable, DRIVER, *flags, "--work", str(tmp_path / "work"), "--results",
+                              str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 1
+    expected = expected.format(tmp=tmp_path, litbank=masking_ablation.LITBANK)
+    assert refused.stderr.strip().splitlines() == [f"masking_ablation: {expected}"]
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+@needs_shared_data("litbank/novels", "litbank/splits/fold1/test.txt")
+@pytest.mark.parametrize("record", ["fold0", None])
+def test_a_corpus_prepared_for_other_novels_is_never_pretrained_on(tmp_path, record, imported):  # noqa: F811
+    """A --work whose corpus was prepared for fold 0 (whose pre-training novels hold 10 of fold 1's dev and test
+    novels), or before the driver recorded what it prepared, is refused for --fold 1, before anything runs."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import masking_ablation
+
+    work = tmp_path / "work"
+    (work / "pretrain_data").mkdir(parents=True)
+    (work / "pretrain_data" / "prepare_stats.json").write_text(json.dumps({"train": {"tokens": 1}}))
+    if record:
+        novels, _ = masking_ablation.pretraining_novels(0, 0)
+        inputs = masking_ablation.corpus_inputs(novels, os.path.join(imported, "vocab.txt"), False)
+        (work / "pretrain_data.inputs.json").write_text(json.dumps(inputs))
+    refused = subprocess.run([sys.executable, DRIVER, "--from-model", imported, "--fold", "1", "--smoke", "--tasks",
+                              "coref", "--work", str(work), "--results", str(tmp_path / "results")], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    what = ("was prepared from other novels or another vocabulary (another --fold, --novels or --from-model)"
+            if record else "was prepared without a record of its novels")
+    assert refused.stderr.strip().splitlines() == [
+        f"masking_ablation: --work {work}: its pre-training corpus {what}; use another --work, or --fresh to prepare "
+        "it again (which also discards the encoders pre-trained on it)"]
+    assert sorted(os.listdir(work)) == ["pretrain_data", *(["pretrain_data.inputs.json"] if record else [])]
