@@ -166,10 +166,12 @@ def test_bad_coreference_options_are_one_line(singleton_data, tmp_path, flag, va
 @pytest.mark.parametrize("flag,value,message", [
     ("--singleton-threshold", "1.5", "--singleton-threshold must be in (0, 1), got 1.5"),
     ("--singleton-threshold-sweep", "0.3,1", "--singleton-threshold-sweep: every threshold must be in (0, 1), got 1"),
+    ("--no-singletons --singleton-threshold", "0.3", "--singleton-threshold has no effect with --no-singletons (no "
+                                                    "one-mention cluster is predicted); give one of them"),
 ])
 def test_predict_refuses_a_bad_threshold_before_loading(tmp_path, flag, value, message):
     proc = run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", str(tmp_path / "none.pt"), "--out",
-                    str(tmp_path / "out"), flag, value], check=False)
+                    str(tmp_path / "out"), *flag.split(), value], check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"spanbert-predict-coref: error: {message}"
     assert not os.path.exists(tmp_path / "out")
@@ -185,5 +187,17 @@ def test_data_without_singletons_keeps_the_ontonotes_defaults(wordpiece_data, tm
                  "--destdir", dest, "--max-segment-length", "48"]) == 0
     task, _, _ = build(dest)
     assert task.cfg.mention_loss_weight == 0.0 and task.scoring_convention == "without_singletons"
+    # and predicts no one-mention cluster, so the written file and eval.json's top level follow the data's
+    # convention (the official scorer on the file agrees with eval.json)
+    assert task.cfg.no_singletons is True and task.singleton_threshold is None
+    from spanbert_plugin.coref.predict import apply_prediction_options
+
+    apply_prediction_options(task, no_singletons=False)  # spanbert-predict-coref --singletons: asked for
+    assert task.singleton_threshold == 0.5
     task, _, _ = build(dest, "--mention-loss-weight", "0.3", "--scoring-convention", "with_singletons")
     assert task.cfg.mention_loss_weight == 0.3 and task.scoring_convention == "with_singletons"
+
+
+def test_data_with_singletons_predicts_them(singleton_data):
+    task, _, _ = build(singleton_data)
+    assert task.cfg.no_singletons is False and task.singleton_threshold == 0.5

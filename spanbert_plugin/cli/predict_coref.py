@@ -16,9 +16,12 @@ def _thresholds(text: str):
 
 
 def add_coref_arguments(parser):
-    parser.add_argument("--no-singletons", action="store_true", default=None,
-                        help="predict no one-mention clusters (the OntoNotes convention; default: as the checkpoint "
-                        "was trained)")
+    singletons = parser.add_mutually_exclusive_group()
+    singletons.add_argument("--no-singletons", action="store_true", default=None,
+                            help="predict no one-mention clusters (the OntoNotes convention; default: as the "
+                            "checkpoint's training data: one-mention clusters only where it holds them)")
+    singletons.add_argument("--singletons", dest="no_singletons", action="store_false", default=None,
+                            help="predict one-mention clusters even where the training data holds none")
     parser.add_argument("--singleton-threshold", type=float,
                         help="mention probability above which a kept span with no antecedent is a one-mention "
                         "cluster (default: the checkpoint's, 0.5 unless set at training)")

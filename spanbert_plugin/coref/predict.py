@@ -103,6 +103,9 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
     """
     if singleton_threshold is not None and not 0 < singleton_threshold < 1:
         raise UsageError(f"--singleton-threshold must be in (0, 1), got {singleton_threshold}")
+    if singleton_threshold is not None and no_singletons:
+        raise UsageError("--singleton-threshold has no effect with --no-singletons (no one-mention cluster is "
+                         "predicted); give one of them")
     for threshold in singleton_threshold_sweep or ():
         if not 0 < threshold < 1:
             raise UsageError(f"--singleton-threshold-sweep: every threshold must be in (0, 1), got {threshold:g}")

@@ -50,8 +50,10 @@ class CoreferenceConfig(SharedTrainingConfig, SpanDropSampling):
     singleton_threshold: float = field(
         default=0.5, metadata={"help": "a kept span with no antecedent becomes a one-mention cluster when its mention "
                                "probability is above this"})
-    no_singletons: bool = field(
-        default=False, metadata={"help": "predict no one-mention clusters (the OntoNotes convention)"})
+    no_singletons: Optional[bool] = field(
+        default=None, metadata={"help": "predict no one-mention clusters (the OntoNotes convention); default: when "
+                                "the training data holds none (prepare_stats.json), so that the predictions follow "
+                                "its convention"})
     scoring_convention: ChoiceEnum(("auto",) + CONVENTIONS) = field(
         default="auto", metadata={"help": "which scores conll_f1 (and so checkpoint_best) reports: with_singletons "
                                   "(LitBank, PreCo, GUM), without_singletons (OntoNotes: one-mention clusters "
@@ -97,6 +99,8 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
             cfg.mention_loss_weight = 1.0 if singletons else 0.0
         if cfg.scoring_convention == "auto":
             cfg.scoring_convention = CONVENTIONS[0] if singletons else CONVENTIONS[1]
+        if cfg.no_singletons is None:
+            cfg.no_singletons = not singletons
         record_in_run_config(cfg)  # the resolved defaults go into the checkpoint
         dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
         logger.info(f"{data}: segments of up to {meta['max_segment_length']} tokens, {len(dictionary)} symbols")
