@@ -232,3 +232,29 @@ def test_script_entry_point(tmp_path, corpus_files):
 
     proc = run_cli([sys.executable, "scripts/spanbert_prepare.py", "--help"])
     assert "--destdir" in proc.stdout
+
+
+@pytest.mark.parametrize("change", ["emptied", "shortened"])
+def test_an_input_that_changes_while_it_is_read_is_one_line_and_nothing_written(change, tmp_path, monkeypatch,
+                                                                              wordpiece_vocab, capsys):
+    """The corpus is read twice (counted, then encoded): emptied or cut between the two, the folder would hold an
+    empty valid split that training cannot open, or another split than counted. The file changes right after the
+    counting pass (simulated there: ``held_out_count`` runs between the passes)."""
+    from spanbert_plugin.pretraining import prepare
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"document {i} has some words.\n\n" for i in range(6)))
+    counted = prepare.held_out_count
+
+    def changes_after_counting(*args, **kwargs):
+        corpus.write_text("" if change == "emptied" else "document 0 has some words.\n\ndocument 1 too.\n")
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(prepare, "held_out_count", changes_after_counting)
+    assert cli_main(["--train", str(corpus), "--wordpiece-vocab", wordpiece_vocab, "--destdir", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    expected = (f"{corpus}: no non-blank line" if change == "emptied" else
+                f"--train {corpus}: changed while it was read (6 documents counted, 2 encoded); prepare again once it "
+                "is complete")
+    assert err == [f"spanbert-prepare: error: {expected}"]
+    assert not (tmp_path / "out").exists()

@@ -414,6 +414,20 @@ def binarize(documents, split_of, writers, tokenizer_dir, workers=1, annotator=N
         encoded.close()  # a pool that has not started yielding is stopped too
 
 
+def check_nothing_changed_while_read(stats, counted, train_files, valid_files):
+    """A corpus read twice (counted, then encoded) must give the same documents both times, and each split one at
+    least: a file emptied or rewritten meanwhile would otherwise leave a folder training cannot use."""
+    named = lambda files: files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)"  # noqa: E731
+    read = stats["train"]["documents"] + (0 if valid_files else stats["valid"]["documents"])
+    if counted is not None and read != counted:
+        raise PrepareError(f"--train {named(train_files)}: changed while it was read ({counted} documents counted, "
+                           f"{read} encoded); prepare again once it is complete")
+    for split, files in (("train", train_files), ("valid", valid_files or train_files)):
+        if not stats[split]["documents"]:
+            raise PrepareError(f"--{split if valid_files else 'train'} {named(files)}: no {split} document was read "
+                               "(the input was emptied while it was read?); nothing written")
+
+
 def _import_in_background(module):
     """Import ``module`` on a thread: fairseq and torch take seconds, which then overlap reading and training."""
     import importlib
@@ -486,6 +500,7 @@ def prepare(args):
             }
             if annotator is not None:
                 stats[split]["annotations"] = dict(writer.spans)
+        check_nothing_changed_while_read(stats, num_train if valid_reader is None else None, train_files, valid_files)
         if annotator is not None:
             stats["annotator"] = annotator.describe()
         fit.tokens = sum(stats[split]["tokens"] for split in ("train", "valid"))
