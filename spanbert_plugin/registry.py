@@ -25,6 +25,10 @@ from .core import clean_exit  # noqa: E402
 
 clean_exit.install()  # a run stopped mid-epoch exits 0, not with an abort from fairseq's prefetch thread
 
+from .core import checkpoint_saving  # noqa: E402
+
+checkpoint_saving.install()  # a failed checkpoint save (a full disk) leaves no .tmp and is one line
+
 from .core import logging_reads  # noqa: E402
 from .core.tasks import OneDictionaryTask  # noqa: E402
 

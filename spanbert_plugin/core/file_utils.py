@@ -16,6 +16,7 @@ Ctrl-C) inside ``atomic_directory`` so the temporary folder is removed; the
 final swap into place runs with those signals held back, so a signal never
 lands between moving the old output aside and moving the new one in.
 """
+import errno
 import gzip
 import json
 import os
@@ -210,6 +211,22 @@ def _swap_into_place(work: str, destination: str, parent: str) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def is_disk_full(err: BaseException) -> bool:
+    """A write that failed for want of space (or quota): OSError's ENOSPC/EDQUOT, or safetensors' 'os error 28'."""
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "No space left on device" in str(err) or "os error 28" in str(err)
+
+
+def disk_full_message(what: str, folder: str) -> str:
+    """One line: the device of ``folder`` is full, with the space left there."""
+    try:
+        free = f"{shutil.disk_usage(folder).free / 2**20:,.1f} MiB free there now"
+    except OSError:
+        free = "its free space unknown"
+    return f"{what}: no space left on the device ({free}); free some space or choose a folder on another device"
+
+
 @contextmanager
 def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (), force: bool = False,
                      flag: str = "--destdir"):
@@ -247,7 +264,7 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
                     _swap_into_place(work, destination, parent)
                 except OSError as err:
                     raise OutputError(f"{flag} {destination}: cannot move the output into place ({err.strerror})") from None
-        except BaseException:
+        except BaseException as err:
             with signals_held():
                 if work is not None:
                     shutil.rmtree(work, ignore_errors=True)
@@ -256,6 +273,8 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
                         os.rmdir(folder)
                     except OSError:  # no longer empty: someone else uses it now
                         break
+            if is_disk_full(err):
+                raise OutputError(disk_full_message(f"{flag} {destination}", parent)) from None
             raise
 
 

@@ -1,0 +1,61 @@
+"""A full disk: one line naming the folder and the space left, and nothing half-written (an injected ENOSPC: the
+test machine may not allow mounting a small tmpfs)."""
+import errno
+import os
+
+import pytest
+from fairseq import checkpoint_utils
+
+import spanbert_plugin.registry  # noqa: F401  (installs the checkpoint-saving wrapper)
+from spanbert_plugin.core.errors import UsageError
+from spanbert_plugin.core.file_utils import OutputError, atomic_directory
+
+
+def test_a_command_output_that_fills_the_disk_is_one_line_and_removed(tmp_path):
+    destination = tmp_path / "out"
+    with pytest.raises(OutputError) as raised:
+        with atomic_directory(str(destination), "spanbert-test") as work:
+            with open(os.path.join(work, "part.bin"), "wb") as f:
+                f.write(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device", os.path.join(work, "part.bin"))
+    message = str(raised.value)
+    assert message.startswith(f"--destdir {destination}: no space left on the device (") and "MiB free there now" in message
+    assert "\n" not in message
+    assert list(tmp_path.iterdir()) == []  # no output, no temporary folder
+
+
+def test_safetensors_full_disk_errors_are_recognised(tmp_path):
+    class SafetensorError(Exception):
+        pass
+
+    with pytest.raises(OutputError, match="no space left on the device"):
+        with atomic_directory(str(tmp_path / "hf"), "spanbert-export-hf", flag="--out"):
+            raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                                  "\"No space left on device\" })")
+
+
+def test_a_checkpoint_save_that_fills_the_disk_leaves_no_tmp_file(tmp_path, monkeypatch):
+    path = str(tmp_path / "checkpoint_1_4.pt")
+
+    def fills_the_disk(obj, f):
+        f.write(b"x" * 1000)  # fairseq's .tmp is half-written when the device fills
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_utils, "_torch_persistent_save", fills_the_disk)
+    with pytest.raises(UsageError) as raised:
+        checkpoint_utils.torch_persistent_save({"model": {}}, path)
+    assert str(raised.value).startswith(f"saving {path}: no space left on the device (")
+    assert os.listdir(tmp_path) == []
+
+
+def test_another_failed_save_keeps_its_error_and_a_users_tmp_file(tmp_path, monkeypatch):
+    path = str(tmp_path / "checkpoint_last.pt")
+    (tmp_path / "checkpoint_last.pt.tmp").write_bytes(b"the user's own file")
+
+    def fails(obj, f):
+        raise RuntimeError("another failure")
+
+    monkeypatch.setattr(checkpoint_utils, "_torch_persistent_save", fails)
+    with pytest.raises(RuntimeError, match="another failure"):
+        checkpoint_utils.torch_persistent_save({"model": {}}, path)
+    assert os.path.exists(path + ".tmp")  # not created by this save: never removed
