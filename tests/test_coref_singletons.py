@@ -201,3 +201,17 @@ def test_data_without_singletons_keeps_the_ontonotes_defaults(wordpiece_data, tm
 def test_data_with_singletons_predicts_them(singleton_data):
     task, _, _ = build(singleton_data)
     assert task.cfg.no_singletons is False and task.singleton_threshold == 0.5
+
+
+def test_raw_text_words_keep_their_decomposed_accents():
+    """hub.coref's words: a combining mark (NFD text) stays with its letter, so no mention is cut at an accent."""
+    import unicodedata
+
+    from spanbert_plugin.coref.predict import split_words
+
+    text = unicodedata.normalize("NFD", "René met Zoë. She smiled at the café's owner.")
+    words, offsets, sentences = split_words(text)
+    assert words[:4] == [unicodedata.normalize("NFD", w) for w in ("René", "met", "Zoë", ".")]
+    assert [text[a:b] for a, b in offsets] == words and words[-3] == unicodedata.normalize("NFD", "café's")
+    assert not any(unicodedata.category(w[0]) == "Mn" for w in words)
+    assert sentences.tolist() == [0] * 4 + [1] * 7

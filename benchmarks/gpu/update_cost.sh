@@ -28,7 +28,7 @@ else
     [ -d ../shared/data/glue/SST-2 ] || { mkdir -p ../shared/data/glue && cp -r .gpu/glue/SST-2 ../shared/data/glue/; }
 fi
 echo "set-up: $((SECONDS - START)) s"
-U=("$PYTHON" benchmarks/update_cost/update_cost.py "${SIZE[@]}" --vocab-from "$VOCAB" --work "$WORK")
+U=("$PYTHON" benchmarks/update_cost/update_cost.py "${SIZE[@]}" --vocab-from "$VOCAB" --work "$WORK" --force)
 setting() {  # NAME ARGS...: one benchmark call, its table's first rows on the console
     local name=$1; shift
     timeout $LIMIT "${U[@]}" "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1

@@ -25,7 +25,9 @@ from .prepare import DocumentEncoder, load_documents
 
 COMMAND = "spanbert-predict-coref"
 TASK = "coreference"
-_WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]")
+# combining marks (decomposed accents, NFD) belong to the word they follow: \w alone would cut "René" into "Rene"
+_MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+_WORD = re.compile(rf"\w[\w{_MARKS}]*(?:[-'’]\w[\w{_MARKS}]*)*|[^\w\s]")
 _SENTENCE_END = {".", "!", "?"}
 
 
