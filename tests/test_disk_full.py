@@ -59,3 +59,17 @@ def test_another_failed_save_keeps_its_error_and_a_users_tmp_file(tmp_path, monk
     with pytest.raises(RuntimeError, match="another failure"):
         checkpoint_utils.torch_persistent_save({"model": {}}, path)
     assert os.path.exists(path + ".tmp")  # not created by this save: never removed
+
+
+def test_a_full_disk_in_fairseq_train_is_one_line_without_a_traceback(tmp_path, caplog, monkeypatch):
+    """fairseq logs the traceback of a save that failed three times, then raises: only the one line remains."""
+    import logging
+
+    def fills_the_disk(obj, f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_utils.torch, "save", fills_the_disk)
+    with caplog.at_level(logging.INFO), pytest.raises(UsageError):
+        checkpoint_utils.torch_persistent_save({"model": {}}, str(tmp_path / "checkpoint_last.pt"))
+    assert "Traceback" not in caplog.text
+    assert logging.getLogger(checkpoint_utils.__name__).level == logging.NOTSET  # restored

@@ -4,6 +4,7 @@ fairseq writes ``checkpoint_E_N.pt.tmp`` and renames it into place; when the wri
 often hundreds of MB on the very disk that is full, and the run ends in a traceback. The wrapper removes the
 temporary file this save created, and turns a full disk into a one-line error naming the file and the space left.
 """
+import logging
 import os
 
 from fairseq import checkpoint_utils
@@ -21,6 +22,9 @@ def install():
     def torch_persistent_save(obj, filename, async_write: bool = False):
         partial = f"{filename}.tmp"
         existed = os.path.lexists(partial)
+        fairseq_log = logging.getLogger(checkpoint_utils.__name__)
+        level = fairseq_log.level
+        fairseq_log.setLevel(logging.CRITICAL)  # fairseq logs the traceback of a failed save, then raises it anyway
         try:
             return original(obj, filename, async_write)
         except BaseException as err:
@@ -30,6 +34,8 @@ def install():
                 folder = os.path.dirname(os.path.abspath(filename))
                 raise UsageError(disk_full_message(f"saving {filename}", folder)) from None
             raise
+        finally:
+            fairseq_log.setLevel(level)
 
     torch_persistent_save.spanbert = True
     checkpoint_utils.torch_persistent_save = torch_persistent_save
