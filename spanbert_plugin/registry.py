@@ -29,6 +29,10 @@ from .core import checkpoint_saving  # noqa: E402
 
 checkpoint_saving.install()  # a failed checkpoint save (a full disk) leaves no .tmp and is one line
 
+from .core import launchers  # noqa: E402
+
+launchers.install()  # torchrun and srun: the launcher's ranks, and never several runs that each train alone
+
 from .core import logging_reads  # noqa: E402
 from .core.tasks import OneDictionaryTask  # noqa: E402
 

@@ -1,0 +1,126 @@
+"""fairseq-train started by the launchers clusters use: torchrun (elastic or not) and Slurm's srun.
+
+fairseq 0.12 reads a launcher's environment only when ``--distributed-world-size`` is above 1: without it (its
+default on a CPU or with one GPU) every process that torchrun or srun starts trains alone, a whole run each, all
+of them writing the same ``--save-dir``, and nothing says so. With it, fairseq takes the device of a torchrun
+process as ``RANK`` modulo the CUDA devices (a ZeroDivisionError on a CPU, the wrong GPU past the first node)
+and, under Slurm, sets the CUDA device of ``SLURM_LOCALID`` (which a CPU does not have). Its PyTorch DDP wrapper
+also hands a CPU model a CUDA device index. The plugin, through two wrappers installed at import:
+
+* refuses, in one line and before anything is written, a process that a launcher started among several while
+  fairseq would train alone, naming the option to pass;
+* takes the world size, the rank and the local rank (the GPU) from torchrun's environment, and on CPUs Slurm's
+  ranks with the init method fairseq would use (the first host of the step's node list, ``--distributed-port``);
+* builds PyTorch's DDP (``--ddp-backend pytorch_ddp``, fairseq's default) for a CPU model without a device.
+
+On GPUs under Slurm, fairseq's own inference runs unchanged.
+"""
+import logging
+import os
+import subprocess
+import warnings
+from collections import namedtuple
+
+import torch
+from fairseq import models
+from fairseq.distributed import utils as distributed_utils
+
+from .errors import UsageError
+
+logger = logging.getLogger(__name__)
+LauncherWorld = namedtuple("LauncherWorld", "launcher size rank local_rank")
+TORCHRUN_KEYS = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcher_world(environ=None):
+    """The world a launcher started this process in (torchrun's, or an srun step's), or None."""
+    environ = os.environ if environ is None else environ
+    if all(key in environ for key in TORCHRUN_KEYS):
+        return LauncherWorld("torchrun", int(environ["WORLD_SIZE"]), int(environ["RANK"]),
+                             int(environ.get("LOCAL_RANK", 0)))
+    if "SLURM_STEP_NUM_TASKS" in environ and "SLURM_PROCID" in environ:  # a task of an srun step
+        return LauncherWorld("slurm", int(environ["SLURM_STEP_NUM_TASKS"]), int(environ["SLURM_PROCID"]),
+                             int(environ.get("SLURM_LOCALID", 0)))
+    return None
+
+
+def _slurm_first_host(environ):
+    node_list = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+    if not node_list:
+        raise UsageError("a Slurm task without SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: start it with srun")
+    try:
+        hosts = subprocess.check_output(["scontrol", "show", "hostnames", node_list], text=True).split()
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise UsageError(f"Slurm's node list {node_list!r}: 'scontrol show hostnames' failed ({err})") from None
+    return hosts[0]
+
+
+def adopt_launcher_world(cfg, environ=None) -> bool:
+    """Set ``cfg`` (fairseq's distributed_training section) from the launcher's world; False where fairseq's own
+    inference is to run (no launcher, a world of one process, or Slurm on GPUs)."""
+    environ = os.environ if environ is None else environ
+    world = launcher_world(environ)
+    if cfg.distributed_init_method is not None or cfg.tpu or world is None or world.size <= 1:
+        return False
+    if cfg.distributed_world_size == 1:
+        port = " --distributed-port PORT (the same free port on every task)" if world.launcher == "slurm" else ""
+        raise UsageError(f"{world.launcher} started {world.size} processes, but fairseq would train alone in each (a "
+                         f"whole run each, all writing the same --save-dir): pass --distributed-world-size "
+                         f"{world.size}{port}")
+    cuda = torch.cuda.is_available()
+    if not cuda and cfg.distributed_backend == "nccl":
+        raise UsageError("training on CPUs in several processes needs --distributed-backend gloo (NCCL is for GPUs)")
+    if world.launcher == "slurm":
+        if cuda:
+            return False
+        if cfg.distributed_port <= 0:
+            raise UsageError(f"slurm started {world.size} processes: pass --distributed-port PORT (the same free port "
+                             "on every task) for their rendezvous")
+        cfg.distributed_init_method = f"tcp://{_slurm_first_host(environ)}:{cfg.distributed_port}"
+    else:
+        cfg.distributed_init_method = "env://"
+    if cfg.distributed_world_size != world.size:
+        logger.info(f"--distributed-world-size {cfg.distributed_world_size}: {world.launcher} started {world.size} "
+                    f"processes; training with {world.size}")
+    cfg.distributed_world_size, cfg.distributed_rank = world.size, world.rank
+    cfg.device_id = world.local_rank if cuda else 0
+    cfg.distributed_no_spawn = True  # the launcher started every process
+    if cuda:
+        torch.cuda.set_device(cfg.device_id)
+    return True
+
+
+def _cpu_ddp(args, model, process_group, device):
+    """PyTorch's DDP of a CPU model (fairseq's passes it a CUDA device index), behind fairseq's proxy."""
+    from fairseq.distributed import ModuleProxyWrapper
+
+    with warnings.catch_warnings():  # torch >= 2.13 renames broadcast_buffers; fairseq's option keeps its meaning
+        warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+        wrapped = torch.nn.parallel.DistributedDataParallel(
+            module=model.to(device), device_ids=None, output_device=None, broadcast_buffers=args.broadcast_buffers,
+            bucket_cap_mb=args.bucket_cap_mb, process_group=process_group,
+            find_unused_parameters=args.find_unused_parameters, gradient_as_bucket_view=args.gradient_as_bucket_view)
+    return ModuleProxyWrapper(wrapped)
+
+
+def install() -> None:
+    """Wrap fairseq's ``infer_init_method`` and ``DistributedFairseqModel`` once."""
+    infer = distributed_utils.infer_init_method
+    if getattr(infer, "spanbert", False):
+        return
+
+    def infer_init_method(cfg, force_distributed=False):
+        if not adopt_launcher_world(cfg):
+            infer(cfg, force_distributed)
+
+    infer_init_method.spanbert = True
+    distributed_utils.infer_init_method = infer_init_method
+
+    wrap = models.DistributedFairseqModel
+
+    def DistributedFairseqModel(args, model, process_group, device):  # noqa: N802 - fairseq's name
+        if torch.device(device).type == "cpu" and not args.tpu and args.ddp_backend in ("c10d", "pytorch_ddp"):
+            return _cpu_ddp(args, model, process_group, device)
+        return wrap(args, model, process_group, device)
+
+    models.DistributedFairseqModel = DistributedFairseqModel

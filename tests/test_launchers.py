@@ -1,0 +1,104 @@
+"""fairseq-train under torchrun and Slurm on CPUs with gloo: the launcher's ranks, both DDP backends, and never
+several runs that each train alone."""
+import os
+import subprocess
+
+import pytest
+from fairseq import options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.distributed import utils as distributed_utils
+
+import spanbert_plugin.registry  # noqa: F401  (installs the launcher wrappers)
+from conftest import ROOT, bin_path
+from spanbert_plugin.core.errors import UsageError
+from spanbert_plugin.core.launchers import launcher_world
+
+TINY = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch",
+        "spanbert_tiny", "--tokens-per-sample", "128", "--batch-size", "4", "--optimizer", "adam", "--lr", "1e-3",
+        "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", "1", "--disable-validation",
+        "--seed", "3", "--distributed-backend", "gloo"]
+
+
+def torchrun(data, save_dir, *extra, processes=2):
+    command = [bin_path("torchrun"), "--standalone", "--nproc-per-node", str(processes), bin_path("fairseq-train"),
+               data, *TINY, "--save-dir", str(save_dir), *extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("ddp_backend", ["legacy_ddp", "pytorch_ddp"])
+def test_torchrun_trains_one_run_in_two_processes(spm_data, tmp_path, ddp_backend):
+    proc = torchrun(spm_data, tmp_path / "ck", "--distributed-world-size", "2", "--ddp-backend", ddp_backend,
+                    "--max-update", "2")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "distributed init (rank 0): env://" in output and "distributed init (rank 1): env://" in output
+    # one run: rank 0 logs each update once, with both ranks' sentences (2 x --batch-size 4)
+    records = [line for line in output.splitlines() if "| train_inner |" in line]
+    assert len(records) == 2 and all('"bsz": "8"' in line for line in records), records
+    assert (tmp_path / "ck" / "checkpoint_last.pt").exists()
+
+
+def test_torchrun_without_the_world_size_is_refused_before_anything_is_written(spm_data, tmp_path):
+    proc = torchrun(spm_data, tmp_path / "ck", "--max-update", "2")
+    assert proc.returncode != 0
+    line = ("error: torchrun started 2 processes, but fairseq would train alone in each (a whole run each, all "
+            "writing the same --save-dir): pass --distributed-world-size 2")
+    assert (proc.stdout + proc.stderr).count(line) == 2  # each process says it, once
+    assert not (tmp_path / "ck").exists()
+
+
+def _distributed_cfg(*extra):
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "unused", "--task", "spanbert_pretraining", "--arch", "spanbert_tiny", "--cpu", *extra])
+    return convert_namespace_to_omegaconf(args).distributed_training
+
+
+@pytest.fixture
+def slurm_task(tmp_path, monkeypatch):
+    """Task 1 of a two-task srun step on two nodes, with Slurm's scontrol (a stand-in) on the PATH."""
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "WORLD_SIZE", "RANK", "MASTER_", "LOCAL_RANK"))]:
+        monkeypatch.delenv(key)
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text("#!/bin/sh\n# scontrol show hostnames 'node-[a,b]'\nprintf 'node-a\\nnode-b\\n'\n")
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{scontrol.parent}{os.pathsep}{os.environ['PATH']}")
+    for key, value in {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node-[a,b]", "SLURM_STEP_NODELIST": "node-[a,b]",
+                       "SLURM_NNODES": "2", "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2",
+                       "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+                       "SLURM_STEP_ID": "0"}.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_a_slurm_task_gets_the_rank_world_and_rendezvous_of_its_step(slurm_task):
+    assert launcher_world() == ("slurm", 2, 1, 0)
+    cfg = _distributed_cfg("--distributed-world-size", "2", "--distributed-port", "12345",
+                           "--distributed-backend", "gloo")
+    distributed_utils.infer_init_method(cfg)
+    assert (cfg.distributed_init_method, cfg.distributed_world_size, cfg.distributed_rank, cfg.device_id,
+            cfg.distributed_no_spawn) == ("tcp://node-a:12345", 2, 1, 0, True)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ([], "slurm started 2 processes, but fairseq would train alone in each (a whole run each, all writing the same "
+         "--save-dir): pass --distributed-world-size 2 --distributed-port PORT (the same free port on every task)"),
+    (["--distributed-world-size", "2", "--distributed-backend", "gloo"],
+     "slurm started 2 processes: pass --distributed-port PORT (the same free port on every task) for their "
+     "rendezvous"),
+    (["--distributed-world-size", "2", "--distributed-port", "12345"],
+     "training on CPUs in several processes needs --distributed-backend gloo (NCCL is for GPUs)"),
+])
+def test_a_slurm_task_that_would_train_alone_or_cannot_meet_the_others_is_refused(slurm_task, flags, expected):
+    with pytest.raises(UsageError) as raised:
+        distributed_utils.infer_init_method(_distributed_cfg(*flags))
+    assert str(raised.value) == expected
+
+
+def test_outside_a_launcher_fairseqs_inference_runs(monkeypatch):
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "WORLD_SIZE", "RANK", "MASTER_", "LOCAL_RANK"))]:
+        monkeypatch.delenv(key)
+    assert launcher_world() is None
+    cfg = _distributed_cfg()
+    distributed_utils.infer_init_method(cfg)
+    assert cfg.distributed_init_method is None and cfg.distributed_world_size == 1
