@@ -73,3 +73,29 @@ def test_a_full_disk_in_fairseq_train_is_one_line_without_a_traceback(tmp_path, 
         checkpoint_utils.torch_persistent_save({"model": {}}, str(tmp_path / "checkpoint_last.pt"))
     assert "Traceback" not in caplog.text
     assert logging.getLogger(checkpoint_utils.__name__).level == logging.NOTSET  # restored
+
+
+def test_a_copy_onto_checkpoint_last_that_dies_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    """fairseq copies checkpoint_E_N.pt onto checkpoint_last.pt; a process killed during the copy (here: the copy
+    stops half way) used to leave checkpoint_last.pt truncated. Now it is the old file, or the new one."""
+    import shutil
+
+    from fairseq.file_io import PathManager
+
+    new, last = tmp_path / "checkpoint_2_40.pt", tmp_path / "checkpoint_last.pt"
+    new.write_bytes(b"n" * 4096)
+    last.write_bytes(b"o" * 4096)
+    real_copyfile = shutil.copyfile
+
+    def dies_half_way(src, dst):
+        with open(dst, "wb") as f:
+            f.write(b"n" * 100)
+        raise KeyboardInterrupt  # stands for the signal that ends the process
+
+    monkeypatch.setattr(shutil, "copyfile", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        PathManager.copy(str(new), str(last), overwrite=True)
+    assert last.read_bytes() == b"o" * 4096 and sorted(os.listdir(tmp_path)) == [new.name, last.name]
+    monkeypatch.setattr(shutil, "copyfile", real_copyfile)
+    assert PathManager.copy(str(new), str(last), overwrite=True)
+    assert last.read_bytes() == b"n" * 4096 and sorted(os.listdir(tmp_path)) == [new.name, last.name]
