@@ -109,11 +109,13 @@ def check_run_flags(args):
 def run_settings(args, arm):
     """Everything besides the fold and seed that decides a run's result: a finished run in --work is reused only
     under the same settings (another checkpoint, recipe or budget is another run)."""
+    given = vars(args)  # benchmarks/masking_ablation.py calls with a namespace of its own, without every option
     settings = {"arm": arm, "recipe": os.path.abspath(args.recipe), "recipe_sha256": file_sha256(args.recipe),
-                "epochs": args.epochs, "encoder_lr": args.encoder_lr, "head_lr": args.head_lr,
-                "ffnn_size": args.ffnn_size, "max_segment_length": args.max_segment_length,
-                "bf16_autocast": args.bf16_autocast, "cpu": args.cpu, "train_docs": args.train_docs,
-                "eval_docs": args.eval_docs, "override": list(args.override), "litbank": os.path.abspath(args.litbank)}
+                **{key: given.get(key) for key in ("epochs", "encoder_lr", "head_lr", "ffnn_size",
+                                                   "max_segment_length", "bf16_autocast", "cpu", "train_docs",
+                                                   "eval_docs")},
+                "override": list(given.get("override") or []),
+                "litbank": os.path.abspath(given.get("litbank") or LITBANK)}
     if arm == "pretrained":
         settings.update(checkpoint=os.path.abspath(args.checkpoint), checkpoint_sha256=file_sha256(args.checkpoint))
     return settings

@@ -575,7 +575,7 @@ def litbank_run(log, args, cfg, checkpoint, seed, env):
     options = argparse.Namespace(
         checkpoint=checkpoint, recipe=os.path.join(ROOT, "configs", "finetune", "litbank.yaml"), epochs=args.coref_epochs,
         encoder_lr=args.coref_encoder_lr, head_lr=args.coref_head_lr, ffnn_size=args.coref_ffnn_size,
-        bf16_autocast=bool(cfg.get("bf16_autocast")), cpu=cfg["cpu"], train_docs=2 if args.smoke else None,
+        max_segment_length=384, bf16_autocast=bool(cfg.get("bf16_autocast")), cpu=cfg["cpu"], train_docs=2 if args.smoke else None,
         eval_docs=2 if args.smoke else None,
         litbank=LITBANK, singleton_thresholds=args.singleton_thresholds,
         override=["dataset.num_workers=0"], work=os.path.join(args.work, "coref", name, precision_of(cfg)))

@@ -279,6 +279,9 @@ def test_an_arm_pretrained_again_differently_is_refused_or_its_earlier_rows_reti
     results, work = tmp_path / "results", tmp_path / "work"
     (work / "pretrain_data").mkdir(parents=True)
     (work / "pretrain_data" / "prepare_stats.json").write_text('{"train": {"tokens": 1000}}')
+    novels, _ = masking_ablation.pretraining_novels(0, masking_ablation.SETTINGS["cpu"]["novels"])
+    (work / "pretrain_data.inputs.json").write_text(json.dumps(  # the corpus as if this setting had prepared it
+        masking_ablation.corpus_inputs(novels, masking_ablation.BERT_VOCAB, False)))
     monkeypatch.setattr(masking_ablation, "pretrain",  # the pre-training as if it had run: its log is written below
                         lambda log, args, cfg, data, scheme, env, save_dir=None, **kw: os.path.join(save_dir, "x.pt"))
     argv = ["--schemes", "subword", "--tasks", "coref", "--seeds", "--work", str(work), "--results", str(results)]

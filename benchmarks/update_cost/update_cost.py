@@ -6,6 +6,8 @@ Workloads:
 
 * ``sst2``: SST-2 fine-tuning, batches of ``--batch-size`` sentences (fairseq's length-ordered batches, which
   both sides train on), ``sentence_classification`` against ``BertForSequenceClassification``;
+* ``squad``: SQuAD 1.1 fine-tuning on 384-token windows (stride 128) of the dev set's first 38 articles (as
+  ``benchmarks/real_encoder/side_by_side.py`` splits it), ``extractive_qa`` against ``BertForQuestionAnswering``;
 * ``pretrain``: continued span masking + SBO pre-training on three LitBank novels, ``--batch-size`` blocks of
   ``--tokens`` tokens, ``spanbert_pretraining`` + ``span_bert`` against ``BertForMaskedLM`` on the same masked
   blocks (MLM only: ``transformers`` has no SBO).
@@ -37,7 +39,8 @@ Per update, each figure the median over ``--repeats`` child processes in which t
         --out benchmarks/update_cost/results/cpu_fp32
     .venv/bin/python benchmarks/update_cost/update_cost.py --workloads sst2 --precision bf16 ...  # bf16 autocast
 
-Writes ``--out``/``results.json`` (every child's record and the medians), ``table.md`` and ``ops.png``.
+Writes ``--out``/``results.json`` (every child's record and the medians), ``table.md`` and ``ops.png``; an
+earlier ``--out`` of this script is replaced only with ``--force``, a folder of other files never.
 """
 import argparse
 import contextlib
@@ -71,6 +74,7 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero")
 CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 PHASES = ("forward", "backward", "reduce-grads", "multiply-grads", "clip-grads", "optimizer")
 UPDATE_RANGE = "update_cost:update"
+OUTPUTS = ("results.json", "table.md", "ops.png")  # what --out holds
 VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, every workload's
 SBO_POSITION_DIM = 200
 
@@ -331,6 +335,11 @@ def inputs(args):
     if "sst2" in args.workloads:
         work = args.work if imported else os.path.join(args.work, "vocab_" + os.path.basename(tokenizer))
         data["sst2"] = side_by_side.sst2_experiment.prepare_glue(work, "SST-2", tokenizer, 0, 128, log)
+    if "squad" in args.workloads:
+        squad = argparse.Namespace(task="squad", work=args.work if imported else os.path.join(
+            args.work, "vocab_" + os.path.basename(tokenizer)), train_articles=38, eval_articles=0, max_seq_length=384,
+            doc_stride=128)
+        data["squad"] = side_by_side.prepared_data(squad, tokenizer, log)
     if "pretrain" in args.workloads:
         folder = os.path.join(args.work, "data", "novels3_minilm") if imported else tokenizer
         if not os.path.isfile(os.path.join(folder, "dict.txt")):
@@ -367,6 +376,8 @@ def fairseq_argv(workload, data, imported, args, variant):
     if workload == "sst2":
         return [data, *common, "--task", "sentence_classification", "--criterion", "sentence_classification",
                 "--lr", "2e-5"]
+    if workload == "squad":
+        return [data, *common, "--task", "extractive_qa", "--criterion", "extractive_qa", "--lr", "2e-5"]
     return [data, *common, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--lr", "1e-4",
             "--tokens-per-sample", str(args.tokens), "--mask-scheme", "span"]
 
@@ -398,7 +409,7 @@ def transformers_child(spec):
     import torch
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from transformers import BertForMaskedLM, BertForSequenceClassification
+    from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
 
     import spanbert_plugin.registry  # noqa: F401
 
@@ -416,7 +427,8 @@ def transformers_child(spec):
     batches = iterator.next_epoch_itr(shuffle=True, fix_batches_to_gpus=cfg.distributed_training.fix_batches_to_gpus)
     pad = task.source_dictionary.pad()
     torch.manual_seed(1)
-    cls = BertForSequenceClassification if spec["workload"] == "sst2" else BertForMaskedLM
+    cls = {"sst2": BertForSequenceClassification, "squad": BertForQuestionAnswering}.get(spec["workload"],
+                                                                                       BertForMaskedLM)
     extra = {"num_labels": task.num_classes} if spec["workload"] == "sst2" else {}
     if spec["hf_dir"]:
         model = cls.from_pretrained(spec["hf_dir"], **extra)
@@ -451,6 +463,9 @@ def transformers_child(spec):
                 hf["token_type_ids"] = net["segment_labels"].to(device)
             if spec["workload"] == "sst2":
                 hf["labels"] = sample["target"].view(-1).to(device)
+            elif spec["workload"] == "squad":
+                hf["start_positions"] = sample["start_positions"].to(device)
+                hf["end_positions"] = sample["end_positions"].to(device)
             else:
                 target = sample["target"].to(device)
                 hf["labels"] = target.masked_fill(target.eq(pad), -100)
@@ -593,7 +608,7 @@ def plot(summary, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", choices=("sst2", "pretrain"), default=["sst2", "pretrain"])
+    parser.add_argument("--workloads", nargs="+", choices=("sst2", "squad", "pretrain"), default=["sst2", "pretrain"])
     parser.add_argument("--optimizers", nargs="+", choices=("adam", "torch_adamw"), default=["adam", "torch_adamw"],
                         help="the fairseq-train sides, one per optimizer")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
@@ -613,6 +628,7 @@ def main():
     parser.add_argument("--tf32", action="store_true", help="--tf32 on the fairseq side, TF32 matmuls on the other")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
     parser.add_argument("--out", help="results folder (new, or one this script wrote)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -635,8 +651,13 @@ def main():
     if args.precision == "fp16" and args.device == "cpu":
         sys.exit("update_cost: --precision fp16 needs --device cuda (fairseq's --fp16 runs on GPUs)")
     results = os.path.join(args.out, "results.json")
-    if os.path.exists(args.out) and not os.path.isfile(results):
-        sys.exit(f"update_cost: --out {args.out} exists and holds no results.json of this script; choose another")
+    if os.path.exists(args.out) and os.listdir(args.out):
+        ours = os.path.isfile(results) and set(OUTPUTS) >= set(os.listdir(args.out))
+        if not ours:
+            sys.exit(f"update_cost: --out {args.out}: holds files this script did not write; choose another folder")
+        if not args.force:
+            sys.exit(f"update_cost: --out {args.out}: holds an earlier result of this script; pass --force to "
+                     "replace it, or choose another folder")
     imported, hf_dir, data = inputs(args)
     records = []
     for repeat in range(args.repeats):

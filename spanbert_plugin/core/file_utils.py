@@ -215,6 +215,8 @@ def is_disk_full(err: BaseException) -> bool:
     """A write that failed for want of space (or quota): OSError's ENOSPC/EDQUOT, or safetensors' 'os error 28'."""
     if isinstance(err, OSError):
         return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(err, UsageError):  # already one line of the plugin's
+        return False
     return "No space left on device" in str(err) or "os error 28" in str(err)
 
 

@@ -38,6 +38,9 @@ def write_coref_head(model, task, directory: str) -> None:
         "hidden_size": model.cfg.encoder_embed_dim,
         "task_options": {name: getattr(task.cfg, name) for name in HEAD_OPTIONS},
         "data": {key: task.meta[key] for key in ("max_segment_length", "max_span_width", "genres")},
+        # how the checkpoint predicts: an import predicts the same clusters
+        "prediction": {"no_singletons": bool(task.cfg.no_singletons),
+                       "singleton_threshold": float(task.cfg.singleton_threshold)},
         "inputs": "final hidden states of [CLS] segment [SEP] windows (one document's segments, padding removed)",
     })
 
@@ -63,12 +66,17 @@ def coref_task_arguments(config: dict) -> list:
     args = ["--task", "coreference", "--criterion", "coreference"]
     for name, value in config["task_options"].items():
         args += [f"--{name.replace('_', '-')}", str(value)]
-    return args
+    threshold = (config.get("prediction") or {}).get("singleton_threshold")
+    return args + (["--singleton-threshold", str(threshold)] if threshold is not None else [])
 
 
 def write_coref_meta(config: dict, directory: str) -> None:
     """Make an import folder a coreference data folder (segment length, span width, genres)."""
-    write_json(os.path.join(directory, META_FILE), {**config["data"], "splits": [], "tokenizer": "imported"})
+    # One-mention clusters are predicted where the training data held them: the import's "training data" holds
+    # them when the exported checkpoint predicted them (exports before "prediction" was written all did).
+    predicted = not (config.get("prediction") or {}).get("no_singletons", False)
+    write_json(os.path.join(directory, META_FILE), {**config["data"], "splits": [], "tokenizer": "imported",
+                                                    "singletons": {"train": int(predicted)}})
 
 
 def read_coref_weights(directory: str) -> dict:
