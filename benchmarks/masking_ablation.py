@@ -275,11 +275,13 @@ def check_flags(args):
         sys.exit(f"masking_ablation: --from-model {args.from_model}: no model.pt (expected a spanbert-import-hf folder)")
 
 
-def corpus_inputs(novels, vocab, annotate):
-    """What a prepared pre-training corpus was made from: it is reused only for the same."""
+def corpus_inputs(novels, vocab, annotate, from_model=None):
+    """What a prepared pre-training corpus was made from, and for which encoder: --work (its corpus and the
+    encoders pre-trained on it) is reused only for the same."""
     with open(vocab, "rb") as f:
         vocab_sha256 = hashlib.sha256(f.read()).hexdigest()
-    return {"novels": [os.path.basename(n) for n in novels], "vocab_sha256": vocab_sha256, "annotated": annotate}
+    return {"novels": [os.path.basename(n) for n in novels], "vocab_sha256": vocab_sha256, "annotated": annotate,
+            "from_model": os.path.abspath(from_model) if from_model else None}
 
 
 def pretraining_novels(fold, limit):
@@ -986,12 +988,13 @@ def main(argv=None):
     # the corpus in --work is reused only when made from the same novels (so never from the fold's dev and test
     # novels of another --fold) and vocabulary; spans are added when needed
     made_from = os.path.join(args.work, "pretrain_data.inputs.json")
-    wanted = corpus_inputs(novels, vocab, needs_spans or annotated)
+    wanted = corpus_inputs(novels, vocab, needs_spans or annotated, args.from_model)
     if os.path.isfile(stats) and not args.fresh:
         recorded = _read_json(made_from) if os.path.isfile(made_from) else None
         if recorded is None or {**recorded, "annotated": wanted["annotated"]} != wanted:
-            what = "was prepared without a record of its novels" if recorded is None else \
-                "was prepared from other novels or another vocabulary (another --fold, --novels or --from-model)"
+            what = ("was prepared without a record of its novels" if recorded is None else
+                    "was prepared from other novels, another vocabulary or for another encoder (another --fold, "
+                    "--novels or --from-model)")
             sys.exit(f"masking_ablation: --work {args.work}: its pre-training corpus {what}; use another --work, or "
                      "--fresh to prepare it again (which also discards the encoders pre-trained on it)")
     if args.fresh or not os.path.isfile(stats) or (needs_spans and not annotated):

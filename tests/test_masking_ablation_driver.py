@@ -402,13 +402,14 @@ def test_a_corpus_prepared_for_other_novels_is_never_pretrained_on(tmp_path, rec
     (work / "pretrain_data" / "prepare_stats.json").write_text(json.dumps({"train": {"tokens": 1}}))
     if record:
         novels, _ = masking_ablation.pretraining_novels(0, 0)
-        inputs = masking_ablation.corpus_inputs(novels, os.path.join(imported, "vocab.txt"), False)
+        inputs = masking_ablation.corpus_inputs(novels, os.path.join(imported, "vocab.txt"), False, imported)
         (work / "pretrain_data.inputs.json").write_text(json.dumps(inputs))
     refused = subprocess.run([sys.executable, DRIVER, "--from-model", imported, "--fold", "1", "--smoke", "--tasks",
                               "coref", "--work", str(work), "--results", str(tmp_path / "results")], cwd=ROOT,
                              capture_output=True, text=True)
     assert refused.returncode == 1, refused.stderr[-2000:]
-    what = ("was prepared from other novels or another vocabulary (another --fold, --novels or --from-model)"
+    what = ("was prepared from other novels, another vocabulary or for another encoder (another --fold, --novels or "
+            "--from-model)"
             if record else "was prepared without a record of its novels")
     assert refused.stderr.strip().splitlines() == [
         f"masking_ablation: --work {work}: its pre-training corpus {what}; use another --work, or --fresh to prepare "
