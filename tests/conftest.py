@@ -244,6 +244,23 @@ def bin_path(name):
 
 
 @pytest.fixture(scope="session")
+def imported(tmp_path_factory):
+    """A spanbert-import-hf folder of a small random BertModel (test_finetune_recipes.make_imported), once per
+    worker for every module that uses it."""
+    from test_finetune_recipes import make_imported
+
+    return make_imported(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def family_data(imported, tmp_path_factory):
+    """One small prepared folder per task family (test_finetune_recipes.make_family_data), once per worker."""
+    from test_finetune_recipes import make_family_data
+
+    return make_family_data(imported, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def corpus_files(tmp_path_factory):
     """Train/valid text from the embedded default corpus (about 60 modules)."""
     from spanbert_plugin.pretraining.default_corpus import write_default_corpus

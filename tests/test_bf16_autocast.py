@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
-from test_finetune_recipes import family_data, imported  # noqa: F401 - module fixtures reused here
 
 # task, criterion and data family of each fine-tuning task (test_finetune_recipes' prepared folders)
 FINETUNING = {"cls": ("sentence_classification", "sentence_classification"),
@@ -40,7 +39,7 @@ def _assert_fp32_checkpoint(path, updates):
 
 
 @pytest.mark.parametrize("family", list(FINETUNING))
-def test_finetuning_tasks_train_under_bf16_autocast(family, imported, family_data, tmp_path):  # noqa: F811
+def test_finetuning_tasks_train_under_bf16_autocast(family, imported, family_data, tmp_path):
     task, criterion = FINETUNING[family]
     extra = ["--coref-ffnn-size", "32"] if family == "coref" else []
     proc = run_cli(_finetune(family_data[family], os.path.join(imported, "model.pt"), tmp_path / "ck", task, criterion,
@@ -50,7 +49,7 @@ def test_finetuning_tasks_train_under_bf16_autocast(family, imported, family_dat
     _assert_fp32_checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 2)
 
 
-def test_pretraining_and_find_animals_train_under_bf16_autocast(imported, corpus_files, tmp_path):  # noqa: F811
+def test_pretraining_and_find_animals_train_under_bf16_autocast(imported, corpus_files, tmp_path):
     from spanbert_plugin.cli.prepare import main as prepare
 
     data = str(tmp_path / "corpus")
@@ -70,7 +69,7 @@ def test_pretraining_and_find_animals_train_under_bf16_autocast(imported, corpus
     _assert_fp32_checkpoint(tmp_path / "fa" / "checkpoint_last.pt", 2)
 
 
-def test_ad_drop_trains_under_bf16_autocast(imported, family_data, tmp_path):  # noqa: F811
+def test_ad_drop_trains_under_bf16_autocast(imported, family_data, tmp_path):
     proc = run_cli(_finetune(family_data["cls"], os.path.join(imported, "model.pt"), tmp_path / "ck",
                              "sentence_classification", "sentence_classification", "--max-update", "2",
                              "--ad-drop-p", "0.3", "--ad-drop-q", "0.3"))
@@ -78,7 +77,7 @@ def test_ad_drop_trains_under_bf16_autocast(imported, family_data, tmp_path):  #
     _assert_fp32_checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 2)
 
 
-def test_resume_is_exact(imported, family_data, tmp_path):  # noqa: F811
+def test_resume_is_exact(imported, family_data, tmp_path):
     """4 updates in one run equal 2 updates, a stop, and 2 more resumed from checkpoint_last.pt, to the bit."""
     def train(save_dir, updates):
         run_cli(_finetune(family_data["cls"], os.path.join(imported, "model.pt"), save_dir, "sentence_classification",
@@ -96,7 +95,7 @@ def test_resume_is_exact(imported, family_data, tmp_path):  # noqa: F811
                            start["encoder.embeddings.word_embeddings.weight"])  # it did train
 
 
-def test_two_gloo_workers_train_under_bf16_autocast(imported, family_data, tmp_path):  # noqa: F811
+def test_two_gloo_workers_train_under_bf16_autocast(imported, family_data, tmp_path):
     """A CPU multi-process run from an imported checkpoint (rank 0 loads it and broadcasts it to rank 1): both
     workers train under autocast and the checkpoint rank 0 writes is fp32."""
     outputs = run_gloo_ranks(lambda rank: _finetune(
@@ -109,7 +108,7 @@ def test_two_gloo_workers_train_under_bf16_autocast(imported, family_data, tmp_p
 
 
 @pytest.mark.parametrize("flag", ["--fp16", "--memory-efficient-fp16", "--bf16", "--amp"])
-def test_half_precision_modes_are_refused_beside_it(flag, imported, family_data, tmp_path):  # noqa: F811
+def test_half_precision_modes_are_refused_beside_it(flag, imported, family_data, tmp_path):
     proc = run_cli(_finetune(family_data["cls"], os.path.join(imported, "model.pt"), tmp_path / "ck",
                              "sentence_classification", "sentence_classification", "--max-update", "1", flag),
                    check=False)
@@ -120,7 +119,7 @@ def test_half_precision_modes_are_refused_beside_it(flag, imported, family_data,
     assert not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")
 
 
-def test_hydra_recipe_takes_it(imported, family_data, tmp_path):  # noqa: F811
+def test_hydra_recipe_takes_it(imported, family_data, tmp_path):
     proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
                     "--config-name", "glue_sst2", f"task.data={family_data['cls']}",
                     f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",

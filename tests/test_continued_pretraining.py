@@ -4,12 +4,12 @@ import os
 import torch
 
 from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
-from test_finetune_recipes import SHAPE, imported  # noqa: F401 - module fixture reused here
+from test_finetune_recipes import SHAPE
 
 HEADS = ("lm_head.", "sbo_head.")
 
 
-def _corpus(imported, corpus_files, tmp_path):  # noqa: F811
+def _corpus(imported, corpus_files, tmp_path):
     from spanbert_plugin.cli.prepare import main as prepare
 
     data = str(tmp_path / "corpus")
@@ -29,7 +29,7 @@ def _changed(before, after, heads):
             and not torch.equal(before[k], after[k])}
 
 
-def _freeze_two_updates(data, imported, save_dir, updates):  # noqa: F811
+def _freeze_two_updates(data, imported, save_dir, updates):
     return [bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
             "--criterion", "span_bert", "--arch", "spanbert_base", "--finetune-from-model",
             os.path.join(imported, "model.pt"), "--tokens-per-sample", "64", "--optimizer", "adam", "--lr", "1e-3",
@@ -46,7 +46,7 @@ def _check_heads_alone_then_everything(start, train):
     assert _changed(frozen, unfrozen, heads=False) and _changed(frozen, unfrozen, heads=True)
 
 
-def test_freeze_encoder_updates_trains_the_heads_alone_then_everything(imported, corpus_files, tmp_path):  # noqa: F811
+def test_freeze_encoder_updates_trains_the_heads_alone_then_everything(imported, corpus_files, tmp_path):
     data = _corpus(imported, corpus_files, tmp_path)
 
     def train(updates):
@@ -58,7 +58,7 @@ def test_freeze_encoder_updates_trains_the_heads_alone_then_everything(imported,
     _check_heads_alone_then_everything(_weights(os.path.join(imported, "model.pt")), train)
 
 
-def test_freeze_encoder_updates_under_fp16_with_per_parameter_master_weights(imported, corpus_files, tmp_path):  # noqa: F811
+def test_freeze_encoder_updates_under_fp16_with_per_parameter_master_weights(imported, corpus_files, tmp_path):
     # --fp16 with --fp16-no-flatten-grads (fairseq's flat copy needs CUDA; this one runs on a CPU): the frozen
     # encoder's fp16 weights stay as loaded, the heads train
     data = _corpus(imported, corpus_files, tmp_path)
@@ -71,7 +71,7 @@ def test_freeze_encoder_updates_under_fp16_with_per_parameter_master_weights(imp
     _check_heads_alone_then_everything(start, train)
 
 
-def test_freeze_encoder_updates_in_two_gloo_workers(imported, corpus_files, tmp_path):  # noqa: F811
+def test_freeze_encoder_updates_in_two_gloo_workers(imported, corpus_files, tmp_path):
     # legacy_ddp all-reduces the gradients of the parameters that require one; the workers agree on the update
     # number, so they freeze and unfreeze the encoder together (otherwise their buffers would differ in size)
     data = _corpus(imported, corpus_files, tmp_path)
@@ -83,7 +83,7 @@ def test_freeze_encoder_updates_in_two_gloo_workers(imported, corpus_files, tmp_
     _check_heads_alone_then_everything(_weights(os.path.join(imported, "model.pt")), train)
 
 
-def test_negative_freeze_encoder_updates_is_one_line(imported, corpus_files, tmp_path):  # noqa: F811
+def test_negative_freeze_encoder_updates_is_one_line(imported, corpus_files, tmp_path):
     data = _corpus(imported, corpus_files, tmp_path)
     proc = run_cli([bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
                     "--criterion", "span_bert", "--arch", "spanbert_tiny", "--cpu", "--max-update", "1", "--batch-size", "4",
@@ -92,7 +92,7 @@ def test_negative_freeze_encoder_updates_is_one_line(imported, corpus_files, tmp
     assert proc.stderr.strip().splitlines()[-1].endswith("--freeze-encoder-updates must be at least 0, got -1")
 
 
-def test_continue_from_hf_recipe_runs_from_an_imported_encoder(imported, corpus_files, tmp_path):  # noqa: F811
+def test_continue_from_hf_recipe_runs_from_an_imported_encoder(imported, corpus_files, tmp_path):
     data = _corpus(imported, corpus_files, tmp_path)
     proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "pretrain"),
                     "--config-name", "continue_from_hf", f"task.data={data}",

@@ -25,9 +25,9 @@ def recipe(path):
     return OmegaConf.to_container(OmegaConf.load(path))
 
 
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    """spanbert-import-hf of a random BertModel of SHAPE over the test vocabulary (no MLM head, no pooler)."""
+def make_imported(tmp_path_factory):
+    """spanbert-import-hf of a random BertModel of SHAPE over the test vocabulary (no MLM head, no pooler); the
+    session fixture ``imported`` (conftest.py) shares it between the modules that use it."""
     import spanbert_plugin.registry  # noqa: F401 - registers the tasks the import builds its model with
     from transformers import BertConfig, BertModel
 
@@ -44,9 +44,9 @@ def imported(tmp_path_factory):
     return str(d / "imported")
 
 
-@pytest.fixture(scope="module")
-def family_data(imported, tmp_path_factory):
-    """One small prepared folder per task family, all with the imported checkpoint's tokenizer."""
+def make_family_data(imported, tmp_path_factory):
+    """One small prepared folder per task family, all with the imported checkpoint's tokenizer (the session fixture
+    ``family_data``)."""
     from spanbert_plugin.cli import prepare_classification, prepare_coref, prepare_re
     from spanbert_plugin.qa.prepare import QAConfig, prepare_qa
 

@@ -9,7 +9,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.distributed import utils as distributed_utils
 
 import spanbert_plugin.registry  # noqa: F401  (installs the launcher wrappers)
-from conftest import ROOT, bin_path
+from conftest import ROOT, bin_path, run_cli
 from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.core.launchers import launcher_world
 
@@ -26,13 +26,20 @@ def torchrun(data, save_dir, *extra, processes=2):
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_torchrun_without_the_world_size_is_refused_before_anything_is_written(spm_data, tmp_path):
-    proc = torchrun(spm_data, tmp_path / "ck", "--max-update", "2")
-    assert proc.returncode != 0
-    line = ("error: torchrun started 2 processes, but fairseq would train alone in each (a whole run each, all "
-            "writing the same --save-dir): pass --distributed-world-size 2")
-    assert (proc.stdout + proc.stderr).count(line) == 2  # each process says it, once
-    assert not (tmp_path / "ck").exists()
+def test_torchrun_without_the_world_size_is_refused(monkeypatch):
+    """Each process torchrun starts would train alone (fairseq's default world on a CPU is 1): refused in one line
+    (fairseq-train's call_main asks before its main writes anything)."""
+    for key, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UsageError) as raised:
+        distributed_utils.infer_init_method(_distributed_cfg())
+    assert str(raised.value) == ("torchrun started 2 processes, but fairseq would train alone in each (a whole run "
+                                 "each, all writing the same --save-dir): pass --distributed-world-size 2")
+    cfg = _distributed_cfg("--distributed-world-size", "2", "--distributed-backend", "gloo")
+    distributed_utils.infer_init_method(cfg)
+    assert (cfg.distributed_init_method, cfg.distributed_world_size, cfg.distributed_rank, cfg.device_id,
+            cfg.distributed_no_spawn) == ("env://", 2, 1, 0, True)  # no CUDA device on a CPU
 
 
 def _distributed_cfg(*extra):
@@ -110,24 +117,33 @@ def _losses(output):
 WEIGHT_TOLERANCE = 1e-5
 
 
+SAME = ["--max-update", "3", "--dropout", "0", "--attention-dropout", "0", "--no-epoch-checkpoints"]
+
+
+@pytest.fixture(scope="module")
+def one_process(spm_data, tmp_path_factory):
+    """One process with --update-freq 2: (its output, its save dir)."""
+    save_dir = tmp_path_factory.mktemp("one_process")
+    alone = run_cli([bin_path("fairseq-train"), spm_data, *TINY, "--save-dir", str(save_dir), "--update-freq", "2",
+                     *SAME])
+    return alone.stdout + alone.stderr, save_dir
+
+
 @pytest.mark.parametrize("ddp_backend", ["legacy_ddp", "pytorch_ddp"])
-def test_two_processes_train_the_model_one_process_trains_with_update_freq_two(spm_data, tmp_path, ddp_backend):
+def test_two_processes_train_the_model_one_process_trains_with_update_freq_two(spm_data, one_process, tmp_path,
+                                                                                ddp_backend):
     """fairseq deals the epoch's batches to the ranks in turn (b0 b2 … / b1 b3 …) and one process with
     --update-freq 2 takes them in pairs (b0 b1, b2 b3, …): the same batches per update, so the same model."""
-    same = ["--max-update", "3", "--dropout", "0", "--attention-dropout", "0", "--no-epoch-checkpoints"]
-    alone = subprocess.run([bin_path("fairseq-train"), spm_data, *TINY, "--save-dir", str(tmp_path / "one"),
-                            "--update-freq", "2", *same], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    two = torchrun(spm_data, tmp_path / "two", "--distributed-world-size", "2", "--ddp-backend", ddp_backend, *same)
+    alone_output, alone_dir = one_process
+    two = torchrun(spm_data, tmp_path / "two", "--distributed-world-size", "2", "--ddp-backend", ddp_backend, *SAME)
     output = two.stdout + two.stderr
     assert two.returncode == 0, output[-3000:]
     assert "distributed init (rank 0): env://" in output and "distributed init (rank 1): env://" in output
     # one run: rank 0 logs each update once, with both ranks' sentences (2 x --batch-size 4)
     records = [line for line in output.splitlines() if "| train_inner |" in line]
     assert len(records) == 3 and all('"bsz": "8"' in line for line in records), records
-    assert _losses(output) == _losses(alone.stdout + alone.stderr)
-    one, both = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    assert _losses(output) == _losses(alone_output)
+    one, both = _final_weights(alone_dir), _final_weights(tmp_path / "two")
     assert one.keys() == both.keys()
     difference = max(float((one[k].float() - both[k].float()).abs().max()) for k in one)
     assert difference < WEIGHT_TOLERANCE, difference

@@ -11,7 +11,6 @@ import sys
 import pytest
 
 from conftest import ROOT, driver_env, needs_shared_data
-from test_finetune_recipes import imported  # noqa: F401 - module fixture reused here
 
 DRIVER = os.path.join(ROOT, "benchmarks", "masking_ablation.py")
 
@@ -30,7 +29,7 @@ def assert_each_command_once(commands_md):
 
 
 @needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
-def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):  # noqa: F811
+def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):
     results = tmp_path / "results"
     common = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--pretrain-batch", "3",
               "--tasks", "coref", "--seeds", "1", "--heldout-mlm", "--results", str(results)]
@@ -192,7 +191,7 @@ def test_an_invocation_without_coreference_joins_the_same_experiment():
 
 
 @needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
-def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path):  # noqa: F811
+def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path):
     """--lr-grid: each lr's short run on the experiment's schedule, scored on the pre-training validation split;
     rows kept, and a second invocation runs nothing already scored but redraws the plot; the experiment at a grid
     point's lr resumes that point's run."""
@@ -391,7 +390,7 @@ def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expe
 
 @needs_shared_data("litbank/novels", "litbank/splits/fold1/test.txt")
 @pytest.mark.parametrize("record", ["fold0", None])
-def test_a_corpus_prepared_for_other_novels_is_never_pretrained_on(tmp_path, record, imported):  # noqa: F811
+def test_a_corpus_prepared_for_other_novels_is_never_pretrained_on(tmp_path, record, imported):
     """A --work whose corpus was prepared for fold 0 (whose pre-training novels hold 10 of fold 1's dev and test
     novels), or before the driver recorded what it prepared, is refused for --fold 1, before anything runs."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

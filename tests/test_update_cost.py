@@ -14,7 +14,6 @@ from fairseq.trainer import Trainer
 
 import spanbert_plugin.registry  # noqa: F401
 from conftest import ROOT, bin_path, run_cli
-from test_finetune_recipes import family_data, imported  # noqa: F401 - module fixtures reused here
 from spanbert_plugin.core import logging_reads, model_flops
 from spanbert_plugin.pretraining import vocab_cross_entropy as vce
 
@@ -95,8 +94,8 @@ FINETUNING = {"cls": ("sentence_classification", "sentence_classification"),
 
 
 @pytest.mark.parametrize("family", ["pretrain", *FINETUNING])
-def test_a_training_update_reads_nothing_back_from_the_device_in_plugin_code(family, spm_data, family_data,  # noqa: F811
-                                                                            imported):  # noqa: F811
+def test_a_training_update_reads_nothing_back_from_the_device_in_plugin_code(family, spm_data, family_data,
+                                                                            imported):
     """Pre-training and the fine-tuning tasks of the SST-2 and SQuAD recipes (and relation extraction), two updates
     through fairseq's Trainer: no host read from the plugin's model, criteria, tasks or logging (a coreference
     update does read: its non-crossing top-span selection runs on the host)."""
