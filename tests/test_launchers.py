@@ -148,3 +148,26 @@ def test_two_processes_train_the_model_one_process_trains_with_update_freq_two(s
     difference = max(float((one[k].float() - both[k].float()).abs().max()) for k in one)
     assert difference < WEIGHT_TOLERANCE, difference
 
+
+
+def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, one_process, tmp_path):
+    """Two torchrun agents, one per "machine" (--nnodes 2 --node-rank R, a c10d rendezvous on this machine), one
+    process each: the run of one process with --update-freq 2 (same losses, same weights)."""
+    import socket
+
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    agents = [subprocess.Popen(
+        [bin_path("torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--rdzv-backend",
+         "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-machines", bin_path("fairseq-train"),
+         spm_data, *TINY, "--save-dir", str(tmp_path / "two"), "--distributed-world-size", "2", "--ddp-backend",
+         "legacy_ddp", *SAME], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in (0, 1)]
+    outputs = [agent.communicate(timeout=300)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], "\n".join(output[-3000:] for output in outputs)
+    alone_output, alone_dir = one_process
+    assert _losses("".join(outputs)) == _losses(alone_output)
+    one, both = _final_weights(alone_dir), _final_weights(tmp_path / "two")
+    assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
