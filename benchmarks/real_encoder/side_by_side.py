@@ -72,6 +72,12 @@ sst2_experiment = _script(os.path.join(ROOT, "benchmarks", "sst2_experiment.py")
 GLUE_TASKS = {"sst2": "SST-2", "rte": "RTE"}
 
 
+def relative_to_root(command):
+    """A command as commands.md records it: paths inside the repository (and ../shared beside it) relative to its
+    root, so the file reads the same from any checkout."""
+    return command.replace(ROOT + os.sep, "")
+
+
 # ----------------------------------------------------------------------------- inputs
 def imported_checkpoint(work, log):
     """The fetched folder and its spanbert-import-hf output (made once per --work)."""
@@ -460,7 +466,7 @@ def main():
         nonlocal noted
         lines = ([" ".join(sys.argv)] if noted is None else []) + log[noted or 0:]
         with open(os.path.join(args.out, "commands.md"), "a", encoding="utf-8") as f:
-            f.write("".join(f"    {c}\n" for c in lines))
+            f.write("".join(f"    {relative_to_root(c)}\n" for c in lines))
         noted = len(log)
 
     for seed in ([] if args.report_only else args.seeds):

@@ -71,10 +71,11 @@ class FlopsLog:
         self.layer_parameters, self.peak, self.world_size = None, None, 1
         self._model_id = None
 
+    def prepared_for(self, model) -> bool:
+        return self._model_id == id(model)
+
     def prepare(self, model, precision, world_size):
-        """Count the model's parameters and find the peak (once per model)."""
-        if self._model_id == id(model):
-            return
+        """Count the model's parameters and find the peak (once per model: see ``prepared_for``)."""
         self._model_id = id(model)
         self.layer_parameters = transformer_layer_parameters(model)
         self.world_size = max(1, world_size)

@@ -168,6 +168,8 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
             raise UsageError(f"--freeze-encoder-updates must be at least 0, got {cfg.freeze_encoder_updates}")
         if cfg.tokens_per_sample < 3:
             raise UsageError(f"--tokens-per-sample must be at least 3 (begin, token, end), got {cfg.tokens_per_sample}")
+        self.sbo_position_slots = None  # the model's, once build_model has run (see load_dataset)
+        self._head_parameters = None  # (model id, MLM head parameters, SBO head parameters) for training_flops
         self.never_mask = dictionary.special_mask()
         self.never_mask[dictionary.unk()] = False  # [UNK] is text and may be masked, as in BERT
         weights = ~dictionary.special_mask()
@@ -231,8 +233,10 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
     def training_flops(self, model, sample, logging_output):
         """The encoder's, plus 6 x the MLM head's parameters (transform and tied decoder) per masked token and
         the SBO head's per SBO token."""
-        heads = (("lm_head", "num_masked"), ("sbo_head", "num_sbo"))
-        head_flops = sum(6.0 * _parameters(getattr(model, head)) * logging_output.get(count, 0) for head, count in heads)
+        if self._head_parameters is None or self._head_parameters[0] != id(model):  # counted once per model
+            self._head_parameters = (id(model), _parameters(model.lm_head), _parameters(model.sbo_head))
+        _, mlm_head, sbo_head = self._head_parameters
+        head_flops = 6.0 * (mlm_head * logging_output.get("num_masked", 0) + sbo_head * logging_output.get("num_sbo", 0))
         return super().training_flops(model, sample, logging_output) + head_flops
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
@@ -250,7 +254,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         logger.info(f"{split_path}: {len(documents)} documents, {len(blocks)} blocks, {int(blocks.sizes.sum())} tokens")
         unit_spans = self._unit_spans(split_path, blocks, len(documents))
         dataset = SpanMaskedDataset(blocks, self.masker, self.dictionary.pad(), seed=self.cfg.seed, unit_spans=unit_spans,
-                                    sbo_position_slots=getattr(self, "sbo_position_slots", None))
+                                    sbo_position_slots=self.sbo_position_slots)
         # one folder is loaded once, in epoch 1, by an uninterrupted run: a run resumed later gets that order too
         order_epoch = epoch if len(folders) > 1 else 1
         with data_utils.numpy_seed(self.cfg.seed + order_epoch):
