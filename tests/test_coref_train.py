@@ -10,7 +10,7 @@ import torch
 from conftest import ROOT, bin_path, run_cli, run_gloo_ranks
 from test_coref_prepare import write_jsonl
 from spanbert_plugin.coref import head as head_module
-from spanbert_plugin.coref.head import CorefHead, bucket_distance, select_non_crossing
+from spanbert_plugin.coref.head import CorefHead, SpanColumns, bucket_distance, select_non_crossing
 
 NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "oscar"]
 TEMPLATES = [
@@ -185,8 +185,9 @@ def test_split_pair_scorer_equals_the_concatenated_pair_features():
 
     def split():
         as_span, as_antecedent = head._pair_projections(g)
-        return head._pair_scores(g, as_span, g, as_antecedent, rows, antecedents, mention_scores, speaker, segment,
-                                 genre)
+        columns = SpanColumns([g], mention_scores, rows, speaker, segment, rows, torch.zeros(k, dtype=torch.bool))
+        return head._pair_scores(g, as_span, g, as_antecedent, antecedents, antecedents < rows[:, None],
+                                 mention_scores, rows, speaker, segment, columns, genre)
 
     results = []
     for fn in (concatenated, split):

@@ -2,6 +2,7 @@
 import argparse
 import sys
 
+from ..coref.long_document import DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_MAX_ANTECEDENT_DISTANCE, PREDICTION_MODES
 from . import predict_command
 
 PROG = "spanbert-predict-coref"
@@ -29,6 +30,22 @@ def add_coref_arguments(parser):
                         help="also score the split at each of these singleton thresholds, from the same model outputs "
                         "(one pass over the documents): singleton_thresholds.json, one eval.json-like object per "
                         "threshold, e.g. to choose the threshold on dev")
+    parser.add_argument("--text", metavar="BOOK.txt",
+                        help="resolve a raw UTF-8 text file (.gz too) instead of a prepared split, with the "
+                        "checkpoint's tokenizer: clusters.jsonl holds one cluster a line with character offsets into "
+                        "the text, summary.json the counts; a line break ends a sentence (see --join-wrapped-lines)")
+    parser.add_argument("--join-wrapped-lines", action="store_true",
+                        help="with --text: lines are wrapped inside paragraphs (as in Project Gutenberg's files), so "
+                        "only blank lines end a sentence besides . ! ?")
+    parser.add_argument("--coref-prediction", choices=PREDICTION_MODES,
+                        help="exact, bounded (block by block in bounded memory) or auto: bounded past the "
+                        "checkpoint's --exact-prediction-max-words (default: the checkpoint's, auto)")
+    parser.add_argument("--max-antecedent-distance", type=int, metavar="WORDS",
+                        help="bounded prediction: farther back than this, only an entity's latest mention is a "
+                        f"candidate antecedent (default: the checkpoint's, {DEFAULT_MAX_ANTECEDENT_DISTANCE:,})")
+    parser.add_argument("--entity-cache-size", type=int, metavar="ENTITIES",
+                        help="bounded prediction: entities whose latest mention stays a candidate past "
+                        f"--max-antecedent-distance (default: the checkpoint's, {DEFAULT_ENTITY_CACHE_SIZE:,})")
     parser.add_argument("--scoring-convention", choices=("with_singletons", "without_singletons"),
                         help="which convention eval.json's top-level scores use (default: the checkpoint's; both "
                         "are always written)")
@@ -39,7 +56,8 @@ get_parser, main = predict_command(
     "Resolve coreference in every document of a spanbert-prepare-coref split; write <split>.conll (the input's "
     "lines with the last column replaced by the prediction), clusters.jsonl and eval.json (MUC, B-cubed, CEAF-e "
     "precision/recall/F1, the CoNLL F1 and mention identification, in percent, with and without singletons). "
-    "Documents are processed one at a time.",
+    "Documents are processed one at a time; long ones (whole books) in bounded memory. With --text BOOK.txt, a "
+    "raw text file instead (clusters.jsonl with character offsets).",
     "coreference", "spanbert-prepare-coref", "test", "spanbert_plugin.coref.predict",
     hidden=("counts", "with_singletons", "without_singletons"), add_arguments=add_coref_arguments,
 )

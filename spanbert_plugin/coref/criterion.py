@@ -5,6 +5,7 @@ Validation logs the scores of the task's convention under their plain names
 (``muc_f1`` ... ``conll_f1``, ``mentions_f1``; ``conll_f1`` picks checkpoint_best) and
 the other convention's with its name in front (``without_singletons_conll_f1``).
 """
+import logging
 import math
 
 import torch
@@ -13,7 +14,10 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from .head import predicted_clusters
+from .long_document import bounded_notice, bounded_prediction, predicts_bounded
 from .metrics import CONVENTIONS, COUNT_KEYS, SCORED, convention_counts, coref_scores
+
+logger = logging.getLogger(__name__)
 
 
 def gold_clusters(gold: torch.Tensor):
@@ -35,13 +39,21 @@ class CoreferenceCriterion(FairseqCriterion):
     """Summed loss over a document's top spans (sample_size = documents); validation adds the twelve metric counts."""
 
     def forward(self, model, sample, reduce=True):
-        out = coref_outputs(model, sample)
-        loss = out["loss"]
+        if not model.training and predicts_bounded(self.task.cfg, sample["coref"]["num_words"]):
+            # a document too long for the exact head: its clusters and the head's loss over each block's candidates
+            logger.info(bounded_notice(self.task.cfg, sample["coref"]["num_words"]))
+            predicted, loss = bounded_prediction(model, self.task.cfg, sample, self.task.singleton_threshold)
+            loss = loss if loss is not None else sample["net_input"]["src_tokens"].new_zeros((), dtype=torch.float)
+            out = {}
+        else:
+            out = coref_outputs(model, sample)
+            loss, predicted = out["loss"], None
         logging_output = {"loss": loss.detach(), "ntokens": sample["ntokens"], "nsentences": 1, "sample_size": 1}
         if "mention_loss" in out:
             logging_output["mention_loss"] = out["mention_loss"].detach()
         if not model.training:
-            predicted = predicted_clusters(out, sample["coref"]["token_word"], self.task.singleton_threshold)
+            if predicted is None:
+                predicted = predicted_clusters(out, sample["coref"]["token_word"], self.task.singleton_threshold)
             by_convention = convention_counts(gold_clusters(sample["gold"]), predicted)
             in_use = self.task.scoring_convention
             for convention, counts in by_convention.items():

@@ -33,6 +33,7 @@ chunk by chunk (no span x span matrix).
 Every parameter carries ``param_group = "coref_head"`` for fairseq's
 ``composite`` optimizer (a learning rate of its own).
 """
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -110,6 +111,26 @@ def select_non_crossing(starts: List[int], ends: List[int], order: List[int], k:
     return sorted(chosen, key=lambda i: (starts[i], ends[i]))
 
 
+@dataclass
+class SpanColumns:
+    """Spans that can be antecedents, as columns of the antecedent scores: their embedding at each refinement round
+    (``g[r]``), mention score, index among the document's top spans, speaker, segment, first word, and whether
+    they stay allowed at any distance (an entity's latest mention)."""
+
+    g: List[torch.Tensor]
+    mention_scores: torch.Tensor
+    index: torch.Tensor
+    speaker: torch.Tensor
+    segment: torch.Tensor
+    start_word: torch.Tensor
+    always: torch.Tensor
+
+    def followed_by(self, other: "SpanColumns") -> "SpanColumns":
+        """These columns, then ``other``'s (its rounds are filled in by ``rank_antecedents`` as it goes)."""
+        return SpanColumns([], *(torch.cat([getattr(self, f), getattr(other, f)]) for f in
+                                 ("mention_scores", "index", "speaker", "segment", "start_word", "always")))
+
+
 class CorefHead(nn.Module):
     """Span scoring, antecedent ranking and the c2f-coref loss; see the module docstring."""
 
@@ -177,22 +198,36 @@ class CorefHead(nn.Module):
         return g, self.mention_scorer(g).squeeze(-1) + width_prior
 
     # -- antecedents ------------------------------------------------------------------------------------
-    def _coarse_candidates(self, g, mention_scores, K: int) -> torch.Tensor:
-        """Indices (k x K) of each span's K best earlier spans by coarse score, chosen chunk by chunk."""
-        k = g.size(0)
-        chunk = max(1, CHUNK_ELEMENTS // max(k, 1))
+    @staticmethod
+    def _allowed(row_index, row_word, columns: "SpanColumns", max_distance: Optional[int]):
+        """May each column be an antecedent of each row: earlier, and with ``max_distance`` (words between their
+        starts) within it unless the column is an entity's latest mention (``columns.always``)."""
+        allowed = columns.index[None, :] < row_index[:, None]
+        if max_distance is not None:
+            near = (row_word[:, None] - columns.start_word[None, :]) <= max_distance
+            allowed &= near | columns.always[None, :]
+        return allowed
+
+    def _coarse_candidates(self, g, mention_scores, index, word, columns: "SpanColumns", g_columns, K: int,
+                           max_distance: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Indices (rows x K) of each row's K best allowed columns by coarse score, chosen chunk by chunk, and
+        whether each is allowed at all (fewer than K allowed columns leave disallowed ones in the top K)."""
+        n_columns = columns.index.numel()
+        chunk = max(1, CHUNK_ELEMENTS // max(n_columns, 1))
         prior = self.distance_prior(self.distance_prior_embedding.weight).squeeze(-1)
-        chosen = []
+        chosen, valid = [], []
         with torch.no_grad():
-            columns = torch.arange(k, device=g.device)
-            for start in range(0, k, chunk):
-                rows = columns[start:start + chunk]
-                scores = (mention_scores[rows, None] + mention_scores[None, :]
-                          + self.coarse_bilinear(g[rows]) @ g.t()
-                          + prior[bucket_distance((rows[:, None] - columns[None, :]).clamp(min=0))])
-                scores = scores.masked_fill(columns[None, :] >= rows[:, None], float("-inf"))
-                chosen.append(scores.topk(K, dim=1).indices)
-        return torch.cat(chosen)
+            for start in range(0, g.size(0), chunk):
+                rows = slice(start, start + chunk)
+                distance = (index[rows, None] - columns.index[None, :]).clamp(min=0)
+                scores = (mention_scores[rows, None] + columns.mention_scores[None, :]
+                          + self.coarse_bilinear(g[rows]) @ g_columns.t()
+                          + prior[bucket_distance(distance)])
+                allowed = self._allowed(index[rows], word[rows] if word is not None else None, columns, max_distance)
+                best = scores.masked_fill(~allowed, float("-inf")).topk(K, dim=1)
+                chosen.append(best.indices)
+                valid.append(torch.isfinite(best.values))
+        return torch.cat(chosen), torch.cat(valid)
 
     def _pair_projections(self, g):
         """The pair scorer's first layer applied to each span once, as antecedent-to-be (with the bias) and as
@@ -203,19 +238,18 @@ class CorefHead(nn.Module):
         D = self.span_dim
         return F.linear(g, first.weight[:, :D], first.bias), F.linear(g, first.weight[:, D:2 * D])
 
-    def _pair_scores(self, g_rows, as_span, g_all, as_antecedent, rows, antecedents, mention_scores, span_speaker,
-                     span_segment, genre):
-        """Coarse + fine scores (rows x K) of the given rows' antecedents; -inf for later spans.
+    def _pair_scores(self, g_rows, as_span, g_columns, as_antecedent, antecedents, valid, mention_scores, index,
+                     speaker, segment, columns: "SpanColumns", genre):
+        """Coarse + fine scores (rows x K) of the rows' antecedents (column indices); -inf where not ``valid``.
 
-        ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of all spans' embeddings."""
-        g_ant = g_all[antecedents]
-        valid = antecedents < rows[:, None]
-        distance = bucket_distance((rows[:, None] - antecedents).clamp(min=0))
-        coarse = (mention_scores[rows, None] + mention_scores[antecedents]
+        ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of the columns' embeddings."""
+        g_ant = g_columns[antecedents]
+        distance = bucket_distance((index[:, None] - columns.index[antecedents]).clamp(min=0))
+        coarse = (mention_scores[:, None] + columns.mention_scores[antecedents]
                   + torch.einsum("rkd,rd->rk", g_ant, self.coarse_bilinear(g_rows).to(g_ant.dtype))
                   + self.distance_prior(self.distance_prior_embedding(distance)).squeeze(-1))
-        same_speaker = (span_speaker[rows, None] == span_speaker[antecedents]).long()
-        segment_distance = bucket_distance((span_segment[rows, None] - span_segment[antecedents]).clamp(min=0))
+        same_speaker = (speaker[:, None] == columns.speaker[antecedents]).long()
+        segment_distance = bucket_distance((segment[:, None] - columns.segment[antecedents]).clamp(min=0))
         features = self.dropout(torch.cat([  # c2f drops out the pair features, not the span embeddings again
             self.same_speaker_embedding(same_speaker),
             self.genre_embedding(genre.expand_as(distance)),
@@ -229,15 +263,47 @@ class CorefHead(nn.Module):
         fine = self.pair_scorer[1:](hidden).squeeze(-1)  # ReLU, dropout, output layer
         return (coarse + fine).float().masked_fill(~valid, float("-inf"))
 
-    # -- forward ----------------------------------------------------------------------------------------
-    def forward(self, features, token_word, token_sentence, token_segment, token_speaker, genre, num_words: int,
-                target: Optional[torch.Tensor] = None, **unused):
-        """Top spans, their antecedents and scores, and (with ``target``, rows (start, end, cluster)) the loss.
+    def rank_antecedents(self, g, mention_scores, index, speaker, segment, genre, word=None,
+                         earlier: Optional["SpanColumns"] = None, max_distance: Optional[int] = None):
+        """Antecedent scores of spans (rows, in document order) over ``earlier`` spans and one another.
 
-        Returns a dict: ``starts``/``ends`` (k top spans, token positions), ``antecedents`` (k x K),
-        ``scores`` (k x (K + 1), the dummy first, -inf where not allowed) and ``loss`` when a target is given.
-        """
-        features = features.reshape(-1, features.size(-1))
+        ``index``: each span's position among the document's top spans (distances are counted in it); ``word``:
+        its first word (for ``max_distance``). Returns (scores k x (K + 1), the dummy first and -inf where not
+        allowed; antecedents k x K, indices into ``earlier`` then these spans; the spans' embeddings at each
+        round, as ``SpanColumns.g`` keeps them)."""
+        k = g.size(0)
+        always = torch.zeros(k, dtype=torch.bool, device=g.device)
+        start_word = word if word is not None else index
+        these = SpanColumns([g], mention_scores, index, speaker, segment, start_word, always)
+        columns = these if earlier is None else earlier.followed_by(these)
+        K = max(1, min(self.max_top_antecedents, columns.index.numel() - 1))
+        g_columns = g if earlier is None else torch.cat([earlier.g[0].to(g.dtype), g])
+        antecedents, valid = self._coarse_candidates(g, mention_scores, index, word, columns, g_columns, K,
+                                                     max_distance)
+        pair_chunk = max(1, CHUNK_ELEMENTS // (K * self.span_dim))
+        rounds = []
+        for round_ in range(self.depth + 1):
+            rounds.append(g)
+            g_columns = g if earlier is None else torch.cat([earlier.g[round_].to(g.dtype), g])
+            as_span, as_antecedent = self._pair_projections(g)
+            as_antecedent = as_antecedent if earlier is None else self._pair_projections(g_columns)[1]
+            scores = _chunked(
+                lambda g_rows, s, a, v, m, i, sp, se, g_all=g_columns, t=as_antecedent: self._pair_scores(
+                    g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre),
+                k, pair_chunk, g, as_span, antecedents, valid, mention_scores, index, speaker, segment)
+            if round_ == self.depth:
+                break
+            # higher order: g_i <- f * g_i + (1 - f) * E[g_antecedent], the dummy standing for g_i itself
+            probs = torch.softmax(torch.cat([scores.new_zeros(k, 1), scores], dim=1), dim=1).to(g.dtype)
+            expected = probs[:, :1] * g + torch.einsum("ka,kad->kd", probs[:, 1:], g_columns[antecedents])
+            gate = torch.sigmoid(self.refinement_gate(torch.cat([g, expected], dim=-1)))
+            g = gate * g + (1 - gate) * expected
+        return torch.cat([scores.new_zeros(k, 1), scores], dim=1), antecedents, rounds
+
+    # -- forward ----------------------------------------------------------------------------------------
+    def top_spans(self, features, token_word, token_sentence, token_segment, num_words: int):
+        """The ``top_span_ratio`` x ``num_words`` best candidate spans by mention score, non-crossing, in document
+        order: (starts, ends) in token positions, their embeddings g and mention scores."""
         attention_logits = self.head_attention(features).squeeze(-1)
         starts, ends = self.candidate_spans(token_word, token_sentence, token_segment)
         n = starts.numel()
@@ -252,26 +318,21 @@ class CorefHead(nn.Module):
         top_starts, top_ends = starts[top], ends[top]
         g, mention_scores = _chunked(lambda s, e: self._scored_spans(features, attention_logits, s, e),
                                      top.numel(), chunk, top_starts, top_ends)
-        k = top.numel()
-        K = max(1, min(self.max_top_antecedents, k - 1))
-        antecedents = self._coarse_candidates(g, mention_scores, K)
-        rows = torch.arange(k, device=g.device)
-        span_speaker, span_segment = token_speaker[top_starts], token_segment[top_starts]
-        pair_chunk = max(1, CHUNK_ELEMENTS // (K * self.span_dim))
-        for round_ in range(self.depth + 1):
-            as_span, as_antecedent = self._pair_projections(g)
-            scores = _chunked(
-                lambda g_rows, s, r, a, g_all=g, t=as_antecedent: self._pair_scores(
-                    g_rows, s, g_all, t, r, a, mention_scores, span_speaker, span_segment, genre),
-                k, pair_chunk, g, as_span, rows, antecedents)
-            if round_ == self.depth:
-                break
-            # higher order: g_i <- f * g_i + (1 - f) * E[g_antecedent], the dummy standing for g_i itself
-            probs = torch.softmax(torch.cat([scores.new_zeros(k, 1), scores], dim=1), dim=1).to(g.dtype)
-            expected = probs[:, :1] * g + torch.einsum("ka,kad->kd", probs[:, 1:], g[antecedents])
-            gate = torch.sigmoid(self.refinement_gate(torch.cat([g, expected], dim=-1)))
-            g = gate * g + (1 - gate) * expected
-        scores = torch.cat([scores.new_zeros(k, 1), scores], dim=1)
+        return top_starts, top_ends, g, mention_scores
+
+    def forward(self, features, token_word, token_sentence, token_segment, token_speaker, genre, num_words: int,
+                target: Optional[torch.Tensor] = None, **unused):
+        """Top spans, their antecedents and scores, and (with ``target``, rows (start, end, cluster)) the loss.
+
+        Returns a dict: ``starts``/``ends`` (k top spans, token positions), ``antecedents`` (k x K),
+        ``scores`` (k x (K + 1), the dummy first, -inf where not allowed) and ``loss`` when a target is given.
+        """
+        features = features.reshape(-1, features.size(-1))
+        top_starts, top_ends, g, mention_scores = self.top_spans(features, token_word, token_sentence, token_segment,
+                                                                 num_words)
+        rows = torch.arange(top_starts.numel(), device=g.device)
+        scores, antecedents, _ = self.rank_antecedents(g, mention_scores, rows, token_speaker[top_starts],
+                                                       token_segment[top_starts], genre)
         out = {"starts": top_starts, "ends": top_ends, "antecedents": antecedents, "scores": scores,
                "mention_scores": mention_scores.detach().float()}
         if target is not None:
@@ -304,10 +365,16 @@ class CorefHead(nn.Module):
     def loss(self, scores, antecedents, starts, ends, target, num_tokens: int) -> torch.Tensor:
         """Summed -log sum over gold antecedents (the dummy when there is none) of the antecedent softmax."""
         cluster = self.gold_clusters_of(starts, ends, target, num_tokens)
-        gold = (cluster[antecedents] == cluster[:, None]) & (cluster[:, None] > 0) & torch.isfinite(scores[:, 1:])
-        gold = torch.cat([~gold.any(dim=1, keepdim=True), gold], dim=1)
-        gold_scores = scores.masked_fill(~gold, float("-inf"))
-        return (torch.logsumexp(scores, dim=1) - torch.logsumexp(gold_scores, dim=1)).sum()
+        return antecedent_loss(scores, antecedents, cluster, cluster)
+
+def antecedent_loss(scores, antecedents, row_cluster, column_cluster) -> torch.Tensor:
+    """Summed -log sum over gold antecedents (the dummy when there is none) of the antecedent softmax; clusters are
+    1-based gold cluster ids of the rows and of the columns ``antecedents`` index (0: not a gold mention)."""
+    gold = ((column_cluster[antecedents] == row_cluster[:, None]) & (row_cluster[:, None] > 0)
+            & torch.isfinite(scores[:, 1:]))
+    gold = torch.cat([~gold.any(dim=1, keepdim=True), gold], dim=1)
+    gold_scores = scores.masked_fill(~gold, float("-inf"))
+    return (torch.logsumexp(scores, dim=1) - torch.logsumexp(gold_scores, dim=1)).sum()
 
 
 def predicted_clusters(out: dict, token_word: torch.Tensor,

@@ -4,22 +4,30 @@ Documents go through the model one at a time, exactly as at validation, so the
 scores written here equal the ones fairseq-train logged for the same checkpoint
 and split.
 """
+import gzip
 import json
+import logging
 import os
 import re
+import sys
+import time
 from collections import Counter
 from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, open_dict
+from tqdm import tqdm
 
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination
 from ..core.finetune_io import load_finetuned_checkpoint
+from ..core.tokenization import load_tokenizer
 from .conll import CorefDocument, with_coref_column
 from .criterion import coref_outputs, gold_clusters
 from .dataset import collate_document
 from .head import predicted_clusters
+from .long_document import bounded_notice, bounded_prediction, predicts_bounded
 from .metrics import CONVENTIONS, METRICS, SCORED, add_counts, convention_counts, coref_scores
 from .prepare import DocumentEncoder, load_documents
 
@@ -29,6 +37,7 @@ TASK = "coreference"
 _MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 _WORD = re.compile(rf"\w[\w{_MARKS}]*(?:[-'’]\w[\w{_MARKS}]*)*|[^\w\s]")
 _SENTENCE_END = {".", "!", "?"}
+logger = logging.getLogger(__name__)
 
 
 def _to_device(sample, device):
@@ -43,14 +52,27 @@ def document_outputs(model, sample) -> dict:
         return coref_outputs(model, sample)
 
 
-def document_clusters(model, sample, singleton_threshold: Optional[float] = None) -> list:
-    """Predicted clusters (word spans) of one collated document (one-mention ones with ``singleton_threshold``)."""
-    return predicted_clusters(document_outputs(model, sample), sample["coref"]["token_word"], singleton_threshold)
+def document_clusters(model, task, sample, singleton_threshold: Optional[float] = None, notice=logger.info,
+                      progress=None) -> list:
+    """Predicted clusters (word spans) of one collated document (one-mention ones with ``singleton_threshold``):
+    exactly, or in bounded memory for a long document (the task's ``--coref-prediction``; ``notice`` gets the line
+    saying so, ``progress(words)`` each block's words)."""
+    num_words = sample["coref"]["num_words"]
+    if predicts_bounded(task.cfg, num_words):
+        notice(bounded_notice(task.cfg, num_words))
+        with torch.no_grad():
+            return bounded_prediction(model, task.cfg, sample, singleton_threshold, progress)[0]
+    clusters = predicted_clusters(document_outputs(model, sample), sample["coref"]["token_word"], singleton_threshold)
+    if progress is not None:
+        progress(num_words)
+    return clusters
 
 
-def predict_documents(model, task, split: str, swept_thresholds: Sequence[float] = ()):
+def predict_documents(model, task, split: str, swept_thresholds: Sequence[float] = (), notice=logger.info):
     """(predicted clusters, gold clusters, {threshold: predicted clusters} for each of ``swept_thresholds``) of
-    every document of ``split``, in order; the model runs once per document whatever the thresholds."""
+    every document of ``split``, in order. The exact head runs once per document whatever the thresholds; a
+    document predicted in bounded memory runs again for each threshold (its entity cache holds the spans likely
+    to be one-mention clusters, so the threshold shapes the links too)."""
     task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
     task.load_dataset(split)
     dataset = task.dataset(split)
@@ -58,10 +80,15 @@ def predict_documents(model, task, split: str, swept_thresholds: Sequence[float]
     predicted, gold, swept = [], [], {threshold: [] for threshold in swept_thresholds}
     for index in range(len(dataset)):
         sample = _to_device(dataset.collater([dataset[index]]), device)
-        out, token_word = document_outputs(model, sample), sample["coref"]["token_word"]
-        predicted.append(predicted_clusters(out, token_word, task.singleton_threshold))
-        for threshold, clusters in swept.items():
-            clusters.append(predicted_clusters(out, token_word, threshold))
+        if predicts_bounded(task.cfg, sample["coref"]["num_words"]):
+            predicted.append(document_clusters(model, task, sample, task.singleton_threshold, notice))
+            for threshold, clusters in swept.items():
+                clusters.append(document_clusters(model, task, sample, threshold, lambda line: None))
+        else:
+            out, token_word = document_outputs(model, sample), sample["coref"]["token_word"]
+            predicted.append(predicted_clusters(out, token_word, task.singleton_threshold))
+            for threshold, clusters in swept.items():
+                clusters.append(predicted_clusters(out, token_word, threshold))
         gold.append(gold_clusters(sample["gold"]))
     return predicted, gold, swept
 
@@ -84,39 +111,66 @@ def evaluation(gold: list, predicted: list, convention: str) -> dict:
             **{c: scores_of(totals[c]) for c in CONVENTIONS}}
 
 
-def apply_prediction_options(task, no_singletons=None, singleton_threshold=None, scoring_convention=None) -> None:
-    """Override the checkpoint's singleton and scoring settings (None keeps the checkpoint's)."""
-    if singleton_threshold is not None:
-        task.cfg.singleton_threshold = singleton_threshold
-    if no_singletons is not None:
-        task.cfg.no_singletons = no_singletons
-    if scoring_convention is not None:
-        task.cfg.scoring_convention = scoring_convention
+def apply_prediction_options(task, no_singletons=None, singleton_threshold=None, scoring_convention=None,
+                             coref_prediction=None, max_antecedent_distance=None, entity_cache_size=None) -> None:
+    """Override the checkpoint's singleton, scoring and long-document settings (None keeps the checkpoint's)."""
+    options = {"singleton_threshold": singleton_threshold, "no_singletons": no_singletons,
+               "scoring_convention": scoring_convention, "coref_prediction": coref_prediction,
+               "max_antecedent_distance": max_antecedent_distance, "entity_cache_size": entity_cache_size}
+    for name, value in options.items():
+        if value is None:
+            continue
+        if isinstance(task.cfg, DictConfig):
+            with open_dict(task.cfg):  # checkpoints trained before an option existed lack its key
+                setattr(task.cfg, name, value)
+        else:
+            setattr(task.cfg, name, value)
 
 
-def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False,
-                  no_singletons=None, singleton_threshold=None, scoring_convention=None,
-                  singleton_threshold_sweep=None) -> dict:
-    """Write ``<split>.conll``, ``<split>.gold.conll``, ``clusters.jsonl`` and ``eval.json`` to ``out``, and with
-    ``singleton_threshold_sweep`` (thresholds) ``singleton_thresholds.json``: {threshold: eval.json's scores at it}.
-
-    ``batch_size``/``max_tokens`` are accepted for the shared predict options; a batch is always one document.
-    The singleton and scoring options override the checkpoint's (None keeps them).
-    """
+def check_prediction_options(singleton_threshold=None, no_singletons=None, max_antecedent_distance=None,
+                             entity_cache_size=None) -> None:
     if singleton_threshold is not None and not 0 < singleton_threshold < 1:
         raise UsageError(f"--singleton-threshold must be in (0, 1), got {singleton_threshold}")
     if singleton_threshold is not None and no_singletons:
         raise UsageError("--singleton-threshold has no effect with --no-singletons (no one-mention cluster is "
                          "predicted); give one of them")
+    for flag, value in (("--max-antecedent-distance", max_antecedent_distance),
+                        ("--entity-cache-size", entity_cache_size)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
+
+
+def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False,
+                  no_singletons=None, singleton_threshold=None, scoring_convention=None,
+                  singleton_threshold_sweep=None, text=None, join_wrapped_lines=False, coref_prediction=None,
+                  max_antecedent_distance=None, entity_cache_size=None) -> dict:
+    """Write ``<split>.conll``, ``<split>.gold.conll``, ``clusters.jsonl`` and ``eval.json`` to ``out``, and with
+    ``singleton_threshold_sweep`` (thresholds) ``singleton_thresholds.json``: {threshold: eval.json's scores at it}.
+    With ``text`` (a raw text file), ``predict_text`` instead.
+
+    ``batch_size``/``max_tokens`` are accepted for the shared predict options; a batch is always one document.
+    The singleton, scoring and long-document options override the checkpoint's (None keeps them).
+    """
+    check_prediction_options(singleton_threshold, no_singletons, max_antecedent_distance, entity_cache_size)
+    options = {"no_singletons": no_singletons, "singleton_threshold": singleton_threshold,
+               "scoring_convention": scoring_convention, "coref_prediction": coref_prediction,
+               "max_antecedent_distance": max_antecedent_distance, "entity_cache_size": entity_cache_size}
+    if text is not None:
+        if singleton_threshold_sweep:
+            raise UsageError("--singleton-threshold-sweep scores a prepared split; it has no effect with --text")
+        return predict_text(checkpoint, text, out, force, cpu, join_wrapped_lines, data, options)
+    if join_wrapped_lines:
+        raise UsageError("--join-wrapped-lines applies to --text only")
     for threshold in singleton_threshold_sweep or ():
         if not 0 < threshold < 1:
             raise UsageError(f"--singleton-threshold-sweep: every threshold must be in (0, 1), got {threshold:g}")
     inputs = [checkpoint] + ([data] if data else [])
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
-    apply_prediction_options(task, no_singletons, singleton_threshold, scoring_convention)
+    apply_prediction_options(task, **options)
     documents = load_documents(task.cfg.data, split)
-    predicted, gold, swept = predict_documents(model, task, split, singleton_threshold_sweep or ())
+    predicted, gold, swept = predict_documents(model, task, split, singleton_threshold_sweep or (),
+                                               lambda line: print(f"{COMMAND}: {line}", file=sys.stderr))
     if len(predicted) != len(documents):
         raise UsageError(f"{task.cfg.data}: {split}.npz holds {len(predicted)} documents but {split}.docs.jsonl "
                          f"{len(documents)}; prepare the folder again")
@@ -145,12 +199,25 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
     return scores
 
 
-def split_words(text: str):
-    """Words of raw text with character offsets, and sentence ids (a sentence ends after . ! ?)."""
+def split_words(text: str, line_breaks: str = "space"):
+    """Words of raw text with character offsets, and sentence ids.
+
+    A sentence ends after . ! ? and, with ``line_breaks`` "sentence", at every line break (a file with one
+    paragraph or sentence per line), with "paragraph", at blank lines only (wrapped lines, as Project Gutenberg's);
+    "space": line breaks are spaces."""
     matches = list(_WORD.finditer(text))
     words = [m.group(0) for m in matches]
-    ends = np.array([w in _SENTENCE_END for w in words], dtype=np.int64)
-    sentence_ids = np.concatenate([[0], np.cumsum(ends)[:-1]]) if words else np.zeros(0, dtype=np.int64)
+    if not words:
+        return words, [], np.zeros(0, dtype=np.int64)
+    ends = np.array([w in _SENTENCE_END for w in words], dtype=bool)
+    if line_breaks != "space":
+        newlines = np.array([m.start() for m in re.finditer("\n", text)], dtype=np.int64)
+        word_ends = np.array([m.end() for m in matches], dtype=np.int64)
+        next_starts = np.array([m.start() for m in matches[1:]] + [len(text)], dtype=np.int64)
+        # the gap after a word holds only whitespace (everything else is a word), so its newlines are its breaks
+        breaks = np.searchsorted(newlines, next_starts) - np.searchsorted(newlines, word_ends)
+        ends |= breaks >= (1 if line_breaks == "sentence" else 2)
+    sentence_ids = np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
     return words, [(m.start(), m.end()) for m in matches], sentence_ids
 
 
@@ -164,15 +231,59 @@ def words_sample(tokenizer, dictionary, meta: dict, words: List[str], sentence_i
     return collate_document(item, dictionary.pad())
 
 
-def resolve_text(model, task, tokenizer, text: str) -> List[List[dict]]:
-    """Clusters of raw text: each a list of {text, start, end} (character offsets, end exclusive)."""
-    words, offsets, sentence_ids = split_words(text)
+def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "space", notice=logger.info,
+                 progress=None) -> List[List[dict]]:
+    """Clusters of raw text: each a list of {text, start, end} (character offsets, end exclusive); long texts
+    in bounded memory (``document_clusters``)."""
+    words, offsets, sentence_ids = split_words(text, line_breaks)
     if not words:
         return []
     sample = words_sample(tokenizer, task.dictionary, task.meta, words, sentence_ids)
-    clusters = document_clusters(model, _to_device(sample, next(model.parameters()).device), task.singleton_threshold)
+    clusters = document_clusters(model, task, _to_device(sample, next(model.parameters()).device),
+                                 task.singleton_threshold, notice, progress)
     return [[{"text": text[offsets[s][0]:offsets[e][1]], "start": offsets[s][0], "end": offsets[e][1]}
              for s, e in cluster] for cluster in clusters]
+
+
+def read_text(path: str) -> str:
+    """A UTF-8 text file (``.gz`` decompressed); UsageError naming the file otherwise."""
+    try:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else
+              open(path, encoding="utf-8")) as f:
+            return f.read()
+    except FileNotFoundError:
+        raise UsageError(f"--text {path}: no such file") from None
+    except (UnicodeDecodeError, OSError, EOFError) as err:
+        raise UsageError(f"--text {path}: not a UTF-8 text file ({err})") from None
+
+
+def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False, cpu: bool = False,
+                 join_wrapped_lines: bool = False, data: Optional[str] = None, options: Optional[dict] = None) -> dict:
+    """Write ``clusters.jsonl`` (one cluster a line, by first mention: {"id", "mentions": [{text, start, end}]},
+    character offsets into the text as read, end exclusive) and ``summary.json`` to ``out``."""
+    text = read_text(text_path)
+    check_destination(out, COMMAND, [checkpoint, text_path], force, "--out")
+    model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
+    apply_prediction_options(task, **(options or {}))
+    tokenizer = load_tokenizer(task.cfg.data)  # the one the checkpoint's data was prepared with, as hub.coref uses
+    started = time.perf_counter()
+    words = len(_WORD.findall(text))
+    with tqdm(total=words, unit="word", unit_scale=True, desc=COMMAND, file=sys.stderr,
+              disable=None) as bar, torch.no_grad():
+        clusters = resolve_text(model, task, tokenizer, text, "paragraph" if join_wrapped_lines else "sentence",
+                                lambda line: tqdm.write(f"{COMMAND}: {line}", file=sys.stderr), bar.update)
+    clusters.sort(key=lambda mentions: (mentions[0]["start"], mentions[0]["end"]))
+    summary = {"text": text_path, "characters": len(text), "words": words, "clusters": len(clusters),
+               "mentions": sum(len(c) for c in clusters),
+               "prediction": "bounded" if predicts_bounded(task.cfg, words) else "exact",
+               "seconds": round(time.perf_counter() - started, 1)}
+    with atomic_directory(out, COMMAND, [checkpoint, text_path], force, "--out") as work:
+        with open(os.path.join(work, "clusters.jsonl"), "w", encoding="utf-8") as f:
+            for number, mentions in enumerate(clusters):
+                f.write(json.dumps({"id": number, "mentions": mentions}, ensure_ascii=False) + "\n")
+        with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+    return summary
 
 
 def load_coref_checkpoint(checkpoint: str, data: Optional[str] = None, cpu: bool = False):

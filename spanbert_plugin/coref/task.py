@@ -23,6 +23,8 @@ from ..core.tasks import OneDictionaryTask, prepared_data_folder, record_in_run_
 from .conll import GENRES
 from .dataset import CorefDataset
 from .head import CorefHead
+from .long_document import (DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_EXACT_MAX_WORDS, DEFAULT_MAX_ANTECEDENT_DISTANCE,
+                            PREDICTION_MODES)
 from .metrics import CONVENTIONS
 from .prepare import COMMAND, data_has_singletons, load_coref_meta
 
@@ -59,6 +61,22 @@ class CoreferenceConfig(SharedTrainingConfig, SpanDropSampling):
                                   "(LitBank, PreCo, GUM), without_singletons (OntoNotes: one-mention clusters "
                                   "removed from key and response); auto: with_singletons when the data holds "
                                   "singletons. Validation logs both"})
+    coref_prediction: ChoiceEnum(PREDICTION_MODES) = field(
+        default="auto", metadata={"help": "exact: the whole document through the head at once (memory and time grow "
+                                  "faster than its length); bounded: block by block in bounded memory, antecedents "
+                                  "within --max-antecedent-distance words or an entity's latest mention; auto: "
+                                  "bounded for documents longer than --exact-prediction-max-words"})
+    exact_prediction_max_words: int = field(
+        default=DEFAULT_EXACT_MAX_WORDS, metadata={"help": "with --coref-prediction auto, the longest document "
+                                                   "predicted exactly (about 2 GB of memory on a CPU)"})
+    max_antecedent_distance: int = field(
+        default=DEFAULT_MAX_ANTECEDENT_DISTANCE, metadata={"help": "bounded prediction: words from an antecedent's "
+                                                           "first word to the span's, beyond which only an entity's "
+                                                           "latest mention is a candidate"})
+    entity_cache_size: int = field(
+        default=DEFAULT_ENTITY_CACHE_SIZE, metadata={"help": "bounded prediction: entities (clusters and likely "
+                                                     "one-mention ones) whose latest mention stays a candidate past "
+                                                     "--max-antecedent-distance; the least recently mentioned go first"})
     span_drop_unit: ChoiceEnum(("sentence", "token")) = field(
         default="sentence", metadata={"help": "SpanDrop unit: whole sentences or words holding no gold mention"})
     seed: int = II("common.seed")
@@ -92,6 +110,9 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
             raise UsageError(f"--coref-dropout must be in [0, 1), got {cfg.coref_dropout}")
         if not 0 < cfg.singleton_threshold < 1:
             raise UsageError(f"--singleton-threshold must be in (0, 1), got {cfg.singleton_threshold}")
+        for name in ("exact_prediction_max_words", "max_antecedent_distance", "entity_cache_size"):
+            if getattr(cfg, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
         if cfg.mention_loss_weight is not None and not cfg.mention_loss_weight >= 0:
             raise UsageError(f"--mention-loss-weight must be at least 0, got {cfg.mention_loss_weight}")
         singletons = data_has_singletons(data, meta)
