@@ -1,10 +1,11 @@
 """The documentation points at things that exist: its links, their anchors, and the commands it shows.
 
-Checks README.md, docs/*.md, benchmarks/README.md and the page of each benchmarks/ group. Every relative link resolves to a file or folder of the
-repository, and its #anchor to a heading of the target page, derived as GitHub derives it. Every command a
-fenced shell block shows that starts with `spanbert-`, `fairseq-train`/`fairseq-hydra-train --config-name X`,
-`python X.py` or `make X` names an existing console script, recipe, script or Makefile target: a renamed
-file or option fails here instead of in a reader's shell. Reads files only (no network, no subprocess).
+Checks README.md, docs/*.md, benchmarks/README.md and the page of each benchmarks/ group. Every relative link
+resolves to a file or folder of the repository, and its #anchor to a heading of the target page, derived as
+GitHub derives it. Every command a fenced shell block shows that starts with `spanbert-`,
+`fairseq-train`/`fairseq-hydra-train --config-name X`, `python X.py` or `make X` names an existing console
+script, recipe, script or Makefile target: a renamed file or option fails here instead of in a reader's shell.
+Reads files only (no network, no subprocess).
 """
 import glob
 import os
