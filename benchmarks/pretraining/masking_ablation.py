@@ -89,6 +89,7 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # qa_quality beside it
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))  # the shared helpers
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "coreference"))  # coref_litbank: the LitBank runs
 from command_output import CommandLog, train_progress, write_atomic  # noqa: E402
 from qa_quality import split_by_article  # noqa: E402
 from results_file import unmarked_folder  # noqa: E402
