@@ -54,7 +54,7 @@ test: $(STAMP) $(LINGUISTIC)
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal tests
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/masking_throughput.py
+	$(BIN)/python benchmarks/cpu_speed/masking_throughput.py
 
 clean:
 	rm -rf $(VENV) demo_out build *.egg-info

@@ -170,7 +170,7 @@ _COMMANDS = _CommandServer()
 
 
 def driver_env(**extra):
-    """The environment for a benchmark driver (benchmarks/*.py run as a program): the commands it starts run in
+    """The environment for a benchmark driver (a script under benchmarks/ run as a program): the commands it starts run in
     forks of tests/cli_forkserver.py --socket, as run_cli's do (SPANBERT_TESTS_NO_FORKSERVER=1: as new processes)."""
     shims = _COMMANDS.shims()
     return dict(os.environ, **CHILD_ENV, **({"SPANBERT_COMMANDS_DIR": shims} if shims else {}), **extra)

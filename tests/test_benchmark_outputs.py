@@ -10,7 +10,9 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "regularisers"))  # span_drop_squad
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "cpu_speed"))  # the speed scripts
 import span_drop_squad  # noqa: E402
 from results_file import check_results_file, write_results_file  # noqa: E402
 
@@ -40,7 +42,7 @@ def assert_refused_in_one_line(result, folder):
 
 def test_coref_cost_refuses_a_users_folder_before_measuring(tmp_path):
     folder = users_folder(tmp_path)
-    result = run("coref_cost.py", "--shapes", "tiny", "--sizes", "1000", "--modes", "predict", "--cpu",
+    result = run("coreference/coref_cost.py", "--shapes", "tiny", "--sizes", "1000", "--modes", "predict", "--cpu",
                  "--work", str(tmp_path / "work"), "--out", str(folder), "--force")
     assert_refused_in_one_line(result, folder)
     assert not (tmp_path / "work").exists()  # nothing prepared, nothing measured
@@ -53,21 +55,22 @@ def test_loss_curve_refuses_a_users_folder_before_training(tmp_path):
     (model / "model.pt").write_bytes(b"")
     (data / "prepare_stats.json").write_text("{}")
     folder = users_folder(tmp_path)
-    result = run("bf16_autocast_loss_curve.py", "--from-model", str(model), "--data", str(data),
+    result = run("cpu_speed/bf16_autocast_loss_curve.py", "--from-model", str(model), "--data", str(data),
                  "--work", str(tmp_path / "work"), "--out", str(folder), "--force")
     assert_refused_in_one_line(result, folder)
     assert not (tmp_path / "work").exists()
 
 
 @pytest.mark.parametrize("folder, command", [
-    ("coref_cost", "coref_cost.py"), ("coref_cost/mention_loss_0", "coref_cost.py"),
-    ("coref_cost/mention_loss_1", "coref_cost.py"), ("bf16_autocast/loss_curve", "bf16_autocast_loss_curve.py"),
-    ("continued_pretraining/lr_choice_on_dev", "lr_choice_on_dev.py"),
-    ("real_encoder/results/qa_inference", "qa_inference.py"),
-    ("real_encoder/results/qa_inference_all_recheck", "qa_inference.py")])
+    ("coreference/coref_cost", "coref_cost.py"), ("coreference/coref_cost/mention_loss_0", "coref_cost.py"),
+    ("coreference/coref_cost/mention_loss_1", "coref_cost.py"),
+    ("cpu_speed/bf16_autocast/loss_curve", "bf16_autocast_loss_curve.py"),
+    ("pretraining/continued_pretraining/lr_choice_on_dev", "lr_choice_on_dev.py"),
+    ("against_transformers/results/qa_inference", "qa_inference.py"),
+    ("against_transformers/results/qa_inference_all_recheck", "qa_inference.py")])
 def test_committed_results_are_replaced_only_by_their_script_and_only_with_force(folder, command):
     destination = os.path.join(BENCHMARKS, folder)
-    if folder == "coref_cost":  # its two sub-folders are other runs' outputs: never replaced with it
+    if folder == "coreference/coref_cost":  # its two sub-folders are other runs' outputs: never replaced with it
         with pytest.raises(OutputError, match="did not write"):
             check_destination(destination, command, force=True, flag="--out")
         return
@@ -103,10 +106,10 @@ def test_a_results_file_is_replaced_only_with_force_and_only_when_it_is_the_scri
 def test_speed_scripts_refuse_a_users_file_before_measuring(tmp_path, script):
     path = tmp_path / "notes.json"
     path.write_text("my notes\n")
-    result = run(script, "--out", str(path), "--force")
+    result = run(os.path.join("cpu_speed", script), "--out", str(path), "--force")
     assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
     assert path.read_text() == "my notes\n"
-    assert run(script, "--out", str(path)).stderr.strip().endswith("choose another name")
+    assert run(os.path.join("cpu_speed", script), "--out", str(path)).stderr.strip().endswith("choose another name")
 
 
 @pytest.mark.parametrize("name, script", [
@@ -115,7 +118,7 @@ def test_speed_scripts_refuse_a_users_file_before_measuring(tmp_path, script):
     ("vocab_cross_entropy_1thread.json", "vocab_cross_entropy_speed")])
 def test_committed_speed_results_are_their_scripts(name, script):
     module = __import__(script)
-    check_results_file(os.path.join(BENCHMARKS, "bf16_autocast", name), script + ".py", True, module.RESULT_KEYS)
+    check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "bf16_autocast", name), script + ".py", True, module.RESULT_KEYS)
 
 
 def test_span_drop_squad_keeps_its_folder_to_its_own_files(tmp_path):
@@ -135,7 +138,7 @@ def test_qa_quality_refuses_a_results_folder_it_did_not_write(tmp_path):
     tokenizer.mkdir()
     (tokenizer / "dict.txt").write_text("a 1\n")
     folder = users_folder(tmp_path)
-    result = run("qa_quality.py", "--setups", "random-init", "--tokenizer-from", str(tokenizer),
+    result = run("pretraining/qa_quality.py", "--setups", "random-init", "--tokenizer-from", str(tokenizer),
                  "--work", str(tmp_path / "work"), "--results", str(folder), "--fresh")
     assert result.returncode == 1 and result.stderr.strip().count("\n") == 0, result.stderr
     assert f"--results {folder}: holds files, but no settings.json" in result.stderr
@@ -144,7 +147,7 @@ def test_qa_quality_refuses_a_results_folder_it_did_not_write(tmp_path):
 
 def test_qa_inference_refuses_a_users_folder_before_any_work(tmp_path):
     folder = users_folder(tmp_path)
-    result = run("real_encoder/qa_inference.py", "--checkpoint", str(tmp_path / "model.pt"), "--tokenizer-from",
+    result = run("against_transformers/qa_inference.py", "--checkpoint", str(tmp_path / "model.pt"), "--tokenizer-from",
                  str(tmp_path), "--work", str(tmp_path / "work"), "--out", str(folder), "--force")
     assert_refused_in_one_line(result, folder)
     assert not (tmp_path / "work").exists()
@@ -152,6 +155,6 @@ def test_qa_inference_refuses_a_users_folder_before_any_work(tmp_path):
 
 def test_side_by_side_refuses_a_folder_without_its_runs(tmp_path):
     folder = users_folder(tmp_path)
-    result = run("real_encoder/side_by_side.py", "--task", "sst2", "--work", str(tmp_path / "work"), "--out", str(folder))
+    result = run("against_transformers/side_by_side.py", "--task", "sst2", "--work", str(tmp_path / "work"), "--out", str(folder))
     assert_refused_in_one_line(result, folder)
     assert not (tmp_path / "work").exists()

@@ -1,4 +1,4 @@
-"""benchmarks/coref_errors.py: predicted and gold mentions sorted by what they are on the other side."""
+"""benchmarks/coreference/coref_errors.py: predicted and gold mentions sorted by what they are on the other side."""
 import os
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import numpy as np
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "coreference"))
 import coref_errors  # noqa: E402
 
 from spanbert_plugin.coref.conll import CorefDocument, with_coref_column  # noqa: E402
@@ -42,7 +42,7 @@ def test_counts_each_mention_once_on_each_side(tmp_path):
     assert counts["gold_mentions"] == {"chain/chain": 2, "chain/singleton": 1, "singleton/singleton": 1,
                                        "singleton/chain": 1}
     out = tmp_path / "errors.json"
-    command = [sys.executable, os.path.join(ROOT, "benchmarks", "coref_errors.py"), str(tmp_path), "--out", str(out)]
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "coreference", "coref_errors.py"), str(tmp_path), "--out", str(out)]
     first = subprocess.run(command, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert "| predicted one-mention cluster, in a gold chain | 1 |" in (tmp_path / "errors.md").read_text()

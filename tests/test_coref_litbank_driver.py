@@ -1,5 +1,5 @@
-"""benchmarks/coref_litbank.py --paired-with: this run minus another run of the command, paired by fold and seed
-(only the pairs both hold), with the t-interval and TOST of benchmarks/paired_stats.py; bad flags refused in one
+"""benchmarks/coreference/coref_litbank.py --paired-with: this run minus another run of the command, paired by fold and seed
+(only the pairs both hold), with the t-interval and TOST of benchmarks/common/paired_stats.py; bad flags refused in one
 line, exit 1, before any work; --out replaced only when it is this command's own (with --force), written at once."""
 import argparse
 import csv
@@ -13,10 +13,10 @@ from scipy import stats
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "coreference"))
 import coref_litbank  # noqa: E402
 
-DRIVER = os.path.join(ROOT, "benchmarks", "coref_litbank.py")
+DRIVER = os.path.join(ROOT, "benchmarks", "coreference", "coref_litbank.py")
 
 
 def write_results(path, rows):
@@ -49,7 +49,7 @@ def test_paired_differences_match_by_fold_and_seed(tmp_path):
     assert conll["tost_p"] == pytest.approx(stats.t.cdf((mean - 2.7) / stats.sem(differences), 3))
     one_pair = rows[1]  # only fold 1 has a dev-threshold score on both sides
     assert one_pair["pairs"] == "1/1" and one_pair["mean"] == pytest.approx(1.5) and one_pair["low"] is None
-    text = coref_litbank.paired_text(rows, ["benchmarks/coref_litbank/baseline"])
+    text = coref_litbank.paired_text(rows, ["benchmarks/coreference/coref_litbank/baseline"])
     assert f"| test_conll_f1 | 0/1 0/2 0/3 1/1 | {conll['mean']:+.2f} | {low:+.2f} to {high:+.2f} |" in text
     assert "| test_conll_f1_dev_threshold | 1/1 | +1.50 | – (one pair) | – | ±2.7 |" in text
 
@@ -82,7 +82,7 @@ def test_the_baseline_may_be_several_folders_and_other_columns(tmp_path):
     (["--paired-with", "missing_folder"], "--paired-with missing_folder: expected a folder with this command's "
                                           "results.csv"),
     (["--folds", "0-x"], "--folds '0-x': expected folds such as 0-9 or 0,3"),
-    (["--paired-with", os.path.join(ROOT, "benchmarks", "coref_litbank", "minilm_fold0_20epochs"), "--paired-metrics",
+    (["--paired-with", os.path.join(ROOT, "benchmarks", "coreference", "coref_litbank", "minilm_fold0_20epochs"), "--paired-metrics",
       "test_conll_f1,test_conll"], "--paired-metrics test_conll: not a column of the --paired-with results.csv"),
 ])
 def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expected):
@@ -129,7 +129,7 @@ def test_its_own_earlier_out_passes_the_check_only_with_force(tmp_path):
 def test_the_writer_reproduces_the_committed_span_sbo_outputs_with_a_manifest(tmp_path):
     from spanbert_plugin.core.file_utils import atomic_directory
 
-    results_folder = os.path.join(ROOT, "benchmarks", "coref_litbank")
+    results_folder = os.path.join(ROOT, "benchmarks", "coreference", "coref_litbank")
     committed = os.path.join(results_folder, "gpu_span_sbo_fold0_20epochs")  # three seeds, paired with the baseline
     with open(os.path.join(committed, "runs.jsonl")) as f:
         results = [dict(json.loads(line), commands=[f"train seed {i + 1}"]) for i, line in enumerate(f)]
@@ -137,7 +137,7 @@ def test_the_writer_reproduces_the_committed_span_sbo_outputs_with_a_manifest(tm
     baseline = coref_litbank.read_baseline([os.path.join(results_folder, "minilm_fold0_20epochs", "results.csv")])
     paired = coref_litbank.paired_with(results, baseline, 2.7)
     text = coref_litbank.summary(results, folds) + coref_litbank.paired_text(
-        paired, ["benchmarks/coref_litbank/minilm_fold0_20epochs"])
+        paired, ["benchmarks/coreference/coref_litbank/minilm_fold0_20epochs"])
     out = tmp_path / "out"
     with atomic_directory(str(out), coref_litbank.COMMAND) as folder:
         coref_litbank.write_outputs(folder, results, folds, paired, text, ["# the invocation"])
@@ -163,7 +163,7 @@ def write_out_folder(path, runs, invocation):
 
 
 def test_included_runs_come_with_their_commands_and_where_they_came_from(tmp_path):
-    committed = os.path.join(ROOT, "benchmarks", "coref_litbank", "gpu_span_sbo_fold0_20epochs", "runs.jsonl")
+    committed = os.path.join(ROOT, "benchmarks", "coreference", "coref_litbank", "gpu_span_sbo_fold0_20epochs", "runs.jsonl")
     with open(committed) as f:
         record = json.loads(f.readline())
     cpu = [dict(record, fold=fold) for fold in (0, 1)]
@@ -184,7 +184,7 @@ def test_included_runs_come_with_their_commands_and_where_they_came_from(tmp_pat
 def test_every_run_included_trains_nothing_and_writes_one_summary(tmp_path, monkeypatch):
     """The driver with every run of --folds x --seeds included: no fold is prepared, nothing is trained (the
     checkpoint is only read for its settings), and the summary says where the runs came from."""
-    with open(os.path.join(ROOT, "benchmarks", "coref_litbank", "gpu_span_sbo_fold0_20epochs", "runs.jsonl")) as f:
+    with open(os.path.join(ROOT, "benchmarks", "coreference", "coref_litbank", "gpu_span_sbo_fold0_20epochs", "runs.jsonl")) as f:
         record = json.loads(f.readline())
     write_out_folder(tmp_path / "a", [dict(record, fold=0, test_conll_f1=60.0)], "a")
     write_out_folder(tmp_path / "b", [dict(record, fold=1, test_conll_f1=50.0)], "b")

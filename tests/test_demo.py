@@ -1,5 +1,5 @@
 """`make demo` (scripts/demo.py) run twice in one folder, the second time with fewer updates than the log interval;
-`make bench` (benchmarks/masking_throughput.py) in its quick mode."""
+`make bench` (benchmarks/cpu_speed/masking_throughput.py) in its quick mode."""
 import json
 import os
 import re
@@ -82,7 +82,7 @@ def test_demo_refuses_a_folder_with_other_files_and_touches_nothing(tmp_path):
 def test_masking_benchmark_quick_mode(tmp_path):
     """`make bench`'s quick mode is a smoke run (its numbers mean nothing, it says so): every side is timed and
     every line of the report is there, with positive throughputs and ratios."""
-    result = run_cli([sys.executable, os.path.join(ROOT, "benchmarks", "masking_throughput.py"), "--quick",
+    result = run_cli([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_speed", "masking_throughput.py"), "--quick",
                       "--out", str(tmp_path)])
     assert "(--quick: not a measurement)" in result.stdout
     rates = dict(re.findall(r"^(fairseq .*?|spanbert .*?)\s+(\d+) blocks/s$", result.stdout, re.M))

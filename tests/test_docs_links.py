@@ -1,10 +1,11 @@
 """The documentation points at things that exist: its links, their anchors, and the commands it shows.
 
-Checks README.md, docs/*.md and benchmarks/README.md. Every relative link resolves to a file or folder of the
-repository, and its #anchor to a heading of the target page, derived as GitHub derives it. Every command a
-fenced shell block shows that starts with `spanbert-`, `fairseq-train`/`fairseq-hydra-train --config-name X`,
-`python X.py` or `make X` names an existing console script, recipe, script or Makefile target: a renamed
-file or option fails here instead of in a reader's shell. Reads files only (no network, no subprocess).
+Checks README.md, docs/*.md, benchmarks/README.md and the page of each benchmarks/ group. Every relative link
+resolves to a file or folder of the repository, and its #anchor to a heading of the target page, derived as
+GitHub derives it. Every command a fenced shell block shows that starts with `spanbert-`,
+`fairseq-train`/`fairseq-hydra-train --config-name X`, `python X.py` or `make X` names an existing console
+script, recipe, script or Makefile target: a renamed file or option fails here instead of in a reader's shell.
+Reads files only (no network, no subprocess).
 """
 import glob
 import os
@@ -15,7 +16,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = sorted(["README.md", "benchmarks/README.md",
-               *(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))])
+               *(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+               *(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "benchmarks", "*", "README.md")))])
 
 FENCE = re.compile(r"^\s*```")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -139,7 +141,8 @@ def test_github_anchor_rule(rule):
 
 
 def test_every_page_is_checked():
-    assert {"README.md", "benchmarks/README.md", "docs/pretraining.md", "docs/qa.md"} <= set(DOCS)
+    assert {"README.md", "benchmarks/README.md", "docs/pretraining.md", "docs/qa.md",
+            "benchmarks/pretraining/README.md", "benchmarks/coreference/README.md"} <= set(DOCS)
 
 
 @pytest.mark.parametrize("doc", DOCS)

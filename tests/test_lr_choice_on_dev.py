@@ -1,4 +1,4 @@
-"""benchmarks/lr_choice_on_dev.py: each arm's pre-training lr is the one with the best mean LitBank dev score across
+"""benchmarks/pretraining/lr_choice_on_dev.py: each arm's pre-training lr is the one with the best mean LitBank dev score across
 results folders, and the arms are compared on test at their chosen rates, paired by seed."""
 import csv
 import json
@@ -10,10 +10,10 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
 import lr_choice_on_dev  # noqa: E402
 
-SCRIPT = os.path.join(ROOT, "benchmarks", "lr_choice_on_dev.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "pretraining", "lr_choice_on_dev.py")
 
 
 def results_folder(root, name, default_lr, runs, precision):

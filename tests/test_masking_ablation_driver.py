@@ -1,4 +1,4 @@
-"""benchmarks/masking_ablation.py --from-model at its smoke budget: two invocations side by side (one arm each,
+"""benchmarks/pretraining/masking_ablation.py --from-model at its smoke budget: two invocations side by side (one arm each,
 as one per core) extend one results.csv and commands.md, and the LitBank rows keep their runs and commands; a
 later invocation adds the scores at the singleton threshold chosen on dev to the finished runs."""
 import csv
@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, driver_env, needs_shared_data
 
-DRIVER = os.path.join(ROOT, "benchmarks", "masking_ablation.py")
+DRIVER = os.path.join(ROOT, "benchmarks", "pretraining", "masking_ablation.py")
 
 
 def results_by_run(results):
@@ -87,7 +87,7 @@ def test_pretraining_curves_keep_arms_whose_work_folder_is_gone(tmp_path):
     only the curve of the same arm in the same precision (read from the configuration fairseq logs)."""
     import argparse
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     results, work = tmp_path / "results", tmp_path / "work"
@@ -111,7 +111,7 @@ def test_pretraining_curves_keep_arms_whose_work_folder_is_gone(tmp_path):
 
 
 def test_pretraining_precision_reads_every_start_of_a_resumed_run(tmp_path):
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     log = tmp_path / "train.log"
@@ -132,7 +132,7 @@ def test_arms_are_compared_within_one_precision():
     """An arm that ran in two precisions is compared with another arm only in the precision both ran in (the
     precision would otherwise be part of the difference), and with itself across precisions; an arm that ran in one
     precision only is still compared with one that ran in another."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     runs = [("none", "bf16_autocast", 48.0), ("none", "fp32", 48.5), ("subword", "fp32", 54.0),
@@ -152,7 +152,7 @@ def test_another_pretraining_lr_adds_arms_compared_with_their_scheme_and_each_ot
     """--pretrain-lr other than the experiment's (each scheme's lr-grid choice) joins the experiment as arms
     SCHEME_lrX: the experiment keeps its first invocation's lr; each variant is paired with its scheme's rows, and
     the scheme comparisons are made again between the variants (never between a variant and another plain scheme)."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     stored = {"pretrain_lr": 1e-4, "freeze_encoder_updates": 100, "pretrain_updates": 2000}
@@ -180,7 +180,7 @@ def test_another_pretraining_lr_adds_arms_compared_with_their_scheme_and_each_ot
 
 def test_an_invocation_without_coreference_joins_the_same_experiment():
     """--tasks squad after --tasks coref: coreference's own settings are compared only where both ran it."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     with_coref = {"pretrain_updates": 2000, "coref_epochs": 10, "coref_ffnn_size": 150}
@@ -253,7 +253,7 @@ def test_a_results_folder_of_other_files_is_refused_before_anything_is_written(t
 
 
 def test_another_experiments_settings_are_named_when_its_folder_is_refused():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     stored = {"setting": "cpu", "pretrain_updates": 2000, "smoke": False, "coref_epochs": 10}
@@ -272,7 +272,7 @@ def test_an_arm_pretrained_again_differently_is_refused_or_its_earlier_rows_reti
     records) aside, leaving the other arms' rows and the same arm's rows in another precision."""
     import pytest
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     results, work = tmp_path / "results", tmp_path / "work"
@@ -330,7 +330,8 @@ def test_an_arm_pretrained_again_differently_is_refused_or_its_earlier_rows_reti
 
 def test_long_runs_show_their_progress():
     """The console lines a pre-training or fine-tuning prints as fairseq logs (the full log goes to its file)."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "coreference"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
     from coref_litbank import epoch_progress
     from command_output import train_progress
 
@@ -349,7 +350,7 @@ def test_a_gpu_pretraining_with_head_warm_up_keeps_per_parameter_fp16_master_wei
     frozen encoder out (the plugin refuses it): with --freeze-encoder-updates it asks for per-parameter copies."""
     import argparse
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     class Log:
@@ -376,7 +377,7 @@ def test_a_gpu_pretraining_with_head_warm_up_keeps_per_parameter_fp16_master_wei
     (["--from-model", "{tmp}"], "--from-model {tmp}: no model.pt (expected a spanbert-import-hf folder)"),
 ])
 def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expected):
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     flags = [flag.format(tmp=tmp_path) for flag in flags]
@@ -393,7 +394,7 @@ def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expe
 def test_a_corpus_prepared_for_other_novels_is_never_pretrained_on(tmp_path, record, imported):
     """A --work whose corpus was prepared for fold 0 (whose pre-training novels hold 10 of fold 1's dev and test
     novels), or before the driver recorded what it prepared, is refused for --fold 1, before anything runs."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     import masking_ablation
 
     work = tmp_path / "work"

@@ -1,4 +1,4 @@
-"""benchmarks/paired_stats.py: the paired interval and the TOST p-value agree with scipy's one-sample t-tests."""
+"""benchmarks/common/paired_stats.py: the paired interval and the TOST p-value agree with scipy's one-sample t-tests."""
 import os
 import sys
 
@@ -7,7 +7,7 @@ from scipy import stats
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
 from paired_stats import paired_difference  # noqa: E402
 
 

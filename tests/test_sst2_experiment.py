@@ -1,4 +1,4 @@
-"""benchmarks/sst2_experiment.py --lr-grid: each arm's learning rate is chosen on held-out rows of the training
+"""benchmarks/pretraining/sst2_experiment.py --lr-grid: each arm's learning rate is chosen on held-out rows of the training
 slice (never on dev), from runs trained on the other rows."""
 import os
 import subprocess
@@ -9,10 +9,10 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
 import sst2_experiment  # noqa: E402
 
-SCRIPT = os.path.join(ROOT, "benchmarks", "sst2_experiment.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "pretraining", "sst2_experiment.py")
 
 
 def fake_glue(tmp_path, monkeypatch, rows=10):

@@ -17,7 +17,7 @@ from conftest import ROOT, bin_path, run_cli
 from spanbert_plugin.core import logging_reads, model_flops
 from spanbert_plugin.pretraining import vocab_cross_entropy as vce
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks", "update_cost"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "cpu_speed", "update_cost"))
 import update_cost  # noqa: E402
 
 PRETRAIN = ["--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_tiny",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The continued-pre-training experiment (benchmarks/masking_ablation.py --from-model) on one GPU in one device call:
+# The continued-pre-training experiment (benchmarks/pretraining/masking_ablation.py --from-model) on one GPU in one device call:
 # all-MiniLM-L6-v2 pre-trained further on fold 0's training novels under subword, span and span+sbo masking, then
 # LitBank fold-0 coreference from each arm and from the encoder as it came (none), 3 seeds each, fp32 (no TF32). The
 # invocations run side by side on the one GPU and share one results folder, as they do one per core on a CPU; an
@@ -18,7 +18,7 @@
 #   BUDGET_S=500                                  every invocation stops by then; what finished is in results.tgz
 #
 # Before the call, here (fills .gpu/cp, about 58 MiB with the tracked files; .gpu/ is git-ignored):
-#   python benchmarks/masking_ablation.py --from-model IMPORTED --novels 0 --heldout-mlm --tasks coref \
+#   python benchmarks/pretraining/masking_ablation.py --from-model IMPORTED --novels 0 --heldout-mlm --tasks coref \
 #       --schemes none --seeds --work PREP --results PREP/results         # prepares the corpus, trains nothing
 #   python benchmarks/gpu/stage_continued_pretraining.py pack --imported IMPORTED --work PREP \
 #       --wheels .gpu/wheels/*.whl              # after bash benchmarks/gpu/build_wheels.sh (docs/install.md#gpu-hosts)
@@ -57,7 +57,7 @@ invocation() {  # NAME PRETRAIN_FROM ARGS...
     [ -n "$from" ] && ln -sfn "$W/$from/pretrain" "$W/$name/pretrain"
     local left=$((BUDGET_S - (SECONDS - START) - 15))
     echo "$(date +%T) start $name ($left s left): $*"
-    timeout $left $PY benchmarks/masking_ablation.py "${COMMON[@]}" --work "$W/$name" "$@" > "$LOGS/$name.log" 2>&1
+    timeout $left $PY benchmarks/pretraining/masking_ablation.py "${COMMON[@]}" --work "$W/$name" "$@" > "$LOGS/$name.log" 2>&1
     echo "$(date +%T) $name exit $?: $(grep -- '->' "$LOGS/$name.log" | tail -2 | tr '\n' ' ')"
 }
 # the experiment's first invocation sets its lr (1e-4): an arm at another lr is SCHEME_lrX, as in the CPU results

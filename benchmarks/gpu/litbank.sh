@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LitBank coreference (benchmarks/coref_litbank.py) on one GPU in one device call: one invocation per fold and seed,
+# LitBank coreference (benchmarks/coreference/coref_litbank.py) on one GPU in one device call: one invocation per fold and seed,
 # all side by side on the GPU, each in its own --work folder, then their summary over every fold and seed.
 #
 # What it runs, from the environment:
@@ -51,7 +51,7 @@ invocation() {  # FOLD SEED
     local name="fold$1_seed$2" left=$((BUDGET_S - (SECONDS - START) - 30))
     if [ $left -le 0 ]; then echo "$(date +%T) $name not started: the budget is spent"; return; fi
     echo "$(date +%T) start $name ($left s left)"
-    timeout $left $PY benchmarks/coref_litbank.py "${COMMON[@]}" --folds "$1" --seeds "$2" --work "$W/$name" \
+    timeout $left $PY benchmarks/coreference/coref_litbank.py "${COMMON[@]}" --folds "$1" --seeds "$2" --work "$W/$name" \
         --out "$W/$name/summary" > "$W/logs/$name.log" 2>&1
     local rc=$?
     echo "$(date +%T) $name exit $rc: $(grep -m1 -A2 '^| arm' "$W/logs/$name.log" | tail -1)"
@@ -85,7 +85,7 @@ if [ -n "$finished" ]; then
     seeds=$(echo "$finished" | sed 's/.*_seed\([0-9]*\)\.json/\1/' | sort -un | paste -sd,)
     # only complete folds x seeds: coref_litbank.py would start training a missing one
     if [ "$(echo "$finished" | wc -l)" = $(( $(echo "${folds//,/ }" | wc -w) * $(echo "${seeds//,/ }" | wc -w) )) ]; then
-        $PY benchmarks/coref_litbank.py "${COMMON[@]}" --folds "$folds" --seeds "$seeds" --work "$W/all" \
+        $PY benchmarks/coreference/coref_litbank.py "${COMMON[@]}" --folds "$folds" --seeds "$seeds" --work "$W/all" \
             --out "$W/summary" > "$W/logs/summary.log" 2>&1
         echo "summary: exit $?"
     else

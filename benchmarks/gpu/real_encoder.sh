@@ -10,7 +10,7 @@
 # Carried (git-ignored, filled here by benchmarks/gpu/fetch.sh and the lines below): .gpu/whl, .gpu/src and
 # .gpu/built (set-up); .gpu/minilm_a (call 1) and .gpu/minilm_b, .gpu/data_xz (call 2). model.safetensors
 # (90.9 MB) is over one call's 64 MiB, so it travels in parts over two calls of one warm machine:
-#   split -b 39000000 benchmarks/real_encoder/cache/all-MiniLM-L6-v2/model.safetensors /tmp/part-
+#   split -b 39000000 benchmarks/against_transformers/cache/all-MiniLM-L6-v2/model.safetensors /tmp/part-
 #   .gpu/minilm_a/model.safetensors.part-aa; .gpu/minilm_b/model.safetensors.part-a{b,c} and folder.tar (the
 #   folder's other files); .gpu/data_xz/data.tar.xz: glue/SST-2, glue/RTE, squad, litbank/{coref,splits}.
 # The runs of "accuracy" share the GPU, so their seconds are not timings; "timing" runs one at a time.
@@ -27,7 +27,7 @@ if [ "$GROUP" = stage ]; then
 fi
 
 # ---- inputs: the weights' folder where fetch_minilm.py finds it, and ../shared/data (never overwritten)
-HF=benchmarks/real_encoder/cache/all-MiniLM-L6-v2
+HF=benchmarks/against_transformers/cache/all-MiniLM-L6-v2
 if [ ! -f $HF/.sha256 ]; then
     mkdir -p $HF && tar xf .gpu/minilm_b/folder.tar -C $HF
     cat $PARTS/model.safetensors.part-* .gpu/minilm_b/model.safetensors.part-* > $HF/model.safetensors
@@ -37,7 +37,7 @@ if [ ! -d ../shared/data ]; then
     mkdir -p ../shared/data && xz -dc .gpu/data_xz/data.tar.xz | tar xf - -C ../shared/data
 fi
 
-SBS="python benchmarks/real_encoder/side_by_side.py --device cuda --threads 1 --work $WORK"
+SBS="python benchmarks/against_transformers/side_by_side.py --device cuda --threads 1 --work $WORK"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFERED=1
 # the import and every task's data once, before runs start side by side (--padding-only prepares and stops)
 for prep in "--task sst2 --max-epoch 3" "--task rte --max-epoch 10" "--task squad --max-epoch 2" \

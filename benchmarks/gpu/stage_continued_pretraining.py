@@ -6,7 +6,7 @@
 * ``imported.xz``: the ``spanbert-import-hf`` folder's model.pt with its weights rounded to float16 (47 MB instead
   of 94; tied weights stay tied), bytes grouped high/low before xz; the folder's small files beside it;
 * ``corpus.tar.xz``: masking_ablation's prepared pre-training corpus and held-out text (``--work`` of a run of
-  ``benchmarks/masking_ablation.py --from-model ... --heldout-mlm --seeds``, which prepares them and trains nothing);
+  ``benchmarks/pretraining/masking_ablation.py --from-model ... --heldout-mlm --seeds``, which prepares them and trains nothing);
 * ``litbank.tar.xz``: LitBank's fold lists (all ten) and the coreference files they name. The novels are not carried (the corpus
   is prepared): their names are, as empty files, because the driver lists them to know which novels it used;
 * ``whl/``: fairseq-fixed built for the machine's Python without its torch extensions (the plugin uses none of

@@ -2,7 +2,7 @@
 # ON THE GPU MACHINE, from the repository root, with .gpu/ carried (benchmarks/gpu/fetch.sh fills it: the
 # wheels, .gpu/novels8 and .gpu/glue/SST-2): the cost of one update, fairseq-train with the plugin against the
 # transformers loop, operator by operator with a CUDA profile (GPU busy share, kernels, the longest ones), model
-# TFLOP/s and MFU (benchmarks/update_cost/update_cost.py), random initialisation of each shape:
+# TFLOP/s and MFU (benchmarks/cpu_speed/update_cost/update_cost.py), random initialisation of each shape:
 #   * all-MiniLM-L6-v2's shape: SST-2 (batches of 32) and span + SBO pre-training (32 x 512), in fp16, bf16
 #     autocast, fp32 and fp32 with TF32; fairseq's adam beside torch_adamw in fp16;
 #   * spanbert_base's shape: pre-training at 8 x 512 and 32 x 512 (the paper's per-GPU batch on 8 GPUs), fp16
@@ -28,7 +28,7 @@ else
     [ -d ../shared/data/glue/SST-2 ] || { mkdir -p ../shared/data/glue && cp -r .gpu/glue/SST-2 ../shared/data/glue/; }
 fi
 echo "set-up: $((SECONDS - START)) s"
-U=("$PYTHON" benchmarks/update_cost/update_cost.py "${SIZE[@]}" --vocab-from "$VOCAB" --work "$WORK" --force)
+U=("$PYTHON" benchmarks/cpu_speed/update_cost/update_cost.py "${SIZE[@]}" --vocab-from "$VOCAB" --work "$WORK" --force)
 setting() {  # NAME ARGS...: one benchmark call, its table's first rows on the console
     local name=$1; shift
     timeout $LIMIT "${U[@]}" "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
