@@ -30,7 +30,7 @@ def trained(synthetic_data):  # noqa: F811
 
 def test_bounded_equals_exact_where_a_document_fits_one_block(trained):
     """One block, no distance limit: the exact head's clusters, document by document; and with the defaults
-    (2,000 words, 1,000 entities) on these short documents too, through the validation path (counts and loss)."""
+    (1,000 words, 1,000 entities) on these short documents too, through the validation path (counts and loss)."""
     from spanbert_plugin.coref.long_document import bounded_document_clusters
     from spanbert_plugin.coref.predict import document_clusters
 
