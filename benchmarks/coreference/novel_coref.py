@@ -34,6 +34,9 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
+from results_file import unmarked_folder, write_results_file  # noqa: E402
+
 BIN = os.path.join(ROOT, ".venv", "bin")
 NOVEL = os.path.join(ROOT, "..", "shared", "data", "litbank", "novels", "1023_bleak_house.txt.gz")
 LITBANK = os.path.join(ROOT, "..", "shared", "data", "litbank")
@@ -46,20 +49,40 @@ def relative(path: str) -> str:
     return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
 
 
-def load_results(out: str) -> dict:
+WORK_MARK = "novel_coref.work"  # in --work: the folder is this script's (its texts and outputs are replaced)
+
+
+def load_results(out: str, what: str) -> dict:
+    """The earlier results of ``novel_coref.py WHAT`` in ``out`` (continued), or {}; exits with one line when ``out``
+    holds anything else."""
+    script = f"novel_coref.py {what}"
+    refused = unmarked_folder(out, "--out", ("results.json",))
+    if refused:
+        sys.exit(f"novel_coref.py: {refused}")
     path = os.path.join(out, "results.json")
-    if os.path.exists(path):
+    if not os.path.exists(path):
+        return {"script": script}
+    try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    return {}
+            results = json.load(f)
+    except (OSError, ValueError):
+        results = None
+    if not isinstance(results, dict) or results.get("script") != script:
+        sys.exit(f"novel_coref.py: --out {out}: its results.json is not one of {script}; choose another folder")
+    return results
 
 
 def save_results(out: str, results: dict) -> None:
-    os.makedirs(out, exist_ok=True)
-    tmp = os.path.join(out, "results.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2)
-    os.replace(tmp, os.path.join(out, "results.json"))
+    write_results_file(os.path.join(out, "results.json"), results)
+
+
+def claim_work(work: str) -> None:
+    """Make ``work`` this script's scratch folder, or exit with one line when it holds anything else."""
+    refused = unmarked_folder(work, "--work", (WORK_MARK,))
+    if refused:
+        sys.exit(f"novel_coref.py: {refused}")
+    os.makedirs(work, exist_ok=True)
+    open(os.path.join(work, WORK_MARK), "a").close()
 
 
 # -- scaling ----------------------------------------------------------------------------------------------------
@@ -89,7 +112,8 @@ def measure(command: list) -> dict:
 def scaling(args) -> None:
     with gzip.open(args.novel, "rt", encoding="utf-8") as f:
         novel = f.read()
-    results = load_results(args.out)
+    results = load_results(args.out, "scaling")
+    claim_work(args.work)
     rows = results.setdefault("rows", [])
     done = {(r["words_asked"], r["mode"]) for r in rows}
     work = os.path.join(args.work, "scaling")
@@ -218,7 +242,8 @@ def quality(args) -> None:
     from spanbert_plugin.core.finetune_io import load_finetuned_checkpoint
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
-    results = load_results(args.out)
+    results = load_results(args.out, "quality")
+    claim_work(args.work)
     model, task, _ = load_finetuned_checkpoint(args.checkpoint, "coreference", args.data, True)
     results.update({"checkpoint": relative(args.checkpoint), "data": relative(args.data), "margin": MARGIN})
     if "dev_distance" not in results:
