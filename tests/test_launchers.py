@@ -138,7 +138,8 @@ def test_two_processes_train_the_model_one_process_trains_with_update_freq_two(s
     two = torchrun(spm_data, tmp_path / "two", "--distributed-world-size", "2", "--ddp-backend", ddp_backend, *SAME)
     output = two.stdout + two.stderr
     assert two.returncode == 0, output[-3000:]
-    assert "distributed init (rank 0): env://" in output and "distributed init (rank 1): env://" in output
+    assert ("distributed init (rank 0): torchelastic-attempt://" in output
+            and "distributed init (rank 1): torchelastic-attempt://" in output)
     # one run: rank 0 logs each update once, with both ranks' sentences (2 x --batch-size 4)
     records = [line for line in output.splitlines() if "| train_inner |" in line]
     assert len(records) == 3 and all('"bsz": "8"' in line for line in records), records
@@ -169,5 +170,26 @@ def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, on
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(output[-3000:] for output in outputs)
     alone_output, alone_dir = one_process
     assert _losses("".join(outputs)) == _losses(alone_output)
+    one, both = _final_weights(alone_dir), _final_weights(tmp_path / "two")
+    assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
+
+
+def test_an_elastic_restart_resumes_to_the_model_of_an_uninterrupted_run(spm_data, one_process, tmp_path):
+    """torchrun --max-restarts 1: a worker kills itself (SIGKILL) as update 3 begins, the agent restarts both, they
+    meet again (each restart's rendezvous keys apart from the dead workers') and fairseq resumes from
+    checkpoint_last.pt (saved every update): the losses and final weights of the run that was never stopped."""
+    marker = tmp_path / "killed.txt"
+    command = [bin_path("torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+               os.path.join(ROOT, "tests", "fairseq_train_killed_once.py"), str(marker), "2", spm_data, *TINY,
+               "--save-dir", str(tmp_path / "two"), "--distributed-world-size", "2", "--save-interval-updates", "1",
+               *SAME]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert marker.read_text().startswith("killed at update 2")
+    assert "Loaded checkpoint" in output and "@ 2 updates" in output  # the restarted workers resumed
+    alone_output, alone_dir = one_process
+    assert _losses(output) == _losses(alone_output)
     one, both = _final_weights(alone_dir), _final_weights(tmp_path / "two")
     assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE

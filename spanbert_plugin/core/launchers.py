@@ -22,8 +22,11 @@ import warnings
 from collections import namedtuple
 
 import torch
+import torch.distributed as dist
 from fairseq import models
 from fairseq.distributed import utils as distributed_utils
+from torch.distributed.constants import default_pg_timeout
+from torch.distributed.rendezvous import register_rendezvous_handler
 
 from .errors import UsageError
 
@@ -78,7 +81,10 @@ def adopt_launcher_world(cfg, environ=None) -> bool:
                              "on every task) for their rendezvous")
         cfg.distributed_init_method = f"tcp://{_slurm_first_host(environ)}:{cfg.distributed_port}"
     else:
-        cfg.distributed_init_method = "env://"
+        # torchrun's agent keeps one store (and MASTER_PORT) across the restarts of --max-restarts: under plain env://
+        # the restarted workers read the dead ones' gloo addresses from it and cannot connect
+        restarts = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        cfg.distributed_init_method = f"{ATTEMPT_SCHEME}://" if restarts else "env://"
     if cfg.distributed_world_size != world.size:
         logger.info(f"--distributed-world-size {cfg.distributed_world_size}: {world.launcher} started {world.size} "
                     f"processes; training with {world.size}")
@@ -103,11 +109,28 @@ def _cpu_ddp(args, model, process_group, device):
     return ModuleProxyWrapper(wrapped)
 
 
+ATTEMPT_SCHEME = "torchelastic-attempt"
+
+
+def _attempt_rendezvous(url, timeout=default_pg_timeout, **kwargs):
+    """env:// through torchrun's agent store, with the keys of each restart under a prefix of their own (torch's
+    env:// handler reuses the agent's store as it is: the addresses the killed attempt's workers left in it stay)."""
+    environ = os.environ
+    rank, world_size = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+    store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), world_size, is_master=False,
+                          timeout=timeout)
+    yield dist.PrefixStore(f"/spanbert/attempt_{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store), rank, \
+        world_size
+    raise RuntimeError(f"{ATTEMPT_SCHEME}:// cannot rendezvous again; torchrun restarts the workers instead")
+
+
 def install() -> None:
-    """Wrap fairseq's ``infer_init_method`` and ``DistributedFairseqModel`` once."""
+    """Wrap fairseq's ``infer_init_method`` and ``DistributedFairseqModel`` once; register the rendezvous of
+    torchrun's restarts."""
     infer = distributed_utils.infer_init_method
     if getattr(infer, "spanbert", False):
         return
+    register_rendezvous_handler(ATTEMPT_SCHEME, _attempt_rendezvous)
 
     def infer_init_method(cfg, force_distributed=False):
         if not adopt_launcher_world(cfg):
