@@ -25,7 +25,8 @@ def atomic_copy(copy):
             return copy(src_path, dst_path, overwrite)
         if os.path.exists(dst_path) and not overwrite:
             return False
-        partial = f"{dst_path}.tmp{os.getpid()}"
+        # one name per destination, as fairseq's own ``.tmp``: what a killed copy leaves is replaced by the next
+        partial = f"{dst_path}.tmp"
         try:
             shutil.copyfile(src_path, partial)
             os.replace(partial, dst_path)
