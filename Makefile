@@ -50,8 +50,8 @@ test: $(STAMP) $(LINGUISTIC)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	# two workers: the machine's two cores (every child process runs on one thread); an idle worker takes
-	# tests queued on the busy one, so a long test near the end does not leave a core idle
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal tests
+	# tests queued on the busy one, so a long test near the end does not leave a core idle; the 15 slowest are listed
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cpu_speed/masking_throughput.py
