@@ -120,11 +120,25 @@ def show_masked_examples(data_dir, n=2, width=60):
                   f"boundaries {d[src[left]]!r} | {d[src[right]]!r}")
 
 
-def held_out_sentences(path, n=3, seed=1):
-    """``n`` sentences of 8 to 30 words from the text file (the validation text: never trained on), fixed by ``seed``."""
-    with open(path, encoding="utf-8-sig") as f:
-        text = " ".join(f.read().split())
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if 8 <= len(s.split()) <= 30 and s[:1].isupper()]
+def held_out_text(valid, data, hub):
+    """The validation text: the --valid file (or the embedded corpus's), else the documents spanbert-prepare held
+    out of --train, decoded from the prepared split (the training text must not give the examples)."""
+    if valid is not None:
+        with open(valid, encoding="utf-8-sig") as f:
+            return f.read()
+    from fairseq.data import data_utils
+
+    documents = data_utils.load_indexed_dataset(os.path.join(data, "valid"), hub.dictionary, "mmap")
+    special = {hub.dictionary.bos(), hub.dictionary.eos(), hub.dictionary.pad()}
+    return "\n".join(hub.tokenizer.decode([t for t in doc.tolist() if t not in special]) for doc in documents)
+
+
+def held_out_sentences(text, n=3, seed=1):
+    """``n`` sentences of 8 to 30 words from the validation text (never trained on), fixed by ``seed``."""
+    text = " ".join(text.split())
+    # a capital starts a sentence; text decoded from an uncased vocabulary has none, a letter does there
+    starts_sentence = str.isupper if text != text.lower() else str.isalpha
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if 8 <= len(s.split()) <= 30 and starts_sentence(s[:1])]
     rng = np.random.default_rng(seed)
     return [sentences[i] for i in sorted(rng.choice(len(sentences), size=min(n, len(sentences)), replace=False))]
 
@@ -180,13 +194,13 @@ def freshly_initialised(hub, seed):
     return untrained.eval()
 
 
-def masked_examples(hub, text_file, n=6, seed=EXAMPLE_SEED):
+def masked_examples(hub, text, n=6, seed=EXAMPLE_SEED):
     """Held-out sentences with words masked for a person to read: single words in the first half, spans of 2-3
     words in the second. Each: (sentence, token ids with begin/end, the masked positions, (start, end) characters)."""
     import torch
 
     d, rng, examples = hub.dictionary, np.random.default_rng(seed), []
-    for number, sentence in enumerate(held_out_sentences(text_file, n, seed)):
+    for number, sentence in enumerate(held_out_sentences(text, n, seed)):
         encoding = hub.tokenizer.encode(sentence)
         starts = np.flatnonzero(encoding.word_starts)
         ends = np.append(starts[1:], len(encoding.ids))
@@ -286,6 +300,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.max_update is not None and args.max_update < 1:
         parser.error(f"--max-update must be at least 1, got {args.max_update}")
+    if args.valid and not args.train:
+        parser.error("--valid needs --train (the embedded corpus brings its own validation text)")
     if args.heldout_blocks is not None and args.heldout_blocks < 1:
         parser.error(f"--heldout-blocks must be at least 1, got {args.heldout_blocks}")
     from spanbert_plugin.core.file_utils import signals_as_interrupt
@@ -412,7 +428,7 @@ def run_demo(args, started):
         print(f"  {key:>6} {before[key]:>6.1f}% {after[key]:>6.1f}%")
     print(f"  before: {'the imported ' + ENCODER + ' with its fresh MLM head' if encoder else 'the untrained model'}")
 
-    examples = masked_examples(trained, valid or train)
+    examples = masked_examples(trained, held_out_text(valid, data, trained))
     before_guesses, _ = guesses(trained, start, examples)
     after_guesses, after_logits = guesses(trained, trained.model, examples)
     show_examples(examples, before_guesses, after_guesses)
