@@ -220,6 +220,11 @@ def masked_examples(hub, text, n=6, seed=EXAMPLE_SEED):
     return examples
 
 
+def readable(ids, decode, pieces):
+    """Guessed tokens as text; their pieces where they decode to nothing (a model that guesses only word boundaries)."""
+    return decode(ids).strip() or " ".join(pieces(ids))
+
+
 def guesses(hub, model, examples):
     """``model``'s most likely token for every masked position of each example: (decoded guesses, MLM logits)."""
     import torch
@@ -229,8 +234,7 @@ def guesses(hub, model, examples):
         for _, ids, masked, _ in examples:
             out, _ = model(ids.masked_fill(masked, d.mask_index)[None], masked_tokens=masked[None])
             logits.append(out["mlm_logits"].float())
-            best = logits[-1].argmax(-1).tolist()
-            texts.append(hub.tokenizer.decode(best).strip() or " ".join(d[i] for i in best))  # pieces when nothing decodes
+            texts.append(readable(logits[-1].argmax(-1).tolist(), hub.tokenizer.decode, lambda ids: [d[i] for i in ids]))
     return texts, logits
 
 
@@ -261,7 +265,7 @@ def transformers_guesses(hub, hf_dir, examples, ours):
             source = ids.masked_fill(masked, tokenizer.mask_token_id)[None]
             theirs = model(input_ids=source, attention_mask=torch.ones_like(source)).logits[0][masked]
             largest = max(largest, (theirs - logits).abs().max().item())
-            texts.append(tokenizer.decode(theirs.argmax(-1).tolist()).strip())
+            texts.append(readable(theirs.argmax(-1).tolist(), tokenizer.decode, tokenizer.convert_ids_to_tokens))
     if other_ids:
         print(f"  note: transformers' tokenizer of {hf_dir} gives other token ids for examples {other_ids}")
     return texts, largest
@@ -335,7 +339,8 @@ def use_bf16_autocast(args) -> bool:
 
 def run(command, what):
     """Run a plugin command with its output shown; a failure ends the demo with one line naming it."""
-    print("\n== " + " ".join(command))
+    # flushed first: with the output in a pipe or file, the command's lines would otherwise come before the demo's
+    print("\n== " + " ".join(command), flush=True)
     if subprocess.run(command).returncode != 0:
         sys.exit(f"demo: error: {what} failed (its message is above)")
 
