@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from ..coref.long_document import DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_MAX_ANTECEDENT_DISTANCE, PREDICTION_MODES
+from ..coref.prediction_modes import DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_MAX_ANTECEDENT_DISTANCE, PREDICTION_MODES
 from . import predict_command
 
 PROG = "spanbert-predict-coref"

@@ -40,15 +40,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from .head import SpanColumns, antecedent_loss
+from .prediction_modes import DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_EXACT_MAX_WORDS, DEFAULT_MAX_ANTECEDENT_DISTANCE
 
 logger = logging.getLogger(__name__)
 
-PREDICTION_MODES = ("auto", "exact", "bounded")
-DEFAULT_EXACT_MAX_WORDS = 10_000  # predicted exactly in about 2 GB on a CPU (10,000 words of Bleak House: 2.05 GB)
-# chosen on LitBank fold 0 dev (benchmarks/coreference/coref_novel/quality): 250-2,000 words scored 38.8-39.4 CoNLL F1,
-# 1,000 the best; it is also about what the head sees in training (windows of 3 segments of 384 tokens)
-DEFAULT_MAX_ANTECEDENT_DISTANCE = 1_000
-DEFAULT_ENTITY_CACHE_SIZE = 1_000
 BLOCK_SEGMENTS = 8  # segments encoded and pruned together: LitBank's 2,000-word excerpts fit in one block of 384
 _FIELDS = ("mention_scores", "index", "speaker", "segment", "start_word", "always", "end_word", "cluster")
 

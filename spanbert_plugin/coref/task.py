@@ -23,7 +23,7 @@ from ..core.tasks import OneDictionaryTask, prepared_data_folder, record_in_run_
 from .conll import GENRES
 from .dataset import CorefDataset
 from .head import CorefHead
-from .long_document import (DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_EXACT_MAX_WORDS, DEFAULT_MAX_ANTECEDENT_DISTANCE,
+from .prediction_modes import (DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_EXACT_MAX_WORDS, DEFAULT_MAX_ANTECEDENT_DISTANCE,
                             PREDICTION_MODES)
 from .metrics import CONVENTIONS
 from .prepare import COMMAND, data_has_singletons, load_coref_meta
