@@ -110,6 +110,7 @@ def main():
     parser.add_argument("--out", required=True, help="results JSON")
     parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     args = parser.parse_args()
+    from command_output import relative_to_root
     from results_file import check_results_file, write_results_file
 
     check_results_file(args.out, "bf16_autocast_speed.py", args.force, RESULT_KEYS)
@@ -139,7 +140,8 @@ def main():
             return lambda step: trainer.train_step([next(iterator)])
 
         per_run = alternating_runs({name: update(name) for name in sides}, args.runs, args.steps)
-        results["workloads"][workload] = {"command": argv, "seconds_per_update": per_run}
+        results["workloads"][workload] = {"command": [relative_to_root(a) for a in argv],
+                                          "seconds_per_update": per_run}
         print(f"{workload} ({thread_note()}): " + ratio_line("fp32 / bf16-autocast update time", per_run["fp32"],
                                                               per_run["bf16_autocast"]), flush=True)
         for name in sides:
