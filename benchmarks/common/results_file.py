@@ -57,3 +57,13 @@ def unmarked_folder(folder, flag, marks):
     if not os.listdir(folder) or any(os.path.isfile(os.path.join(folder, mark)) for mark in marks):
         return None
     return f"{flag} {folder}: holds files, but no {' or '.join(marks)} of this script; choose a new or empty folder"
+
+
+def claim_work_folder(folder, flag, mark, script):
+    """Make ``folder`` ``script``'s scratch folder (a ``mark`` file in it says so; what it holds is the script's to
+    replace), or exit with one line when it holds anything else."""
+    refused = unmarked_folder(folder, flag, (mark,))
+    if refused:
+        sys.exit(f"{script}: {refused}")
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, mark), "a").close()

@@ -68,3 +68,15 @@ def time_line(name, per_run, unit="ms", scale=1000.0, places=1):
     values = [t * scale for t in per_run]
     return (f"{name}: median {statistics.median(values):.{places}f} {unit} "
             f"(range {min(values):.{places}f}-{max(values):.{places}f}) over {len(values)} runs")
+
+
+def run_measured(command, cwd, env=None):
+    """Run ``command`` to its end: (exit status, its output, wall seconds, peak resident memory in GB of it and the
+    children it waited for), from the kernel's accounting of that one child."""
+    import subprocess
+
+    started = time.perf_counter()
+    child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    return os.waitstatus_to_exitcode(status), output, time.perf_counter() - started, usage.ru_maxrss / 2**20

@@ -35,7 +35,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
-from results_file import unmarked_folder, write_results_file  # noqa: E402
+from results_file import claim_work_folder, unmarked_folder, write_results_file  # noqa: E402
+from timing import run_measured  # noqa: E402
 
 BIN = os.path.join(ROOT, ".venv", "bin")
 NOVEL = os.path.join(ROOT, "..", "shared", "data", "litbank", "novels", "1023_bleak_house.txt.gz")
@@ -76,15 +77,6 @@ def save_results(out: str, results: dict) -> None:
     write_results_file(os.path.join(out, "results.json"), results)
 
 
-def claim_work(work: str) -> None:
-    """Make ``work`` this script's scratch folder, or exit with one line when it holds anything else."""
-    refused = unmarked_folder(work, "--work", (WORK_MARK,))
-    if refused:
-        sys.exit(f"novel_coref.py: {refused}")
-    os.makedirs(work, exist_ok=True)
-    open(os.path.join(work, WORK_MARK), "a").close()
-
-
 # -- scaling ----------------------------------------------------------------------------------------------------
 def opening(text: str, words: int) -> str:
     """The text up to the end of its ``words``-th word (as spanbert-predict-coref counts words)."""
@@ -98,14 +90,10 @@ def opening(text: str, words: int) -> str:
 
 def measure(command: list) -> dict:
     """Run ``command``; its wall seconds and peak resident memory (GB), from the kernel's accounting of that child."""
-    started = time.perf_counter()
-    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"novel_coref.py: {' '.join(command)} failed ({child.returncode}):\n{output[-3000:]}")
-    return {"wall_seconds": round(time.perf_counter() - started, 1), "peak_gb": round(usage.ru_maxrss / 2**20, 3),
+    status, output, seconds, peak_gb = run_measured(command, ROOT)
+    if status != 0:
+        raise SystemExit(f"novel_coref.py: {' '.join(command)} failed ({status}):\n{output[-3000:]}")
+    return {"wall_seconds": round(seconds, 1), "peak_gb": round(peak_gb, 3),
             "notice": [line for line in output.splitlines() if "bounded-memory prediction" in line][:1]}
 
 
@@ -113,7 +101,7 @@ def scaling(args) -> None:
     with gzip.open(args.novel, "rt", encoding="utf-8") as f:
         novel = f.read()
     results = load_results(args.out, "scaling")
-    claim_work(args.work)
+    claim_work_folder(args.work, "--work", WORK_MARK, "novel_coref.py")
     rows = results.setdefault("rows", [])
     done = {(r["words_asked"], r["mode"]) for r in rows}
     work = os.path.join(args.work, "scaling")
@@ -243,7 +231,7 @@ def quality(args) -> None:
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
     results = load_results(args.out, "quality")
-    claim_work(args.work)
+    claim_work_folder(args.work, "--work", WORK_MARK, "novel_coref.py")
     model, task, _ = load_finetuned_checkpoint(args.checkpoint, "coreference", args.data, True)
     results.update({"checkpoint": relative(args.checkpoint), "data": relative(args.data), "margin": MARGIN})
     if "dev_distance" not in results:
@@ -270,13 +258,13 @@ def quality(args) -> None:
         save_results(args.out, results)
         print("test:", json.dumps(results["test"]), flush=True)
     if "concatenation" not in results:
-        results["concatenation"] = concatenation(args, model, chosen)
+        results["concatenation"] = concatenation(args, model, task, chosen)
         save_results(args.out, results)
         print("concatenation:", json.dumps(results["concatenation"]), flush=True)
     write_quality_table(args.out, results)
 
 
-def concatenation(args, model, max_antecedent_distance: int) -> dict:
+def concatenation(args, model, excerpts_task, max_antecedent_distance: int) -> dict:
     from spanbert_plugin.core.finetune_io import load_finetuned_checkpoint
 
     work = os.path.join(args.work, "concatenation")
@@ -286,7 +274,6 @@ def concatenation(args, model, max_antecedent_distance: int) -> dict:
     prepared = os.path.join(work, "prepared")
     subprocess.run([os.path.join(BIN, "spanbert-prepare-coref"), "--test", conll, "--tokenizer-from", args.data,
                     "--destdir", prepared, "--force"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    _, excerpts_task, _ = load_finetuned_checkpoint(args.checkpoint, "coreference", args.data, True)
     one_by_one, _ = predict(model, excerpts_task, "test", coref_prediction="exact")
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     as_one = [[(s + int(offsets[n]), e + int(offsets[n])) for s, e in c] for n, doc in enumerate(one_by_one)

@@ -27,7 +27,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
-from results_file import check_results_file, unmarked_folder, write_results_file  # noqa: E402
+from results_file import check_results_file, claim_work_folder, write_results_file  # noqa: E402
 
 BIN = os.path.join(ROOT, ".venv", "bin")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,11 +98,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results_path = os.path.join(args.out, "results.json")
     check_results_file(results_path, "kill_during_save.py", args.force, ("tries", "rows"))
-    refused = unmarked_folder(args.work, "--work", (WORK_MARK,))
-    if refused:
-        sys.exit(f"kill_during_save.py: {refused}")
-    os.makedirs(args.work, exist_ok=True)
-    open(os.path.join(args.work, WORK_MARK), "a").close()
+    claim_work_folder(args.work, "--work", WORK_MARK, "kill_during_save.py")
     data = prepare(args.work)
     rng = np.random.default_rng(args.seed)
     rows = []

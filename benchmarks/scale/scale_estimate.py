@@ -18,13 +18,12 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
-from results_file import check_results_file, unmarked_folder, write_results_file  # noqa: E402
+from results_file import check_results_file, claim_work_folder, write_results_file  # noqa: E402
+from timing import run_measured  # noqa: E402
 
 BIN = os.path.join(ROOT, ".venv", "bin")
 NOVELS = os.path.join(ROOT, "..", "shared", "data", "litbank", "novels")
@@ -38,14 +37,10 @@ TRAIN = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterio
 
 
 def measured(command: list) -> dict:
-    started = time.perf_counter()
-    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=dict(os.environ, OMP_NUM_THREADS="1"))
-    output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+    status, output, seconds, peak_gb = run_measured(command, ROOT, dict(os.environ, OMP_NUM_THREADS="1"))
+    if status != 0:
         sys.exit(f"scale_estimate.py: {' '.join(command)} failed:\n{output[-3000:]}")
-    return {"seconds": round(time.perf_counter() - started, 1), "peak_gb": round(usage.ru_maxrss / 2**20, 3)}
+    return {"seconds": round(seconds, 1), "peak_gb": round(peak_gb, 3)}
 
 
 def corpus(work: str, megabytes: float) -> tuple:
@@ -81,11 +76,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results_path = os.path.join(args.out, "results.json")
     check_results_file(results_path, "scale_estimate.py", args.force, ("points", "estimates"))
-    refused = unmarked_folder(args.work, "--work", (WORK_MARK,))
-    if refused:
-        sys.exit(f"scale_estimate.py: {refused}")
-    os.makedirs(args.work, exist_ok=True)
-    open(os.path.join(args.work, WORK_MARK), "a").close()
+    claim_work_folder(args.work, "--work", WORK_MARK, "scale_estimate.py")
     points = []
     for megabytes in (float(size) for size in args.sizes.split(",")):
         train, valid, size, words = corpus(args.work, megabytes)
