@@ -91,6 +91,9 @@ def main(argv=None) -> int:
                        "first_update": start})
         print(json.dumps(points[-1]), flush=True)
     (p, q) = points
+    if q["tokens"] <= p["tokens"]:
+        sys.exit(f"scale_estimate.py: --sizes {args.sizes}: the second corpus is not larger than the first (whole "
+                 "novels are taken); choose sizes further apart, the larger second")
     tokens_per_word = q["tokens"] / q["words"]
     estimates = {}
     for name, words in (("wikipedia_bookcorpus", SPANBERT_WORDS), ("ten_times", 10 * SPANBERT_WORDS)):
