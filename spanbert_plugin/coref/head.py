@@ -377,6 +377,49 @@ def antecedent_loss(scores, antecedents, row_cluster, column_cluster) -> torch.T
     return (torch.logsumexp(scores, dim=1) - torch.logsumexp(gold_scores, dim=1)).sum()
 
 
+class ClusterBuilder:
+    """Clusters built link by link over span ids in document order; each entity's latest mention is tracked (the
+    bounded-memory prediction keeps those as antecedents)."""
+
+    def __init__(self, singleton_threshold: Optional[float]):
+        self.singleton_threshold = singleton_threshold
+        self.cluster_of: Dict[int, int] = {}
+        self.clusters: List[List[Tuple[int, int]]] = []
+        self.latest: Dict[int, int] = {}  # entity (cluster number, or -1 - span for a likely singleton) -> span
+        self.likely_singletons: List[Tuple[int, Tuple[int, int]]] = []
+
+    def add(self, spans: List[int], words: List[Tuple[int, int]], best: List[int], antecedents: List[int],
+            antecedent_words: List[Tuple[int, int]], mention_probabilities: List[float]) -> None:
+        """Each span joins its chosen antecedent's cluster (``best`` > 0: the choice among the antecedent scores),
+        else it may be a one-mention cluster."""
+        for i, choice in enumerate(best):
+            if choice > 0:
+                self._link(spans[i], words[i], antecedents[i], antecedent_words[i])
+            elif self.singleton_threshold is not None and mention_probabilities[i] > self.singleton_threshold:
+                self.likely_singletons.append((spans[i], words[i]))
+                self.latest[-1 - spans[i]] = spans[i]
+
+    def _link(self, span: int, words: Tuple[int, int], antecedent: int, antecedent_words: Tuple[int, int]) -> None:
+        cluster = self.cluster_of.get(antecedent)
+        if cluster is None:
+            cluster = self.cluster_of[antecedent] = len(self.clusters)
+            self.clusters.append([antecedent_words])
+            self.latest.pop(-1 - antecedent, None)  # a likely singleton becomes a cluster's first mention
+        self.cluster_of[span] = cluster
+        self.clusters[cluster].append(words)
+        self.latest[cluster] = span
+
+    def result(self) -> List[List[Tuple[int, int]]]:
+        """Linked clusters in order of their first link, then the one-mention ones no later span linked to."""
+        return self.clusters + [[words] for span, words in self.likely_singletons if span not in self.cluster_of]
+
+
+def chosen_antecedents(scores: torch.Tensor, antecedents: torch.Tensor) -> Tuple[List[int], List[int]]:
+    """(best choice per span, 0 for the dummy; the column index it names, any where the dummy won)."""
+    best = scores.argmax(dim=1)
+    return best.tolist(), antecedents.gather(1, (best[:, None] - 1).clamp(min=0)).squeeze(1).tolist()
+
+
 def predicted_clusters(out: dict, token_word: torch.Tensor,
                        singleton_threshold: Optional[float] = None) -> List[List[Tuple[int, int]]]:
     """Clusters of word spans: each top span joins its best antecedent's cluster unless the dummy scores best.
@@ -385,22 +428,9 @@ def predicted_clusters(out: dict, token_word: torch.Tensor,
     (sigmoid of its mention score) is above the threshold becomes a one-mention cluster;
     ``None`` predicts none (the OntoNotes convention).
     """
-    best = out["scores"].argmax(dim=1).tolist()
-    antecedents = out["antecedents"].tolist()
-    starts = token_word[out["starts"]].tolist()
-    ends = token_word[out["ends"]].tolist()
-    cluster_of: Dict[int, int] = {}
-    clusters: List[List[Tuple[int, int]]] = []
-    for i, choice in enumerate(best):
-        if choice == 0:
-            continue
-        j = antecedents[i][choice - 1]
-        if j not in cluster_of:
-            cluster_of[j] = len(clusters)
-            clusters.append([(starts[j], ends[j])])
-        cluster_of[i] = cluster_of[j]
-        clusters[cluster_of[j]].append((starts[i], ends[i]))
-    if singleton_threshold is not None:
-        likely = (torch.sigmoid(out["mention_scores"].float()) > singleton_threshold).tolist()
-        clusters += [[(starts[i], ends[i])] for i, keep in enumerate(likely) if keep and i not in cluster_of]
-    return clusters
+    best, chosen = chosen_antecedents(out["scores"], out["antecedents"])
+    words = list(zip(token_word[out["starts"]].tolist(), token_word[out["ends"]].tolist()))
+    builder = ClusterBuilder(singleton_threshold)
+    builder.add(list(range(len(words))), words, best, chosen, [words[j] for j in chosen],
+                torch.sigmoid(out["mention_scores"].float()).tolist())
+    return builder.result()

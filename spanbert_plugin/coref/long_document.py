@@ -35,11 +35,11 @@ and ``entity_cache_size`` entities (their embedding at each refinement round);
 the clusters themselves (the output) grow with the book, as word positions.
 """
 import logging
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
-from .head import SpanColumns, antecedent_loss
+from .head import ClusterBuilder, SpanColumns, antecedent_loss, chosen_antecedents
 from .prediction_modes import DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_EXACT_MAX_WORDS, DEFAULT_MAX_ANTECEDENT_DISTANCE
 
 logger = logging.getLogger(__name__)
@@ -51,10 +51,9 @@ _FIELDS = ("mention_scores", "index", "speaker", "segment", "start_word", "alway
 class _Earlier:
     """The spans earlier blocks left as possible antecedents (the recent window and the entity cache)."""
 
-    def __init__(self, depth: int):
+    def __init__(self):
         self.rounds: List[torch.Tensor] = []
         self.columns = {name: None for name in _FIELDS}
-        self.depth = depth
 
     @property
     def empty(self) -> bool:
@@ -80,36 +79,6 @@ class _Earlier:
         self.columns = {name: value[mask] for name, value in self.columns.items()}
 
 
-class BoundedClusters:
-    """Clusters built link by link over global span indices; each entity's latest mention is tracked."""
-
-    def __init__(self, singleton_threshold: Optional[float]):
-        self.singleton_threshold = singleton_threshold
-        self.cluster_of: Dict[int, int] = {}
-        self.clusters: List[List[Tuple[int, int]]] = []
-        self.latest: Dict[int, int] = {}  # entity (cluster number, or -1 - span for a likely singleton) -> span
-        self.likely_singletons: List[Tuple[int, Tuple[int, int]]] = []
-
-    def link(self, span: int, words: Tuple[int, int], antecedent: int, antecedent_words: Tuple[int, int]) -> None:
-        cluster = self.cluster_of.get(antecedent)
-        if cluster is None:
-            cluster = self.cluster_of[antecedent] = len(self.clusters)
-            self.clusters.append([antecedent_words])
-            self.latest.pop(-1 - antecedent, None)  # a likely singleton becomes a cluster's first mention
-        self.cluster_of[span] = cluster
-        self.clusters[cluster].append(words)
-        self.latest[cluster] = span
-
-    def maybe_singleton(self, span: int, words: Tuple[int, int], mention_probability: float) -> None:
-        if self.singleton_threshold is not None and mention_probability > self.singleton_threshold:
-            self.likely_singletons.append((span, words))
-            self.latest[-1 - span] = span
-
-    def result(self) -> List[List[Tuple[int, int]]]:
-        """The clusters as ``predicted_clusters`` gives them: linked ones first, then one-mention ones."""
-        return self.clusters + [[words] for span, words in self.likely_singletons if span not in self.cluster_of]
-
-
 def bounded_document_clusters(model, sample: dict, singleton_threshold: Optional[float],
                               max_antecedent_distance: Optional[int], entity_cache_size: Optional[int],
                               block_segments: int = BLOCK_SEGMENTS,
@@ -130,7 +99,7 @@ def bounded_document_clusters(model, sample: dict, singleton_threshold: Optional
     num_tokens = token_offsets[-1]
     target = coref.get("target")
     with_loss = target is not None and target.numel() > 0
-    earlier, clusters = _Earlier(head.depth), BoundedClusters(singleton_threshold)
+    earlier, clusters = _Earlier(), ClusterBuilder(singleton_threshold)
     next_index, loss = 0, None
     for first in range(0, src_tokens.size(0), block_segments):
         last = min(first + block_segments, src_tokens.size(0))
@@ -171,29 +140,22 @@ def bounded_document_clusters(model, sample: dict, singleton_threshold: Optional
     return clusters.result(), loss
 
 
-def _link(clusters: BoundedClusters, scores, antecedents, earlier: _Earlier, index, start_word, end_word,
+def _link(clusters: ClusterBuilder, scores, antecedents, earlier: _Earlier, index, start_word, end_word,
           mention_scores) -> None:
     """Each span of the block joins its best antecedent's cluster unless the dummy scores best."""
-    best = scores.argmax(dim=1).tolist()
     if earlier.empty:
         column_index, column_start, column_end = index, start_word, end_word
     else:
         column_index = torch.cat([earlier.columns["index"], index])
         column_start = torch.cat([earlier.columns["start_word"], start_word])
         column_end = torch.cat([earlier.columns["end_word"], end_word])
-    chosen = antecedents.gather(1, (scores.argmax(dim=1, keepdim=True) - 1).clamp(min=0)).squeeze(1)
-    antecedent = column_index[chosen].tolist()
-    antecedent_words = list(zip(column_start[chosen].tolist(), column_end[chosen].tolist()))
-    probabilities = torch.sigmoid(mention_scores.float()).tolist()
-    spans, words = index.tolist(), list(zip(start_word.tolist(), end_word.tolist()))
-    for i, choice in enumerate(best):
-        if choice > 0:
-            clusters.link(spans[i], words[i], antecedent[i], antecedent_words[i])
-        else:
-            clusters.maybe_singleton(spans[i], words[i], probabilities[i])
+    best, chosen = chosen_antecedents(scores, antecedents)
+    clusters.add(index.tolist(), list(zip(start_word.tolist(), end_word.tolist())), best,
+                 column_index[chosen].tolist(), list(zip(column_start[chosen].tolist(), column_end[chosen].tolist())),
+                 torch.sigmoid(mention_scores.float()).tolist())
 
 
-def _forget(earlier: _Earlier, clusters: BoundedClusters, next_word: int, max_distance: Optional[int],
+def _forget(earlier: _Earlier, clusters: ClusterBuilder, next_word: int, max_distance: Optional[int],
             cache_size: Optional[int]) -> None:
     """Keep the spans the next block may link to: those within ``max_distance`` words of it, and the latest mention of
     the ``cache_size`` most recently mentioned entities."""
