@@ -65,9 +65,8 @@ def test_bounded_equals_exact_where_a_document_fits_one_block(trained):
 
 
 def test_a_span_beyond_the_distance_links_only_to_an_entitys_latest_mention(trained):
-    """With a tiny window and cache, antecedents farther than the window are latest mentions of kept entities: every
-    predicted link (consecutive mentions of a cluster) spans at most the window, or joins the cluster's previous
-    mention, which is the latest one by construction; the cache never holds more than its size."""
+    """With a tiny window (10 words) and cache (2 entities): after every block, the spans kept from farther back than
+    the window are all entities' latest mentions, never more than the cache holds, and some are kept."""
     from spanbert_plugin.coref import long_document
 
     task, model, _ = trained

@@ -232,10 +232,11 @@ def words_sample(tokenizer, dictionary, meta: dict, words: List[str], sentence_i
 
 
 def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "space", notice=logger.info,
-                 progress=None) -> List[List[dict]]:
+                 progress=None, split=None) -> List[List[dict]]:
     """Clusters of raw text: each a list of {text, start, end} (character offsets, end exclusive); long texts
-    in bounded memory (``document_clusters``)."""
-    words, offsets, sentence_ids = split_words(text, line_breaks)
+    in bounded memory (``document_clusters``). ``split``: ``split_words(text, line_breaks)`` when the caller has
+    it already."""
+    words, offsets, sentence_ids = split if split is not None else split_words(text, line_breaks)
     if not words:
         return []
     sample = words_sample(tokenizer, task.dictionary, task.meta, words, sentence_ids)
@@ -267,11 +268,13 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     apply_prediction_options(task, **(options or {}))
     tokenizer = load_tokenizer(task.cfg.data)  # the one the checkpoint's data was prepared with, as hub.coref uses
     started = time.perf_counter()
-    words = len(_WORD.findall(text))
+    line_breaks = "paragraph" if join_wrapped_lines else "sentence"
+    split = split_words(text, line_breaks)
+    words = len(split[0])
     with tqdm(total=words, unit="word", unit_scale=True, desc=COMMAND, file=sys.stderr,
               disable=None) as bar, torch.no_grad():
-        clusters = resolve_text(model, task, tokenizer, text, "paragraph" if join_wrapped_lines else "sentence",
-                                lambda line: tqdm.write(f"{COMMAND}: {line}", file=sys.stderr), bar.update)
+        clusters = resolve_text(model, task, tokenizer, text, line_breaks,
+                                lambda line: tqdm.write(f"{COMMAND}: {line}", file=sys.stderr), bar.update, split)
     clusters.sort(key=lambda mentions: (mentions[0]["start"], mentions[0]["end"]))
     summary = {"text": text_path, "characters": len(text), "words": words, "clusters": len(clusters),
                "mentions": sum(len(c) for c in clusters),
