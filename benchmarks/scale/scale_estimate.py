@@ -1,13 +1,13 @@
 #!/usr/bin/env python
-"""What preparing and starting pre-training on SpanBERT's corpus would take, on paper from two measured sizes.
+"""What preparing SpanBERT's corpus would take, on paper from two measured sizes.
 
 Two corpora cut from LitBank's 100 novels (``--sizes`` in MB of text, whole novels in name order, a document each,
-as ``--join-wrapped-lines`` reads a file) are prepared by
-``spanbert-prepare`` (WordPiece, BERT uncased vocabulary, ``--workers``) and pre-training is started on each
-(``fairseq-train``, spanbert_tiny so that what grows with the corpus shows, 512-token blocks, one update). Each runs
-in a fresh process: wall seconds and peak resident memory (of the process and the workers it waited for). A line
-through the two points, time = a + b x tokens and memory = c + d x tokens, is read at Wikipedia + BookCorpus
-(3.3 billion words, SpanBERT's corpus, at this corpus's tokens per word) and at ten times that.
+as ``--join-wrapped-lines`` reads a file) are prepared by ``spanbert-prepare`` (WordPiece, BERT uncased vocabulary,
+``--workers``), each in a fresh process: wall seconds and peak resident memory (of the process and the workers it
+waited for). A line through the two points, time = a + b x tokens and memory = c + d x tokens, is read at
+Wikipedia + BookCorpus (3.3 billion words, SpanBERT's corpus, at this corpus's tokens per word) and at ten times
+that. What starting a training rank on such a corpus takes is ``startup_memory.py``'s (measured up to 1.6 billion
+tokens: it needs no text).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/scale/scale_estimate.py --workers 2 --out benchmarks/scale/scale_estimate
 
@@ -22,6 +22,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
+from command_output import write_atomic  # noqa: E402
 from results_file import check_results_file, claim_work_folder, write_results_file  # noqa: E402
 from timing import run_measured  # noqa: E402
 
@@ -30,10 +31,6 @@ NOVELS = os.path.join(ROOT, "..", "shared", "data", "litbank", "novels")
 VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab", "vocab.txt")
 SPANBERT_WORDS = 3.3e9  # Wikipedia (2.5 B) + BookCorpus (0.8 B) words, as BERT and SpanBERT report them
 WORK_MARK = "scale_estimate.work"
-TRAIN = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch",
-         "spanbert_tiny", "--tokens-per-sample", "512", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-4",
-         "--cpu", "--num-workers", "0", "--max-update", "1", "--disable-validation", "--no-save", "--log-format",
-         "json", "--log-interval", "1"]
 
 
 def measured(command: list) -> dict:
@@ -86,9 +83,7 @@ def main(argv=None) -> int:
                             "--lowercase", "--workers", str(args.workers), "--destdir", data, "--force"])
         with open(os.path.join(data, "prepare_stats.json"), encoding="utf-8") as f:
             tokens = json.load(f)["train"]["tokens"]
-        start = measured([os.path.join(BIN, "fairseq-train"), data, *TRAIN])
-        points.append({"megabytes": round(size / 1e6, 1), "words": words, "tokens": tokens, "prepare": prepare,
-                       "first_update": start})
+        points.append({"megabytes": round(size / 1e6, 1), "words": words, "tokens": tokens, "prepare": prepare})
         print(json.dumps(points[-1]), flush=True)
     (p, q) = points
     if q["tokens"] <= p["tokens"]:
@@ -99,7 +94,7 @@ def main(argv=None) -> int:
     for name, words in (("wikipedia_bookcorpus", SPANBERT_WORDS), ("ten_times", 10 * SPANBERT_WORDS)):
         tokens = words * tokens_per_word
         row = {"words": words, "tokens": round(tokens)}
-        for stage in ("prepare", "first_update"):
+        for stage in ("prepare",):
             for key in ("seconds", "peak_gb"):
                 slope = (q[stage][key] - p[stage][key]) / (q["tokens"] - p["tokens"])
                 row[f"{stage}_{key}"] = round(p[stage][key] + slope * (tokens - p["tokens"]), 1)
@@ -107,18 +102,15 @@ def main(argv=None) -> int:
         estimates[name] = row
     write_results_file(results_path, {"points": points, "estimates": estimates, "workers": args.workers,
                                       "tokens_per_word": round(tokens_per_word, 3)})
-    lines = ["| corpus | words | WordPiece tokens | prepare: seconds | prepare: peak GB | first update: seconds "
-             "| first update: peak GB |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| corpus | words | WordPiece tokens | prepare: seconds | prepare: peak GB |",
+             "| --- | --- | --- | --- | --- |"]
     for point in points:
         lines.append(f"| {point['megabytes']} MB of novels (measured) | {point['words']:,} | {point['tokens']:,} | "
-                     f"{point['prepare']['seconds']} | {point['prepare']['peak_gb']} | "
-                     f"{point['first_update']['seconds']} | {point['first_update']['peak_gb']} |")
+                     f"{point['prepare']['seconds']} | {point['prepare']['peak_gb']} |")
     for name, row in estimates.items():
         lines.append(f"| {name.replace('_', ' ')} (line through the two) | {row['words']:,.0f} | {row['tokens']:,} | "
-                     f"{row['prepare_seconds']:,.0f} | {row['prepare_peak_gb']} | {row['first_update_seconds']:,.0f} "
-                     f"| {row['first_update_peak_gb']} |")
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+                     f"{row['prepare_seconds']:,.0f} | {row['prepare_peak_gb']} |")
+    write_atomic(os.path.join(args.out, "table.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
