@@ -175,6 +175,21 @@ def test_the_vocabulary_cross_entropy_chunks_for_caches_only_on_a_cpu():
     assert len(starts) == 1  # elsewhere the whole batch of a 32 x 512 pre-training update in one chunk
 
 
+def test_without_the_cpu_paths_a_cpu_runs_what_a_gpu_runs(monkeypatch):
+    """update_cost.py --gpu-path counts a GPU's operators on a CPU: torch's dropout, one vocabulary chunk."""
+    from spanbert_plugin.core import cpu_paths
+    from spanbert_plugin.model.dropout import dropout
+
+    monkeypatch.setattr(cpu_paths, "CPU_PATHS", False)
+    starts, _ = vce._row_chunks(torch.empty(2450, 30522))
+    assert len(starts) == 1
+    x = torch.ones(64, 64)
+    torch.manual_seed(0)
+    ours = dropout(x, 0.1)
+    torch.manual_seed(0)
+    assert torch.equal(ours, torch.nn.functional.dropout(x, 0.1))
+
+
 def test_model_flops_of_an_update_against_a_hand_count(spm_data):
     """spanbert_tiny: 2 layers, hidden 128, FFN 512, 2 heads. Two blocks of 3 and 5 real tokens, padded to 6."""
     _, task, model, _ = build(spm_data)

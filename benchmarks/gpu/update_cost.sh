@@ -5,10 +5,11 @@
 # TFLOP/s and MFU (benchmarks/cpu_speed/update_cost/update_cost.py), random initialisation of each shape:
 #   * all-MiniLM-L6-v2's shape: SST-2 (batches of 32) and span + SBO pre-training (32 x 512), in fp16, bf16
 #     autocast, fp32 and fp32 with TF32; fairseq's adam beside torch_adamw in fp16;
+#     the half precision once more with --compile beside eager;
 #   * spanbert_base's shape: pre-training at 8 x 512 and 32 x 512 (the paper's per-GPU batch on 8 GPUs), fp16
 #     and bf16 autocast.
 # Each setting writes results.json, table.md (and ops.png where matplotlib is installed) under $OUT/NAME.
-#   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 6 minutes after set-up
+#   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 6 minutes after set-up, and the compiling
 #   bash benchmarks/gpu/update_cost.sh --dry-run    # here, on the CPU: each setting at 2 x 64 tokens, 1 update
 set -uo pipefail
 START=$SECONDS
@@ -41,6 +42,9 @@ for precision in $PRECISIONS; do
     setting minilm_$precision --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH --tokens $TOKENS \
         --optimizers "${optimizers[@]}" "${flags[@]}"
 done
+# --compile beside eager in the half precision (the compiled side compiles in its warm-up updates)
+LIMIT=$((LIMIT * 2)) setting minilm_${HALF}_compile --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH \
+    --tokens $TOKENS --optimizers torch_adamw --compile --precision $HALF
 for batch in $BASE_BATCHES; do
     for precision in $(printf "%s\n" $HALF bf16 | sort -u); do
         setting base_${batch}x${TOKENS}_$precision --encoder base-shape --workloads pretrain --batch-size $batch \

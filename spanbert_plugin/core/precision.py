@@ -38,6 +38,13 @@ class SharedTrainingConfig(FairseqDataclass):
     tf32: bool = field(
         default=False, metadata={"help": "fp32 matrix products and convolutions on TF32 tensor cores (NVIDIA Ampere or "
                                          "later; fairseq leaves them in full fp32); elsewhere a note and no effect"})
+    compile: bool = field(
+        default=False, metadata={"help": "torch.compile the encoder's transformer layers for training (their forward and "
+                                         "backward; checkpoints unchanged); pads sequences to a multiple of "
+                                         "--required-seq-len-multiple, e.g. 64, so that few shapes compile"})
+    compile_backend: str = field(
+        default="inductor", metadata={"help": "torch.compile's backend for --compile (inductor: generated kernels; "
+                                              "aot_eager: the same graphs run by PyTorch's own operators)"})
     peak_tflops: float = field(
         default=0.0, metadata={"help": "the device's dense peak TFLOP/s at the run's precision, for the logged mfu "
                                        "(default: a table of current NVIDIA GPUs; on CPUs mfu is logged only with it)"})

@@ -104,12 +104,28 @@ class OneDictionaryTask:
             if changes:
                 logging.getLogger(__name__).info(
                     f"model shape from {path}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
-        return super().build_model(cfg, from_checkpoint)
+        model = super().build_model(cfg, from_checkpoint)
+        if getattr(self.cfg, "compile", False) and not from_checkpoint:
+            compile_for_training(model, self.cfg, run)
+        return model
 
     def begin_epoch(self, epoch, model):
         """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings."""
         warn_if_validating_between_saves(self.cfg)
         super().begin_epoch(epoch, model)
+
+
+def compile_for_training(model, task_cfg, run) -> None:
+    """``--compile``: the model compiles its transformer layers (``SpanBertModel.compile_layers``), padding batches
+    to ``--required-seq-len-multiple``. Before fairseq wraps the model in DDP, so DDP wraps the compiled layers."""
+    if not hasattr(model, "compile_layers"):
+        raise UsageError(f"--compile: {type(model).__name__} has no compiled training path; use a spanbert architecture")
+    dataset = run.get("dataset") if OmegaConf.is_dict(run) else None
+    multiple = int(dataset.get("required_seq_len_multiple") or 1) if OmegaConf.is_dict(dataset) else 1
+    logging.getLogger(__name__).info(
+        f"--compile: the encoder's layers compile on their first batches; sequences padded to a multiple of {multiple} "
+        "(--required-seq-len-multiple)")
+    model.compile_layers(length_multiple=multiple, backend=getattr(task_cfg, "compile_backend", "inductor"))
 
 
 def _world_size(cfg) -> int:

@@ -8,12 +8,15 @@ by one draw from torch's generator, so runs stay reproducible from the seed and
 fairseq's per-update seeding keeps resumed runs exact. The drop probability is
 rounded to a multiple of 1/65,536 (0.1 becomes 0.1000061) and the kept values
 are scaled by 1 / (1 - that probability): the expectation is unchanged.
-Off the CPU, torch's own dropout runs.
+Off the CPU, and inside a ``torch.compile``d region (``--compile``: the compiler
+fuses torch's dropout into the kernels around it), torch's own dropout runs.
 """
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..core.cpu_paths import cpu_path
 
 _LEVELS = 1 << 16
 
@@ -23,8 +26,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if not training or p == 0.0:
         return x
     dropped_levels = round(p * _LEVELS)
-    # off the CPU, and where p does not round to a level strictly between 0 and 1, torch's dropout is exact
-    if x.device.type != "cpu" or not 0 < dropped_levels < _LEVELS:
+    # off the CPU, where p does not round to a level strictly between 0 and 1, and compiled: torch's dropout
+    if not cpu_path(x) or not 0 < dropped_levels < _LEVELS or torch.compiler.is_compiling():
         return F.dropout(x, p, training)
     return _MaskedScale.apply(x, _keep_mask(x.shape, dropped_levels), _LEVELS / (_LEVELS - dropped_levels))
 

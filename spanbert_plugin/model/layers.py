@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.cpu_paths import cpu_path
 from .dropout import Dropout, dropout
 
 
@@ -76,7 +77,8 @@ class BertLayer(nn.Module):
         self.attention_dropout = attention_dropout
 
     def forward(self, x, attn_mask=None, drop_mask=None, return_probs=False):
-        """``attn_mask``: B x 1 x 1 x T, True = may attend; ``drop_mask``: B x heads x T x T, True = drop (AD-DROP).
+        """``attn_mask``: B x 1 x 1 x T, True = may attend (or additive: 0 or -inf); ``drop_mask``: B x heads x T x T,
+        True = drop (AD-DROP).
 
         Returns the new hidden states, and with ``return_probs`` also the post-softmax
         attention probabilities (B x heads x T x T), computed explicitly so that
@@ -95,7 +97,7 @@ class BertLayer(nn.Module):
             attn_mask = additive_drop_mask(drop_mask, attn_mask, q.dtype)
         probs = None
         # on a CPU, attention dropout costs less as our dropout on explicit probabilities than inside the fused kernel
-        if return_probs or (dropout_p > 0 and q.device.type == "cpu"):
+        if return_probs or (dropout_p > 0 and cpu_path(q)):
             scores = torch.matmul(q * (q.size(-1) ** -0.5), k.transpose(-1, -2))
             if attn_mask is not None and attn_mask.dtype == torch.bool:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
@@ -128,6 +130,14 @@ def additive_drop_mask(drop_mask, attn_mask, dtype):
     return additive
 
 
+def additive_padding_mask(attn_mask, x):
+    """``attn_mask`` (True = may attend) as the additive mask attention would make of it: 0 where it may attend,
+    -inf elsewhere, in the dtype of the layers' queries (autocast's where it is on)."""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+    return torch.zeros(attn_mask.shape, dtype=dtype, device=x.device).masked_fill_(~attn_mask, float("-inf"))
+
+
 class BertStack(nn.Module):
     """``encoder.layer.N`` as in HuggingFace."""
 
@@ -141,9 +151,11 @@ class BertStack(nn.Module):
         attn_mask = None
         # Without padding the fused attention runs unmasked; asking a GPU whether there is any would make the
         # host wait for it, so off the CPU the mask is always applied (the same result).
-        if padding_mask is not None and (padding_mask.device.type != "cpu" or padding_mask.any()):
+        if padding_mask is not None and (not cpu_path(padding_mask) or padding_mask.any()):
             attn_mask = ~padding_mask[:, None, None, :]  # True = may attend
         if not attention_probs_out and not attention_drop_masks:  # the plain, fused path
+            if attn_mask is not None:  # additive once here, where attention would convert it in every layer
+                attn_mask = additive_padding_mask(attn_mask, x)
             for layer in self.layer:
                 x = layer(x, attn_mask)
             return x

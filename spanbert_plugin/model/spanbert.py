@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderModel, register_model, register_model_architecture
 from torch import nn
@@ -56,14 +57,31 @@ class SpanBertEncoder(FairseqEncoder):
             ffn=cfg.encoder_ffn_embed_dim, eps=cfg.layer_norm_eps, dropout=cfg.dropout,
             attention_dropout=cfg.attention_dropout,
         )
+        self.length_multiple = 1  # set by SpanBertModel.compile_layers
 
     def forward(self, src_tokens, segment_labels=None, attention_probs_out=None, attention_drop_masks=None, **unused):
         """Final hidden states; the two AD-DROP arguments are described in ``BertStack.forward``."""
-        if src_tokens.size(1) > self.max_positions_:
-            raise ValueError(f"input of {src_tokens.size(1)} tokens exceeds the model's {self.max_positions_} positions")
+        length = src_tokens.size(1)
+        if length > self.max_positions_:
+            raise ValueError(f"input of {length} tokens exceeds the model's {self.max_positions_} positions")
+        if self.length_multiple > 1 and not attention_probs_out and not attention_drop_masks:
+            src_tokens, segment_labels = self._pad_to_length_multiple(src_tokens, segment_labels)
         padding_mask = src_tokens.eq(self.padding_idx)
-        return self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask,
-                            attention_probs_out, attention_drop_masks)
+        x = self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask,
+                         attention_probs_out, attention_drop_masks)
+        return x[:, :length] if x.size(1) != length else x
+
+    def _pad_to_length_multiple(self, src_tokens, segment_labels):
+        """Padding (masked out of attention, cut off again after the stack) up to a multiple of ``length_multiple``
+        positions, at most the model's: a compiled stack then sees a handful of lengths."""
+        length = src_tokens.size(1)
+        padded = min(-(-length // self.length_multiple) * self.length_multiple, self.max_positions_)
+        if padded == length:
+            return src_tokens, segment_labels
+        src_tokens = F.pad(src_tokens, (0, padded - length), value=self.padding_idx)
+        if segment_labels is not None:
+            segment_labels = F.pad(segment_labels, (0, padded - length))
+        return src_tokens, segment_labels
 
     def max_positions(self):
         return self.max_positions_
@@ -121,6 +139,16 @@ class SpanBertModel(FairseqEncoderModel):
     @classmethod
     def build_model(cls, cfg, task):
         return cls(cfg, SpanBertEncoder(cfg, task.source_dictionary))
+
+    def compile_layers(self, length_multiple: int = 1, **compile_options):
+        """``torch.compile`` each transformer layer's forward (and with it its backward), in place: parameter
+        names, state dicts and checkpoints stay as they are, and DDP wraps the model as before. The heads, the
+        embeddings and the losses stay eager (their shapes change with every batch's masked tokens). The layers
+        share one compiled graph per input shape; sequences are padded to a multiple of ``length_multiple``
+        (``--required-seq-len-multiple``) so that few shapes occur. ``compile_options`` go to ``torch.compile``."""
+        for layer in self.encoder.encoder.layer:
+            layer.compile(**compile_options)
+        self.encoder.length_multiple = max(1, int(length_multiple))
 
     def forward(
         self,

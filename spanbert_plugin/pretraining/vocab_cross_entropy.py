@@ -15,6 +15,8 @@ to ``GPU_CHUNK_ELEMENTS`` takes the whole batch of a pre-training update (2,450 
 """
 import torch
 
+from ..core.cpu_paths import cpu_path
+
 # about 2 MiB of fp32 per chunk: in L2/L3 on current CPUs
 CHUNK_ELEMENTS = 1 << 19
 # elsewhere (GPUs) 1 GiB of fp32 per chunk, a bound on the extra memory rather than a cache size
@@ -35,7 +37,7 @@ def _reduction_dtype(logits):
 
 
 def _row_chunks(logits):
-    elements = CHUNK_ELEMENTS if logits.device.type == "cpu" else GPU_CHUNK_ELEMENTS
+    elements = CHUNK_ELEMENTS if cpu_path(logits) else GPU_CHUNK_ELEMENTS
     rows = max(1, elements // max(1, logits.shape[-1]))
     return range(0, logits.shape[0], rows), rows
 

@@ -176,7 +176,7 @@ def count_profile(events, updates):
         "profiled_ms_by_phase": {k: v / updates / 1e3 for k, v in phase_us.items()},
         "profiled_update_ms": update_us / updates / 1e3,
         "outside_ops_ms": (update_us - top_level_us) / updates / 1e3,
-        "top_ops_by_phase": {phase: {k: v / updates for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:12]}
+        "top_ops_by_phase": {phase: {k: v / updates for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:40]}
                              for phase, ops in names.items()},
     }
 
@@ -270,6 +270,7 @@ class UpdateRecorder:
         self.count, self.wall, self.gaps, self.last_end, self.profiler = 0, [], [], None, None
         self.counts, self.flops = None, []  # model FLOPs of every update, appended before it runs
         self.timed_flops, self.shapes = [], []  # and the shape of every update's batch
+        self.warmup_seconds = 0.0  # the warm-up updates together (with --compile, compiling is in them)
 
     def _sync(self):
         if self.device == "cuda":
@@ -299,6 +300,8 @@ class UpdateRecorder:
         if self.warmup <= self.count < first_profiled:
             self.wall.append(self.last_end - start)
             self.timed_flops.append(self.flops[-1])
+        elif self.count < self.warmup:
+            self.warmup_seconds += self.last_end - start
         self.count += 1
         if self.count == first_profiled + self.profiled:
             self.profiler.__exit__(None, None, None)
@@ -311,6 +314,7 @@ class UpdateRecorder:
         """Median wall ms; model TFLOP/s over the timed updates (their FLOPs over their wall time)."""
         return {"wall_ms": statistics.median(self.wall) * 1e3, "data_ms": statistics.median(self.gaps) * 1e3
                 if self.gaps else 0.0, "tflops": sum(self.timed_flops) / sum(self.wall) / 1e12, "shapes": self.shapes,
+                "warmup_s": self.warmup_seconds,
                 **(self.counts or {})}
 
 
@@ -352,9 +356,11 @@ def inputs(args):
 
 
 def fairseq_argv(workload, data, imported, args, variant):
-    """fairseq-train's options for one workload (the recipes' settings; ``variant`` names the optimizer)."""
+    """fairseq-train's options for one workload (the recipes' settings; ``variant`` names the optimizer, or is
+    ``COMPILED``: torch_adamw with ``--compile``)."""
+    optimizer = "torch_adamw" if variant == COMPILED else variant
     common = ["--user-dir", os.path.join(ROOT, "user_dir"), "--arch", "spanbert_base", "--dropout", "0.1",
-              "--attention-dropout", "0.1", "--optimizer", variant, "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6",
+              "--attention-dropout", "0.1", "--optimizer", optimizer, "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6",
               "--weight-decay", "0.01", "--clip-norm", "1.0", "--lr-scheduler", "polynomial_decay",
               "--warmup-updates", "10", "--total-num-update", "1000", "--batch-size", str(args.batch_size),
               "--seed", "1", "--num-workers", "0", "--log-format", "json", "--log-interval", "1000",
@@ -373,6 +379,8 @@ def fairseq_argv(workload, data, imported, args, variant):
         common += ["--fp16"]
     if args.tf32:
         common.append("--tf32")
+    if variant == COMPILED:  # lengths padded to multiples of 8: few shapes, little padding on short sentences
+        common += ["--compile", "--required-seq-len-multiple", "8"]
     if workload == "sst2":
         return [data, *common, "--task", "sentence_classification", "--criterion", "sentence_classification",
                 "--lr", "2e-5"]
@@ -389,6 +397,10 @@ def fairseq_child(spec):
 
     recorder = UpdateRecorder(spec["warmup"], spec["timed"], spec["profiled"], spec["device"])
     original = Trainer.train_step
+    if spec.get("gpu_path"):
+        from spanbert_plugin.core import cpu_paths
+
+        cpu_paths.CPU_PATHS = False
 
     def train_step(self, samples, raise_oom=False):
         recorder.flops.append(sum(batch_flops(spec["shape"], s, self.task.source_dictionary.pad(), sbo=True)
@@ -492,9 +504,14 @@ def transformers_child(spec):
 
 
 # ----------------------------------------------------------------------------- parent
+COMPILED = "torch_adamw+compile"
+
+
 def variants(args):
     """(label, side, optimizer) in the order they alternate."""
     out = [(f"fairseq-train --optimizer {opt}", "fairseq", opt) for opt in args.optimizers]
+    if args.compile:
+        out.append(("fairseq-train --optimizer torch_adamw --compile", "fairseq", COMPILED))
     return out + [("transformers loop", "transformers", "torch_adamw")]
 
 
@@ -536,6 +553,7 @@ def summarise(records, peak_tflops=None):
                 sources.setdefault(k, []).append(v)
         summary.append({
             "workload": workload, "label": label, "runs": len(runs), "wall_ms": med("wall_ms"), "data_ms": med("data_ms"),
+            "warmup_s": statistics.median(r.get("warmup_s", 0.0) for r in runs),
             "ratio_to_transformers": statistics.median(ratios) if ratios else None,
             "ratio_range": [min(ratios), max(ratios)] if ratios else None,
             "leaf_ops": med("leaf_ops"), "host_syncs": med("host_syncs"), "outside_ops_ms": med("outside_ops_ms"),
@@ -555,8 +573,8 @@ def write_table(summary, meta, path):
              f"{meta['threads']} thread(s), precision {meta['precision']}, batch {meta['batch_size']}"
              f" (pre-training blocks of {meta['tokens']} tokens).", "",
              "| workload | loop | wall ms | / transformers (range) | leaf operators | host syncs | outside operators ms "
-             "| model TFLOP/s | MFU | GPU busy | kernels |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| model TFLOP/s | MFU | GPU busy | kernels | warm-up s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
         ratio = (f"{s['ratio_to_transformers']:.2f}x ({s['ratio_range'][0]:.2f}-{s['ratio_range'][1]:.2f})"
                  if s["ratio_to_transformers"] else "–")
@@ -564,7 +582,7 @@ def write_table(summary, meta, path):
         lines.append(f"| {s['workload']} | {s['label']} | {s['wall_ms']:.1f} | {ratio} | {s['leaf_ops']:.0f} | "
                      f"{s['host_syncs']:.0f} | {s['outside_ops_ms']:.1f} | {s['tflops']:.3g} | "
                      f"{optional(s['mfu'], '{:.1f}%')} | {optional(s['gpu_busy'], '{:.0%}')} | "
-                     f"{optional(s['kernels'], '{:.0f}')} |")
+                     f"{optional(s['kernels'], '{:.0f}')} | {s['warmup_s']:.1f} |")
     lines += ["", "Host syncs per update by source (operator, whose code, innermost frame outside torch):", ""]
     for s in summary:
         lines.append(f"- {s['workload']}, {s['label']}: " + ("; ".join(
@@ -626,6 +644,11 @@ def main():
                              "initialisation of it on both sides, the data tokenized with --vocab-from")
     parser.add_argument("--vocab-from", help="with a shape: a spanbert-prepare folder (WordPiece), also the pre-training data")
     parser.add_argument("--tf32", action="store_true", help="--tf32 on the fairseq side, TF32 matmuls on the other")
+    parser.add_argument("--gpu-path", action="store_true",
+                        help="on a CPU, the plugin runs what it runs on a GPU (torch's dropout, the fused attention, "
+                             "one vocabulary chunk: spanbert_plugin/core/cpu_paths.py), to count a GPU's operators")
+    parser.add_argument("--compile", action="store_true",
+                        help="one more fairseq side: torch_adamw with --compile (compiled in the warm-up updates)")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
     parser.add_argument("--out", help="results folder (new, or one this script wrote)")
     parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
@@ -668,6 +691,7 @@ def main():
                         "precision": args.precision, "batch_size": args.batch_size, "threads": args.threads,
                         "warmup": args.warmup, "timed": args.timed, "profiled": args.profiled, "hf_dir": hf_dir,
                         "shape": SHAPES.get(args.encoder, SHAPES["minilm-shape"]), "tf32": args.tf32,
+                        "gpu_path": args.gpu_path,
                         "argv": fairseq_argv(workload, data[workload], imported, args, optimizer)}
                 record = run_child(spec, args.threads)
                 record.update({k: spec[k] for k in ("label", "side", "workload", "repeat")})
@@ -675,7 +699,7 @@ def main():
                 print(f"[{repeat + 1}/{args.repeats}] {workload}, {label}: {record['wall_ms']:.1f} ms, "
                       f"{record['leaf_ops']:.0f} leaf operators, {record['host_syncs']:.0f} host syncs", flush=True)
     meta = {k: getattr(args, k) for k in ("device", "threads", "precision", "batch_size", "tokens", "warmup", "timed",
-                                          "profiled", "repeats", "encoder", "tf32")}
+                                          "profiled", "repeats", "encoder", "tf32", "compile", "gpu_path")}
     meta["peak_tflops"] = device_peak(args)
     meta["command"] = " ".join(["benchmarks/cpu_speed/update_cost/update_cost.py", *sys.argv[1:]])
     for r in records:  # every loop trained on the same batches
