@@ -12,7 +12,6 @@ and workers is exact and the logging outputs stay summable: fairseq's
 gather of non-summable outputs (``all_gather_list``) needs CUDA, and its
 ``sentence_prediction`` criterion sums lists of predictions across workers.
 """
-import math
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +20,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..core.metrics import log_sum_to_this_validation
+from ..core.metrics import log_sum_to_this_validation, per_unit, total
 from .metrics import classification_metrics, regression_metrics
 from ..addrop.attribution import pseudo_label_logit_sum
 
@@ -78,18 +77,16 @@ class SentenceClassificationCriterion(FairseqCriterion):
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
         """Loss per example; confusion counts and regression pairs accumulated for exact split metrics."""
-        loss_sum = sum(log.get("loss", 0) for log in logging_outputs)
-        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
-        confusions = [log["confusion"] for log in logging_outputs if "confusion" in log]
-        if confusions:
-            metrics.log_scalar("loss", loss_sum / max(sample_size, 1) / math.log(2), sample_size, round=3)
-            confusion = sum(c.double() for c in confusions)  # on the device: read only when metrics are derived
+        loss_sum, sample_size = total(logging_outputs, "loss"), total(logging_outputs, "sample_size")
+        if any("confusion" in log for log in logging_outputs):
+            metrics.log_scalar("loss", per_unit(loss_sum, max(sample_size, 1), bits=True), sample_size, round=3)
+            confusion = total(logging_outputs, "confusion")  # counts on the device: read only when metrics are derived
             metrics.log_scalar_sum("_confusion", confusion)
             f1 = "f1" if len(confusion) == 2 else "macro_f1"
             for name in ("accuracy", f1, "mcc"):
                 metrics.log_derived(name, _classification_metric(name))
             return
-        metrics.log_scalar("loss", loss_sum / max(sample_size, 1), sample_size, round=4)  # mean squared error
+        metrics.log_scalar("loss", per_unit(loss_sum, max(sample_size, 1)), sample_size, round=4)  # mean squared error
         pairs = [log["regression_pairs"] for log in logging_outputs if "regression_pairs" in log]
         if pairs:
             log_sum_to_this_validation("_regression_pairs", sum(p.double().cpu() for p in pairs))

@@ -72,8 +72,9 @@ def _log_grad_norm(trainer, grad_norm):
     metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
     clip_norm = trainer.cfg.optimization.clip_norm
     if clip_norm > 0:
-        clipped = (torch.where(grad_norm > clip_norm, grad_norm.new_tensor(100), grad_norm.new_tensor(0))
-                   if torch.is_tensor(grad_norm) else (100 if grad_norm > clip_norm else 0))
+        # scalars, not new tensors: on a GPU each new tensor would be a copy from the host
+        clipped = (torch.where(grad_norm > clip_norm, 100.0, 0.0) if torch.is_tensor(grad_norm)
+                   else (100 if grad_norm > clip_norm else 0))
         metrics.log_scalar("clip", clipped, priority=500, round=1)
 
 

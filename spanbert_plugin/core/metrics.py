@@ -1,6 +1,22 @@
-"""Criteria of the plugin, and one logging helper they share."""
+"""Criteria of the plugin, and the logging helpers they share."""
+import functools
+import math
+import operator
+
 from fairseq import metrics
 from fairseq.logging.meters import SumMeter
+
+
+def total(logging_outputs, key):
+    """The sum of ``key`` over the logging outputs (0 where none has it), without ``sum()``'s leading ``0 +``:
+    on a device tensor that is an operator, a kernel launch on a GPU, per update and key."""
+    values = [log[key] for log in logging_outputs if key in log]
+    return functools.reduce(operator.add, values) if values else 0
+
+
+def per_unit(value, count, bits: bool = False):
+    """``value / count`` (in bits with ``bits``: divided by ln 2 as well), one operator on a tensor."""
+    return value * (1.0 / (count * (math.log(2) if bits else 1.0)))
 
 
 def log_sum_to_this_validation(key: str, value) -> None:
