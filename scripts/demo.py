@@ -35,7 +35,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)  # fetch_minilm beside this script
-BIN = os.path.dirname(sys.executable)
+# the console commands; the tests point SPANBERT_COMMANDS_DIR at shims that run them in forks of a preloaded process
+# (tests/cli_forkserver.py), as the benchmark drivers do
+BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)
 COMMAND = "demo"
 # what the demo writes inside --out: everything under these belongs to it
 OWN_ENTRIES = ("corpus.train.txt", "corpus.valid.txt", "imported", "data", "checkpoints", "hf", "summary.json")

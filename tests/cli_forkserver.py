@@ -25,11 +25,31 @@ import sys
 from importlib.metadata import entry_points
 
 SERVED_MODULES = ("fairseq_cli.", "spanbert_plugin.")
+HERE = os.path.dirname(os.path.abspath(__file__))
+# the tests' own scripts that run fairseq-train in their process (``python tests/NAME ARGS``), served as commands too
+HELPER_SCRIPTS = ("_train_and_dump.py", "fairseq_train_killed_once.py")
+
+
+class HelperScript:
+    """A helper script under tests/ as a command: ``load()`` gives what runs it as ``python tests/NAME`` would."""
+
+    def __init__(self, name):
+        self.path = os.path.join(HERE, name)
+
+    def load(self):
+        def main():
+            import runpy
+
+            runpy.run_path(self.path, run_name="__main__")
+
+        return main
 
 
 def console_scripts():
-    """{command name: entry point} for the commands this server runs (it writes a shim for each)."""
-    return {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith(SERVED_MODULES)}
+    """{command name: entry point} for the commands this server runs (it writes a shim for each): the venv's
+    fairseq and plugin commands, and the helper scripts by their file names."""
+    commands = {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith(SERVED_MODULES)}
+    return {**commands, **{name: HelperScript(name) for name in HELPER_SCRIPTS}}
 
 
 def preload():
@@ -81,12 +101,13 @@ sys.exit(returncode)
 
 
 def write_shims(folder, socket_path, commands_dir):
-    """One script per served command in ``folder``, named as the command in ``commands_dir`` (the venv's bin)."""
+    """One script per served command in ``folder``, named as the command in ``commands_dir`` (the venv's bin), or
+    as the helper script in tests/."""
     for name in console_scripts():
         path = os.path.join(folder, name)
         with open(path, "w") as f:
             f.write(SHIM.format(python=sys.executable, name=name, socket_path=socket_path,
-                                command=os.path.join(commands_dir, name)))
+                                command=os.path.join(HERE if name in HELPER_SCRIPTS else commands_dir, name)))
         os.chmod(path, 0o755)
 
 

@@ -158,6 +158,20 @@ class _CommandServer:
         path = os.path.join(folder, os.path.basename(command))
         return path if os.path.exists(path) else None
 
+    def served(self, args):
+        """``args`` (strings) with a served command replaced by its shim: a console command of the venv, or
+        ``python tests/HELPER.py`` for a helper script the server runs (cli_forkserver.HELPER_SCRIPTS)."""
+        if len(args) > 1 and args[0] == sys.executable and not args[1].startswith("-"):
+            from cli_forkserver import HELPER_SCRIPTS
+
+            script = os.path.join(ROOT, args[1])  # relative to ROOT, the commands' working directory
+            if os.path.dirname(os.path.abspath(script)) == os.path.join(ROOT, "tests") and \
+                    os.path.basename(script) in HELPER_SCRIPTS and (folder := self.shims()) is not None:
+                return [os.path.join(folder, os.path.basename(script)), *args[2:]]
+            return args
+        shim = self.shim(args[0])
+        return [shim, *args[1:]] if shim else args
+
     def close(self):
         import shutil
 
@@ -176,15 +190,24 @@ def driver_env(**extra):
     return dict(os.environ, **CHILD_ENV, **({"SPANBERT_COMMANDS_DIR": shims} if shims else {}), **extra)
 
 
+def served_script(command):
+    """What a launcher (torchrun) runs as its training script for ``command``, a console command of the venv or a
+    helper script under tests/: its shim, which runs it in a fork of the preloaded server as run_cli's commands run
+    (torchrun starts the script with its Python: the shim is a Python script), or ``command`` itself when the server
+    is off or does not run it."""
+    command = str(command)
+    served = _COMMANDS.served([sys.executable, command] if command.endswith(".py") else [command])
+    return served[0] if served[0] != sys.executable else command
+
+
 def run_cli(args, timeout=600, check=True, env=None):
-    """Run a console command of the venv; return the CompletedProcess. fairseq's and the plugin's commands run in a
-    fork of a process that has imported them already, through its shim (tests/cli_forkserver.py;
-    SPANBERT_TESTS_NO_FORKSERVER=1 starts each as a new process instead). At the timeout the shim is killed, and the
-    server kills the command with it."""
+    """Run a console command of the venv; return the CompletedProcess. fairseq's and the plugin's commands (and the
+    helper scripts of cli_forkserver.HELPER_SCRIPTS) run in a fork of a process that has imported them already,
+    through its shim (tests/cli_forkserver.py; SPANBERT_TESTS_NO_FORKSERVER=1 starts each as a new process instead).
+    At the timeout the shim is killed, and the server kills the command with it."""
     args = [str(a) for a in args]
-    shim = _COMMANDS.shim(args[0])
-    proc = subprocess.run([shim, *args[1:]] if shim else args, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **CHILD_ENV, **(env or {})))
+    proc = subprocess.run(_COMMANDS.served(args), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **CHILD_ENV, **(env or {})})
     proc.args = args
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
@@ -192,7 +215,8 @@ def run_cli(args, timeout=600, check=True, env=None):
 
 
 def run_gloo_ranks(command, world_size=2, timeout=600):
-    """Run ``command(rank)`` once per rank as CPU gloo workers (one process each); return their outputs.
+    """Run ``command(rank)`` once per rank as CPU gloo workers (one process each); return their outputs. A console
+    command of the venv (or a served helper script) runs through the fork server's shim, as with run_cli.
 
     The workers meet through a file in a fresh temporary folder (``file://`` init method), so there is no
     port to race for. When a worker exits with an error the others are killed at once (they would wait for
@@ -208,6 +232,9 @@ def run_gloo_ranks(command, world_size=2, timeout=600):
                 args = [*command(rank), "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
                         "--distributed-world-size", str(world_size), "--distributed-rank", str(rank),
                         "--distributed-init-method", init_method, "--distributed-no-spawn"]
+                # a served command runs in a fork of the preloaded server, as run_cli's do (no 4 s of imports per
+                # worker); killing its shim kills it
+                args = _COMMANDS.served([str(a) for a in args])
                 # output to files, not pipes: an unread pipe that fills up would block a worker
                 logs.append(tempfile.TemporaryFile("w+", encoding="utf-8"))
                 procs.append(subprocess.Popen(args, cwd=ROOT, stdout=logs[-1], stderr=subprocess.STDOUT,

@@ -75,19 +75,20 @@ def _tiny_training_accuracy(*extra):
                     "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
                     "--attention-dropout", "0", "--seq-len", "8", "--animals", "cat", "--train-size", "3000",
                     "--test-size", "2000", "--batch-size", "64", "--optimizer", "adam", "--lr", "2e-3",
-                    "--max-update", "400", "--validate-interval", "100", "--cpu", "--num-workers", "0",
+                    "--max-update", "150", "--validate-interval", "100", "--cpu", "--num-workers", "0",
                     "--log-format", "json", "--no-save", "--seed", "1", *extra], timeout=600)
     valid = [json.loads(m.group(1)) for m in re.finditer(r"valid \| (\{.*\})", proc.stdout + proc.stderr)]
     return float(valid[-1]["valid_accuracy"])
 
 
 def test_tiny_training_learns_in_fp32_and_under_bf16_autocast():
-    """Chance is 50%. Measured once over seeds 1-10 (this setting, 400 updates, 2,000 held-out examples): fp32
-    98.87 ± 0.65%, bf16 autocast 98.92 ± 0.64%, bf16 - fp32 paired by seed +0.05 ± 0.86 points. The bounds are
-    4 sd from those: both precisions learn the task, and to the same accuracy."""
+    """Chance is 50%. Measured once over seeds 1-10 (this setting, 150 updates, 2,000 held-out examples): fp32
+    98.18 ± 0.73% (96.4-99.0), bf16 autocast 98.52 ± 0.51% (97.8-99.3), bf16 - fp32 paired by seed +0.34 ± 1.03
+    points. The bounds are 4 sd from those: both precisions learn the task, and to the same accuracy. (The task is
+    mostly learnt in the first epoch, 47 updates; 400 updates gave 98.87 ± 0.65, 98.92 ± 0.64 and +0.05 ± 0.86.)"""
     fp32, bf16 = _tiny_training_accuracy(), _tiny_training_accuracy("--bf16-autocast")
-    assert fp32 > 98.87 - 4 * 0.65 and bf16 > 98.92 - 4 * 0.64, (fp32, bf16)
-    assert abs(bf16 - fp32) < 4 * 0.86, (fp32, bf16)
+    assert fp32 > 98.18 - 4 * 0.73 and bf16 > 98.52 - 4 * 0.51, (fp32, bf16)
+    assert abs(bf16 - fp32) < 4 * 1.03, (fp32, bf16)
 
 
 @pytest.mark.parametrize("test_size", [50, 1, 8])

@@ -9,7 +9,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.distributed import utils as distributed_utils
 
 import spanbert_plugin.registry  # noqa: F401  (installs the launcher wrappers)
-from conftest import ROOT, bin_path, run_cli
+from conftest import ROOT, bin_path, run_cli, served_script
 from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.core.launchers import launcher_world
 
@@ -20,8 +20,9 @@ TINY = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion
 
 
 def torchrun(data, save_dir, *extra, processes=2):
-    command = [bin_path("torchrun"), "--standalone", "--nproc-per-node", str(processes), bin_path("fairseq-train"),
-               data, *TINY, "--save-dir", str(save_dir), *extra]
+    # each worker is fairseq-train in a fork of the tests' preloaded command server (conftest.served_script)
+    command = [bin_path("torchrun"), "--standalone", "--nproc-per-node", str(processes),
+               served_script(bin_path("fairseq-train")), data, *TINY, "--save-dir", str(save_dir), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
@@ -162,7 +163,7 @@ def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, on
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     agents = [subprocess.Popen(
         [bin_path("torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--rdzv-backend",
-         "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-machines", bin_path("fairseq-train"),
+         "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-machines", served_script(bin_path("fairseq-train")),
          spm_data, *TINY, "--save-dir", str(tmp_path / "two"), "--distributed-world-size", "2", "--ddp-backend",
          "legacy_ddp", *SAME], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rank in (0, 1)]
@@ -180,7 +181,7 @@ def test_an_elastic_restart_resumes_to_the_model_of_an_uninterrupted_run(spm_dat
     checkpoint_last.pt (saved every update): the losses and final weights of the run that was never stopped."""
     marker = tmp_path / "killed.txt"
     command = [bin_path("torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
-               os.path.join(ROOT, "tests", "fairseq_train_killed_once.py"), str(marker), "2", spm_data, *TINY,
+               served_script(os.path.join(ROOT, "tests", "fairseq_train_killed_once.py")), str(marker), "2", spm_data, *TINY,
                "--save-dir", str(tmp_path / "two"), "--distributed-world-size", "2", "--save-interval-updates", "1",
                *SAME]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")

@@ -68,11 +68,17 @@ def _valid_logs(stdout_and_err):
     return logs
 
 
+# The shared run's length. Validation F1 after 300 updates, measured at seeds 1-5 (this data, --seed N): 81.1, 100,
+# 100, 100, 99.2 (the test's seed 3: 100; at 200 updates 62-80, where 400 updates gave 91-100). The learning test's
+# bound, 70, is 11 points below the lowest; guessing one of the passage's three cities scores about 33.
+QA_UPDATES = 300
+
+
 @pytest.fixture(scope="module")
 def qa_run(qa_data, tmp_path_factory):
     save = str(tmp_path_factory.mktemp("qa_ck"))
-    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", "400", "--save-dir", save,
-                    "--validate-interval-updates", "200"])
+    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", str(QA_UPDATES), "--save-dir", save,
+                    "--validate-interval-updates", "150"])
     return save, proc.stdout + proc.stderr
 
 
@@ -170,10 +176,11 @@ def test_resume_continues(qa_run, qa_data):
     import torch
 
     save, _ = qa_run
-    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", "420", "--save-dir", save])
-    assert "@ 400 updates" in proc.stdout + proc.stderr  # resumed from checkpoint_last.pt, not from scratch
+    proc = run_cli([bin_path("fairseq-train"), qa_data, *QA_TRAIN, "--max-update", str(QA_UPDATES + 20),
+                    "--save-dir", save])
+    assert f"@ {QA_UPDATES} updates" in proc.stdout + proc.stderr  # resumed from checkpoint_last.pt, not from scratch
     state = torch.load(os.path.join(save, "checkpoint_last.pt"), map_location="cpu", weights_only=True)
-    assert state["optimizer_history"][-1]["num_updates"] == 420
+    assert state["optimizer_history"][-1]["num_updates"] == QA_UPDATES + 20
     assert "qa_outputs.weight" in state["model"]
 
 
