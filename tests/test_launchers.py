@@ -19,10 +19,10 @@ TINY = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion
         "--seed", "3", "--distributed-backend", "gloo"]
 
 
-def torchrun(data, save_dir, *extra, processes=2):
+def torchrun(data, save_dir, *extra, processes=2, options=TINY):
     # each worker is fairseq-train in a fork of the tests' preloaded command server (conftest.served_script)
     command = [bin_path("torchrun"), "--standalone", "--nproc-per-node", str(processes),
-               served_script(bin_path("fairseq-train")), data, *TINY, "--save-dir", str(save_dir), *extra]
+               served_script(bin_path("fairseq-train")), data, *options, "--save-dir", str(save_dir), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
@@ -150,6 +150,30 @@ def test_two_processes_train_the_model_one_process_trains_with_update_freq_two(s
     difference = max(float((one[k].float() - both[k].float()).abs().max()) for k in one)
     assert difference < WEIGHT_TOLERANCE, difference
 
+
+
+def test_fine_tuning_under_torchrun_trains_the_model_of_one_process(spm_data, corpus_files, tmp_path):
+    """A fine-tuning task (sentence classification) under torchrun with fairseq's default DDP backend: two
+    processes train the losses and weights of one process with --update-freq 2, as pre-training does above."""
+    from test_classification import TINY_CLS, _corpus_examples, _write_jsonl
+
+    from spanbert_plugin.cli.prepare_classification import main as prepare_main
+
+    _write_jsonl(tmp_path / "train.jsonl", _corpus_examples(corpus_files[0], 64))
+    cls = str(tmp_path / "cls")
+    assert prepare_main(["--train", str(tmp_path / "train.jsonl"), "--valid", str(tmp_path / "train.jsonl"),
+                         "--tokenizer-from", spm_data, "--destdir", cls, "--text-columns", "text", "--label-column",
+                         "label", "--max-seq-length", "48"]) == 0
+    options = [*TINY_CLS, "--batch-size", "4", "--lr", "1e-3", "--log-interval", "1", "--disable-validation",
+               "--pooler-dropout", "0", "--distributed-backend", "gloo", *SAME]
+    alone = run_cli([bin_path("fairseq-train"), cls, *options, "--save-dir", str(tmp_path / "one"), "--update-freq", "2"])
+    two = torchrun(cls, tmp_path / "two", "--distributed-world-size", "2", options=options)
+    output = two.stdout + two.stderr
+    assert two.returncode == 0, output[-3000:]
+    assert len(_losses(output)) == 3 and _losses(output) == _losses(alone.stdout + alone.stderr)
+    one, both = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    assert one.keys() == both.keys()
+    assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
 
 
 def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, one_process, tmp_path):

@@ -21,6 +21,9 @@ class OneDictionaryTask:
     device's peak is known: ``core.model_flops``).
     """
 
+    # Fine-tuning tasks never run the model's MLM and SBO heads; the pre-training task trains them.
+    trains_pretraining_heads = False
+
     def __init__(self, cfg, **kwargs):
         check_bf16_autocast(cfg)
         refuse_half_precision_a_cpu_cannot_run(cfg)
@@ -105,6 +108,8 @@ class OneDictionaryTask:
                 logging.getLogger(__name__).info(
                     f"model shape from {path}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
         model = super().build_model(cfg, from_checkpoint)
+        if not self.trains_pretraining_heads and hasattr(model, "leave_pretraining_heads_out_of_training"):
+            model.leave_pretraining_heads_out_of_training()
         if getattr(self.cfg, "compile", False) and not from_checkpoint:
             compile_for_training(model, self.cfg, run)
         return model

@@ -140,6 +140,18 @@ class SpanBertModel(FairseqEncoderModel):
     def build_model(cls, cfg, task):
         return cls(cfg, SpanBertEncoder(cfg, task.source_dictionary))
 
+    def leave_pretraining_heads_out_of_training(self):
+        """For fine-tuning, which never runs the MLM and SBO heads: their own parameters (not the decoder weight
+        they share with the word embeddings) stop requiring gradients. PyTorch's DDP then does not wait for
+        gradients that never come (without this, every multi-process fine-tuning run with fairseq's default
+        ``--ddp-backend pytorch_ddp`` stopped at its first update), and fairseq's optimizer leaves them out: they
+        received no gradient and so no update before either. Checkpoints keep them."""
+        encoder = {id(p) for p in self.encoder.parameters()}
+        for head in (self.lm_head, self.sbo_head):
+            for parameter in head.parameters():
+                if id(parameter) not in encoder:
+                    parameter.requires_grad_(False)
+
     def compile_layers(self, length_multiple: int = 1, **compile_options):
         """``torch.compile`` each transformer layer's forward (and with it its backward), in place: parameter
         names, state dicts and checkpoints stay as they are, and DDP wraps the model as before. The heads, the

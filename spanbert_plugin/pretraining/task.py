@@ -157,6 +157,8 @@ def refuse_flat_fp16_master_weights(optimizer):
 class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
     """SpanBERT pre-training: span-masked single segments for MLM + SBO."""
 
+    trains_pretraining_heads = True
+
     cfg: SpanBertPretrainingConfig
 
     def __init__(self, cfg: SpanBertPretrainingConfig, dictionary: SpanBertDictionary, word_starts: np.ndarray):
