@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, bin_path, run_cli
+import spanbert_plugin.registry  # noqa: F401  (the plugin's optimizer: recipes name torch_adamw)
 from spanbert_plugin.pretraining.criterion import SpanBertCriterionConfig
 from spanbert_plugin.model.spanbert import SpanBertConfig
 from spanbert_plugin.pretraining.task import SpanBertPretrainingConfig
