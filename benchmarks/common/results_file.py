@@ -67,3 +67,19 @@ def claim_work_folder(folder, flag, mark, script):
         sys.exit(f"{script}: {refused}")
     os.makedirs(folder, exist_ok=True)
     open(os.path.join(folder, mark), "a").close()
+
+
+def add_results_options(parser, work):
+    """A driver's --work (its scratch folder, default ``work``), --out (its results folder) and --force."""
+    parser.add_argument("--work", default=work)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--force", action="store_true")
+
+
+def claim_outputs(args, script, keys, work_mark):
+    """Exit with one line unless ``script`` may write ``--out``/results.json (``keys``: those its results hold) and
+    have ``--work``; claim ``--work``. Returns the results file's path."""
+    results_path = os.path.join(args.out, "results.json")
+    check_results_file(results_path, script, args.force, keys)
+    claim_work_folder(args.work, "--work", work_mark, script)
+    return results_path

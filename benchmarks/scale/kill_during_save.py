@@ -27,7 +27,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
-from results_file import check_results_file, claim_work_folder, write_results_file  # noqa: E402
+from results_file import add_results_options, claim_outputs, write_results_file  # noqa: E402
 
 BIN = os.path.join(ROOT, ".venv", "bin")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -92,13 +92,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tries", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", default="/tmp/kill_during_save")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--force", action="store_true")
+    add_results_options(parser, "/tmp/kill_during_save")
     args = parser.parse_args(argv)
-    results_path = os.path.join(args.out, "results.json")
-    check_results_file(results_path, "kill_during_save.py", args.force, ("tries", "rows"))
-    claim_work_folder(args.work, "--work", WORK_MARK, "kill_during_save.py")
+    results_path = claim_outputs(args, "kill_during_save.py", ("tries", "rows"), WORK_MARK)
     data = prepare(args.work)
     rng = np.random.default_rng(args.seed)
     rows = []

@@ -23,7 +23,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
 from command_output import write_atomic  # noqa: E402
-from results_file import check_results_file, claim_work_folder, write_results_file  # noqa: E402
+from results_file import add_results_options, claim_outputs, write_results_file  # noqa: E402
 from timing import run_measured  # noqa: E402
 
 BIN = os.path.join(ROOT, ".venv", "bin")
@@ -67,13 +67,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="15,60", help="two corpus sizes, MB of text")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--work", default="/tmp/scale_estimate")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--force", action="store_true")
+    add_results_options(parser, "/tmp/scale_estimate")
     args = parser.parse_args(argv)
-    results_path = os.path.join(args.out, "results.json")
-    check_results_file(results_path, "scale_estimate.py", args.force, ("points", "estimates"))
-    claim_work_folder(args.work, "--work", WORK_MARK, "scale_estimate.py")
+    results_path = claim_outputs(args, "scale_estimate.py", ("points", "estimates"), WORK_MARK)
     points = []
     for megabytes in (float(size) for size in args.sizes.split(",")):
         train, valid, size, words = corpus(args.work, megabytes)

@@ -29,7 +29,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
 from command_output import relative_to_root, write_atomic  # noqa: E402
-from results_file import check_results_file, claim_work_folder, write_results_file  # noqa: E402
+from results_file import add_results_options, claim_outputs, write_results_file  # noqa: E402
 
 BIN = os.path.join(ROOT, ".venv", "bin")
 VOCAB = os.path.join(ROOT, "..", "shared", "data", "bert_uncased_vocab", "vocab.txt")
@@ -117,13 +117,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", default="0.1,0.4,1.6", help="train split sizes, billions of tokens")
     parser.add_argument("--document-tokens", type=int, default=730, help="mean tokens per document")
-    parser.add_argument("--work", default="/tmp/startup_memory")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--force", action="store_true")
+    add_results_options(parser, "/tmp/startup_memory")
     args = parser.parse_args(argv)
-    results_path = os.path.join(args.out, "results.json")
-    check_results_file(results_path, "startup_memory.py", args.force, ("points", "growth"))
-    claim_work_folder(args.work, "--work", WORK_MARK, "startup_memory.py")
+    results_path = claim_outputs(args, "startup_memory.py", ("points", "growth"), WORK_MARK)
     prepared = small_folder(args.work)
     points = []
     for billions in (float(size) for size in args.tokens.split(",")):
