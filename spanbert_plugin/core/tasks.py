@@ -130,7 +130,7 @@ def compile_for_training(model, task_cfg, run) -> None:
     logging.getLogger(__name__).info(
         f"--compile: the encoder's layers compile on their first batches; sequences padded to a multiple of {multiple} "
         "(--required-seq-len-multiple)")
-    model.compile_layers(length_multiple=multiple, backend=getattr(task_cfg, "compile_backend", "inductor"))
+    model.compile_layers(length_multiple=multiple, backend=task_cfg.compile_backend)
 
 
 def _world_size(cfg) -> int:
