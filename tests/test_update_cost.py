@@ -262,3 +262,70 @@ def test_half_precision_a_cpu_cannot_run_is_one_line(spm_data, tmp_path, flags, 
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].endswith(expected), proc.stderr[-2000:]
     assert not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")
+
+
+def test_deferred_meters_report_what_fairseqs_meters_report():
+    """Random tensor values and weights, reads in between, a reset, a checkpoint round trip through fairseq's
+    MetersDict (which looks meter classes up by name) and a meter adopted from fairseq's kind."""
+    from fairseq.logging.meters import AverageMeter, MetersDict, SumMeter
+
+    from spanbert_plugin.core.metrics import FOLD_EVERY, DeferredAverageMeter, DeferredSumMeter
+
+    generator = torch.Generator().manual_seed(0)
+    reference, deferred = MetersDict(), MetersDict()
+    for meters, average, summed in ((reference, AverageMeter, SumMeter), (deferred, DeferredAverageMeter, DeferredSumMeter)):
+        meters.add_meter("loss", average(round=3), 1)
+        meters.add_meter("_counts", summed(), 2)
+    for step in range(3 * FOLD_EVERY + 5):
+        value, counts = torch.rand((), generator=generator, dtype=torch.float64), torch.randint(9, (2, 2), generator=generator)
+        weight = int(torch.randint(0, 40, (1,), generator=generator))  # 0 included: such a value only becomes val
+        for meters in (reference, deferred):
+            meters["loss"].update(value, weight)
+            meters["_counts"].update(counts)
+        if step % 17 == 0:
+            assert float(deferred["loss"].avg) == pytest.approx(float(reference["loss"].avg), rel=1e-12)
+        if step == FOLD_EVERY + 3:
+            reference.reset()
+            deferred.reset()
+    assert deferred.get_smoothed_values() == reference.get_smoothed_values()
+    assert torch.equal(deferred["_counts"].sum, reference["_counts"].sum)
+    assert deferred["loss"].count == reference["loss"].count and deferred["loss"].val is reference["loss"].val
+    reloaded = MetersDict()
+    reloaded.load_state_dict(deferred.state_dict())
+    assert type(reloaded["loss"]) is DeferredAverageMeter and type(reloaded["_counts"]) is DeferredSumMeter
+    assert float(reloaded["loss"].avg) == pytest.approx(float(reference["loss"].avg), rel=1e-12)
+    adopted = DeferredAverageMeter.adopt(reference["loss"])
+    adopted.update(torch.tensor(0.5, dtype=torch.float64), 3)
+    assert float(adopted.sum) == pytest.approx(float(reloaded["loss"].sum) + 1.5, rel=1e-12)
+
+
+def test_the_plugins_logging_adds_no_operator_per_update_for_its_meters():
+    """Between reads, a tensor logged through the plugin's log_scalar costs no operator in any aggregator (fairseq's
+    meters: a multiplication and an addition in each)."""
+    from spanbert_plugin.core.metrics import FOLD_EVERY, log_scalar, log_scalar_sum
+
+    values = [torch.tensor(float(i)) for i in range(FOLD_EVERY - 1)]
+    with metrics.aggregate(new_root=True), metrics.aggregate("outer") as outer, metrics.aggregate("inner") as inner:
+        with torch.profiler.profile() as profile:
+            for value in values:
+                log_scalar("loss", value, 4)
+                log_scalar_sum("_counts", value)
+        assert not [e.name for e in profile.events() if e.name.startswith("aten::")]
+        for aggregator in (outer, inner):
+            assert aggregator.get_smoothed_value("loss") == pytest.approx(sum(range(FOLD_EVERY - 1)) / (FOLD_EVERY - 1))
+            assert float(aggregator["_counts"].sum) == sum(range(FOLD_EVERY - 1))
+
+
+def test_the_clip_percentage_is_fairseqs_from_one_comparison_per_update():
+    from fairseq.logging.meters import AverageMeter
+
+    from spanbert_plugin.core.metrics import FOLD_EVERY, log_percent
+
+    norms = torch.rand(FOLD_EVERY + 7, generator=torch.Generator().manual_seed(1)) * 2
+    reference = AverageMeter(round=1)
+    with metrics.aggregate(new_root=True) as aggregator:
+        for norm in norms:
+            log_percent("clip", norm > 1.0, round=1)
+            reference.update(torch.where(norm > 1.0, 100.0, 0.0))
+        assert aggregator.get_smoothed_value("clip") == reference.smoothed_value
+        assert float(aggregator["clip"].avg) == pytest.approx(float((norms > 1.0).double().mean()) * 100)

@@ -21,11 +21,11 @@ fairseq epochs (2, 4, ...) and epochs 1, 3, ... are plain; the epoch comes from
 from dataclasses import dataclass, field
 
 import torch
-from fairseq import metrics
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import II
 
 from ..core.errors import UsageError
+from ..core.metrics import log_scalar
 from .attribution import ATTRIBUTIONS, drop_counts, drop_masks, mask_generator
 
 
@@ -183,4 +183,4 @@ class ADDropMixin:
         if entries:
             dropped = sum(log.get("ad_drop_dropped", 0) for log in logging_outputs)
             # share of real (query, key) attention entries dropped in the chosen layers: about p x q
-            metrics.log_scalar("ad_drop_rate", dropped / entries, entries, round=4)
+            log_scalar("ad_drop_rate", dropped / entries, entries, round=4)

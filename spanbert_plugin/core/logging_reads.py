@@ -1,16 +1,16 @@
 """fairseq's trainer reads every logged value on the host after every update; for the plugin's tasks it reads
 them only when someone looks.
 
-``Trainer._reduce_and_log_stats`` (fairseq 0.12) checks ``torch.isfinite(grad_norm)`` before it logs the norm,
-and ends with ``get_smoothed_values()`` of the update's own aggregator, which turns every tensor meter into a
-Python number: on a GPU each is a read that makes the host wait until the device has finished the update, so
-the next update cannot be queued behind it. ``fairseq-train`` only checks that the returned dict is not None;
-the values it prints are read from the ``train_inner`` aggregator at ``--log-interval``. The replacement logs
-the same meters into the run's aggregators, returns the update's own values as a mapping that reduces and reads
-them on first access (each tensor meter of an aggregator costs a device operation or two per update), and skips
-the finiteness check, which cannot fail there: fairseq has raised ``FloatingPointError`` for a non-finite norm
-before (or, with ``--amp``/``--fp16`` overflows, not logged the update at all). It does not warn about a
-criterion that logs no ``loss``: every plugin criterion logs one.
+``Trainer._reduce_and_log_stats`` (fairseq 0.12) checks ``torch.isfinite(grad_norm)`` before it logs the norm, and
+ends with ``get_smoothed_values()`` of the update's own aggregator, which turns every tensor meter into a Python
+number: on a GPU each is a read that makes the host wait until the device has finished the update, so the next
+update cannot be queued behind it. ``fairseq-train`` only checks that the returned dict is not None; the values it
+prints are read from the ``train_inner`` aggregator at ``--log-interval``. The replacement logs the same meters
+into the run's aggregators (tensor values added up when read: ``core.metrics.log_scalar``), returns the update's
+own values as a mapping that reduces and reads them on first access (each tensor meter of an aggregator costs a
+device operation or two per update), and skips the finiteness check, which cannot fail there: fairseq has raised
+``FloatingPointError`` for a non-finite norm before (or, with ``--amp``/``--fp16`` overflows, not logged the update
+at all). It does not warn about a criterion that logs no ``loss``: every plugin criterion logs one.
 
 Only plugin tasks get it (fairseq's own tasks keep fairseq's method), and only over the fairseq code it was
 written against: ``FAIRSEQ_SOURCE_SHA256`` is the hash of that method's source, and another one leaves
@@ -24,6 +24,8 @@ from collections.abc import Mapping
 import torch
 from fairseq import metrics
 from fairseq.trainer import Trainer
+
+from .metrics import log_percent, log_scalar
 
 logger = logging.getLogger(__name__)
 # inspect.getsource(fairseq.trainer.Trainer._reduce_and_log_stats) of fairseq-fixed 0.12.3.1
@@ -69,13 +71,13 @@ def _log_grad_norm(trainer, grad_norm):
     if grad_norm is None:
         return
     metrics.log_speed("ups", 1.0, priority=100, round=2)
-    metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
+    log_scalar("gnorm", grad_norm, priority=400, round=3)
     clip_norm = trainer.cfg.optimization.clip_norm
     if clip_norm > 0:
-        # scalars, not new tensors: on a GPU each new tensor would be a copy from the host
-        clipped = (torch.where(grad_norm > clip_norm, 100.0, 0.0) if torch.is_tensor(grad_norm)
-                   else (100 if grad_norm > clip_norm else 0))
-        metrics.log_scalar("clip", clipped, priority=500, round=1)
+        if torch.is_tensor(grad_norm):  # the percentage of clipped updates, from one comparison per update
+            log_percent("clip", grad_norm > clip_norm, priority=500, round=1)
+        else:
+            log_scalar("clip", 100 if grad_norm > clip_norm else 0, priority=500, round=1)
 
 
 def reduce_and_log_stats_without_reads(trainer, logging_outputs, sample_size, grad_norm=None):

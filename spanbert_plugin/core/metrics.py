@@ -3,8 +3,10 @@ import functools
 import math
 import operator
 
+import torch
 from fairseq import metrics
-from fairseq.logging.meters import SumMeter
+from fairseq.logging import meters as fairseq_meters
+from fairseq.logging.meters import AverageMeter, SumMeter, type_as
 
 
 def total(logging_outputs, key):
@@ -34,3 +36,123 @@ def log_sum_to_this_validation(key: str, value) -> None:
         if key not in agg:
             agg.add_meter(key, SumMeter(), 50)
         agg[key].update(value)
+
+
+# ----------------------------------------------------------------------------- meters that add up on demand
+# fairseq's AverageMeter/SumMeter add every tensor value into their sum as it is logged: a multiplication and an
+# addition per meter and active aggregator (the run's, the epoch's and the log interval's), each a kernel launch on
+# a GPU, every update. These keep the tensor values and add them up in one stacked operation when the sum is read
+# (at --log-interval, validation, a checkpoint) or FOLD_EVERY values have gathered; the sums are the same up to
+# the order of floating-point additions. Registered under fairseq's meters module, so a checkpoint's metrics state
+# loads back into them (fairseq looks meter classes up there by name).
+FOLD_EVERY = 32
+
+
+class _PendingSum:
+    """The ``sum`` of a meter as a property: the values logged since the last read are added when it is read."""
+
+    @property
+    def sum(self):
+        self._fold()
+        return self._sum
+
+    @sum.setter
+    def sum(self, value):  # fairseq's reset and load_state_dict set the sum: pending values go with the old one
+        self._sum, self._pending = value, []
+
+    def _add(self, total):
+        self._sum = total if isinstance(self._sum, (int, float)) and self._sum == 0 else type_as(self._sum, total) + total
+
+    @classmethod
+    def adopt(cls, meter):
+        """Turn fairseq's meter (e.g. one loaded from an older checkpoint) into this kind, in place."""
+        total = meter.__dict__.pop("sum")
+        meter.__class__ = cls
+        meter.sum = total
+        return meter
+
+
+class DeferredAverageMeter(_PendingSum, AverageMeter):
+    """fairseq's ``AverageMeter`` (the same state, average and rounding) for per-update tensor values."""
+
+    def update(self, val, n=1):
+        if val is None:
+            return
+        if not torch.is_tensor(val) or torch.is_tensor(n):
+            super().update(val, n)
+            return
+        self.val = val
+        if n > 0:
+            self._pending.append((val, n))
+            self.count = type_as(self.count, n) + n
+            if len(self._pending) >= FOLD_EVERY:
+                self._fold()
+
+    def _fold(self):
+        if self._pending:
+            values, weights = zip(*self._pending)
+            self._pending = []
+            self._add(torch.stack(torch._foreach_mul(list(values), list(weights))).sum(0))
+
+
+class DeferredPercentMeter(DeferredAverageMeter):
+    """Per-update booleans (e.g. whether the gradients were clipped) averaged as a percentage: the booleans are
+    logged as they are, and multiplied by 100 when added up."""
+
+    def _fold(self):
+        if self._pending:
+            values, weights = zip(*self._pending)
+            self._pending = []
+            self._add(torch.stack(torch._foreach_mul(list(values), [100.0 * w for w in weights])).sum(0))
+
+
+class DeferredSumMeter(_PendingSum, SumMeter):
+    """fairseq's ``SumMeter`` for per-update tensor values (of one shape, e.g. confusion counts)."""
+
+    def update(self, val):
+        if val is None:
+            return
+        if not torch.is_tensor(val):
+            super().update(val)
+            return
+        self._pending.append(val)
+        if len(self._pending) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self):
+        if self._pending:
+            values, self._pending = self._pending, []
+            self._add(values[0] if len(values) == 1 else torch.stack(values).sum(0))
+
+
+for _meter_class in (DeferredAverageMeter, DeferredPercentMeter, DeferredSumMeter):
+    setattr(fairseq_meters, _meter_class.__name__, _meter_class)
+
+
+def _log(key, value, priority, round, plain, deferred, update):
+    for aggregator in metrics.get_active_aggregators():
+        if key not in aggregator:
+            aggregator.add_meter(key, (deferred if torch.is_tensor(value) else plain)(round=round), priority)
+        meter = aggregator[key]
+        if torch.is_tensor(value) and type(meter) is plain:
+            deferred.adopt(meter)
+        update(meter)
+
+
+def log_scalar(key, value, weight=1, priority=10, round=None):
+    """fairseq's ``metrics.log_scalar``, with tensor values added up when read (see ``DeferredAverageMeter``)."""
+    _log(key, value, priority, round, AverageMeter, DeferredAverageMeter, lambda meter: meter.update(value, weight))
+
+
+def log_percent(key, flag, priority=10, round=None):
+    """The percentage of updates for which ``flag`` (a boolean tensor) holds, e.g. of clipped updates, as fairseq
+    logs it from values of 100 and 0, without making those values (``DeferredPercentMeter``)."""
+    for aggregator in metrics.get_active_aggregators():
+        if key not in aggregator:
+            aggregator.add_meter(key, DeferredPercentMeter(round=round), priority)
+        aggregator[key].update(flag, 1)
+
+
+def log_scalar_sum(key, value, priority=10, round=None):
+    """fairseq's ``metrics.log_scalar_sum``, with tensor values added up when read (see ``DeferredSumMeter``)."""
+    _log(key, value, priority, round, SumMeter, DeferredSumMeter, lambda meter: meter.update(value))

@@ -13,6 +13,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
+from ..core.metrics import log_scalar, log_scalar_sum
 from .head import predicted_clusters
 from .long_document import bounded_notice, bounded_prediction, predicts_bounded
 from .metrics import CONVENTIONS, COUNT_KEYS, SCORED, convention_counts, coref_scores
@@ -68,15 +69,15 @@ class CoreferenceCriterion(FairseqCriterion):
 
         documents = total("sample_size")
         # losses stay tensors (read when the meters are); the counts are host numbers already
-        metrics.log_scalar("loss", total("loss") / max(documents, 1) / math.log(2), documents, round=4)
+        log_scalar("loss", total("loss") / max(documents, 1) / math.log(2), documents, round=4)
         if any("mention_loss" in log for log in logging_outputs):
-            metrics.log_scalar("mention_loss", total("mention_loss") / max(documents, 1) / math.log(2),
+            log_scalar("mention_loss", total("mention_loss") / max(documents, 1) / math.log(2),
                                documents, round=4)
         for prefix in ("",) + tuple(c + "_" for c in CONVENTIONS):
             if not any(prefix + COUNT_KEYS[0] in log for log in logging_outputs):
                 continue
             for key in COUNT_KEYS:
-                metrics.log_scalar_sum(prefix + key, float(total(prefix + key)))
+                log_scalar_sum(prefix + key, float(total(prefix + key)))
             parts = ("p", "r", "f1") if not prefix else ("f1",)
             names = [f"{m}_{part}" for m in SCORED for part in parts] + ["conll_f1"]
             for name in names:

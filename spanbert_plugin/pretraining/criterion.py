@@ -6,7 +6,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..core.errors import UsageError
-from ..core.metrics import per_unit, total
+from ..core.metrics import log_scalar, per_unit, total
 from .vocab_cross_entropy import vocab_cross_entropy
 
 
@@ -74,21 +74,21 @@ class SpanBertCriterion(FairseqCriterion):
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
         sample_size, num_masked, num_sbo = (total(logging_outputs, key) for key in ("sample_size", "num_masked", "num_sbo"))
-        metrics.log_scalar("num_masked", num_masked, priority=900, round=0)
+        log_scalar("num_masked", num_masked, priority=900, round=0)
         # Batches without a masked token measure nothing: they log no loss (weight-0 values would still set the
         # meters' last value, and a whole validation of them would report a loss of 0 and win checkpoint_best).
         # spanbert_pretraining masks at least one token in every block that has one, and refuses splits without.
         if sample_size:
             # losses logged in base 2, as fairseq's masked_lm does
-            metrics.log_scalar("loss", per_unit(total(logging_outputs, "loss"), sample_size, bits=True), sample_size, round=3)
+            log_scalar("loss", per_unit(total(logging_outputs, "loss"), sample_size, bits=True), sample_size, round=3)
         if num_masked:
-            metrics.log_scalar("mlm_loss", per_unit(total(logging_outputs, "mlm_loss"), num_masked, bits=True), num_masked, round=3)
-            metrics.log_scalar("mlm_acc", per_unit(total(logging_outputs, "mlm_correct"), num_masked / 100.0), num_masked, round=2)
+            log_scalar("mlm_loss", per_unit(total(logging_outputs, "mlm_loss"), num_masked, bits=True), num_masked, round=3)
+            log_scalar("mlm_acc", per_unit(total(logging_outputs, "mlm_correct"), num_masked / 100.0), num_masked, round=2)
             metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["mlm_loss"].avg))
         if num_sbo:
-            metrics.log_scalar("sbo_loss", per_unit(total(logging_outputs, "sbo_loss"), num_sbo, bits=True), num_sbo, round=3)
-            metrics.log_scalar("sbo_acc", per_unit(total(logging_outputs, "sbo_correct"), num_sbo / 100.0), num_sbo, round=2)
-            metrics.log_scalar("num_sbo", num_sbo, priority=901, round=0)
+            log_scalar("sbo_loss", per_unit(total(logging_outputs, "sbo_loss"), num_sbo, bits=True), num_sbo, round=3)
+            log_scalar("sbo_acc", per_unit(total(logging_outputs, "sbo_correct"), num_sbo / 100.0), num_sbo, round=2)
+            log_scalar("num_sbo", num_sbo, priority=901, round=0)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

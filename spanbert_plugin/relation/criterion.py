@@ -7,6 +7,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
+from ..core.metrics import log_scalar, log_scalar_sum
 from .metrics import COUNT_KEYS, relation_counts, relation_scores
 from ..addrop.attribution import pseudo_label_logit_sum
 
@@ -52,9 +53,9 @@ class RelationExtractionCriterion(FairseqCriterion):
 
         sample_size = total("sample_size")
         # in bits, like fairseq's other criteria
-        metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=4)
+        log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=4)
         for key in COUNT_KEYS:
-            metrics.log_scalar_sum(key, total(key))
+            log_scalar_sum(key, total(key))
         for name in ("precision", "recall", "f1", "accuracy"):
             # float(): after a multi-worker all-reduce the summed counts are tensors, which round() refuses
             metrics.log_derived(
