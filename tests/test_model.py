@@ -154,3 +154,26 @@ def test_dictionary_without_mask_symbol(spm_data, tmp_path):
     (data / "dict.txt").write_text("\n".join(line for line in lines if not line.startswith("<mask> ")) + "\n")
     with pytest.raises(ValueError, match="no mask symbol"):
         build(str(data))
+
+
+def test_has_padding_from_the_collater_says_what_the_tokens_say_and_false_runs_unmasked(built, monkeypatch):
+    """The collaters tell the model whether a batch holds padding (known on the host, so a GPU need not be asked);
+    False runs attention without a mask, which on a batch without padding is the masked result."""
+    from spanbert_plugin.core import cpu_paths
+
+    task, model, _, sample = built
+    dataset = task.dataset("valid")
+    for indices in ([0, 1, 2, 3], [0], [1, 1]):
+        batch = dataset.collater([dataset[i] for i in indices])
+        assert batch["net_input"]["has_padding"] == bool(batch["net_input"]["src_tokens"].eq(task.dictionary.pad()).any())
+    model.eval()
+    monkeypatch.setattr(cpu_paths, "CPU_PATHS", False)  # the GPU's path: without has_padding the mask is applied
+    tokens = sample["net_input"]["src_tokens"][:, :16]
+    assert not tokens.eq(task.dictionary.pad()).any()
+    with torch.no_grad():
+        masked = model(tokens, features_only=True)[0]
+        unmasked = model(tokens, features_only=True, has_padding=False)[0]
+        padded = torch.cat([tokens, tokens.new_full((len(tokens), 3), task.dictionary.pad())], dim=1)
+        with_padding = model(padded, features_only=True, has_padding=True)[0][:, :16]
+    assert torch.allclose(masked, unmasked, atol=1e-6, rtol=0)
+    assert torch.allclose(with_padding, masked, atol=1e-5, rtol=0)

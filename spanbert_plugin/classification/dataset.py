@@ -71,6 +71,7 @@ class ClassificationDataset(SizedDataset):
                 "src_tokens": src_tokens,
                 "src_lengths": torch.LongTensor([len(s["source"]) for s in samples]),
                 "segment_labels": segment_labels,
+                "has_padding": bool(src_tokens.eq(self.pad_index).any()),  # known here: the model need not ask the device
             },
             "target": torch.from_numpy(targets.astype(np.float32 if self.regression else np.int64)),
             "nsentences": len(samples),

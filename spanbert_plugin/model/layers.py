@@ -25,8 +25,8 @@ class BertEmbeddings(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, tokens, token_types=None):
-        positions = torch.arange(tokens.size(1), device=tokens.device).unsqueeze(0)
-        x = self.word_embeddings(tokens) + self.position_embeddings(positions)
+        # the first T rows of the position table: a view, where a lookup of arange(T) costs two operators
+        x = self.word_embeddings(tokens) + self.position_embeddings.weight[: tokens.size(1)]
         if token_types is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
@@ -130,12 +130,14 @@ def additive_drop_mask(drop_mask, attn_mask, dtype):
     return additive
 
 
-def additive_padding_mask(attn_mask, x):
-    """``attn_mask`` (True = may attend) as the additive mask attention would make of it: 0 where it may attend,
-    -inf elsewhere, in the dtype of the layers' queries (autocast's where it is on)."""
+def additive_padding_mask(padding_mask, x):
+    """``padding_mask`` (B x T, True = padding) as the additive B x 1 x 1 x T mask attention would make of it: 0
+    where a key may be attended, -inf on padding, in the dtype of the layers' queries (autocast's where it is on)."""
     device = x.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-    return torch.zeros(attn_mask.shape, dtype=dtype, device=x.device).masked_fill_(~attn_mask, float("-inf"))
+    batch, length = padding_mask.shape
+    return torch.zeros((batch, 1, 1, length), dtype=dtype, device=x.device).masked_fill_(
+        padding_mask[:, None, None, :], float("-inf"))
 
 
 class BertStack(nn.Module):
@@ -148,17 +150,17 @@ class BertStack(nn.Module):
     def forward(self, x, padding_mask=None, attention_probs_out=None, attention_drop_masks=None):
         """``attention_probs_out``: a dict whose keys are layer indices, filled with those layers' attention
         probabilities; ``attention_drop_masks``: {layer index: B x heads x T x T bool, True = drop}."""
-        attn_mask = None
         # Without padding the fused attention runs unmasked; asking a GPU whether there is any would make the
-        # host wait for it, so off the CPU the mask is always applied (the same result).
-        if padding_mask is not None and (not cpu_path(padding_mask) or padding_mask.any()):
-            attn_mask = ~padding_mask[:, None, None, :]  # True = may attend
+        # host wait for it, so off the CPU the mask is applied unless the caller knows (the same result).
+        if padding_mask is not None and cpu_path(padding_mask) and not padding_mask.any():
+            padding_mask = None
         if not attention_probs_out and not attention_drop_masks:  # the plain, fused path
-            if attn_mask is not None:  # additive once here, where attention would convert it in every layer
-                attn_mask = additive_padding_mask(attn_mask, x)
+            # additive once here, where attention would convert a boolean one in every layer
+            attn_mask = None if padding_mask is None else additive_padding_mask(padding_mask, x)
             for layer in self.layer:
                 x = layer(x, attn_mask)
             return x
+        attn_mask = None if padding_mask is None else ~padding_mask[:, None, None, :]  # True = may attend
         drop_masks = attention_drop_masks or {}
         for index, layer in enumerate(self.layer):
             if attention_probs_out is not None and index in attention_probs_out:

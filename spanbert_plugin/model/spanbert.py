@@ -59,14 +59,23 @@ class SpanBertEncoder(FairseqEncoder):
         )
         self.length_multiple = 1  # set by SpanBertModel.compile_layers
 
-    def forward(self, src_tokens, segment_labels=None, attention_probs_out=None, attention_drop_masks=None, **unused):
-        """Final hidden states; the two AD-DROP arguments are described in ``BertStack.forward``."""
+    def forward(self, src_tokens, segment_labels=None, attention_probs_out=None, attention_drop_masks=None,
+                has_padding=None, **unused):
+        """Final hidden states; the two AD-DROP arguments are described in ``BertStack.forward``.
+
+        ``has_padding``: whether ``src_tokens`` holds padding, where the host knows it (the collaters say so). False
+        runs attention unmasked, as ``transformers`` does after asking the device, which waits for it; on a GPU
+        that also lets attention take its fastest kernel, which takes no mask. None: the mask is made from the
+        tokens.
+        """
         length = src_tokens.size(1)
         if length > self.max_positions_:
             raise ValueError(f"input of {length} tokens exceeds the model's {self.max_positions_} positions")
         if self.length_multiple > 1 and not attention_probs_out and not attention_drop_masks:
             src_tokens, segment_labels = self._pad_to_length_multiple(src_tokens, segment_labels)
-        padding_mask = src_tokens.eq(self.padding_idx)
+            if src_tokens.size(1) != length:
+                has_padding = True
+        padding_mask = None if has_padding is False else src_tokens.eq(self.padding_idx)
         x = self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask,
                          attention_probs_out, attention_drop_masks)
         return x[:, :length] if x.size(1) != length else x
@@ -181,14 +190,16 @@ class SpanBertModel(FairseqEncoderModel):
         coref: Optional[dict] = None,
         attention_probs_out: Optional[dict] = None,
         attention_drop_masks: Optional[dict] = None,
+        has_padding: Optional[bool] = None,
         **unused,
     ):
         """Features (B x T x H), class logits, QA (start, end) logits, or MLM/SBO logits on masked positions.
 
-        ``attention_probs_out`` / ``attention_drop_masks`` (AD-DROP) are described in ``BertStack.forward``.
+        ``attention_probs_out`` / ``attention_drop_masks`` (AD-DROP) are described in ``BertStack.forward``,
+        ``has_padding`` in ``SpanBertEncoder.forward``.
         """
         x = self.encoder(src_tokens, segment_labels=segment_labels, attention_probs_out=attention_probs_out,
-                         attention_drop_masks=attention_drop_masks)
+                         attention_drop_masks=attention_drop_masks, has_padding=has_padding)
         if coref is not None:  # one document's segments: the head sees its real tokens, flattened in order
             return self.coref_head(x[src_tokens.ne(self.encoder.padding_idx)], **coref), {}
         if qa:

@@ -66,6 +66,7 @@ class SpanMaskedDataset(BatchesEveryExample, EpochKeyedWrapper):
             "net_input": {
                 "src_tokens": src_tokens,
                 "src_lengths": torch.LongTensor([len(s["source"]) for s in samples]),
+                "has_padding": bool(src_tokens.eq(self.pad_index).any()),  # known here: the model need not ask the device
             },
             "target": target,
             "span_left": merge("span_left", 0),

@@ -48,13 +48,15 @@ class ExtractiveQADataset(SizedDataset):
     def collater(self, samples):
         if not samples:
             return {}
+        src_tokens = data_utils.collate_tokens([s["source"] for s in samples], self.pad_index)
         return {
             "id": torch.tensor([s["id"] for s in samples], dtype=torch.long),
             "nsentences": len(samples),
             "ntokens": sum(len(s["source"]) for s in samples),
             "net_input": {
-                "src_tokens": data_utils.collate_tokens([s["source"] for s in samples], self.pad_index),
+                "src_tokens": src_tokens,
                 "segment_labels": data_utils.collate_tokens([s["segment"] for s in samples], 0),
+                "has_padding": bool(src_tokens.eq(self.pad_index).any()),  # known here: the model need not ask the device
             },
             "start_positions": torch.tensor([s["start"] for s in samples], dtype=torch.long),
             "end_positions": torch.tensor([s["end"] for s in samples], dtype=torch.long),

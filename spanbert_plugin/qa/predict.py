@@ -76,7 +76,7 @@ def window_logits_fp32(model, dataset, windows: np.ndarray, width: int, batch_si
     with torch.no_grad(), torch.autocast(device_type=device.type, enabled=False):
         for lo in range(0, len(windows), batch_size):
             sample = dataset.collater([dataset[int(i)] for i in windows[lo:lo + batch_size]])
-            net_input = {k: v.to(device) for k, v in sample["net_input"].items()}
+            net_input = {k: v.to(device) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
             s, e = qa_logits(model, {"net_input": net_input})
             start[lo:lo + len(s), : s.shape[1]], end[lo:lo + len(e), : e.shape[1]] = s.cpu().numpy(), e.cpu().numpy()
     return SplitLogits(windows, start, end)
