@@ -138,3 +138,33 @@ def test_under_fairseqs_fp16_optimizer_it_steps_the_fp32_master_weights():
         adamw.step()
     assert torch.allclose(half.float(), reference.detach(), atol=2e-3)
     assert not torch.allclose(half.float(), start, atol=1e-3)  # it moved
+
+
+def test_the_gradient_factor_is_applied_once_with_the_clipping_or_before_the_step():
+    """fairseq multiplies the gradients by 1/sample_size right before clipping: one multi-tensor multiplication
+    does both. Without clipping (--clip-norm 0), without a clip call, or with a tensor factor, the gradients are
+    those of fairseq's multiply_grads; zero_grad forgets a factor not yet applied."""
+    def gradients(model):
+        return [p.grad.clone() for p in model.parameters()]
+
+    for max_norm, factor, clip in ((0.5, 0.25, True), (0.0, 0.25, True), (0.5, 0.25, False), (0.5, torch.tensor(0.25), True)):
+        ours_model, reference_model = _toy_model(2), _toy_model(2)
+        _backward(ours_model, 0)
+        _backward(reference_model, 0)
+        ours = TorchAdamW(_config(), list(ours_model.parameters()))
+        with torch.profiler.profile() as profile:
+            ours.multiply_grads(factor)
+            norm = ours.clip_grad_norm(max_norm) if clip else None
+        ours._apply_grad_factor()  # what step() does first
+        for p in reference_model.parameters():
+            p.grad.mul_(factor)
+        if clip:
+            reference_norm = fairseq_utils.clip_grad_norm_(list(reference_model.parameters()), max_norm)
+            assert torch.allclose(norm, reference_norm, rtol=1e-6)
+            passes = [e for e in profile.events() if e.name == "aten::_foreach_mul_"]
+            assert len(passes) == (2 if torch.is_tensor(factor) else 1)
+        for ours_grad, reference_grad in zip(gradients(ours_model), gradients(reference_model)):
+            assert torch.allclose(ours_grad, reference_grad, rtol=1e-6, atol=0)
+    ours.multiply_grads(0.5)
+    ours.zero_grad()
+    assert ours._grad_factor is None

@@ -47,6 +47,7 @@ class TorchAdamW(FairseqOptimizer):
         fusable = bool(tensors) and all(t.device.type in ("cuda", "cpu") and t.is_floating_point() for t in tensors)
         kernel = {"fused": True} if fusable else {"foreach": True}
         self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **kernel)
+        self._grad_factor = None  # multiply_grads' factor, not yet applied
 
     @property
     def optimizer_config(self):
@@ -63,20 +64,55 @@ class TorchAdamW(FairseqOptimizer):
     def supports_flat_params(self):
         return True
 
+    def multiply_grads(self, c):
+        """Multiplies the gradients by a number ``c`` when they are next used: fairseq's trainer calls this right
+        before ``clip_grad_norm``, which then scales the gradients once for both (one pass over them instead of
+        two). A tensor ``c`` is applied now."""
+        if torch.is_tensor(c):
+            self._apply_grad_factor()
+            super().multiply_grads(c)
+        else:
+            self._grad_factor = c if self._grad_factor is None else self._grad_factor * c
+
+    def _apply_grad_factor(self):
+        if self._grad_factor is not None:
+            factor, self._grad_factor = self._grad_factor, None
+            super().multiply_grads(factor)
+
+    def step(self, closure=None, scale=1.0, groups=None):
+        self._apply_grad_factor()
+        super().step(closure, scale, groups)
+
+    def zero_grad(self):
+        self._grad_factor = None
+        super().zero_grad()
+
     @torch.no_grad()
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
         """The gradients' total L2 norm (fp32), then each scaled by min(1, max_norm / (norm + 1e-6)) when
-        max_norm > 0: fairseq's clip_grad_norm_, with one multi-tensor norm instead of one per tensor."""
+        max_norm > 0: fairseq's clip_grad_norm_, with one multi-tensor norm instead of one per tensor, and
+        ``multiply_grads``' factor f folded in (the norm of f·g is |f| times g's; the gradients are multiplied once,
+        by min(f, f·max_norm / (norm + 1e-6)) with f > 0)."""
+        factor = self._grad_factor
         grads = [p.grad.detach() for p in self.params if p.grad is not None and not hasattr(p, "expert")]
         experts = [p.grad.detach() for p in self.params if p.grad is not None and hasattr(p, "expert")]
+        if not grads or (factor is not None and (factor <= 0 or aggregate_norm_fn is not None)):
+            self._apply_grad_factor()  # nothing to fold it into, or a norm aggregated across workers: as fairseq
+            factor = None
+        self._grad_factor = None
         if not grads:
             return self.params[0].new_tensor(0.0) if self.params else torch.tensor(0.0)
         grads32 = [g.float() if g.dtype != torch.float32 else g for g in grads]
         foreach = all(g.device.type in ("cuda", "cpu") for g in grads32)  # one multi-tensor norm, not one per tensor
         total_norm = torch.nn.utils.get_total_norm(grads32, foreach=foreach)
+        if factor is not None:
+            total_norm = total_norm * factor
         if aggregate_norm_fn is not None:
             total_norm = aggregate_norm_fn(total_norm)
         if max_norm > 0:
-            clip_coef = (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1)
+            scale = 1.0 if factor is None else factor
+            clip_coef = (float(max_norm) * scale / (total_norm + 1e-6)).clamp_(max=scale)
             torch._foreach_mul_(grads + experts, clip_coef)
+        elif factor is not None:
+            torch._foreach_mul_(grads + experts, factor)
         return total_norm
