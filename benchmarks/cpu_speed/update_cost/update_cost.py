@@ -139,7 +139,7 @@ def count_profile(events, updates):
         start = event.time_range.start
         return any(lo <= start <= hi for lo, hi in ranges)
 
-    leaf, syncs, by_source, by_phase_ops, phase_us, top_level_us, names = 0, 0, {}, {}, {}, 0.0, {}
+    leaf, syncs, by_source, by_phase_ops, phase_us, top_level_us, names, names_us = 0, 0, {}, {}, {}, 0.0, {}, {}
     for event in events:
         if event.name in PHASES and inside(event):
             phase_us[event.name] = phase_us.get(event.name, 0.0) + event.cpu_time_total
@@ -165,6 +165,8 @@ def count_profile(events, updates):
         by_phase_ops[phase] = by_phase_ops.get(phase, 0) + 1
         names.setdefault(phase, {}).setdefault(event.name, 0)
         names[phase][event.name] += 1
+        names_us.setdefault(phase, {}).setdefault(event.name, 0.0)
+        names_us[phase][event.name] += event.cpu_time_total
     update_us = sum(hi - lo for lo, hi in ranges)
     gpu = _gpu_summary(events, ranges, update_us, updates)
     return {
@@ -178,6 +180,8 @@ def count_profile(events, updates):
         "outside_ops_ms": (update_us - top_level_us) / updates / 1e3,
         "top_ops_by_phase": {phase: {k: v / updates for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:40]}
                              for phase, ops in names.items()},
+        "top_op_ms_by_phase": {phase: {k: v / updates / 1e3 for k, v in sorted(us.items(), key=lambda kv: -kv[1])[:25]}
+                               for phase, us in names_us.items()},
     }
 
 
@@ -563,7 +567,7 @@ def summarise(records, peak_tflops=None):
             "top_kernels": runs[0].get("top_kernels"), "cuda_profile_error": runs[0].get("cuda_profile_error"),
             "syncs_by_source": {k: statistics.median(v) for k, v in sources.items()},
             "ops_by_phase": runs[0]["ops_by_phase"], "profiled_ms_by_phase": runs[0]["profiled_ms_by_phase"],
-            "top_ops_by_phase": runs[0]["top_ops_by_phase"],
+            "top_ops_by_phase": runs[0]["top_ops_by_phase"], "top_op_ms_by_phase": runs[0].get("top_op_ms_by_phase"),
         })
     return summary
 
