@@ -329,3 +329,39 @@ def test_the_clip_percentage_is_fairseqs_from_one_comparison_per_update():
             reference.update(torch.where(norm > 1.0, 100.0, 0.0))
         assert aggregator.get_smoothed_value("clip") == reference.smoothed_value
         assert float(aggregator["clip"].avg) == pytest.approx(float((norms > 1.0).double().mean()) * 100)
+
+
+KEPT_MEMORY_PROBE = """
+import ctypes, json, sys, torch
+from spanbert_plugin.core import cpu_paths
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+tuned = [cpu_paths.keep_freed_memory(torch.zeros(1)), cpu_paths.keep_freed_memory(torch.zeros(1))]
+gradient = torch.zeros(30522 * 384)  # the size of MiniLM's word-embedding gradient
+mapped = libc.mallinfo2().hblkhd
+del gradient
+print(json.dumps({"tuned": tuned, "mapped_mb": mapped >> 20, "kept_free_mb": libc.mallinfo2().fordblks >> 20}))
+"""
+
+
+@pytest.mark.parametrize("user_setting", [None, "MALLOC_ARENA_MAX"])
+def test_training_on_a_cpu_keeps_freed_memory_for_the_next_update(user_setting):
+    """glibc maps a tensor above 32 MB afresh and unmaps it when freed (every update pays page faults for it);
+    once the plugin has told malloc so, it comes from the heap and stays there free. A user's MALLOC_* setting
+    leaves malloc alone. Counted with mallinfo2, not timed."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    if user_setting:
+        env[user_setting] = "4"
+    out = subprocess.run([sys.executable, "-c", KEPT_MEMORY_PROBE], env=env, capture_output=True, text=True, check=True)
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    if user_setting:
+        assert probe["tuned"] == [False, False] and probe["mapped_mb"] >= 44 and probe["kept_free_mb"] < 44
+    else:
+        assert probe["tuned"] == [True, False] and probe["mapped_mb"] < 44 and probe["kept_free_mb"] >= 44

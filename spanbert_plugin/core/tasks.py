@@ -7,6 +7,7 @@ import torch
 from fairseq import metrics
 from omegaconf import OmegaConf
 
+from .cpu_paths import keep_freed_memory
 from .errors import UsageError
 from .model_flops import FlopsLog, encoder_training_flops
 from .precision import (check_bf16_autocast, enable_tf32, forward_precision, refuse_half_precision_a_cpu_cannot_run,
@@ -50,6 +51,7 @@ class OneDictionaryTask:
             optimizer.backward(loss)
         if not self.flops_log.prepared_for(model):
             self.flops_log.prepare(model, run_precision(self.cfg), _world_size(self.cfg))
+            keep_freed_memory(loss)
         if self.flops_log.layer_parameters is not None and not ignore_grad:
             logging_output["model_flops"] = self.training_flops(model, sample, logging_output)
         return loss, sample_size, logging_output
