@@ -194,3 +194,31 @@ def test_an_epoch_iterator_stops_its_workers_when_the_epoch_ends(spm_data, tmp_p
         left[mode] = [p.name for p in temporary.iterdir() if p.name.startswith("pymp-")]
     assert killed["bare"] >= 2 and len(left["bare"]) >= 2  # the mechanism: at least epoch 1's iterator
     assert killed["plugin"] == 0 and left["plugin"] == []
+
+
+EXIT_ORDER = """
+import atexit, sys
+from fairseq import options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+import spanbert_plugin.registry
+from spanbert_plugin.core import clean_exit
+
+atexit.register(lambda: print("handler registered after the plugin", flush=True))  # as torch._dynamo's, by --compile
+clean_exit.stop_background_consumers = lambda *args, **kwargs: print("plugin's exit handler", flush=True)
+cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), [
+    sys.argv[1], "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_tiny",
+    "--tokens-per-sample", "128", "--cpu"]))
+task = tasks.setup_task(cfg.task)
+task.load_dataset("valid")
+task.get_batch_iterator(task.dataset("valid"), max_sentences=4)
+"""
+
+
+def test_the_plugins_exit_handler_runs_before_those_registered_after_it_once_batches_are_made(spm_data):
+    """atexit runs the last registered handler first: making a batch iterator registers the plugin's again, so a
+    module imported after the plugin (torch._dynamo with --compile) cannot free the workers' queues first."""
+    out = subprocess.run([sys.executable, "-c", EXIT_ORDER, spm_data], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line for line in out.stdout.splitlines() if "handler" in line]
+    assert lines == ["plugin's exit handler", "handler registered after the plugin"], out.stdout

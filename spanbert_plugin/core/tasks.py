@@ -7,6 +7,7 @@ import torch
 from fairseq import metrics
 from omegaconf import OmegaConf
 
+from . import clean_exit
 from .cpu_paths import keep_freed_memory
 from .errors import UsageError
 from .model_flops import FlopsLog, encoder_training_flops
@@ -80,8 +81,11 @@ class OneDictionaryTask:
         An iterator built anew (each training epoch of a dataset drawn anew every epoch) would keep its idle workers
         until the garbage collector frees it; freed inside a collection, its queues are finalised before it can tell
         the workers to stop, so the run waits 5 s per worker, kills them, and each leaves a pymp-* folder behind.
-        Non-persistent workers stop when their epoch ends.
+        Non-persistent workers stop when their epoch ends. The plugin's exit handler is registered again here, so it
+        runs before handlers registered since the plugin was imported (atexit runs the last registered first):
+        ``torch._dynamo``, imported by ``--compile``, frees what the workers need before they are stopped.
         """
+        clean_exit.install()
         iterator = super().get_batch_iterator(dataset, *args, **kwargs)
         if self.dataset_to_epoch_iter.get(dataset) is not iterator:
             iterator.persistent_workers = False
