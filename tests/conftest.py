@@ -159,15 +159,20 @@ class _CommandServer:
         return path if os.path.exists(path) else None
 
     def served(self, args):
-        """``args`` (strings) with a served command replaced by its shim: a console command of the venv, or
-        ``python tests/HELPER.py`` for a helper script the server runs (cli_forkserver.HELPER_SCRIPTS)."""
+        """``args`` (strings) with a served command replaced by its shim: a console command of the venv,
+        ``python tests/HELPER.py`` for a helper script the server runs (cli_forkserver.HELPER_SCRIPTS), or
+        ``python scripts/...py`` / ``python benchmarks/...py`` for a program of the project."""
         if len(args) > 1 and args[0] == sys.executable and not args[1].startswith("-"):
-            from cli_forkserver import HELPER_SCRIPTS
+            from cli_forkserver import HELPER_SCRIPTS, PROJECT_FOLDERS, PROJECT_SCRIPT
 
-            script = os.path.join(ROOT, args[1])  # relative to ROOT, the commands' working directory
-            if os.path.dirname(os.path.abspath(script)) == os.path.join(ROOT, "tests") and \
+            script = os.path.abspath(os.path.join(ROOT, args[1]))  # relative to ROOT, the commands' working directory
+            if os.path.dirname(script) == os.path.join(ROOT, "tests") and \
                     os.path.basename(script) in HELPER_SCRIPTS and (folder := self.shims()) is not None:
                 return [os.path.join(folder, os.path.basename(script)), *args[2:]]
+            # a program of scripts/ or benchmarks/: the server runs it by its path
+            if script.endswith(".py") and os.path.isfile(script) and \
+                    os.path.relpath(script, ROOT).split(os.sep)[0] in PROJECT_FOLDERS and (folder := self.shims()) is not None:
+                return [os.path.join(folder, PROJECT_SCRIPT), script, *args[2:]]
             return args
         shim = self.shim(args[0])
         return [shim, *args[1:]] if shim else args
@@ -198,6 +203,12 @@ def served_script(command):
     command = str(command)
     served = _COMMANDS.served([sys.executable, command] if command.endswith(".py") else [command])
     return served[0] if served[0] != sys.executable else command
+
+
+def served_command(args):
+    """``args`` as run_cli starts them (for a test that starts a command itself): a served command replaced by its
+    shim, so that it runs in a fork of the preloaded server (SPANBERT_TESTS_NO_FORKSERVER=1: ``args`` unchanged)."""
+    return _COMMANDS.served([str(a) for a in args])
 
 
 def run_cli(args, timeout=600, check=True, env=None):
