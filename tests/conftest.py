@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -15,9 +16,6 @@ THREAD_PINS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 os.environ.update(THREAD_PINS)
 # a child that dies from a signal prints every thread's Python stack, so the failure names its cause
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
-# Safe loading of fairseq checkpoints needs the plugin's allowlist, as in any process using the plugin; installed
-# here so that a test reading a checkpoint with torch.load does not depend on an earlier test having imported it
-import spanbert_plugin.core.checkpoint_loading  # noqa: E402,F401
 
 # A shell without job control starts background jobs with SIGINT ignored, and exec keeps an ignored signal
 # ignored (Python then installs no KeyboardInterrupt handler): the tests that stop a command with SIGINT would
@@ -94,8 +92,27 @@ def needs_shared_data(*relpaths):
     return pytest.mark.shared_data(*relpaths)
 
 
+# Third-party warnings that say nothing about this project, silenced for the tests by message: those the plugin
+# silences in every process that loads it (spanbert_plugin.core.tasks.KNOWN_HARMLESS_WARNINGS; pytest restores the
+# warning filters after each test, so a filter the plugin installs when a test first imports it would hold for that
+# test only), and torch's deprecation of torch.jit.script, which fairseq's modules call when imported.
+THIRD_PARTY_WARNINGS = (r"`torch\.jit\.script` is deprecated", DeprecationWarning),
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "shared_data(*paths): needs these paths under the shared data folder")
+    # Safe loading of fairseq checkpoints needs the plugin's allowlist, as in any process using the plugin; installed
+    # here so that a test reading a checkpoint with torch.load does not depend on an earlier test having imported it
+    # (imported under the filters below: it imports fairseq, whose modules warn once, when first imported)
+    with warnings.catch_warnings():
+        for message, category in THIRD_PARTY_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        import spanbert_plugin.core.checkpoint_loading  # noqa: F401
+        from spanbert_plugin.core.tasks import KNOWN_HARMLESS_WARNINGS
+
+    for message, category in (*KNOWN_HARMLESS_WARNINGS, *THIRD_PARTY_WARNINGS):
+        # a filter line is action:message:category; the message is a regular expression, so "." stands for a colon
+        config.addinivalue_line("filterwarnings", f"ignore:{message.replace(':', '.')}:{category.__name__}")
 
 
 def pytest_runtest_setup(item):
@@ -182,6 +199,7 @@ class _CommandServer:
 
         self.process.stdin.close()  # the server's signal to stop accepting
         self.process.wait()
+        self.process.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
