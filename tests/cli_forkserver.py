@@ -78,6 +78,12 @@ def console_scripts():
 def preload():
     """Import what every command imports, once, for the forks to inherit."""
     import torch  # noqa: F401
+    # transformers (below) imports torch._dynamo, whose exit handler builds a table and so may run a garbage collection;
+    # imported after the plugin, that handler would run before the plugin's (exit handlers run last-registered first)
+    # and free a run's mid-epoch DataLoader iterator before the plugin stops its workers (5 s per worker, as
+    # spanbert_plugin.core.clean_exit says). A command that never imports it exits with the plugin's handler first,
+    # as it does here when torch._dynamo is imported before the plugin.
+    import torch._dynamo  # noqa: F401
 
     import fairseq  # noqa: F401
     import spanbert_plugin.registry  # noqa: F401

@@ -95,8 +95,8 @@ def needs_shared_data(*relpaths):
 # Third-party warnings that say nothing about this project, silenced for the tests by message: those the plugin
 # silences in every process that loads it (spanbert_plugin.core.tasks.KNOWN_HARMLESS_WARNINGS; pytest restores the
 # warning filters after each test, so a filter the plugin installs when a test first imports it would hold for that
-# test only), and torch's deprecation of torch.jit.script, which fairseq's modules call when imported.
-THIRD_PARTY_WARNINGS = (r"`torch\.jit\.script` is deprecated", DeprecationWarning),
+# test only), and torch's deprecation of torch.jit.script (and script_method), which fairseq's modules call.
+THIRD_PARTY_WARNINGS = (r"`torch\.jit\.script(_method)?` is deprecated", DeprecationWarning),
 
 
 def pytest_configure(config):
