@@ -220,7 +220,8 @@ def served_script(command):
     is off or does not run it."""
     command = str(command)
     served = _COMMANDS.served([sys.executable, command] if command.endswith(".py") else [command])
-    return served[0] if served[0] != sys.executable else command
+    # one path or none: a program of scripts/ or benchmarks/ is served through a shim that takes its path first
+    return served[0] if len(served) == 1 else command
 
 
 def served_command(args):
