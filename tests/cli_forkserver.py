@@ -14,6 +14,10 @@ driver pointed at the folder (``SPANBERT_COMMANDS_DIR``) does the same; the scri
 environment, working directory and stdin/stdout/stderr, and exits as the command did. Each connection is served by a
 fork of its own, so commands started side by side run side by side; a command whose script goes away (killed at a
 timeout) is killed with its process group. The server stops when its stdin closes (the test process has ended).
+
+The project's programs (``python scripts/demo.py``, the drivers under benchmarks/) are served the same way, through
+one shim that takes the script's path first (``PROJECT_SCRIPT``): the fork runs the script as ``__main__``, with
+``sys.argv`` and ``sys.path[0]`` as ``python SCRIPT`` sets them.
 """
 import json
 import logging
@@ -28,6 +32,10 @@ SERVED_MODULES = ("fairseq_cli.", "spanbert_plugin.")
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the tests' own scripts that run fairseq-train in their process (``python tests/NAME ARGS``), served as commands too
 HELPER_SCRIPTS = ("_train_and_dump.py", "fairseq_train_killed_once.py")
+# the project's programs (``python scripts/NAME.py ARGS``, ``python benchmarks/.../NAME.py ARGS``): one shim of this
+# name runs the script its first argument names, as ``python SCRIPT ARGS`` would
+PROJECT_SCRIPT = "project-script.py"
+PROJECT_FOLDERS = ("scripts", "benchmarks")
 
 
 class HelperScript:
@@ -45,19 +53,48 @@ class HelperScript:
         return main
 
 
+class ProjectScript:
+    """A program of the project's scripts/ or benchmarks/ as a command: its first argument is the script's path."""
+
+    def load(self):
+        def main():
+            import runpy
+
+            script, *args = sys.argv[1:]
+            sys.argv = [script, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(script))  # as ``python SCRIPT`` sets it
+            runpy.run_path(script, run_name="__main__")
+
+        return main
+
+
 def console_scripts():
     """{command name: entry point} for the commands this server runs (it writes a shim for each): the venv's
     fairseq and plugin commands, and the helper scripts by their file names."""
     commands = {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith(SERVED_MODULES)}
-    return {**commands, **{name: HelperScript(name) for name in HELPER_SCRIPTS}}
+    return {**commands, **{name: HelperScript(name) for name in HELPER_SCRIPTS}, PROJECT_SCRIPT: ProjectScript()}
 
 
 def preload():
     """Import what every command imports, once, for the forks to inherit."""
     import torch  # noqa: F401
+    # transformers (below) imports torch._dynamo, whose exit handler builds a table and so may run a garbage collection;
+    # imported after the plugin, that handler would run before the plugin's (exit handlers run last-registered first)
+    # and free a run's mid-epoch DataLoader iterator before the plugin stops its workers (5 s per worker, as
+    # spanbert_plugin.core.clean_exit says). A command that never imports it exits with the plugin's handler first,
+    # as it does here when torch._dynamo is imported before the plugin.
+    import torch._dynamo  # noqa: F401
 
     import fairseq  # noqa: F401
     import spanbert_plugin.registry  # noqa: F401
+
+    # what spanbert-import-hf / spanbert-export-hf, the coreference HF head and the demo import when they run (about
+    # 2 s a command otherwise)
+    import safetensors.torch  # noqa: F401
+    import tokenizers  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import (BertConfig, BertForMaskedLM, BertForQuestionAnswering,  # noqa: F401
+                              BertForSequenceClassification, BertModel, BertTokenizerFast, PreTrainedTokenizerFast)
 
     # Importing fairseq leaves a DEBUG handler on the root logger (one of its modules calls logging.basicConfig);
     # fairseq-train configures logging before it imports fairseq, so each command must find logging as a fresh

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -15,9 +16,6 @@ THREAD_PINS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 os.environ.update(THREAD_PINS)
 # a child that dies from a signal prints every thread's Python stack, so the failure names its cause
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
-# Safe loading of fairseq checkpoints needs the plugin's allowlist, as in any process using the plugin; installed
-# here so that a test reading a checkpoint with torch.load does not depend on an earlier test having imported it
-import spanbert_plugin.core.checkpoint_loading  # noqa: E402,F401
 
 # A shell without job control starts background jobs with SIGINT ignored, and exec keeps an ignored signal
 # ignored (Python then installs no KeyboardInterrupt handler): the tests that stop a command with SIGINT would
@@ -94,8 +92,27 @@ def needs_shared_data(*relpaths):
     return pytest.mark.shared_data(*relpaths)
 
 
+# Third-party warnings that say nothing about this project, silenced for the tests by message: those the plugin
+# silences in every process that loads it (spanbert_plugin.core.tasks.KNOWN_HARMLESS_WARNINGS; pytest restores the
+# warning filters after each test, so a filter the plugin installs when a test first imports it would hold for that
+# test only), and torch's deprecation of torch.jit.script (and script_method), which fairseq's modules call.
+THIRD_PARTY_WARNINGS = (r"`torch\.jit\.script(_method)?` is deprecated", DeprecationWarning),
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "shared_data(*paths): needs these paths under the shared data folder")
+    # Safe loading of fairseq checkpoints needs the plugin's allowlist, as in any process using the plugin; installed
+    # here so that a test reading a checkpoint with torch.load does not depend on an earlier test having imported it
+    # (imported under the filters below: it imports fairseq, whose modules warn once, when first imported)
+    with warnings.catch_warnings():
+        for message, category in THIRD_PARTY_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        import spanbert_plugin.core.checkpoint_loading  # noqa: F401
+        from spanbert_plugin.core.tasks import KNOWN_HARMLESS_WARNINGS
+
+    for message, category in (*KNOWN_HARMLESS_WARNINGS, *THIRD_PARTY_WARNINGS):
+        # a filter line is action:message:category; the message is a regular expression, so "." stands for a colon
+        config.addinivalue_line("filterwarnings", f"ignore:{message.replace(':', '.')}:{category.__name__}")
 
 
 def pytest_runtest_setup(item):
@@ -159,15 +176,20 @@ class _CommandServer:
         return path if os.path.exists(path) else None
 
     def served(self, args):
-        """``args`` (strings) with a served command replaced by its shim: a console command of the venv, or
-        ``python tests/HELPER.py`` for a helper script the server runs (cli_forkserver.HELPER_SCRIPTS)."""
+        """``args`` (strings) with a served command replaced by its shim: a console command of the venv,
+        ``python tests/HELPER.py`` for a helper script the server runs (cli_forkserver.HELPER_SCRIPTS), or
+        ``python scripts/...py`` / ``python benchmarks/...py`` for a program of the project."""
         if len(args) > 1 and args[0] == sys.executable and not args[1].startswith("-"):
-            from cli_forkserver import HELPER_SCRIPTS
+            from cli_forkserver import HELPER_SCRIPTS, PROJECT_FOLDERS, PROJECT_SCRIPT
 
-            script = os.path.join(ROOT, args[1])  # relative to ROOT, the commands' working directory
-            if os.path.dirname(os.path.abspath(script)) == os.path.join(ROOT, "tests") and \
+            script = os.path.abspath(os.path.join(ROOT, args[1]))  # relative to ROOT, the commands' working directory
+            if os.path.dirname(script) == os.path.join(ROOT, "tests") and \
                     os.path.basename(script) in HELPER_SCRIPTS and (folder := self.shims()) is not None:
                 return [os.path.join(folder, os.path.basename(script)), *args[2:]]
+            # a program of scripts/ or benchmarks/: the server runs it by its path
+            if script.endswith(".py") and os.path.isfile(script) and \
+                    os.path.relpath(script, ROOT).split(os.sep)[0] in PROJECT_FOLDERS and (folder := self.shims()) is not None:
+                return [os.path.join(folder, PROJECT_SCRIPT), script, *args[2:]]
             return args
         shim = self.shim(args[0])
         return [shim, *args[1:]] if shim else args
@@ -177,6 +199,7 @@ class _CommandServer:
 
         self.process.stdin.close()  # the server's signal to stop accepting
         self.process.wait()
+        self.process.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -197,7 +220,14 @@ def served_script(command):
     is off or does not run it."""
     command = str(command)
     served = _COMMANDS.served([sys.executable, command] if command.endswith(".py") else [command])
-    return served[0] if served[0] != sys.executable else command
+    # one path or none: a program of scripts/ or benchmarks/ is served through a shim that takes its path first
+    return served[0] if len(served) == 1 else command
+
+
+def served_command(args):
+    """``args`` as run_cli starts them (for a test that starts a command itself): a served command replaced by its
+    shim, so that it runs in a fork of the preloaded server (SPANBERT_TESTS_NO_FORKSERVER=1: ``args`` unchanged)."""
+    return _COMMANDS.served([str(a) for a in args])
 
 
 def run_cli(args, timeout=600, check=True, env=None):

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, bin_path
+from conftest import ROOT, bin_path, served_command
 from spanbert_plugin.core import file_utils
 from spanbert_plugin.core.file_utils import MANIFEST, TMP_PREFIX, OutputError, atomic_directory, check_destination
 
@@ -45,12 +45,13 @@ def leftovers(folder):
 
 
 def run_concurrently(jobs, timeout=300, at_once=2):
-    """Run (args, cwd) console commands, ``at_once`` side by side (the suite shares 2 cores); return their
-    CompletedProcess-like results in order."""
+    """Run (args, cwd) console commands, ``at_once`` side by side (the suite shares 2 cores), each in a fork of the
+    tests' command server (as run_cli runs them); return their CompletedProcess-like results in order."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     results = []
     for first in range(0, len(jobs), at_once):
-        procs = [subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs = [subprocess.Popen(served_command(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
                  for args, cwd in jobs[first:first + at_once]]
         for proc in procs:
             out, err = proc.communicate(timeout=timeout)

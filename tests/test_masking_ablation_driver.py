@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, driver_env, needs_shared_data
+from conftest import ROOT, driver_env, needs_shared_data, served_command
 
 DRIVER = os.path.join(ROOT, "benchmarks", "pretraining", "masking_ablation.py")
 
@@ -34,7 +34,7 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):
     common = [sys.executable, DRIVER, "--from-model", imported, "--smoke", "--pretrain-batch", "3",
               "--tasks", "coref", "--seeds", "1", "--heldout-mlm", "--results", str(results)]
     env = driver_env(OMP_NUM_THREADS="1")
-    runs = [subprocess.Popen([*common, "--schemes", arm, "--work", str(tmp_path / f"work_{i}")], cwd=ROOT, env=env,
+    runs = [subprocess.Popen(served_command([*common, "--schemes", arm, "--work", str(tmp_path / f"work_{i}")]), cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for i, arm in enumerate(("none", "span+sbo"))]
     outputs = [run.communicate(timeout=900)[0] for run in runs]
@@ -55,8 +55,8 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):
         assert float(rows[(arm, "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]
         assert any("fairseq-hydra-train" in command for command in run["commands"])
     # the finished none run, scored again at the singleton threshold with the best dev CoNLL F1
-    again = subprocess.run([*common, "--schemes", "none", "--work", str(tmp_path / "work_0"),
-                            "--singleton-thresholds", "0.2,0.5"], cwd=ROOT, env=env, capture_output=True, text=True,
+    again = subprocess.run(served_command([*common, "--schemes", "none", "--work", str(tmp_path / "work_0"),
+                            "--singleton-thresholds", "0.2,0.5"]), cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rows = results_by_run(results)
@@ -66,8 +66,8 @@ def test_two_arms_side_by_side_share_one_results_folder(imported, tmp_path):
     assert float(rows[("none", "litbank_fold0", "1")]["score"]) == run["test_conll_f1"]  # the first score stays
     assert_each_command_once((results / "commands.md").read_text(encoding="utf-8"))
     # another --freeze-encoder-updates: an arm of its own (its own pre-training), paired with the scheme's rows
-    variant = subprocess.run([*common, "--schemes", "span+sbo", "--work", str(tmp_path / "work_1"),
-                              "--freeze-encoder-updates", "2", "--singleton-thresholds", "0.2,0.5"],
+    variant = subprocess.run(served_command([*common, "--schemes", "span+sbo", "--work", str(tmp_path / "work_1"),
+                              "--freeze-encoder-updates", "2", "--singleton-thresholds", "0.2,0.5"]),
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert variant.returncode == 0, variant.stdout[-3000:] + variant.stderr[-3000:]
     rows = results_by_run(results)
@@ -200,7 +200,7 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
                "--lr-grid", "1e-4", "3e-4", "--lr-grid-updates", "2", "--results", str(results),
                "--work", str(tmp_path / "work")]
     env = driver_env(OMP_NUM_THREADS="1")
-    first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    first = subprocess.run(served_command(command), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     with open(results / "lr_grid.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -214,13 +214,13 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
     assert commands.count("- validation loss of subword") == 2 and (results / "lr_grid.png").stat().st_size > 0
     assert not (results / "results.csv").exists()  # the grid is not the experiment
     (results / "lr_grid.png").unlink()
-    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    again = subprocess.run(served_command(command), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "== " not in again.stdout.replace("== prepare", "")  # nothing trained again
     assert (results / "lr_grid_commands.md").read_text(encoding="utf-8") == commands
     assert (results / "lr_grid.png").stat().st_size > 0  # redrawn from the rows on disk
     # the experiment at a grid point's lr starts from that run: the same command but for where it stops
-    arm = subprocess.run([*command[:command.index("--schemes")], "--schemes", "subword", "--tasks", "coref", "--seeds",
-                          "--pretrain-lr", "3e-4", "--results", str(results), "--work", str(tmp_path / "work")],
+    arm = subprocess.run(served_command([*command[:command.index("--schemes")], "--schemes", "subword", "--tasks", "coref", "--seeds",
+                          "--pretrain-lr", "3e-4", "--results", str(results), "--work", str(tmp_path / "work")]),
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert arm.returncode == 0, arm.stdout[-3000:] + arm.stderr[-3000:]
     assert "== start subword from the lr grid's run of its configuration (2 updates)" in arm.stdout
@@ -233,8 +233,8 @@ def test_lr_grid_scores_each_peak_lr_on_the_validation_split(imported, tmp_path)
 
 
 def test_a_pretraining_batch_below_one_is_refused_before_anything_is_written(tmp_path):
-    refused = subprocess.run([sys.executable, DRIVER, "--pretrain-batch", "0", "--work", str(tmp_path / "work"),
-                              "--results", str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True)
+    refused = subprocess.run(served_command([sys.executable, DRIVER, "--pretrain-batch", "0", "--work", str(tmp_path / "work"),
+                              "--results", str(tmp_path / "results")]), cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode == 1
     assert refused.stderr.strip() == "masking_ablation: --pretrain-batch 0: expected at least 1 sequence"
     assert list(tmp_path.iterdir()) == []
@@ -244,7 +244,7 @@ def test_a_results_folder_of_other_files_is_refused_before_anything_is_written(t
     results = tmp_path / "results"
     results.mkdir()
     (results / "results.csv").write_text("my own\n")
-    refused = subprocess.run([sys.executable, DRIVER, "--work", str(tmp_path / "work"), "--results", str(results)],
+    refused = subprocess.run(served_command([sys.executable, DRIVER, "--work", str(tmp_path / "work"), "--results", str(results)]),
                              cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode == 1 and refused.stderr.strip().count("\n") == 0
     assert refused.stderr.startswith(f"masking_ablation: --results {results}: holds files, but no settings.json")
@@ -381,8 +381,8 @@ def test_bad_flags_are_refused_in_one_line_before_any_work(tmp_path, flags, expe
     import masking_ablation
 
     flags = [flag.format(tmp=tmp_path) for flag in flags]
-    refused = subprocess.run([sys.executable, DRIVER, *flags, "--work", str(tmp_path / "work"), "--results",
-                              str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True)
+    refused = subprocess.run(served_command([sys.executable, DRIVER, *flags, "--work", str(tmp_path / "work"), "--results",
+                              str(tmp_path / "results")]), cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode == 1
     expected = expected.format(tmp=tmp_path, litbank=masking_ablation.LITBANK)
     assert refused.stderr.strip().splitlines() == [f"masking_ablation: {expected}"]
@@ -404,8 +404,8 @@ def test_a_corpus_prepared_for_other_novels_is_never_pretrained_on(tmp_path, rec
         novels, _ = masking_ablation.pretraining_novels(0, 0)
         inputs = masking_ablation.corpus_inputs(novels, os.path.join(imported, "vocab.txt"), False, imported)
         (work / "pretrain_data.inputs.json").write_text(json.dumps(inputs))
-    refused = subprocess.run([sys.executable, DRIVER, "--from-model", imported, "--fold", "1", "--smoke", "--tasks",
-                              "coref", "--work", str(work), "--results", str(tmp_path / "results")], cwd=ROOT,
+    refused = subprocess.run(served_command([sys.executable, DRIVER, "--from-model", imported, "--fold", "1", "--smoke", "--tasks",
+                              "coref", "--work", str(work), "--results", str(tmp_path / "results")]), cwd=ROOT,
                              capture_output=True, text=True)
     assert refused.returncode == 1, refused.stderr[-2000:]
     what = ("was prepared from other novels, another vocabulary or for another encoder (another --fold, --novels or "

@@ -220,6 +220,17 @@ def record_in_run_config(cfg) -> None:
         run.task = cfg
 
 
+# (message regex, category) of each warning quieted by quiet_known_harmless_warnings; the test suite's
+# configuration reuses them (tests/conftest.py)
+KNOWN_HARMLESS_WARNINGS = (
+    (r"\s*(hydra\.experimental\.\w+\(\) is no longer experimental|The version_base parameter is not specified"
+     r"|In '\w+': Usage of deprecated keyword in package header|'\w+' is validated against ConfigStore schema"
+     r"|The strict flag in the compose API is deprecated)", UserWarning),
+    (r"`torch\.cuda\.amp\.(autocast|GradScaler)\(args\.\.\.\)` is deprecated", FutureWarning),
+    ("'pin_memory' argument is set as true but no accelerator", UserWarning),
+)
+
+
 def quiet_known_harmless_warnings() -> None:
     """Silence, by message, the warnings every training run would print that say nothing a user can act on.
 
@@ -228,16 +239,8 @@ def quiet_known_harmless_warnings() -> None:
     the ``torch.cuda.amp`` spellings fairseq uses (``--amp``), and the DataLoader's note that pinned memory
     needs an accelerator (fairseq always asks for it; on a CPU-only host torch says so on every epoch).
     """
-    warnings.filterwarnings(
-        "ignore",
-        message=r"\s*(hydra\.experimental\.\w+\(\) is no longer experimental|The version_base parameter is not specified"
-        r"|In '\w+': Usage of deprecated keyword in package header|'\w+' is validated against ConfigStore schema"
-        r"|The strict flag in the compose API is deprecated)",
-        category=UserWarning,
-    )
-    warnings.filterwarnings("ignore", message=r"`torch\.cuda\.amp\.(autocast|GradScaler)\(args\.\.\.\)` is deprecated",
-                            category=FutureWarning)
-    warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true but no accelerator", category=UserWarning)
+    for message, category in KNOWN_HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
 
 
 quiet_known_harmless_warnings()
