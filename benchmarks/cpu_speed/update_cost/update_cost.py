@@ -615,13 +615,21 @@ def plot(summary, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 * len(summary) + 1.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 0.6 * len(summary) + 1.6))
     labels = [f"{s['workload']}: {s['label']}" for s in summary]
     axes[0].barh(labels, [s["leaf_ops"] for s in summary], color="tab:blue")
     axes[0].set_xlabel("leaf operators per update (kernel launches on a GPU)")
     axes[1].barh(labels, [s["host_syncs"] for s in summary], color="tab:red")
     axes[1].set_xlabel("host syncs per update")
-    axes[1].set_yticklabels([])
+    # update time as a share of the transformers loop's, median of the paired runs, with their range
+    ratios = [s["ratio_to_transformers"] or 0.0 for s in summary]
+    spread = [[r - (s["ratio_range"] or [r, r])[0] for s, r in zip(summary, ratios)],
+              [(s["ratio_range"] or [r, r])[1] - r for s, r in zip(summary, ratios)]]
+    axes[2].barh(labels, ratios, xerr=spread, color="tab:green", capsize=3)
+    axes[2].axvline(1.0, color="black", linewidth=0.8)
+    axes[2].set_xlabel("update time / the transformers loop's (median, range)")
+    for ax in axes[1:]:
+        ax.set_yticklabels([])
     for ax in axes:
         ax.invert_yaxis()
     fig.tight_layout()
