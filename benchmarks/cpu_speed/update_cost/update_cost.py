@@ -10,7 +10,11 @@ Workloads:
   ``benchmarks/against_transformers/side_by_side.py`` splits it), ``extractive_qa`` against ``BertForQuestionAnswering``;
 * ``pretrain``: continued span masking + SBO pre-training on three LitBank novels, ``--batch-size`` blocks of
   ``--tokens`` tokens, ``spanbert_pretraining`` + ``span_bert`` against ``BertForMaskedLM`` on the same masked
-  blocks (MLM only: ``transformers`` has no SBO).
+  blocks (MLM only: ``transformers`` has no SBO);
+* ``coref``: LitBank coreference, fold 0's training documents in windows of 3 segments of 384 tokens (the
+  recipe's), one document a batch, head FFNN 150 (as the bf16 benchmark on this CPU), ``coreference`` against
+  ``BertModel`` under the plugin's coreference head (``transformers`` has no coreference class; the head is
+  the plugin's, built by the task, and trained in the same loop).
 
 The ``fairseq`` sides run real ``fairseq-train`` (``fairseq_cli.train``, fairseq's own ``Trainer``, its data
 iterator and its per-update bookkeeping) in a child process; the benchmark only wraps ``Trainer.train_step`` to
@@ -356,6 +360,16 @@ def inputs(args):
                             "--wordpiece-vocab", os.path.join(imported, "vocab.txt"), "--lowercase", "--destdir",
                             folder], check=True)
         data["pretrain"] = folder
+    if "coref" in args.workloads:
+        folder = os.path.join(args.work, "data", "litbank_fold0_train_384") if imported else os.path.join(
+            args.work, "vocab_" + os.path.basename(tokenizer), "litbank_fold0_train_384")
+        if not os.path.isfile(os.path.join(folder, "dict.txt")):
+            log.append(f"spanbert-prepare-coref --train ../shared/data/litbank/splits/fold0/train.txt "
+                       f"--tokenizer-from {tokenizer} --destdir {folder} --max-segment-length 384")
+            subprocess.run([os.path.join(BIN, "spanbert-prepare-coref"), "--train",
+                            os.path.join(SHARED, "litbank", "splits", "fold0", "train.txt"), "--tokenizer-from",
+                            tokenizer, "--destdir", folder, "--max-segment-length", "384"], check=True)
+        data["coref"] = folder
     return imported, hf_dir, data
 
 
@@ -390,6 +404,9 @@ def fairseq_argv(workload, data, imported, args, variant):
                 "--lr", "2e-5"]
     if workload == "squad":
         return [data, *common, "--task", "extractive_qa", "--criterion", "extractive_qa", "--lr", "2e-5"]
+    if workload == "coref":  # one document a batch, whatever --batch-size says
+        return [data, *common, "--task", "coreference", "--criterion", "coreference", "--lr", "2e-5",
+                "--batch-size", "1", "--coref-ffnn-size", "150", "--max-training-segments", "3"]
     return [data, *common, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--lr", "1e-4",
             "--tokens-per-sample", str(args.tokens), "--mask-scheme", "span"]
 
@@ -425,11 +442,15 @@ def transformers_child(spec):
     import torch
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
+    from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 
     import spanbert_plugin.registry  # noqa: F401
 
     device = torch.device(spec["device"])
+    if spec.get("gpu_path"):  # the plugin's coreference head, which this loop trains too, on a GPU's path
+        from spanbert_plugin.core import cpu_paths
+
+        cpu_paths.CPU_PATHS = False
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), spec["argv"]))
     task = tasks.setup_task(cfg.task)
     task.load_dataset("train")
@@ -443,9 +464,10 @@ def transformers_child(spec):
     batches = iterator.next_epoch_itr(shuffle=True, fix_batches_to_gpus=cfg.distributed_training.fix_batches_to_gpus)
     pad = task.source_dictionary.pad()
     torch.manual_seed(1)
-    cls = {"sst2": BertForSequenceClassification, "squad": BertForQuestionAnswering}.get(spec["workload"],
-                                                                                       BertForMaskedLM)
-    extra = {"num_labels": task.num_classes} if spec["workload"] == "sst2" else {}
+    cls = {"sst2": BertForSequenceClassification, "squad": BertForQuestionAnswering,
+           "coref": BertModel}.get(spec["workload"], BertForMaskedLM)
+    extra = {"sst2": {"num_labels": getattr(task, "num_classes", None)},
+             "coref": {"add_pooling_layer": False}}.get(spec["workload"], {})
     if spec["hf_dir"]:
         model = cls.from_pretrained(spec["hf_dir"], **extra)
     else:  # random initialisation of the fairseq side's shape
@@ -457,7 +479,10 @@ def transformers_child(spec):
                                **extra))
     if spec["tf32"] and device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # Trainer(tf32=True)
-    model.to(device).train()
+    # coreference: transformers has no such class; the plugin's head (built by the task) on BertModel's features
+    head = task.build_model(cfg.model).coref_head if spec["workload"] == "coref" else None
+    model = torch.nn.ModuleDict({"encoder": model, **({"head": head} if head is not None else {})}).to(device).train()
+    encoder = model["encoder"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                                   fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 10))
@@ -482,11 +507,16 @@ def transformers_child(spec):
             elif spec["workload"] == "squad":
                 hf["start_positions"] = sample["start_positions"].to(device)
                 hf["end_positions"] = sample["end_positions"].to(device)
+            elif spec["workload"] == "coref":
+                coref = {k: v.to(device) if torch.is_tensor(v) else v for k, v in sample["coref"].items()}
             else:
                 target = sample["target"].to(device)
                 hf["labels"] = target.masked_fill(target.eq(pad), -100)
             with torch.autograd.profiler.record_function("forward"), autocast:
-                loss = model(**hf).loss
+                if head is not None:  # the head sees the document's real tokens, flattened in order
+                    loss = head(encoder(**hf).last_hidden_state[hf["attention_mask"].bool()], **coref)["loss"]
+                else:
+                    loss = encoder(**hf).loss
             with torch.autograd.profiler.record_function("backward"):
                 (scaler.scale(loss) if scaler else loss).backward()
             step_loss = loss.detach()
@@ -638,7 +668,8 @@ def plot(summary, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", choices=("sst2", "squad", "pretrain"), default=["sst2", "pretrain"])
+    parser.add_argument("--workloads", nargs="+", choices=("sst2", "squad", "pretrain", "coref"),
+                        default=["sst2", "pretrain"])
     parser.add_argument("--optimizers", nargs="+", choices=("adam", "torch_adamw"), default=["adam", "torch_adamw"],
                         help="the fairseq-train sides, one per optimizer")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
