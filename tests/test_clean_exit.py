@@ -65,7 +65,7 @@ def test_importing_the_plugin_stops_the_thread_at_exit():
 
 
 FORKED_CHILD_FINALISES = '''
-import gc, os, sys
+import gc, os, sys, weakref
 from torch.utils.data import DataLoader
 if sys.argv[1] == "plugin":
     from spanbert_plugin.core import clean_exit
@@ -83,16 +83,20 @@ def finished_epoch():
     next(iterator)
     holder = Holder()
     holder.iterator, holder.itself = iterator, holder
+    return weakref.ref(iterator)  # not a reference: the iterator stays garbage
 
 
-finished_epoch()
+iterator = finished_epoch()
 pid = os.fork()  # as a DataLoader worker of the next epoch is forked
 if pid == 0:
     gc.collect()  # the child's collector meets the inherited garbage
     os._exit(0)
 os.waitpid(pid, 0)
+# the parent, which owns the worker, stops it and frees the iterator (stopped first: an iterator freed inside a
+# collection waits 5 s for a worker whose queues the collection has already finalised)
+iterator()._shutdown_workers()
 gc.enable()
-gc.collect()  # the parent, which owns the worker, finalises the iterator
+gc.collect()
 '''
 
 
