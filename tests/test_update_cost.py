@@ -264,6 +264,13 @@ def test_half_precision_a_cpu_cannot_run_is_one_line(spm_data, tmp_path, flags, 
     assert not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")
 
 
+def test_fairseqs_meters_are_those_the_deferred_meters_mirror():
+    """Fails when fairseq's meters or its log_scalar functions change: the plugin's meters must then be reviewed."""
+    from spanbert_plugin.core import metrics as plugin_metrics
+
+    assert plugin_metrics.fairseq_meters_source_sha256() == plugin_metrics.FAIRSEQ_METERS_SHA256
+
+
 def test_deferred_meters_report_what_fairseqs_meters_report():
     """Random tensor values and weights, reads in between, a reset, a checkpoint round trip through fairseq's
     MetersDict (which looks meter classes up by name) and a meter adopted from fairseq's kind."""

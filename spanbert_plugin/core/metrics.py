@@ -46,6 +46,9 @@ def log_sum_to_this_validation(key: str, value) -> None:
 # the order of floating-point additions. Registered under fairseq's meters module, so a checkpoint's metrics state
 # loads back into them (fairseq looks meter classes up there by name).
 FOLD_EVERY = 32
+# sha256 of the fairseq code these mirror (fairseq-fixed 0.12.3.1): AverageMeter, SumMeter, MetersDict's state_dict and
+# load_state_dict, metrics.log_scalar and log_scalar_sum (``fairseq_meters_source_sha256``; a test fails on another)
+FAIRSEQ_METERS_SHA256 = "9d9da30407fe4b9256869f55c204a270c66f35b631180394ce305fcecd0e45b1"
 
 
 class _PendingSum:
@@ -156,3 +159,12 @@ def log_percent(key, flag, priority=10, round=None):
 def log_scalar_sum(key, value, priority=10, round=None):
     """fairseq's ``metrics.log_scalar_sum``, with tensor values added up when read (see ``DeferredSumMeter``)."""
     _log(key, value, priority, round, SumMeter, DeferredSumMeter, lambda meter: meter.update(value))
+
+
+def fairseq_meters_source_sha256() -> str:
+    import hashlib
+    import inspect
+
+    mirrored = (AverageMeter, SumMeter, fairseq_meters.MetersDict.state_dict, fairseq_meters.MetersDict.load_state_dict,
+                metrics.log_scalar, metrics.log_scalar_sum)
+    return hashlib.sha256("".join(inspect.getsource(code) for code in mirrored).encode()).hexdigest()
