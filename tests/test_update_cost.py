@@ -336,6 +336,12 @@ def test_the_clip_percentage_is_fairseqs_from_one_comparison_per_update():
             reference.update(torch.where(norm > 1.0, 100.0, 0.0))
         assert aggregator.get_smoothed_value("clip") == reference.smoothed_value
         assert float(aggregator["clip"].avg) == pytest.approx(float((norms > 1.0).double().mean()) * 100)
+    # fairseq's meter of values of 100 and 0 (a checkpoint written before the plugin logged clip so) goes on in percent
+    with metrics.aggregate(new_root=True) as aggregator:
+        aggregator.add_meter("clip", AverageMeter(round=1), 500)
+        aggregator["clip"].update(torch.tensor(100.0))
+        log_percent("clip", torch.tensor(True), round=1)
+        assert float(aggregator["clip"].avg) == 100.0  # not (100 + 1) / 2
 
 
 KEPT_MEMORY_PROBE = """

@@ -1,5 +1,7 @@
 """Criteria of the plugin, and the logging helpers they share."""
 import functools
+import hashlib
+import inspect
 import math
 import operator
 
@@ -78,6 +80,8 @@ class _PendingSum:
 class DeferredAverageMeter(_PendingSum, AverageMeter):
     """fairseq's ``AverageMeter`` (the same state, average and rounding) for per-update tensor values."""
 
+    value_scale = 1.0  # what each value is multiplied by when added up, besides its weight
+
     def update(self, val, n=1):
         if val is None:
             return
@@ -95,18 +99,14 @@ class DeferredAverageMeter(_PendingSum, AverageMeter):
         if self._pending:
             values, weights = zip(*self._pending)
             self._pending = []
-            self._add(torch.stack(torch._foreach_mul(list(values), list(weights))).sum(0))
+            self._add(torch.stack(torch._foreach_mul(list(values), [self.value_scale * w for w in weights])).sum(0))
 
 
 class DeferredPercentMeter(DeferredAverageMeter):
     """Per-update booleans (e.g. whether the gradients were clipped) averaged as a percentage: the booleans are
     logged as they are, and multiplied by 100 when added up."""
 
-    def _fold(self):
-        if self._pending:
-            values, weights = zip(*self._pending)
-            self._pending = []
-            self._add(torch.stack(torch._foreach_mul(list(values), [100.0 * w for w in weights])).sum(0))
+    value_scale = 100.0
 
 
 class DeferredSumMeter(_PendingSum, SumMeter):
@@ -133,6 +133,8 @@ for _meter_class in (DeferredAverageMeter, DeferredPercentMeter, DeferredSumMete
 
 
 def _log(key, value, priority, round, plain, deferred, update):
+    """``update`` the meter of ``key`` in every active aggregator: a ``deferred`` one for tensor values (fairseq's
+    ``plain`` kind, e.g. loaded from an older checkpoint, adopted), ``plain`` for numbers."""
     for aggregator in metrics.get_active_aggregators():
         if key not in aggregator:
             aggregator.add_meter(key, (deferred if torch.is_tensor(value) else plain)(round=round), priority)
@@ -150,10 +152,7 @@ def log_scalar(key, value, weight=1, priority=10, round=None):
 def log_percent(key, flag, priority=10, round=None):
     """The percentage of updates for which ``flag`` (a boolean tensor) holds, e.g. of clipped updates, as fairseq
     logs it from values of 100 and 0, without making those values (``DeferredPercentMeter``)."""
-    for aggregator in metrics.get_active_aggregators():
-        if key not in aggregator:
-            aggregator.add_meter(key, DeferredPercentMeter(round=round), priority)
-        aggregator[key].update(flag, 1)
+    _log(key, flag, priority, round, AverageMeter, DeferredPercentMeter, lambda meter: meter.update(flag, 1))
 
 
 def log_scalar_sum(key, value, priority=10, round=None):
@@ -162,9 +161,6 @@ def log_scalar_sum(key, value, priority=10, round=None):
 
 
 def fairseq_meters_source_sha256() -> str:
-    import hashlib
-    import inspect
-
     mirrored = (AverageMeter, SumMeter, fairseq_meters.MetersDict.state_dict, fairseq_meters.MetersDict.load_state_dict,
                 metrics.log_scalar, metrics.log_scalar_sum)
     return hashlib.sha256("".join(inspect.getsource(code) for code in mirrored).encode()).hexdigest()
