@@ -7,8 +7,8 @@ number: on a GPU each is a read that makes the host wait until the device has fi
 update cannot be queued behind it. ``fairseq-train`` only checks that the returned dict is not None; the values it
 prints are read from the ``train_inner`` aggregator at ``--log-interval``. The replacement logs the same meters
 into the run's aggregators (tensor values added up when read: ``core.metrics.log_scalar``), returns the update's
-own values as a mapping that reduces and reads them on first access (each tensor meter of an aggregator costs a
-device operation or two per update), and skips the finiteness check, which cannot fail there: fairseq has raised
+own values as a mapping that reduces and reads them on first access (reducing repeats the criterion's operations on
+the logged tensors), and skips the finiteness check, which cannot fail there: fairseq has raised
 ``FloatingPointError`` for a non-finite norm before (or, with ``--amp``/``--fp16`` overflows, not logged the update
 at all). It does not warn about a criterion that logs no ``loss``: every plugin criterion logs one.
 

@@ -50,9 +50,9 @@ class OneDictionaryTask:
             loss *= 0
         with torch.autograd.profiler.record_function("backward"):
             optimizer.backward(loss)
+        keep_freed_memory(loss)  # once per process, on a CPU
         if not self.flops_log.prepared_for(model):
             self.flops_log.prepare(model, run_precision(self.cfg), _world_size(self.cfg))
-            keep_freed_memory(loss)
         if self.flops_log.layer_parameters is not None and not ignore_grad:
             logging_output["model_flops"] = self.training_flops(model, sample, logging_output)
         return loss, sample_size, logging_output
