@@ -6,14 +6,13 @@ Validation logs the scores of the task's convention under their plain names
 the other convention's with its name in front (``without_singletons_conll_f1``).
 """
 import logging
-import math
 
 import torch
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..core.metrics import log_scalar, log_scalar_sum
+from ..core.metrics import log_scalar, log_scalar_sum, per_unit, total as metrics_total
 from .head import predicted_clusters
 from .long_document import bounded_notice, bounded_prediction, predicts_bounded
 from .metrics import CONVENTIONS, COUNT_KEYS, SCORED, convention_counts, coref_scores
@@ -65,14 +64,13 @@ class CoreferenceCriterion(FairseqCriterion):
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
         def total(key):
-            return sum(log.get(key, 0) for log in logging_outputs)
+            return metrics_total(logging_outputs, key)
 
         documents = total("sample_size")
         # losses stay tensors (read when the meters are); the counts are host numbers already
-        log_scalar("loss", total("loss") / max(documents, 1) / math.log(2), documents, round=4)
+        log_scalar("loss", per_unit(total("loss"), max(documents, 1), bits=True), documents, round=4)
         if any("mention_loss" in log for log in logging_outputs):
-            log_scalar("mention_loss", total("mention_loss") / max(documents, 1) / math.log(2),
-                               documents, round=4)
+            log_scalar("mention_loss", per_unit(total("mention_loss"), max(documents, 1), bits=True), documents, round=4)
         for prefix in ("",) + tuple(c + "_" for c in CONVENTIONS):
             if not any(prefix + COUNT_KEYS[0] in log for log in logging_outputs):
                 continue

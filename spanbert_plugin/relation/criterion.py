@@ -1,5 +1,4 @@
 """The ``relation_extraction`` criterion: cross-entropy over relation labels, exact P/R/F1 counts."""
-import math
 
 import torch
 import torch.nn.functional as F
@@ -7,7 +6,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..core.metrics import log_scalar, log_scalar_sum
+from ..core.metrics import log_scalar, log_scalar_sum, per_unit, total
 from .metrics import COUNT_KEYS, relation_counts, relation_scores
 from ..addrop.attribution import pseudo_label_logit_sum
 
@@ -48,14 +47,11 @@ class RelationExtractionCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
-            return sum(log.get(key, 0) for log in logging_outputs)
-
-        sample_size = total("sample_size")
+        sample_size = total(logging_outputs, "sample_size")
         # in bits, like fairseq's other criteria
-        log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=4)
+        log_scalar("loss", per_unit(total(logging_outputs, "loss"), max(sample_size, 1), bits=True), sample_size, round=4)
         for key in COUNT_KEYS:
-            log_scalar_sum(key, total(key))
+            log_scalar_sum(key, total(logging_outputs, key))
         for name in ("precision", "recall", "f1", "accuracy"):
             # float(): after a multi-worker all-reduce the summed counts are tensors, which round() refuses
             metrics.log_derived(
