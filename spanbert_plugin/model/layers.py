@@ -130,6 +130,18 @@ def additive_drop_mask(drop_mask, attn_mask, dtype):
     return additive
 
 
+def padding_mask_of(tokens, padding_idx, has_padding=None):
+    """B x T, True on padding, or None where there is none. ``has_padding`` as the data loader says; unsaid, a CPU
+    is asked (a GPU is not: the host would wait for it, and the mask applied to a batch without padding gives the
+    same result)."""
+    if has_padding is False:
+        return None
+    padding_mask = tokens.eq(padding_idx)
+    if has_padding is None and cpu_path(padding_mask) and not padding_mask.any():
+        return None
+    return padding_mask
+
+
 def additive_padding_mask(padding_mask, x):
     """``padding_mask`` (B x T, True = padding) as the additive B x 1 x 1 x T mask attention would make of it: 0
     where a key may be attended, -inf on padding, in the dtype of the layers' queries (autocast's where it is on)."""
@@ -150,10 +162,7 @@ class BertStack(nn.Module):
     def forward(self, x, padding_mask=None, attention_probs_out=None, attention_drop_masks=None):
         """``attention_probs_out``: a dict whose keys are layer indices, filled with those layers' attention
         probabilities; ``attention_drop_masks``: {layer index: B x heads x T x T bool, True = drop}."""
-        # Without padding the fused attention runs unmasked; asking a GPU whether there is any would make the
-        # host wait for it, so off the CPU the mask is applied unless the caller knows (the same result).
-        if padding_mask is not None and cpu_path(padding_mask) and not padding_mask.any():
-            padding_mask = None
+        # ``padding_mask`` None: no padding, the fused attention runs unmasked (SpanBertEncoder.forward decides)
         if not attention_probs_out and not attention_drop_masks:  # the plain, fused path
             # additive once here, where attention would convert a boolean one in every layer
             attn_mask = None if padding_mask is None else additive_padding_mask(padding_mask, x)

@@ -16,7 +16,8 @@ from torch import nn
 
 from ..core.dictionary import describe_tokenizer, symbol_hashes
 from ..core.errors import UsageError
-from .layers import BertEmbeddings, BertStack, ClassificationHead, MaskedLMHead, SpanBoundaryHead, init_bert_weights
+from .layers import (BertEmbeddings, BertStack, ClassificationHead, MaskedLMHead, SpanBoundaryHead, init_bert_weights,
+                     padding_mask_of)
 from .relation_head import RelationHead
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class SpanBertEncoder(FairseqEncoder):
             src_tokens, segment_labels = self._pad_to_length_multiple(src_tokens, segment_labels)
             if src_tokens.size(1) != length:
                 has_padding = True
-        padding_mask = None if has_padding is False else src_tokens.eq(self.padding_idx)
+        padding_mask = padding_mask_of(src_tokens, self.padding_idx, has_padding)
         x = self.encoder(self.embeddings(src_tokens, segment_labels), padding_mask,
                          attention_probs_out, attention_drop_masks)
         return x[:, :length] if x.size(1) != length else x
