@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from . import clean_exit
 from .cpu_paths import keep_freed_memory
 from .errors import UsageError
+from .fp16_copies import use_multi_tensor_copies
 from .model_flops import FlopsLog, encoder_training_flops
 from .precision import (check_bf16_autocast, enable_tf32, forward_precision, refuse_half_precision_a_cpu_cannot_run,
                         run_precision)
@@ -38,9 +39,11 @@ class OneDictionaryTask:
         return forward_precision(self.cfg, model)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        """FairseqTask.train_step with the forward pass under ``forward_precision``; backward outside it."""
+        """FairseqTask.train_step with the forward pass under ``forward_precision``; backward outside it. fairseq's
+        ``--fp16`` optimizer copies gradients and weights by multi-tensor operators (``core.fp16_copies``)."""
         from fairseq.optim.amp_optimizer import AMPOptimizer
 
+        use_multi_tensor_copies(optimizer)
         model.train()
         model.set_num_updates(update_num)
         with torch.autograd.profiler.record_function("forward"), self.forward_precision(model):
