@@ -10,7 +10,8 @@
 #     and bf16 autocast.
 # Each setting writes results.json, table.md (and ops.png where matplotlib is installed) under $OUT/NAME.
 #   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 6 minutes after set-up, and the compiling
-#   bash benchmarks/gpu/update_cost.sh --dry-run    # here, on the CPU: each setting at 2 x 64 tokens, 1 update
+#   bash benchmarks/gpu/update_cost.sh --dry-run    # here, on the CPU: each setting at 2 x 64 tokens, 1 update, on
+#                                                     # a GPU's path (--gpu-path: fp16 with flat master weights too)
 set -uo pipefail
 START=$SECONDS
 OUT=${OUT:-/tmp/update_cost_out} WORK=${UPDATE_COST_WORK:-/tmp/update_cost_work}
@@ -18,8 +19,8 @@ mkdir -p "$OUT" "$WORK"
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 if [ "${1:-}" = "--dry-run" ]; then
     PYTHON=.venv/bin/python VOCAB=${VOCAB:?--dry-run: VOCAB=a spanbert-prepare folder (WordPiece)} LIMIT=600
-    SIZE=(--device cpu --warmup 1 --timed 1 --profiled 1 --repeats 1) BATCH=2 TOKENS=64 BASE_BATCHES="2"
-    PRECISIONS="fp32 bf16" HALF=bf16
+    SIZE=(--device cpu --gpu-path --warmup 1 --timed 1 --profiled 1 --repeats 1) BATCH=2 TOKENS=64 BASE_BATCHES="2"
+    PRECISIONS="fp32 bf16 fp16" HALF=bf16
 else
     source benchmarks/gpu/setup.sh || exit 1
     PYTHON=$(python3 -c 'import sys; print(sys.executable)') VOCAB=.gpu/novels8 LIMIT=${LIMIT:-150}

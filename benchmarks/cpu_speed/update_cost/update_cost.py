@@ -393,8 +393,8 @@ def fairseq_argv(workload, data, imported, args, variant):
         common.append("--cpu")
     if args.precision == "bf16":
         common.append("--bf16-autocast")
-    elif args.precision == "fp16":
-        common += ["--fp16"]
+    elif args.precision == "fp16":  # a CPU's fp16 keeps per-tensor fp32 master weights (on a GPU's path: below)
+        common += ["--fp16", *(["--fp16-no-flatten-grads"] if args.device == "cpu" and not args.gpu_path else [])]
     if args.tf32:
         common.append("--tf32")
     if variant == COMPILED:  # lengths padded to multiples of 8: few shapes, little padding on short sentences
@@ -411,6 +411,19 @@ def fairseq_argv(workload, data, imported, args, variant):
             "--tokens-per-sample", str(args.tokens), "--mask-scheme", "span"]
 
 
+def flat_fp16_masters_on_a_cpu(spec):
+    """With --gpu-path and --precision fp16 on a CPU, fairseq's flat fp32 master weights (a GPU's --fp16) on the CPU.
+
+    fairseq puts them on ``torch.cuda.current_device()``, and the plugin refuses ``--fp16`` on a CPU for that reason;
+    the parameters' device index (None) puts them beside the parameters instead."""
+    if spec.get("gpu_path") and spec["precision"] == "fp16" and spec["device"] == "cpu":
+        import torch
+        from spanbert_plugin.core import tasks
+
+        torch.cuda.current_device = lambda: None
+        tasks.refuse_half_precision_a_cpu_cannot_run = lambda cfg: None
+
+
 def fairseq_child(spec):
     """Run fairseq-train for the recorder's updates; return the recorder's result."""
     from fairseq.trainer import Trainer
@@ -422,6 +435,7 @@ def fairseq_child(spec):
         from spanbert_plugin.core import cpu_paths
 
         cpu_paths.CPU_PATHS = False
+    flat_fp16_masters_on_a_cpu(spec)
 
     def train_step(self, samples, raise_oom=False):
         recorder.flops.append(sum(batch_flops(spec["shape"], s, self.task.source_dictionary.pad(), sbo=True)
@@ -447,6 +461,7 @@ def transformers_child(spec):
     import spanbert_plugin.registry  # noqa: F401
 
     device = torch.device(spec["device"])
+    flat_fp16_masters_on_a_cpu(spec)  # the task that makes the batches is built from the fairseq side's options
     if spec.get("gpu_path"):  # the plugin's coreference head, which this loop trains too, on a GPU's path
         from spanbert_plugin.core import cpu_paths
 
@@ -673,7 +688,8 @@ def main():
     parser.add_argument("--optimizers", nargs="+", choices=("adam", "torch_adamw"), default=["adam", "torch_adamw"],
                         help="the fairseq-train sides, one per optimizer")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                        help="bf16: --bf16-autocast and transformers under torch.autocast; fp16: --fp16 (GPU)")
+                        help="bf16: --bf16-autocast and transformers under torch.autocast; fp16: --fp16 (on a CPU for dry runs "
+                             "and counts: slow there)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128, help="pre-training block length")
     parser.add_argument("--warmup", type=int, default=3)
@@ -689,7 +705,8 @@ def main():
     parser.add_argument("--tf32", action="store_true", help="--tf32 on the fairseq side, TF32 matmuls on the other")
     parser.add_argument("--gpu-path", action="store_true",
                         help="on a CPU, the plugin runs what it runs on a GPU (torch's dropout, the fused attention, "
-                             "one vocabulary chunk: spanbert_plugin/core/cpu_paths.py), to count a GPU's operators")
+                             "one vocabulary chunk: spanbert_plugin/core/cpu_paths.py; fairseq's flat fp32 master weights "
+                             "under --fp16), to count a GPU's operators")
     parser.add_argument("--compile", action="store_true",
                         help="one more fairseq side: torch_adamw with --compile (compiled in the warm-up updates)")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
@@ -714,8 +731,6 @@ def main():
         sys.exit(f"update_cost: --encoder {args.encoder} needs --vocab-from (a spanbert-prepare folder)")
     if args.vocab_from and not os.path.isfile(os.path.join(args.vocab_from, "dict.txt")):
         sys.exit(f"update_cost: --vocab-from {args.vocab_from}: not a spanbert-prepare folder (no dict.txt)")
-    if args.precision == "fp16" and args.device == "cpu":
-        sys.exit("update_cost: --precision fp16 needs --device cuda (fairseq's --fp16 runs on GPUs)")
     results = os.path.join(args.out, "results.json")
     if os.path.exists(args.out) and os.listdir(args.out):
         ours = os.path.isfile(results) and set(OUTPUTS) >= set(os.listdir(args.out))
