@@ -5,6 +5,7 @@ import logging
 import os
 import sys
 import traceback
+import types
 
 import pytest
 import torch
@@ -255,6 +256,35 @@ def test_the_profile_counts_operators_syncs_and_their_sources():
     assert counts["host_syncs"] == 1
     (where,) = counts["syncs_by_source"]
     assert where.startswith("_local_scalar_dense (other: test_update_cost.py(") and "program" in where
+
+
+class _Event:
+    """What count_profile reads of one of the profiler's events."""
+
+    def __init__(self, name, start, end, parent=None):
+        self.name, self.cpu_parent, self.cpu_children, self.stack = name, parent, [], []
+        self.time_range = types.SimpleNamespace(start=start, end=end)
+        self.cpu_time_total = end - start
+        if parent is not None:
+            parent.cpu_children.append(self)
+
+
+def test_a_cuda_sync_counts_once_and_the_benchmarks_own_wait_not_at_all():
+    """As a GPU's profile nests them: .item() (its cudaStreamSynchronize inside), a .cpu() copy (a copy_ whose
+    cudaMemcpyAsync waits), and the benchmark's wait for the device at the end of the update: two syncs, and the
+    wait's 40 us are not time outside operators."""
+    update = _Event(update_cost.UPDATE_RANGE, 0, 100)
+    item = _Event("aten::_local_scalar_dense", 10, 20, update)
+    _Event("cudaStreamSynchronize", 12, 18, item)
+    copy = _Event("aten::copy_", 30, 40, update)
+    _Event("cudaStreamSynchronize", 32, 38, copy)
+    wait = _Event(update_cost.WAIT_RANGE, 60, 100, update)
+    _Event("cudaDeviceSynchronize", 61, 99, wait)
+    events = [update, *update.cpu_children, *item.cpu_children, *copy.cpu_children, *wait.cpu_children]
+    counts = update_cost.count_profile(events, 1)
+    assert counts["host_syncs"] == 2
+    assert counts["leaf_ops"] == 2  # _local_scalar_dense and copy_
+    assert counts["outside_ops_ms"] == pytest.approx((100 - 40 - 10 - 10) / 1e3)
 
 
 @pytest.mark.parametrize("flags, expected", [
