@@ -1,5 +1,6 @@
 """The cost of an update: host syncs of the plugin and of fairseq's trainer, the selections of masked tokens made on
 the host, the device-dependent chunking of the vocabulary cross-entropy, logged model FLOP/s, --tf32."""
+import argparse
 import json
 import logging
 import os
@@ -414,3 +415,28 @@ def test_training_on_a_cpu_keeps_freed_memory_for_the_next_update(user_setting):
         assert probe["tuned"] == [False, False] and probe["mapped_mb"] >= 44 and probe["kept_free_mb"] < 44
     else:
         assert probe["tuned"] == [True, False] and probe["mapped_mb"] < 44 and probe["kept_free_mb"] >= 44
+
+
+def _child_record(spec):
+    proc = run_cli([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_speed", "update_cost", "update_cost.py"),
+                    "--child", json.dumps(spec)])
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("UPDATE_COST ")]
+    return json.loads(line[len("UPDATE_COST "):])
+
+
+def test_transformers_trainer_runs_the_loops_updates_in_the_same_phases(spm_data, tmp_path):
+    """The benchmark's transformers.Trainer side (--hf-trainer) trains on the batches the loop trains on, in
+    fairseq's order, and its profile splits into the phases of the other sides (Trainer's own methods wrapped)."""
+    args = argparse.Namespace(batch_size=4, tokens=32, device="cpu", precision="fp32", tf32=False, gpu_path=False,
+                              encoder="minilm-shape", work=str(tmp_path))
+    spec = {"workload": "pretrain", "repeat": 0, "device": "cpu", "precision": "fp32", "threads": 1, "warmup": 1,
+            "timed": 1, "profiled": 1, "hf_dir": None, "shape": update_cost.SHAPES["minilm-shape"], "tf32": False,
+            "gpu_path": False, "work": str(tmp_path),
+            "argv": update_cost.fairseq_argv("pretrain", spm_data, None, args, "torch_adamw")}
+    loop = _child_record({**spec, "side": "transformers"})
+    trainer = _child_record({**spec, "side": "hf_trainer"})
+    assert trainer["shapes"] == loop["shapes"] and len(trainer["shapes"]) == 3
+    assert {"forward", "backward", "clip-grads", "optimizer"} <= set(trainer["ops_by_phase"])
+    # the same model on the same batch: the loop's forward operators, and one copy_ of Trainer's own around them
+    assert trainer["ops_by_phase"]["forward"] - loop["ops_by_phase"]["forward"] == 1
+    assert trainer["wall_ms"] > 0 and trainer["tflops"] > 0

@@ -2,7 +2,8 @@
 # Run HERE (a machine with the package index and ../shared/data), from the repository root:
 # fills .gpu/ (git-ignored through .git/info/exclude) with what the GPU machine lacks, so that
 # benchmarks/gpu/setup.sh can install everything there offline. About 30 MB.
-#   .gpu/whl/  wheels for Python 3.12 (hydra-core, omegaconf, bitarray, tensorboardX)
+#   .gpu/whl/  wheels for Python 3.12 (hydra-core, omegaconf, bitarray, tensorboardX; accelerate and psutil for
+#              transformers.Trainer in benchmarks/gpu/update_cost.sh)
 #   .gpu/src/  sdists built there (fairseq-fixed against the machine's CUDA torch; antlr4 runtime)
 #   .gpu/novels8/          8 LitBank novels, BERT uncased WordPiece, prepared by spanbert-prepare
 #   .gpu/novels8_roberta/  the same binaries with a fairseq dictionary of the same size (for roberta + masked_lm)
@@ -16,7 +17,7 @@ mkdir -p .gpu/whl .gpu/src .gpu/squad
 PIP=".venv/bin/pip"
 $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .gpu/whl bitarray hydra-core==1.3.2 omegaconf==2.3.0 tensorboardX
+    -d .gpu/whl bitarray hydra-core==1.3.2 omegaconf==2.3.0 tensorboardX accelerate==1.15.0 psutil
 # sdists: pip prepares their metadata with this venv's torch/numpy/cython (no build isolation)
 $PIP download -q --no-deps --no-binary :all: --no-build-isolation -d .gpu/src fairseq-fixed==0.12.3.1 antlr4-python3-runtime==4.9.3
 cp "$SHARED/squad/dev-v1.1.json" .gpu/squad/

@@ -4,12 +4,13 @@
 # transformers loop, operator by operator with a CUDA profile (GPU busy share, kernels, the longest ones), model
 # TFLOP/s and MFU (benchmarks/cpu_speed/update_cost/update_cost.py), random initialisation of each shape:
 #   * all-MiniLM-L6-v2's shape: SST-2 (batches of 32) and span + SBO pre-training (32 x 512), in fp16, bf16
-#     autocast, fp32 and fp32 with TF32; fairseq's adam beside torch_adamw in fp16;
+#     autocast, fp32 and fp32 with TF32; fairseq's adam beside torch_adamw in fp16; transformers.Trainer itself
+#     beside the transformers loop in fp16 and bf16;
 #     the half precision once more with --compile beside eager;
 #   * spanbert_base's shape: pre-training at 8 x 512 and 32 x 512 (the paper's per-GPU batch on 8 GPUs), fp16
 #     and bf16 autocast.
 # Each setting writes results.json, table.md (and ops.png where matplotlib is installed) under $OUT/NAME.
-#   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 6 minutes after set-up, and the compiling
+#   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 7 minutes after set-up, and the compiling
 #   bash benchmarks/gpu/update_cost.sh --dry-run    # here, on the CPU: each setting at 2 x 64 tokens, 1 update, on
 #                                                     # a GPU's path (--gpu-path: fp16 with flat master weights too)
 set -uo pipefail
@@ -40,8 +41,10 @@ setting() {  # NAME ARGS...: one benchmark call, its table's first rows on the c
 for precision in $PRECISIONS; do
     case $precision in tf32) flags=(--precision fp32 --tf32);; *) flags=(--precision $precision);; esac
     optimizers=(torch_adamw); [ $precision = $HALF ] && optimizers=(adam torch_adamw)
-    setting minilm_$precision --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH --tokens $TOKENS \
-        --optimizers "${optimizers[@]}" "${flags[@]}"
+    limit=$LIMIT  # transformers.Trainer itself beside the loop in the half precisions (one more process each)
+    case $precision in $HALF|bf16) flags+=(--hf-trainer); limit=$((LIMIT * 2));; esac
+    LIMIT=$limit setting minilm_$precision --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH \
+        --tokens $TOKENS --optimizers "${optimizers[@]}" "${flags[@]}"
 done
 # --compile beside eager in the half precision (the compiled side compiles in its warm-up updates)
 LIMIT=$((LIMIT * 2)) setting minilm_${HALF}_compile --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH \

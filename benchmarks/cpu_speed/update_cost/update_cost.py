@@ -21,7 +21,8 @@ iterator and its per-update bookkeeping) in a child process; the benchmark only 
 time it and to turn PyTorch's profiler on for the last updates. The ``transformers`` side is a plain loop that
 does what ``transformers.Trainer`` does per step: forward and loss, backward, ``clip_grad_norm_`` at 1.0, fused
 ``torch.optim.AdamW``, the linear schedule, ``zero_grad``, and its running loss with the NaN/Inf filter
-(``logging_nan_inf_filter``, on by default: one host sync per step).
+(``logging_nan_inf_filter``, on by default: one host sync per step). With ``--hf-trainer`` (and ``accelerate``
+installed), ``transformers.Trainer`` itself is a third side, on the same batches in the same order.
 
 Per update, each figure the median over ``--repeats`` child processes in which the sides alternate:
 
@@ -469,8 +470,9 @@ def fairseq_child(spec):
     return recorder.result()
 
 
-def transformers_child(spec):
-    """The transformers loop on fairseq's batches of the same data and seed."""
+def _hf_setup(spec):
+    """What both ``transformers`` sides train on: fairseq-train's batches for the same options, data and seed (in
+    fairseq's order), and the ``transformers`` model of the workload (with the plugin's coreference head)."""
     import torch
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -478,9 +480,8 @@ def transformers_child(spec):
 
     import spanbert_plugin.registry  # noqa: F401
 
-    device = torch.device(spec["device"])
     flat_fp16_masters_on_a_cpu(spec)  # the task that makes the batches is built from the fairseq side's options
-    if spec.get("gpu_path"):  # the plugin's coreference head, which this loop trains too, on a GPU's path
+    if spec.get("gpu_path"):  # the plugin's coreference head, which these sides train too, on a GPU's path
         from spanbert_plugin.core import cpu_paths
 
         cpu_paths.CPU_PATHS = False
@@ -488,34 +489,81 @@ def transformers_child(spec):
     task = tasks.setup_task(cfg.task)
     task.load_dataset("train")
     dataset = task.dataset("train")
-    # the batches fairseq-train's Trainer.get_train_iterator makes for these options, in its order
     iterator = task.get_batch_iterator(
         dataset=dataset, max_tokens=cfg.dataset.max_tokens, max_sentences=cfg.dataset.batch_size,
         max_positions=task.max_positions(), ignore_invalid_inputs=True,
         required_batch_size_multiple=cfg.dataset.required_batch_size_multiple, seed=cfg.common.seed,
         num_shards=1, shard_id=0, num_workers=0, epoch=1, data_buffer_size=cfg.dataset.data_buffer_size)
     batches = iterator.next_epoch_itr(shuffle=True, fix_batches_to_gpus=cfg.distributed_training.fix_batches_to_gpus)
-    pad = task.source_dictionary.pad()
     torch.manual_seed(1)
     cls = {"sst2": BertForSequenceClassification, "squad": BertForQuestionAnswering,
            "coref": BertModel}.get(spec["workload"], BertForMaskedLM)
     extra = {"sst2": {"num_labels": getattr(task, "num_classes", None)},
              "coref": {"add_pooling_layer": False}}.get(spec["workload"], {})
     if spec["hf_dir"]:
-        model = cls.from_pretrained(spec["hf_dir"], **extra)
+        encoder = cls.from_pretrained(spec["hf_dir"], **extra)
     else:  # random initialisation of the fairseq side's shape
         from transformers import BertConfig
 
         layers, hidden, heads, ffn = spec["shape"]
-        model = cls(BertConfig(vocab_size=len(task.source_dictionary), hidden_size=hidden, num_hidden_layers=layers,
-                               num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=512,
-                               **extra))
-    if spec["tf32"] and device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # Trainer(tf32=True)
+        encoder = cls(BertConfig(vocab_size=len(task.source_dictionary), hidden_size=hidden, num_hidden_layers=layers,
+                                 num_attention_heads=heads, intermediate_size=ffn, max_position_embeddings=512,
+                                 **extra))
     # coreference: transformers has no such class; the plugin's head (built by the task) on BertModel's features
     head = task.build_model(cfg.model).coref_head if spec["workload"] == "coref" else None
-    model = torch.nn.ModuleDict({"encoder": model, **({"head": head} if head is not None else {})}).to(device).train()
-    encoder = model["encoder"]
+    return batches, task.source_dictionary.pad(), with_loss(encoder, head)
+
+
+def with_loss(encoder, head):
+    """The workload's model returning its loss: the ``transformers`` model's own, or the coreference head's on the
+    document's real tokens (flattened in order). A module, as ``transformers.Trainer`` expects."""
+    import torch
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.head = encoder, head
+
+        def forward(self, coref=None, **hf):
+            if self.head is None:
+                return {"loss": self.encoder(**hf).loss}
+            features = self.encoder(**hf).last_hidden_state[hf["attention_mask"].bool()]
+            return {"loss": self.head(features, **coref)["loss"]}
+
+    return WithLoss()
+
+
+def _hf_inputs(sample, workload, pad, device):
+    """A fairseq batch as the ``transformers`` model's keyword arguments, on ``device``."""
+    import torch
+
+    net = sample["net_input"]
+    tokens = net["src_tokens"].to(device)
+    hf = {"input_ids": tokens, "attention_mask": tokens.ne(pad).long()}
+    if "segment_labels" in net:
+        hf["token_type_ids"] = net["segment_labels"].to(device)
+    if workload == "sst2":
+        hf["labels"] = sample["target"].view(-1).to(device)
+    elif workload == "squad":
+        hf["start_positions"] = sample["start_positions"].to(device)
+        hf["end_positions"] = sample["end_positions"].to(device)
+    elif workload == "coref":
+        hf["coref"] = {k: v.to(device) if torch.is_tensor(v) else v for k, v in sample["coref"].items()}
+    else:
+        target = sample["target"].to(device)
+        hf["labels"] = target.masked_fill(target.eq(pad), -100)
+    return hf
+
+
+def transformers_child(spec):
+    """The transformers loop on fairseq's batches of the same data and seed."""
+    import torch
+
+    device = torch.device(spec["device"])
+    batches, pad, model = _hf_setup(spec)
+    if spec["tf32"] and device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # Trainer(tf32=True)
+    model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                                   fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 10))
@@ -530,26 +578,9 @@ def transformers_child(spec):
         recorder.flops.append(batch_flops(spec["shape"], sample, pad, sbo=False))
         recorder.shapes.append(list(sample["net_input"]["src_tokens"].shape))
         with recorder.update():
-            net = sample["net_input"]
-            tokens = net["src_tokens"].to(device)
-            hf = {"input_ids": tokens, "attention_mask": tokens.ne(pad).long()}
-            if "segment_labels" in net:
-                hf["token_type_ids"] = net["segment_labels"].to(device)
-            if spec["workload"] == "sst2":
-                hf["labels"] = sample["target"].view(-1).to(device)
-            elif spec["workload"] == "squad":
-                hf["start_positions"] = sample["start_positions"].to(device)
-                hf["end_positions"] = sample["end_positions"].to(device)
-            elif spec["workload"] == "coref":
-                coref = {k: v.to(device) if torch.is_tensor(v) else v for k, v in sample["coref"].items()}
-            else:
-                target = sample["target"].to(device)
-                hf["labels"] = target.masked_fill(target.eq(pad), -100)
+            hf = _hf_inputs(sample, spec["workload"], pad, device)
             with torch.autograd.profiler.record_function("forward"), autocast:
-                if head is not None:  # the head sees the document's real tokens, flattened in order
-                    loss = head(encoder(**hf).last_hidden_state[hf["attention_mask"].bool()], **coref)["loss"]
-                else:
-                    loss = encoder(**hf).loss
+                loss = model(**hf)["loss"]
             with torch.autograd.profiler.record_function("backward"):
                 (scaler.scale(loss) if scaler else loss).backward()
             step_loss = loss.detach()
@@ -570,6 +601,79 @@ def transformers_child(spec):
     return recorder.result()
 
 
+def hf_trainer_child(spec):
+    """``transformers.Trainer`` itself (with ``accelerate``) on the same batches, in fairseq's order: the update is
+    timed from its ``on_step_begin`` to its ``on_step_end`` callback (forward, backward, clipping, optimizer,
+    schedule, ``zero_grad``; the batch is fetched before, the logging checks come after). Its defaults where the
+    loop above copies them: fused AdamW (weight decay except biases and LayerNorm weights), linear schedule with 10
+    warm-up steps, ``max_grad_norm`` 1.0, ``logging_nan_inf_filter``, autocast for ``bf16``/``fp16``."""
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    device = torch.device(spec["device"])
+    batches, pad, model = _hf_setup(spec)
+    if model.head is None:  # Trainer gets the transformers model itself (it counts its FLOPs per step, as users see)
+        model = model.encoder
+    recorder = UpdateRecorder(spec["warmup"], spec["timed"], spec["profiled"], spec["device"])
+    updates = spec["warmup"] + spec["timed"] + spec["profiled"]
+    samples = [next(batches) for _ in range(updates)]
+    inputs = [_hf_inputs(sample, spec["workload"], pad, "cpu") for sample in samples]  # Trainer moves them
+
+    class Phases(Trainer):
+        """The phases' ranges of the other sides, around Trainer's own methods."""
+
+        def compute_loss(self, *args, **kwargs):
+            with torch.autograd.profiler.record_function("forward"):
+                return super().compute_loss(*args, **kwargs)
+
+        def _clip_grad_norm(self, *args, **kwargs):
+            with torch.autograd.profiler.record_function("clip-grads"):
+                return super()._clip_grad_norm(*args, **kwargs)
+
+        def _get_train_sampler(self, *args, **kwargs):  # fairseq's order, which the other sides train in
+            return torch.utils.data.SequentialSampler(self.train_dataset)
+
+    class Timing(TrainerCallback):
+        def __init__(self):
+            self.update = self.optimizer = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            sample = samples[state.global_step]
+            recorder.flops.append(batch_flops(spec["shape"], sample, pad, sbo=False))
+            recorder.shapes.append(list(sample["net_input"]["src_tokens"].shape))
+            self.update = recorder.update()
+            self.update.__enter__()
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.optimizer = torch.autograd.profiler.record_function("optimizer")
+            self.optimizer.__enter__()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            self.optimizer.__exit__(None, None, None)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.update.__exit__(None, None, None)
+
+    arguments = TrainingArguments(
+        output_dir=os.path.join(spec["work"], "runs", "update_cost_hf_trainer"), max_steps=updates,
+        per_device_train_batch_size=1, learning_rate=1e-4, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-6,
+        weight_decay=0.01, max_grad_norm=1.0, lr_scheduler_type="linear", warmup_steps=10, optim="adamw_torch_fused",
+        bf16=spec["precision"] == "bf16", fp16=spec["precision"] == "fp16", use_cpu=device.type == "cpu",
+        tf32=True if spec["tf32"] and device.type == "cuda" else None, logging_strategy="no", save_strategy="no",
+        report_to="none", disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, seed=1)
+    trainer = Phases(model=model, args=arguments, train_dataset=inputs, data_collator=lambda items: items[0],
+                     callbacks=[Timing()])
+    backward = trainer.accelerator.backward
+
+    def backward_in_its_range(loss, **kwargs):
+        with torch.autograd.profiler.record_function("backward"):
+            return backward(loss, **kwargs)
+
+    trainer.accelerator.backward = backward_in_its_range
+    trainer.train()
+    return recorder.result()
+
+
 # ----------------------------------------------------------------------------- parent
 COMPILED = "torch_adamw+compile"
 
@@ -579,7 +683,10 @@ def variants(args):
     out = [(f"fairseq-train --optimizer {opt}", "fairseq", opt) for opt in args.optimizers]
     if args.compile:
         out.append(("fairseq-train --optimizer torch_adamw --compile", "fairseq", COMPILED))
-    return out + [("transformers loop", "transformers", "torch_adamw")]
+    out.append(("transformers loop", "transformers", "torch_adamw"))
+    if args.hf_trainer:
+        out.append(("transformers.Trainer", "hf_trainer", "torch_adamw"))
+    return out
 
 
 def run_child(spec, threads):
@@ -727,6 +834,8 @@ def main():
                              "under --fp16), to count a GPU's operators")
     parser.add_argument("--compile", action="store_true",
                         help="one more fairseq side: torch_adamw with --compile (compiled in the warm-up updates)")
+    parser.add_argument("--hf-trainer", action="store_true",
+                        help="one more transformers side: transformers.Trainer itself (needs accelerate)")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
     parser.add_argument("--out", help="results folder (new, or one this script wrote)")
     parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
@@ -737,7 +846,8 @@ def main():
         import torch
 
         torch.set_num_threads(spec["threads"])
-        result = (fairseq_child if spec["side"] == "fairseq" else transformers_child)(spec)
+        child = {"fairseq": fairseq_child, "transformers": transformers_child, "hf_trainer": hf_trainer_child}
+        result = child[spec["side"]](spec)
         print("UPDATE_COST " + json.dumps(result), flush=True)
         return
     if not args.out:
@@ -749,6 +859,9 @@ def main():
         sys.exit(f"update_cost: --encoder {args.encoder} needs --vocab-from (a spanbert-prepare folder)")
     if args.vocab_from and not os.path.isfile(os.path.join(args.vocab_from, "dict.txt")):
         sys.exit(f"update_cost: --vocab-from {args.vocab_from}: not a spanbert-prepare folder (no dict.txt)")
+    if args.hf_trainer and importlib.util.find_spec("accelerate") is None:
+        print("update_cost: no accelerate here, so no transformers.Trainer side (--hf-trainer)", flush=True)
+        args.hf_trainer = False
     results = os.path.join(args.out, "results.json")
     if os.path.exists(args.out) and os.listdir(args.out):
         ours = os.path.isfile(results) and set(OUTPUTS) >= set(os.listdir(args.out))
@@ -767,7 +880,7 @@ def main():
                         "precision": args.precision, "batch_size": args.batch_size, "threads": args.threads,
                         "warmup": args.warmup, "timed": args.timed, "profiled": args.profiled, "hf_dir": hf_dir,
                         "shape": SHAPES.get(args.encoder, SHAPES["minilm-shape"]), "tf32": args.tf32,
-                        "gpu_path": args.gpu_path,
+                        "gpu_path": args.gpu_path, "work": args.work,
                         "argv": fairseq_argv(workload, data[workload], imported, args, optimizer)}
                 record = run_child(spec, args.threads)
                 record.update({k: spec[k] for k in ("label", "side", "workload", "repeat")})
@@ -775,7 +888,8 @@ def main():
                 print(f"[{repeat + 1}/{args.repeats}] {workload}, {label}: {record['wall_ms']:.1f} ms, "
                       f"{record['leaf_ops']:.0f} leaf operators, {record['host_syncs']:.0f} host syncs", flush=True)
     meta = {k: getattr(args, k) for k in ("device", "threads", "precision", "batch_size", "tokens", "warmup", "timed",
-                                          "profiled", "repeats", "encoder", "tf32", "compile", "gpu_path")}
+                                          "profiled", "repeats", "encoder", "tf32", "compile", "gpu_path",
+                                          "hf_trainer")}
     meta["peak_tflops"] = device_peak(args)
     meta["command"] = " ".join(["benchmarks/cpu_speed/update_cost/update_cost.py", *sys.argv[1:]])
     for r in records:  # every loop trained on the same batches
