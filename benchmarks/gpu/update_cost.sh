@@ -11,6 +11,8 @@
 #     and bf16 autocast.
 # Each setting writes results.json, table.md (and ops.png where matplotlib is installed) under $OUT/NAME.
 #   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 7 minutes after set-up, and the compiling
+#   ONLY="minilm_fp16 base" bash benchmarks/gpu/update_cost.sh   # the settings whose names start so (the goals:
+#                                                     # the half precision at both shapes, which run first anyway)
 #   bash benchmarks/gpu/update_cost.sh --dry-run    # here, on the CPU: each setting at 2 x 64 tokens, 1 update, on
 #                                                     # a GPU's path (--gpu-path: fp16 with flat master weights too)
 set -uo pipefail
@@ -34,25 +36,39 @@ echo "set-up: $((SECONDS - START)) s"
 U=("$PYTHON" benchmarks/cpu_speed/update_cost/update_cost.py "${SIZE[@]}" --vocab-from "$VOCAB" --work "$WORK" --force)
 setting() {  # NAME ARGS...: one benchmark call, its table's first rows on the console
     local name=$1; shift
+    if [ -n "${ONLY:-}" ]; then  # ONLY="minilm_fp16 base_32": only the settings whose names start so
+        local only wanted=
+        for only in $ONLY; do [[ $name == "$only"* ]] && wanted=1; done
+        [ -n "$wanted" ] || return 0
+    fi
     timeout $LIMIT "${U[@]}" "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
     echo "$name: exit $? after $((SECONDS - START)) s"
     grep "^| " "$OUT/$name/table.md" 2>/dev/null | tail -n +3 | cut -c1-160
 }
-for precision in $PRECISIONS; do
+minilm() {  # PRECISION: SST-2 and pre-training at MiniLM's shape
+    local precision=$1 flags optimizers limit=$LIMIT
     case $precision in tf32) flags=(--precision fp32 --tf32);; *) flags=(--precision $precision);; esac
     optimizers=(torch_adamw); [ $precision = $HALF ] && optimizers=(adam torch_adamw)
-    limit=$LIMIT  # transformers.Trainer itself beside the loop in the half precisions (one more process each)
+    # transformers.Trainer itself beside the loop in the half precisions (one more process each)
     case $precision in $HALF|bf16) flags+=(--hf-trainer); limit=$((LIMIT * 2));; esac
     LIMIT=$limit setting minilm_$precision --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH \
         --tokens $TOKENS --optimizers "${optimizers[@]}" "${flags[@]}"
+}
+base() {  # PRECISION: spanbert_base's shape, pre-training, the largest batch first
+    for batch in $(printf "%s\n" $BASE_BATCHES | sort -rn); do
+        setting base_${batch}x${TOKENS}_$1 --encoder base-shape --workloads pretrain --batch-size $batch \
+            --tokens $TOKENS --optimizers torch_adamw --precision $1
+    done
+}
+# the goals first (a call cut short returns the settings done before): the half precision at both shapes
+minilm $HALF
+base $HALF
+for precision in $PRECISIONS; do
+    [ $precision = $HALF ] && continue
+    minilm $precision
+    [ $precision = bf16 ] && base bf16
 done
 # --compile beside eager in the half precision (the compiled side compiles in its warm-up updates)
 LIMIT=$((LIMIT * 2)) setting minilm_${HALF}_compile --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH \
     --tokens $TOKENS --optimizers torch_adamw --compile --precision $HALF
-for batch in $BASE_BATCHES; do
-    for precision in $(printf "%s\n" $HALF bf16 | sort -u); do
-        setting base_${batch}x${TOKENS}_$precision --encoder base-shape --workloads pretrain --batch-size $batch \
-            --tokens $TOKENS --optimizers torch_adamw --precision $precision
-    done
-done
 echo "done after $((SECONDS - START)) s"
