@@ -8,7 +8,7 @@
 #     beside the transformers loop in fp16 and bf16;
 #     the half precision once more with --compile beside eager;
 #   * spanbert_base's shape: pre-training at 8 x 512 and 32 x 512 (the paper's per-GPU batch on 8 GPUs), fp16
-#     and bf16 autocast.
+#     and bf16 autocast; at 32 x 512 once more with --compile beside eager (last).
 # Each setting writes results.json, table.md (and ops.png where matplotlib is installed) under $OUT/NAME.
 #   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 7 minutes after set-up, and the compiling
 #   ONLY="minilm_fp16 base" bash benchmarks/gpu/update_cost.sh   # the settings whose names start so (the goals:
@@ -71,4 +71,7 @@ done
 # --compile beside eager in the half precision (the compiled side compiles in its warm-up updates)
 LIMIT=$((LIMIT * 2)) setting minilm_${HALF}_compile --encoder minilm-shape --workloads sst2 pretrain --batch-size $BATCH \
     --tokens $TOKENS --optimizers torch_adamw --compile --precision $HALF
+largest=$(printf "%s\n" $BASE_BATCHES | sort -rn | head -1)  # and spanbert_base at the paper's per-GPU batch
+LIMIT=$((LIMIT * 2)) setting base_${largest}x${TOKENS}_${HALF}_compile --encoder base-shape --workloads pretrain \
+    --batch-size $largest --tokens $TOKENS --optimizers torch_adamw --compile --precision $HALF
 echo "done after $((SECONDS - START)) s"
