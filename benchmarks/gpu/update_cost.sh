@@ -11,8 +11,8 @@
 #     and bf16 autocast; at 32 x 512 once more with --compile beside eager (last).
 # Each setting writes results.json, table.md (and ops.png where matplotlib is installed) under $OUT/NAME.
 #   bash benchmarks/gpu/update_cost.sh              # on the GPU: about 7 minutes after set-up, and the compiling
-#   ONLY="minilm_fp16 base" bash benchmarks/gpu/update_cost.sh   # the settings whose names start so (the goals:
-#                                                     # the half precision at both shapes, which run first anyway)
+#   ONLY="minilm_fp16 base_*_fp16" bash benchmarks/gpu/update_cost.sh  # the settings these names or patterns
+#                                                     # match (here the goals', which run first anyway)
 #   bash benchmarks/gpu/update_cost.sh --dry-run    # here, on the CPU: each setting at 2 x 64 tokens, 1 update, on
 #                                                     # a GPU's path (--gpu-path: fp16 with flat master weights too)
 set -uo pipefail
@@ -36,9 +36,9 @@ echo "set-up: $((SECONDS - START)) s"
 U=("$PYTHON" benchmarks/cpu_speed/update_cost/update_cost.py "${SIZE[@]}" --vocab-from "$VOCAB" --work "$WORK" --force)
 setting() {  # NAME ARGS...: one benchmark call, its table's first rows on the console
     local name=$1; shift
-    if [ -n "${ONLY:-}" ]; then  # ONLY="minilm_fp16 base_32": only the settings whose names start so
+    if [ -n "${ONLY:-}" ]; then  # ONLY="minilm_fp16 base_*_fp16": only the settings these names or patterns match
         local only wanted=
-        for only in $ONLY; do [[ $name == "$only"* ]] && wanted=1; done
+        for only in $ONLY; do [[ $name == $only ]] && wanted=1; done
         [ -n "$wanted" ] || return 0
     fi
     timeout $LIMIT "${U[@]}" "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
