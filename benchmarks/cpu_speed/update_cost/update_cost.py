@@ -862,6 +862,9 @@ def main():
     if args.hf_trainer and importlib.util.find_spec("accelerate") is None:
         print("update_cost: no accelerate here, so no transformers.Trainer side (--hf-trainer)", flush=True)
         args.hf_trainer = False
+    if args.hf_trainer and args.precision == "fp16" and args.device == "cpu":
+        print("update_cost: no transformers.Trainer side: Trainer(fp16=True) trains in fp32 on a CPU", flush=True)
+        args.hf_trainer = False
     results = os.path.join(args.out, "results.json")
     if os.path.exists(args.out) and os.listdir(args.out):
         ours = os.path.isfile(results) and set(OUTPUTS) >= set(os.listdir(args.out))
