@@ -437,6 +437,7 @@ def test_transformers_trainer_runs_the_loops_updates_in_the_same_phases(spm_data
     trainer = _child_record({**spec, "side": "hf_trainer"})
     assert trainer["shapes"] == loop["shapes"] and len(trainer["shapes"]) == 3
     assert {"forward", "backward", "clip-grads", "optimizer"} <= set(trainer["ops_by_phase"])
-    # the same model on the same batch: the loop's forward operators, and one copy_ of Trainer's own around them
+    # the same model on the same batch: the loop's forward operators, and Trainer's own ``loss *= loss_scale``
+    # (average_tokens_across_devices, on by default; the scale is 1 in one process)
     assert trainer["ops_by_phase"]["forward"] - loop["ops_by_phase"]["forward"] == 1
     assert trainer["wall_ms"] > 0 and trainer["tflops"] > 0

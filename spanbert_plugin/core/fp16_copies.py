@@ -36,14 +36,14 @@ def use_multi_tensor_copies(optimizer) -> bool:
     if not isinstance(optimizer, _FP16OptimizerMixin):
         return False
     if getattr(optimizer, "_multi_tensor_copies", None) is None:
-        matches = fairseq_source_sha256() == FAIRSEQ_SOURCE_SHA256
-        if not matches:
+        if fairseq_source_sha256() != FAIRSEQ_SOURCE_SHA256:
             logger.warning("fairseq's FP16Optimizer copies are not the code the plugin was written against: "
                            "they stay one copy per parameter tensor")
-        optimizer._multi_tensor_copies = _MultiTensorCopies(optimizer) if matches else False
-        if matches:
-            optimizer._sync_fp16_grads_to_fp32 = optimizer._multi_tensor_copies.grads_to_fp32
-            optimizer._sync_fp32_params_to_fp16 = optimizer._multi_tensor_copies.params_to_fp16
+            optimizer._multi_tensor_copies = False
+        else:
+            copies = optimizer._multi_tensor_copies = _MultiTensorCopies(optimizer)
+            optimizer._sync_fp16_grads_to_fp32 = copies.grads_to_fp32
+            optimizer._sync_fp32_params_to_fp16 = copies.params_to_fp16
     return bool(optimizer._multi_tensor_copies)
 
 

@@ -12,7 +12,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..core.metrics import log_scalar, log_scalar_sum, per_unit, total as metrics_total
+from ..core.metrics import log_scalar, log_scalar_sum, per_unit, total
 from .head import predicted_clusters
 from .long_document import bounded_notice, bounded_prediction, predicts_bounded
 from .metrics import CONVENTIONS, COUNT_KEYS, SCORED, convention_counts, coref_scores
@@ -63,19 +63,17 @@ class CoreferenceCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
-            return metrics_total(logging_outputs, key)
-
-        documents = total("sample_size")
+        documents = total(logging_outputs, "sample_size")
         # losses stay tensors (read when the meters are); the counts are host numbers already
-        log_scalar("loss", per_unit(total("loss"), max(documents, 1), bits=True), documents, round=4)
+        log_scalar("loss", per_unit(total(logging_outputs, "loss"), max(documents, 1), bits=True), documents, round=4)
         if any("mention_loss" in log for log in logging_outputs):
-            log_scalar("mention_loss", per_unit(total("mention_loss"), max(documents, 1), bits=True), documents, round=4)
+            mention_loss = total(logging_outputs, "mention_loss")
+            log_scalar("mention_loss", per_unit(mention_loss, max(documents, 1), bits=True), documents, round=4)
         for prefix in ("",) + tuple(c + "_" for c in CONVENTIONS):
             if not any(prefix + COUNT_KEYS[0] in log for log in logging_outputs):
                 continue
             for key in COUNT_KEYS:
-                log_scalar_sum(prefix + key, float(total(prefix + key)))
+                log_scalar_sum(prefix + key, float(total(logging_outputs, prefix + key)))
             parts = ("p", "r", "f1") if not prefix else ("f1",)
             names = [f"{m}_{part}" for m in SCORED for part in parts] + ["conll_f1"]
             for name in names:

@@ -430,14 +430,18 @@ def fairseq_argv(workload, data, imported, args, variant):
             "--tokens-per-sample", str(args.tokens), "--mask-scheme", "span"]
 
 
-def flat_fp16_masters_on_a_cpu(spec):
-    """With --gpu-path and --precision fp16 on a CPU, fairseq's flat fp32 master weights (a GPU's --fp16) on the CPU.
+def take_a_gpus_path(spec):
+    """With --gpu-path, the plugin's GPU paths on the CPU (``cpu_paths.CPU_PATHS``) and, under --precision fp16,
+    fairseq's flat fp32 master weights (a GPU's --fp16): fairseq puts them on ``torch.cuda.current_device()``, and the
+    plugin refuses ``--fp16`` on a CPU for that reason; the parameters' device index (None) puts them beside the
+    parameters instead."""
+    if not spec.get("gpu_path"):
+        return
+    from spanbert_plugin.core import cpu_paths, tasks
 
-    fairseq puts them on ``torch.cuda.current_device()``, and the plugin refuses ``--fp16`` on a CPU for that reason;
-    the parameters' device index (None) puts them beside the parameters instead."""
-    if spec.get("gpu_path") and spec["precision"] == "fp16" and spec["device"] == "cpu":
+    cpu_paths.CPU_PATHS = False
+    if spec["precision"] == "fp16" and spec["device"] == "cpu":
         import torch
-        from spanbert_plugin.core import tasks
 
         torch.cuda.current_device = lambda: None
         tasks.refuse_half_precision_a_cpu_cannot_run = lambda cfg: None
@@ -450,11 +454,7 @@ def fairseq_child(spec):
 
     recorder = UpdateRecorder(spec["warmup"], spec["timed"], spec["profiled"], spec["device"])
     original = Trainer.train_step
-    if spec.get("gpu_path"):
-        from spanbert_plugin.core import cpu_paths
-
-        cpu_paths.CPU_PATHS = False
-    flat_fp16_masters_on_a_cpu(spec)
+    take_a_gpus_path(spec)
 
     def train_step(self, samples, raise_oom=False):
         recorder.flops.append(sum(batch_flops(spec["shape"], s, self.task.source_dictionary.pad(), sbo=True)
@@ -480,11 +480,9 @@ def _hf_setup(spec):
 
     import spanbert_plugin.registry  # noqa: F401
 
-    flat_fp16_masters_on_a_cpu(spec)  # the task that makes the batches is built from the fairseq side's options
-    if spec.get("gpu_path"):  # the plugin's coreference head, which these sides train too, on a GPU's path
-        from spanbert_plugin.core import cpu_paths
-
-        cpu_paths.CPU_PATHS = False
+    # the task that makes the batches is built from the fairseq side's options; the plugin's coreference head,
+    # which these sides train too, runs a GPU's path with --gpu-path
+    take_a_gpus_path(spec)
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), spec["argv"]))
     task = tasks.setup_task(cfg.task)
     task.load_dataset("train")
