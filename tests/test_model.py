@@ -177,3 +177,61 @@ def test_has_padding_from_the_collater_says_what_the_tokens_say_and_false_runs_u
         with_padding = model(padded, features_only=True, has_padding=True)[0][:, :16]
     assert torch.allclose(masked, unmasked, atol=1e-6, rtol=0)
     assert torch.allclose(with_padding, masked, atol=1e-5, rtol=0)
+
+
+class _OwnTrain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.modes = []
+
+    def train(self, mode=True):
+        self.modes.append(mode)
+        return super().train(mode)
+
+
+class _CountsUpdates(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.numbers = []
+
+    def set_num_updates(self, num_updates):
+        self.numbers.append(num_updates)
+
+
+def test_train_and_eval_set_every_module_in_one_pass_and_modules_with_their_own_train_get_it(spm_data, monkeypatch):
+    _, model, _ = build(spm_data)
+    model.register_classification_head("head", num_classes=3)
+    model.encoder.encoder.layer[0].eval()  # mixed modes before
+    calls = []
+    original = torch.nn.Module.train
+    monkeypatch.setattr(torch.nn.Module, "train", lambda self, mode=True: calls.append(mode) or original(self, mode))
+    assert model.train() is model
+    assert all(m.training for m in model.modules()) and calls == []  # no recursive call per module
+    model.eval()
+    assert not any(m.training for m in model.modules()) and calls == []
+    with pytest.raises(ValueError, match="boolean"):
+        model.train("yes")
+    model.encoder.encoder.layer[1].own = _OwnTrain()
+    model.train()
+    assert model.encoder.encoder.layer[1].own.modes == [True] and all(m.training for m in model.modules())
+
+
+def test_set_num_updates_reaches_each_module_with_its_own_method_once(spm_data):
+    from fairseq.models import BaseFairseqModel, FairseqEncoder
+
+    from spanbert_plugin.model.spanbert import NUMBER_PASSERS
+
+    _, model, _ = build(spm_data)
+    model.encoder.encoder.layer[1].counter = _CountsUpdates()
+    model.counter = _CountsUpdates()
+    model.set_num_updates(7)
+    assert model.encoder.encoder.layer[1].counter.numbers == [7] and model.counter.numbers == [7]
+    BaseFairseqModel.set_num_updates(model, 8)  # fairseq's: the same number, twice under the encoder
+    assert model.encoder.encoder.layer[1].counter.numbers == [7, 8, 8] and model.counter.numbers == [7, 8]
+    # the methods the walk skips only pass the number on (fairseq-fixed 0.12.3.1); another fairseq fails here
+    import hashlib
+    import inspect
+
+    sources = "".join(inspect.getsource(method) for method in (BaseFairseqModel.set_num_updates, FairseqEncoder.set_num_updates))
+    assert len(NUMBER_PASSERS) == 3 and hashlib.sha256(sources.encode()).hexdigest() == (
+        "bd212fabc4aadc2b9d822ccaaccd0d29430944de5d423955efb3c6ee2abe686e")
