@@ -441,3 +441,34 @@ def test_transformers_trainer_runs_the_loops_updates_in_the_same_phases(spm_data
     # (average_tokens_across_devices, on by default; the scale is 1 in one process)
     assert trainer["ops_by_phase"]["forward"] - loop["ops_by_phase"]["forward"] == 1
     assert trainer["wall_ms"] > 0 and trainer["tflops"] > 0
+
+
+def test_the_table_lists_each_loops_host_time_by_phase(tmp_path, monkeypatch):
+    """Bookkeeping is the profiled update's time outside its phases and the benchmark's wait for the device; each
+    phase's time is the median over the loop's processes."""
+    def record(side, repeat, forward, update_ms):
+        return {"workload": "sst2", "label": side, "side": side, "repeat": repeat, "wall_ms": 10.0, "data_ms": 0.5,
+                "leaf_ops": 400.0, "host_syncs": 1.0, "outside_ops_ms": 1.0, "tflops": 0.01, "syncs_by_source": {},
+                "ops_by_phase": {"forward": 200.0}, "profiled_ms_by_phase": {"forward": forward, "backward": 4.0},
+                "profiled_update_ms": update_ms, "profiled_wait_ms": 0.25, "top_ops_by_phase": {}}
+
+    records = [record("fairseq", 0, 3.0, 9.25), record("fairseq", 1, 5.0, 11.0), record("fairseq", 2, 4.0, 11.0),
+               record("transformers", 0, 3.0, 7.5)]
+    summary = update_cost.summarise(records)
+    meta = {"repeats": 3, "device": "cpu", "threads": 1, "precision": "fp32", "batch_size": 32, "tokens": 128}
+    update_cost.write_table(summary, meta, tmp_path / "table.md")
+    table = (tmp_path / "table.md").read_text()
+    # bookkeeping per process: 9.25 - 7 - 0.25, 11 - 9 - 0.25, 11 - 8 - 0.25; their median 2.00 (the wait left out)
+    assert "- sst2, fairseq: forward 4.00, backward 4.00, bookkeeping 2.00, between updates 0.50" in table
+    assert "- sst2, transformers: forward 3.00, backward 4.00, bookkeeping 0.25, between updates 0.50" in table
+    # --summarise-again rewrites an earlier result's summary and table from its records, in its own folder only
+    out = tmp_path / "earlier"
+    update_cost.write_outputs(str(out), {**meta, "peak_tflops": None}, records)
+    (out / "table.md").write_text("an older table\n")
+    monkeypatch.setattr(sys, "argv", ["update_cost.py", "--summarise-again", "--out", str(out)])
+    update_cost.main()
+    assert "bookkeeping 2.00" in (out / "table.md").read_text()
+    (out / "notes.txt").write_text("mine\n")
+    with pytest.raises(SystemExit, match="did not write"):
+        update_cost.main()
+    assert (out / "notes.txt").read_text() == "mine\n"

