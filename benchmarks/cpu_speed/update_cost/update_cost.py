@@ -78,6 +78,7 @@ NOT_WORK = frozenset(f"aten::{name}" for name in (
     "size", "stride", "dim", "is_floating_point", "_has_compatible_shallow_copy_type", "requires_grad_",
     "retain_grad", "_version", "output_nr", "_unsafe_split", "split_with_sizes", "new_empty", "new_empty_strided",
     "resolve_conj", "resolve_neg",  # return their input unless a conjugate or negative bit is set
+    "promote_types",  # a dtype from two dtypes
 ))
 # one multi-tensor kernel (a few launches) on a GPU, whatever loop the CPU implementation runs below it
 MULTI_TENSOR = ("aten::_foreach_", "aten::_fused_")
