@@ -12,12 +12,12 @@ The plugin's tasks switch this on for their optimizer at the first update (``use
 the two methods are the code they were written against (``FAIRSEQ_SOURCE_SHA256``; with another fairseq the loops
 stay, and a test fails). A case the fast copies do not cover (a parameter without a gradient) runs fairseq's code.
 """
-import hashlib
-import inspect
 import logging
 
 import torch
 from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin
+
+from .source_hash import source_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,7 @@ REPLACED = ("_sync_fp16_grads_to_fp32", "_sync_fp32_params_to_fp16")
 
 
 def fairseq_source_sha256() -> str:
-    return hashlib.sha256("".join(inspect.getsource(getattr(_FP16OptimizerMixin, name))
-                                  for name in REPLACED).encode()).hexdigest()
+    return source_sha256(*(getattr(_FP16OptimizerMixin, name) for name in REPLACED))
 
 
 def use_multi_tensor_copies(optimizer) -> bool:

@@ -16,8 +16,6 @@ Only plugin tasks get it (fairseq's own tasks keep fairseq's method), and only o
 written against: ``FAIRSEQ_SOURCE_SHA256`` is the hash of that method's source, and another one leaves
 fairseq's method in place with a warning (``tests/test_update_cost.py`` fails then).
 """
-import hashlib
-import inspect
 import logging
 from collections.abc import Mapping
 
@@ -26,6 +24,7 @@ from fairseq import metrics
 from fairseq.trainer import Trainer
 
 from .metrics import log_percent, log_scalar
+from .source_hash import source_sha256
 
 logger = logging.getLogger(__name__)
 # inspect.getsource(fairseq.trainer.Trainer._reduce_and_log_stats) of fairseq-fixed 0.12.3.1
@@ -91,7 +90,7 @@ def reduce_and_log_stats_without_reads(trainer, logging_outputs, sample_size, gr
 
 def fairseq_source_sha256():
     original = getattr(Trainer._reduce_and_log_stats, "__wrapped__", Trainer._reduce_and_log_stats)
-    return hashlib.sha256(inspect.getsource(original).encode()).hexdigest()
+    return source_sha256(original)
 
 
 def install(is_plugin_task):

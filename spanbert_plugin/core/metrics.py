@@ -1,7 +1,5 @@
 """Criteria of the plugin, and the logging helpers they share."""
 import functools
-import hashlib
-import inspect
 import math
 import operator
 
@@ -9,6 +7,8 @@ import torch
 from fairseq import metrics
 from fairseq.logging import meters as fairseq_meters
 from fairseq.logging.meters import AverageMeter, SumMeter, type_as
+
+from .source_hash import source_sha256
 
 
 def total(logging_outputs, key):
@@ -163,4 +163,4 @@ def log_scalar_sum(key, value, priority=10, round=None):
 def fairseq_meters_source_sha256() -> str:
     mirrored = (AverageMeter, SumMeter, fairseq_meters.MetersDict.state_dict, fairseq_meters.MetersDict.load_state_dict,
                 metrics.log_scalar, metrics.log_scalar_sum)
-    return hashlib.sha256("".join(inspect.getsource(code) for code in mirrored).encode()).hexdigest()
+    return source_sha256(*mirrored)

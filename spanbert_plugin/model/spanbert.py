@@ -407,6 +407,8 @@ class SpanBertModel(FairseqEncoderModel):
 # set_num_updates of fairseq's model and encoder base classes (and of this model): each passes the number on to
 # the modules under it and does nothing else
 NUMBER_PASSERS = (BaseFairseqModel.set_num_updates, FairseqEncoder.set_num_updates, SpanBertModel.set_num_updates)
+# core.source_hash.source_sha256 of fairseq's two (fairseq-fixed 0.12.3.1; a test fails on another)
+FAIRSEQ_NUMBER_PASSERS_SHA256 = "bd212fabc4aadc2b9d822ccaaccd0d29430944de5d423955efb3c6ee2abe686e"
 
 
 def _sizes(args, layers, dim, ffn, heads):

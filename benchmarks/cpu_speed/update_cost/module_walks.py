@@ -28,10 +28,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))  # the shared helpers
 from results_file import check_results_file, write_results_file  # noqa: E402
+from update_cost import SHAPES as UPDATE_COST_SHAPES  # noqa: E402  (this script's folder)
 
 from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel  # noqa: E402
 
-SHAPES = {"minilm-shape": (6, 384, 12, 1536), "base-shape": (12, 768, 12, 3072)}  # layers, hidden, heads, FFN
+SHAPES = {name: UPDATE_COST_SHAPES[name] for name in ("minilm-shape", "base-shape")}  # layers, hidden, heads, FFN
 RESULT_KEYS = ("rounds", "calls", "rows")
 # per update: (what, the plugin's call, the call it replaces, calls per update)
 WALKS = (

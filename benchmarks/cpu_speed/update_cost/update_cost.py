@@ -765,24 +765,23 @@ def _median_by_key(dicts):
     return {k: statistics.median(d[k] for d in dicts if k in d) for k in dict.fromkeys(k for d in dicts for k in d)}
 
 
+def _ratio_cell(ratio, ratio_range):
+    return f"{ratio:.2f}x ({ratio_range[0]:.2f}-{ratio_range[1]:.2f})" if ratio else "–"
+
+
 def write_table(summary, meta, path):
+    with_trainer = any(s.get("ratio_to_hf_trainer") for s in summary)  # --hf-trainer: against transformers.Trainer too
+    columns = ["workload", "loop", "wall ms", "/ transformers (range)", *(["/ Trainer (range)"] if with_trainer else []),
+               "leaf operators", "host syncs", "outside operators ms", "model TFLOP/s", "MFU", "GPU busy", "kernels",
+               "warm-up s"]
     lines = [f"Per update, median of {meta['repeats']} alternating child processes; device {meta['device']}, "
              f"{meta['threads']} thread(s), precision {meta['precision']}, batch {meta['batch_size']}"
              f" (pre-training blocks of {meta['tokens']} tokens).", "",
-             "| workload | loop | wall ms | / transformers (range) | leaf operators | host syncs | outside operators ms "
-             "| model TFLOP/s | MFU | GPU busy | kernels | warm-up s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    if any(s.get("ratio_to_hf_trainer") for s in summary):  # --hf-trainer: against transformers.Trainer too
-        lines[2] = lines[2].replace("| / transformers (range) |", "| / transformers (range) | / Trainer (range) |")
-        lines[3] += " --- |"
+             "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for s in summary:
-        ratio = (f"{s['ratio_to_transformers']:.2f}x ({s['ratio_range'][0]:.2f}-{s['ratio_range'][1]:.2f})"
-                 if s["ratio_to_transformers"] else "–")
-        if s.get("ratio_to_hf_trainer"):
-            low, high = s["ratio_to_hf_trainer_range"]
-            ratio += f" | {s['ratio_to_hf_trainer']:.2f}x ({low:.2f}-{high:.2f})"
-        elif any(other.get("ratio_to_hf_trainer") for other in summary):
-            ratio += " | –"
+        ratio = _ratio_cell(s["ratio_to_transformers"], s["ratio_range"])
+        if with_trainer:
+            ratio += " | " + _ratio_cell(s.get("ratio_to_hf_trainer"), s.get("ratio_to_hf_trainer_range"))
         optional = lambda value, form: form.format(value) if value is not None else "–"  # noqa: E731
         lines.append(f"| {s['workload']} | {s['label']} | {s['wall_ms']:.1f} | {ratio} | {s['leaf_ops']:.0f} | "
                      f"{s['host_syncs']:.0f} | {s['outside_ops_ms']:.1f} | {s['tflops']:.3g} | "
