@@ -3,6 +3,7 @@ the host, the device-dependent chunking of the vocabulary cross-entropy, logged 
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import traceback
@@ -344,41 +345,93 @@ def test_deferred_meters_report_what_fairseqs_meters_report():
 
 
 def test_the_plugins_logging_adds_no_operator_per_update_for_its_meters():
-    """Between reads, a tensor logged through the plugin's log_scalar costs no operator in any aggregator (fairseq's
-    meters: a multiplication and an addition in each)."""
-    from spanbert_plugin.core.metrics import FOLD_EVERY, log_scalar, log_scalar_sum
+    """Between reads, a tensor logged through the plugin's log_scalar, log_mean, log_scalar_sum or
+    log_percent_above costs no operator in any aggregator (fairseq's meters: a multiplication and an addition in
+    each; a mean or a percentage made before logging: one more)."""
+    from spanbert_plugin.core.metrics import BITS, FOLD_EVERY, log_mean, log_percent_above, log_scalar, log_scalar_sum
 
     values = [torch.tensor(float(i)) for i in range(FOLD_EVERY - 1)]
     with metrics.aggregate(new_root=True), metrics.aggregate("outer") as outer, metrics.aggregate("inner") as inner:
         with torch.profiler.profile() as profile:
             for value in values:
                 log_scalar("loss", value, 4)
+                log_mean("nll_loss", value, 4, BITS)
                 log_scalar_sum("_counts", value)
+                log_percent_above("clip", value, 10.0)
         assert not [e.name for e in profile.events() if e.name.startswith("aten::")]
         for aggregator in (outer, inner):
             assert aggregator.get_smoothed_value("loss") == pytest.approx(sum(range(FOLD_EVERY - 1)) / (FOLD_EVERY - 1))
+            assert aggregator.get_smoothed_value("nll_loss") == pytest.approx(
+                sum(range(FOLD_EVERY - 1)) / (FOLD_EVERY - 1) / 4 / math.log(2))
             assert float(aggregator["_counts"].sum) == sum(range(FOLD_EVERY - 1))
+            assert aggregator.get_smoothed_value("clip") == pytest.approx(100 * (FOLD_EVERY - 12) / (FOLD_EVERY - 1))
 
 
-def test_the_clip_percentage_is_fairseqs_from_one_comparison_per_update():
+def test_a_mean_logged_as_a_sum_and_a_count_is_fairseqs_mean():
+    """log_mean(key, sum, count, scale) against fairseq's log_scalar(key, sum * scale / count, count): random sums
+    and counts (0 included: such a value only becomes the meter's last value), reads in between, more values than
+    one fold, a checkpoint round trip of the meters, and a number (not a tensor) logged as fairseq logs it."""
+    from fairseq.logging.meters import MetersDict
+
+    from spanbert_plugin.core.metrics import BITS, FOLD_EVERY, PERCENT, DeferredAverageMeter, log_mean
+
+    generator = torch.Generator().manual_seed(2)
+    names = ("test_log_mean_reference", "test_log_mean_deferred")
+
+    def log(value_sum, count, scale, key):
+        with metrics.aggregate(names[0], new_root=True):
+            metrics.log_scalar(key, value_sum * (scale / max(count, 1)), count, round=3)
+        with metrics.aggregate(names[1], new_root=True):
+            log_mean(key, value_sum, count, scale, round=3)
+
+    try:
+        reference, deferred = (metrics._aggregators.setdefault(name, MetersDict()) for name in names)
+        for step in range(2 * FOLD_EVERY + 9):
+            value_sum = torch.rand((), generator=generator, dtype=torch.float64) * 50
+            count = int(torch.randint(0, 40, (1,), generator=generator))
+            log(value_sum, count, BITS, "loss")
+            log(value_sum, count, PERCENT, "acc")
+            if step % 13 == 0:
+                assert float(deferred["loss"].avg) == pytest.approx(float(reference["loss"].avg), rel=1e-12)
+        assert type(deferred["loss"]) is DeferredAverageMeter
+        assert deferred.get_smoothed_values() == reference.get_smoothed_values()
+        for key in ("loss", "acc"):
+            state, expected = deferred[key].state_dict(), reference[key].state_dict()
+            assert state["count"] == expected["count"]
+            for name in ("val", "sum"):
+                assert float(state[name]) == pytest.approx(float(expected[name]), rel=1e-12)
+        reloaded = MetersDict()
+        reloaded.load_state_dict(deferred.state_dict())
+        assert float(reloaded["acc"].avg) == pytest.approx(float(reference["acc"].avg), rel=1e-12)
+        log(6.0, 3, 1.0, "loss")  # a number: logged as fairseq logs it
+        assert float(deferred["loss"].avg) == pytest.approx(float(reference["loss"].avg), rel=1e-12)
+        assert deferred["loss"].val == reference["loss"].val == 2.0
+    finally:
+        for name in names:
+            metrics._aggregators.pop(name, None)
+
+
+def test_the_clip_percentage_is_fairseqs_counted_when_read():
     from fairseq.logging.meters import AverageMeter
 
-    from spanbert_plugin.core.metrics import FOLD_EVERY, log_percent
+    from spanbert_plugin.core.metrics import FOLD_EVERY, log_percent_above
 
     norms = torch.rand(FOLD_EVERY + 7, generator=torch.Generator().manual_seed(1)) * 2
     reference = AverageMeter(round=1)
     with metrics.aggregate(new_root=True) as aggregator:
         for norm in norms:
-            log_percent("clip", norm > 1.0, round=1)
+            log_percent_above("clip", norm, 1.0, round=1)
             reference.update(torch.where(norm > 1.0, 100.0, 0.0))
         assert aggregator.get_smoothed_value("clip") == reference.smoothed_value
         assert float(aggregator["clip"].avg) == pytest.approx(float((norms > 1.0).double().mean()) * 100)
+        assert float(aggregator["clip"].state_dict()["val"]) == float(reference.val)
     # fairseq's meter of values of 100 and 0 (a checkpoint written before the plugin logged clip so) goes on in percent
     with metrics.aggregate(new_root=True) as aggregator:
         aggregator.add_meter("clip", AverageMeter(round=1), 500)
         aggregator["clip"].update(torch.tensor(100.0))
-        log_percent("clip", torch.tensor(True), round=1)
+        log_percent_above("clip", torch.tensor(2.0), 1.0, round=1)
         assert float(aggregator["clip"].avg) == 100.0  # not (100 + 1) / 2
+        assert float(aggregator["clip"].val) == 100.0
 
 
 KEPT_MEMORY_PROBE = """

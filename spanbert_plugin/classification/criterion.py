@@ -20,7 +20,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..core.metrics import log_scalar, log_scalar_sum, log_sum_to_this_validation, per_unit, total
+from ..core.metrics import BITS, log_mean, log_scalar_sum, log_sum_to_this_validation, total
 from .metrics import classification_metrics, regression_metrics
 from ..addrop.attribution import pseudo_label_logit_sum
 
@@ -47,8 +47,8 @@ class SentenceClassificationCriterion(FairseqCriterion):
         self.head_name = task.cfg.classification_head_name
         self.regression = task.regression
         self.num_classes = task.num_classes
-        if not self.regression:  # the confusion matrix's cells, target * K + prediction; moved to the device with the criterion
-            self.register_buffer("confusion_cells", torch.arange(self.num_classes ** 2), persistent=False)
+        if not self.regression:  # what each example adds to its confusion cell; moved to the device with the criterion
+            self.register_buffer("one", torch.ones(1, dtype=torch.long), persistent=False)
 
     def ad_drop_objective(self, model, sample):
         """AD-DROP attribution scalar: the summed logits of the predicted classes; for regression the loss."""
@@ -72,8 +72,10 @@ class SentenceClassificationCriterion(FairseqCriterion):
             loss = F.nll_loss(lprobs, targets, reduction="sum")
             k = self.num_classes
             cells = logits.detach().argmax(dim=-1).add_(targets, alpha=k)  # target * k + prediction, one operator
-            # counted by comparison, not torch.bincount, whose CUDA kernel reads the input's max and min on the host
-            logging_output["confusion"] = cells[:, None].eq(self.confusion_cells.to(cells.device)).sum(0).view(k, k)
+            # counted by index_add_ (deterministic on CUDA under torch.use_deterministic_algorithms), not
+            # torch.bincount, whose CUDA kernel reads the input's max and min on the host
+            ones = self.one.to(cells.device).expand_as(cells)
+            logging_output["confusion"] = cells.new_zeros(k * k).index_add_(0, cells, ones).view(k, k)
         logging_output["loss"] = loss.detach()
         return loss, sample_size, logging_output
 
@@ -82,14 +84,14 @@ class SentenceClassificationCriterion(FairseqCriterion):
         """Loss per example; confusion counts and regression pairs accumulated for exact split metrics."""
         loss_sum, sample_size = total(logging_outputs, "loss"), total(logging_outputs, "sample_size")
         if any("confusion" in log for log in logging_outputs):
-            log_scalar("loss", per_unit(loss_sum, max(sample_size, 1), bits=True), sample_size, round=3)
+            log_mean("loss", loss_sum, sample_size, BITS, round=3)
             confusion = total(logging_outputs, "confusion")  # counts on the device: read only when metrics are derived
             log_scalar_sum("_confusion", confusion)
             f1 = "f1" if len(confusion) == 2 else "macro_f1"
             for name in ("accuracy", f1, "mcc"):
                 metrics.log_derived(name, _classification_metric(name))
             return
-        log_scalar("loss", per_unit(loss_sum, max(sample_size, 1)), sample_size, round=4)  # mean squared error
+        log_mean("loss", loss_sum, sample_size, round=4)  # mean squared error
         pairs = [log["regression_pairs"] for log in logging_outputs if "regression_pairs" in log]
         if pairs:
             log_sum_to_this_validation("_regression_pairs", sum(p.double().cpu() for p in pairs))

@@ -23,7 +23,7 @@ import torch
 from fairseq import metrics
 from fairseq.trainer import Trainer
 
-from .metrics import log_percent, log_scalar
+from .metrics import log_percent_above, log_scalar
 from .source_hash import source_sha256
 
 logger = logging.getLogger(__name__)
@@ -73,8 +73,8 @@ def _log_grad_norm(trainer, grad_norm):
     log_scalar("gnorm", grad_norm, priority=400, round=3)
     clip_norm = trainer.cfg.optimization.clip_norm
     if clip_norm > 0:
-        if torch.is_tensor(grad_norm):  # the percentage of clipped updates, from one comparison per update
-            log_percent("clip", grad_norm > clip_norm, priority=500, round=1)
+        if torch.is_tensor(grad_norm):  # the percentage of clipped updates, counted when read
+            log_percent_above("clip", grad_norm, clip_norm, priority=500, round=1)
         else:
             log_scalar("clip", 100 if grad_norm > clip_norm else 0, priority=500, round=1)
 

@@ -18,9 +18,8 @@ def total(logging_outputs, key):
     return functools.reduce(operator.add, values) if values else 0
 
 
-def per_unit(value, count, bits: bool = False):
-    """``value / count`` (in bits with ``bits``: divided by ln 2 as well), one operator on a tensor."""
-    return value * (1.0 / (count * (math.log(2) if bits else 1.0)))
+BITS = 1.0 / math.log(2)  # log_mean's scale for a loss in nats logged in bits, as fairseq's criteria log it
+PERCENT = 100.0  # log_mean's scale for a count of correct units logged as an accuracy in percent
 
 
 def log_sum_to_this_validation(key: str, value) -> None:
@@ -71,16 +70,35 @@ class _PendingSum:
     @classmethod
     def adopt(cls, meter):
         """Turn fairseq's meter (e.g. one loaded from an older checkpoint) into this kind, in place."""
-        total = meter.__dict__.pop("sum")
+        state = {name: meter.__dict__.pop(name) for name in ("sum", "val") if name in meter.__dict__}
         meter.__class__ = cls
-        meter.sum = total
+        for name, value in state.items():  # through the properties of this kind
+            setattr(meter, name, value)
         return meter
 
 
-class DeferredAverageMeter(_PendingSum, AverageMeter):
-    """fairseq's ``AverageMeter`` (the same state, average and rounding) for per-update tensor values."""
+class _Later:
+    """A value made when first read: a meter's last value, which only a checkpoint reads."""
 
-    value_scale = 1.0  # what each value is multiplied by when added up, besides its weight
+    __slots__ = ("make",)
+
+    def __init__(self, make):
+        self.make = make
+
+
+class DeferredAverageMeter(_PendingSum, AverageMeter):
+    """fairseq's ``AverageMeter`` (the same state, average and rounding) for per-update tensor values; a mean
+    logged as a sum and a count (``log_mean``) is divided when read."""
+
+    @property
+    def val(self):
+        if isinstance(self._val, _Later):
+            self._val = self._val.make()
+        return self._val
+
+    @val.setter
+    def val(self, value):
+        self._val = value
 
     def update(self, val, n=1):
         if val is None:
@@ -90,23 +108,54 @@ class DeferredAverageMeter(_PendingSum, AverageMeter):
             return
         self.val = val
         if n > 0:
-            self._pending.append((val, n))
-            self.count = type_as(self.count, n) + n
-            if len(self._pending) >= FOLD_EVERY:
-                self._fold()
+            self._append(val, n, n)
+
+    def update_mean(self, value_sum, count, scale=1.0):
+        """As ``update(value_sum * scale / count, count)``: the mean's division happens when the meter is read."""
+        if value_sum is None:
+            return
+        if not torch.is_tensor(value_sum) or torch.is_tensor(count):
+            super().update(value_sum * (scale / max(count, 1)), count)
+            return
+        self.val = _Later(functools.partial(torch.mul, value_sum, scale / max(count, 1)))
+        if count > 0:
+            self._append(value_sum, scale, count)
+
+    def _append(self, value, factor, count):
+        """Add ``value * factor`` to the sum and ``count`` to the count, the former when read."""
+        self._pending.append((value, factor))
+        self.count = type_as(self.count, count) + count
+        if len(self._pending) >= FOLD_EVERY:
+            self._fold()
 
     def _fold(self):
         if self._pending:
-            values, weights = zip(*self._pending)
+            values, factors = zip(*self._pending)
             self._pending = []
-            self._add(torch.stack(torch._foreach_mul(list(values), [self.value_scale * w for w in weights])).sum(0))
+            self._add(torch.stack(torch._foreach_mul(list(values), list(factors))).sum(0))
 
 
 class DeferredPercentMeter(DeferredAverageMeter):
-    """Per-update booleans (e.g. whether the gradients were clipped) averaged as a percentage: the booleans are
-    logged as they are, and multiplied by 100 when added up."""
+    """The percentage of updates whose value (e.g. the gradient norm) was above a threshold (e.g. --clip-norm), as
+    fairseq's meter of values of 100 and 0: the values are kept as they are, compared and counted when added up."""
 
-    value_scale = 100.0
+    update = AverageMeter.update  # a number of 100 or 0, as fairseq logs it (reading the sum adds the pending first)
+
+    def update_above(self, value, threshold):
+        self.val = _Later(lambda: torch.where(value > threshold, PERCENT, 0.0))
+        self._pending.append((value, threshold))
+        self.count = type_as(self.count, 1) + 1
+        if len(self._pending) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self):
+        if self._pending:
+            by_threshold = {}
+            for value, threshold in self._pending:
+                by_threshold.setdefault(threshold, []).append(value)
+            self._pending = []
+            for threshold, values in by_threshold.items():
+                self._add(torch.stack(values).gt(threshold).sum().mul(PERCENT))
 
 
 class DeferredSumMeter(_PendingSum, SumMeter):
@@ -149,10 +198,24 @@ def log_scalar(key, value, weight=1, priority=10, round=None):
     _log(key, value, priority, round, AverageMeter, DeferredAverageMeter, lambda meter: meter.update(value, weight))
 
 
-def log_percent(key, flag, priority=10, round=None):
-    """The percentage of updates for which ``flag`` (a boolean tensor) holds, e.g. of clipped updates, as fairseq
-    logs it from values of 100 and 0, without making those values (``DeferredPercentMeter``)."""
-    _log(key, flag, priority, round, AverageMeter, DeferredPercentMeter, lambda meter: meter.update(flag, 1))
+def log_mean(key, value_sum, count, scale=1.0, priority=10, round=None):
+    """fairseq's ``metrics.log_scalar(key, value_sum * scale / count, count)`` (e.g. a summed loss per token, in bits
+    with ``scale=BITS``), with a tensor's division made when read: no operator per update."""
+
+    def update(meter):
+        if isinstance(meter, DeferredAverageMeter):
+            meter.update_mean(value_sum, count, scale)
+        else:
+            meter.update(value_sum * (scale / max(count, 1)), count)
+
+    _log(key, value_sum, priority, round, AverageMeter, DeferredAverageMeter, update)
+
+
+def log_percent_above(key, value, threshold, priority=10, round=None):
+    """The percentage of updates whose ``value`` (a tensor, e.g. the gradient norm) was above ``threshold``, as
+    fairseq logs it from values of 100 and 0, compared when read (``DeferredPercentMeter``)."""
+    _log(key, value, priority, round, AverageMeter, DeferredPercentMeter,
+         lambda meter: meter.update_above(value, threshold))
 
 
 def log_scalar_sum(key, value, priority=10, round=None):

@@ -12,7 +12,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..core.metrics import log_scalar, log_scalar_sum, per_unit, total
+from ..core.metrics import BITS, log_mean, log_scalar_sum, total
 from .head import predicted_clusters
 from .long_document import bounded_notice, bounded_prediction, predicts_bounded
 from .metrics import CONVENTIONS, COUNT_KEYS, SCORED, convention_counts, coref_scores
@@ -65,10 +65,10 @@ class CoreferenceCriterion(FairseqCriterion):
     def reduce_metrics(logging_outputs) -> None:
         documents = total(logging_outputs, "sample_size")
         # losses stay tensors (read when the meters are); the counts are host numbers already
-        log_scalar("loss", per_unit(total(logging_outputs, "loss"), max(documents, 1), bits=True), documents, round=4)
+        log_mean("loss", total(logging_outputs, "loss"), documents, BITS, round=4)
         if any("mention_loss" in log for log in logging_outputs):
             mention_loss = total(logging_outputs, "mention_loss")
-            log_scalar("mention_loss", per_unit(mention_loss, max(documents, 1), bits=True), documents, round=4)
+            log_mean("mention_loss", mention_loss, documents, BITS, round=4)
         for prefix in ("",) + tuple(c + "_" for c in CONVENTIONS):
             if not any(prefix + COUNT_KEYS[0] in log for log in logging_outputs):
                 continue

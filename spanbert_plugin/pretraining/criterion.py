@@ -6,7 +6,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..core.errors import UsageError
-from ..core.metrics import log_scalar, per_unit, total
+from ..core.metrics import BITS, PERCENT, log_mean, log_scalar, total
 from .vocab_cross_entropy import vocab_cross_entropy
 
 
@@ -80,14 +80,14 @@ class SpanBertCriterion(FairseqCriterion):
         # spanbert_pretraining masks at least one token in every block that has one, and refuses splits without.
         if sample_size:
             # losses logged in base 2, as fairseq's masked_lm does
-            log_scalar("loss", per_unit(total(logging_outputs, "loss"), sample_size, bits=True), sample_size, round=3)
+            log_mean("loss", total(logging_outputs, "loss"), sample_size, BITS, round=3)
         if num_masked:
-            log_scalar("mlm_loss", per_unit(total(logging_outputs, "mlm_loss"), num_masked, bits=True), num_masked, round=3)
-            log_scalar("mlm_acc", per_unit(total(logging_outputs, "mlm_correct"), num_masked / 100.0), num_masked, round=2)
+            log_mean("mlm_loss", total(logging_outputs, "mlm_loss"), num_masked, BITS, round=3)
+            log_mean("mlm_acc", total(logging_outputs, "mlm_correct"), num_masked, PERCENT, round=2)
             metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["mlm_loss"].avg))
         if num_sbo:
-            log_scalar("sbo_loss", per_unit(total(logging_outputs, "sbo_loss"), num_sbo, bits=True), num_sbo, round=3)
-            log_scalar("sbo_acc", per_unit(total(logging_outputs, "sbo_correct"), num_sbo / 100.0), num_sbo, round=2)
+            log_mean("sbo_loss", total(logging_outputs, "sbo_loss"), num_sbo, BITS, round=3)
+            log_mean("sbo_acc", total(logging_outputs, "sbo_correct"), num_sbo, PERCENT, round=2)
             log_scalar("num_sbo", num_sbo, priority=901, round=0)
 
     @staticmethod

@@ -20,7 +20,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..addrop.attribution import pseudo_label_span_objective
-from ..core.metrics import log_scalar, log_sum_to_this_validation, per_unit, total
+from ..core.metrics import BITS, log_mean, log_sum_to_this_validation, total
 
 
 @dataclass
@@ -75,7 +75,7 @@ class ExtractiveQACriterion(FairseqCriterion):
     def reduce_metrics(logging_outputs) -> None:
         loss = total(logging_outputs, "loss")  # a tensor: read when the meters are
         sample_size = total(logging_outputs, "sample_size")
-        log_scalar("loss", per_unit(loss, max(sample_size, 1), bits=True), sample_size, round=3)
+        log_mean("loss", loss, sample_size, BITS, round=3)
         records = [log["qa_records"] for log in logging_outputs if "qa_records" in log]
         if records:
             with_negative = any(log.get("qa_with_negative", 0) for log in logging_outputs)

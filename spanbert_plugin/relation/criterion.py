@@ -6,7 +6,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..core.metrics import log_scalar, log_scalar_sum, per_unit, total
+from ..core.metrics import BITS, log_mean, log_scalar_sum, total
 from .metrics import COUNT_KEYS, relation_counts, relation_scores
 from ..addrop.attribution import pseudo_label_logit_sum
 
@@ -49,7 +49,7 @@ class RelationExtractionCriterion(FairseqCriterion):
     def reduce_metrics(logging_outputs) -> None:
         sample_size = total(logging_outputs, "sample_size")
         # in bits, like fairseq's other criteria
-        log_scalar("loss", per_unit(total(logging_outputs, "loss"), max(sample_size, 1), bits=True), sample_size, round=4)
+        log_mean("loss", total(logging_outputs, "loss"), sample_size, BITS, round=4)
         for key in COUNT_KEYS:
             log_scalar_sum(key, total(logging_outputs, key))
         for name in ("precision", "recall", "f1", "accuracy"):
