@@ -33,11 +33,13 @@ from .core import launchers  # noqa: E402
 
 launchers.install()  # torchrun and srun: the launcher's ranks, and never several runs that each train alone
 
-from .core import logging_reads  # noqa: E402
+from .core import logging_reads, update_seeding  # noqa: E402
 from .core.tasks import OneDictionaryTask  # noqa: E402
 
-# the plugin's tasks: no host read of the logged values after each update (only when they are logged)
+# the plugin's tasks: no host read of the logged values after each update (only when they are logged), and the
+# update's seed without a Python stack formatted per device type not in use
 logging_reads.install(lambda fairseq_task: isinstance(fairseq_task, OneDictionaryTask))
+update_seeding.install(lambda fairseq_task: isinstance(fairseq_task, OneDictionaryTask))
 
 # Registered components (models, tasks, criteria, hub methods), one feature per line.
 from .core import torch_adamw  # noqa: F401,E402  (--optimizer torch_adamw)

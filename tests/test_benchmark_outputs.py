@@ -102,7 +102,8 @@ def test_a_results_file_is_replaced_only_with_force_and_only_when_it_is_the_scri
     assert foreign.read_text() == '{"threads": 1}'
 
 
-@pytest.mark.parametrize("script", ["bf16_autocast_speed.py", "vocab_cross_entropy_speed.py", "update_cost/module_walks.py"])
+@pytest.mark.parametrize("script", ["bf16_autocast_speed.py", "vocab_cross_entropy_speed.py", "update_cost/module_walks.py",
+                                    "update_cost/seeding.py"])
 def test_speed_scripts_refuse_a_users_file_before_measuring(tmp_path, script):
     path = tmp_path / "notes.json"
     path.write_text("my notes\n")
@@ -121,12 +122,12 @@ def test_committed_speed_results_are_their_scripts(name, script):
     check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "bf16_autocast", name), script + ".py", True, module.RESULT_KEYS)
 
 
-def test_committed_module_walks_result_is_its_scripts():
+@pytest.mark.parametrize("script", ["module_walks", "seeding"])
+def test_committed_update_cost_results_are_their_scripts(script):
     sys.path.insert(0, os.path.join(BENCHMARKS, "cpu_speed", "update_cost"))
-    import module_walks
-
-    check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "update_cost", "results", "module_walks.json"),
-                       "module_walks.py", True, module_walks.RESULT_KEYS)
+    module = __import__(script)
+    check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "update_cost", "results", script + ".json"),
+                       script + ".py", True, module.RESULT_KEYS)
 
 
 def test_span_drop_squad_keeps_its_folder_to_its_own_files(tmp_path):

@@ -17,7 +17,7 @@ from fairseq.trainer import Trainer
 
 import spanbert_plugin.registry  # noqa: F401
 from conftest import ROOT, bin_path, run_cli
-from spanbert_plugin.core import logging_reads, model_flops
+from spanbert_plugin.core import logging_reads, model_flops, update_seeding
 from spanbert_plugin.pretraining import vocab_cross_entropy as vce
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "cpu_speed", "update_cost"))
@@ -152,6 +152,61 @@ def test_the_replacement_logs_what_fairseqs_method_logs(spm_data):
     fairseqs, plugins = values
     assert set(fairseqs) == set(plugins)
     assert all(fairseqs[k] == pytest.approx(plugins[k]) for k in fairseqs if k != "ups")
+
+
+def test_fairseqs_seeding_is_the_one_the_plugin_replaces():
+    """Fails when fairseq's Trainer._set_seed or set_torch_seed, or torch.manual_seed, changes: the plugin's
+    seeding must then be reviewed."""
+    assert update_seeding.source_sha256_now() == update_seeding.SOURCE_SHA256
+    assert hasattr(Trainer._set_seed, "__wrapped__")
+
+
+def test_an_updates_seed_sets_what_torch_manual_seed_sets_without_formatting_a_stack(monkeypatch):
+    stacks = []
+    monkeypatch.setattr(traceback, "format_stack", lambda *args, **kwargs: stacks.append(1) or [])
+    states = []
+    for seed_all in (update_seeding.seed_started_generators, torch.manual_seed):
+        torch.rand(3)  # another state before
+        seed_all(1234)
+        states.append((torch.get_rng_state(), torch.initial_seed(), torch.rand(8)))
+        if seed_all is update_seeding.seed_started_generators:
+            assert stacks == []
+    assert stacks  # torch queued the seed for the device types not started here (XPU and MTIA at least)
+    (state, initial, draws), (expected_state, expected_initial, expected_draws) = states
+    assert torch.equal(state, expected_state) and initial == expected_initial and torch.equal(draws, expected_draws)
+
+
+def test_a_started_device_type_gets_the_updates_seed(monkeypatch):
+    seeded = []
+    monkeypatch.setattr(torch.xpu, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.xpu, "manual_seed_all", seeded.append)
+    update_seeding.seed_started_generators(11)
+    assert seeded == [11]
+
+
+def test_updates_through_fairseqs_trainer_draw_what_they_drew_with_fairseqs_seeding(spm_data, monkeypatch):
+    """Three pre-training updates with dropout (the masks drawn from the update's seed): the same parameters,
+    bit for bit, with the plugin's seeding and with fairseq's; fairseq's own tasks keep fairseq's."""
+    parameters = []
+    for set_seed in (Trainer._set_seed, Trainer._set_seed.__wrapped__):
+        monkeypatch.setattr(Trainer, "_set_seed", set_seed)
+        torch.manual_seed(0)
+        cfg, task, model, criterion = build(spm_data)
+        trainer = Trainer(cfg, task, model, criterion)
+        task.load_dataset("train")
+        iterator = trainer.get_train_iterator(epoch=1, load_dataset=False).next_epoch_itr(shuffle=False)
+        for _ in range(3):
+            torch.rand(5)  # what ran between updates does not matter: each update seeds
+            trainer.train_step([next(iterator)])
+        parameters.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(ours, fairseqs) for ours, fairseqs in zip(*parameters))
+    monkeypatch.undo()
+    seeds = []
+    monkeypatch.setattr("fairseq.utils.set_torch_seed", seeds.append)
+    fairseq_trainer = types.SimpleNamespace(task=object(), cfg=types.SimpleNamespace(
+        common=types.SimpleNamespace(seed=3)), get_num_updates=lambda: 4)
+    Trainer._set_seed(fairseq_trainer)
+    assert seeds == [7]
 
 
 def test_the_collaters_host_selections_equal_the_device_selections(spm_data):

@@ -6,7 +6,8 @@ fairseq's ``Trainer.train_step`` and the task's ``train_step`` call ``model.trai
 on a GPU, where a small model's update is bound by the host, adds to the update's time. ``SpanBertModel`` sets the
 training flag in one pass over its modules and calls ``set_num_updates`` only on modules with their own; here
 both are timed against ``nn.Module.train`` and fairseq's ``BaseFairseqModel.set_num_updates`` on the same model,
-alternating, with the fine-tuning heads of SST-2 (one classification head) in place.
+alternating, with the fine-tuning heads of SST-2 (one classification head) in place. (fairseq's seeding before
+each update: ``seeding.py``, from fairseq-train's own stack.)
 
     .venv/bin/python benchmarks/cpu_speed/update_cost/module_walks.py --out benchmarks/cpu_speed/update_cost/results/module_walks.json
 
@@ -82,15 +83,7 @@ def main():
             rows.append({"shape": shape, "modules": len(list(model.modules())), "walk": what, "per_update": per_update,
                          "plugin_us": statistics.median(times["plugin"]), "fairseq_us": statistics.median(times["fairseq"]),
                          "ratio": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)]})
-    # fairseq's seeding before every update, left as it is: where CUDA is not initialised (a CPU), torch formats a
-    # Python stack for each lazily seeded device type every time it seeds
-    from fairseq import utils
-
-    seeding = {"fairseq_set_torch_seed_us": statistics.median(
-        microseconds(lambda m: utils.set_torch_seed(7), None, args.calls) for _ in range(args.rounds)),
-        "cuda_initialised": torch.cuda.is_initialized()}
-    write_results_file(args.out, {"rounds": args.rounds, "calls": args.calls, "torch": torch.__version__, "rows": rows,
-                                  "seeding": seeding})
+    write_results_file(args.out, {"rounds": args.rounds, "calls": args.calls, "torch": torch.__version__, "rows": rows})
     lines = [f"Median over {args.rounds} alternating rounds of {args.calls} calls, one thread; the model with an SST-2 "
              "classification head.", "",
              "| shape | modules | walk | calls per update | fairseq / torch µs | plugin µs | ratio (range) |",
@@ -101,8 +94,6 @@ def main():
     for shape in SHAPES:
         saved = sum((r["fairseq_us"] - r["plugin_us"]) * r["per_update"] for r in rows if r["shape"] == shape)
         lines.append(f"\nHost time saved per update, {shape}: {saved / 1e3:.2f} ms")
-    lines.append(f"\nfairseq's seeding of an update (utils.set_torch_seed, unchanged): "
-                 f"{seeding['fairseq_set_torch_seed_us']:.0f} µs, CUDA initialised: {seeding['cuda_initialised']}")
     print("\n".join(lines))
 
 
