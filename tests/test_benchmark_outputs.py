@@ -103,7 +103,7 @@ def test_a_results_file_is_replaced_only_with_force_and_only_when_it_is_the_scri
 
 
 @pytest.mark.parametrize("script", ["bf16_autocast_speed.py", "vocab_cross_entropy_speed.py", "update_cost/module_walks.py",
-                                    "update_cost/seeding.py"])
+                                    "update_cost/seeding.py", "update_cost/collector_pauses.py"])
 def test_speed_scripts_refuse_a_users_file_before_measuring(tmp_path, script):
     path = tmp_path / "notes.json"
     path.write_text("my notes\n")
@@ -122,7 +122,7 @@ def test_committed_speed_results_are_their_scripts(name, script):
     check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "bf16_autocast", name), script + ".py", True, module.RESULT_KEYS)
 
 
-@pytest.mark.parametrize("script", ["module_walks", "seeding"])
+@pytest.mark.parametrize("script", ["module_walks", "seeding", "collector_pauses"])
 def test_committed_update_cost_results_are_their_scripts(script):
     sys.path.insert(0, os.path.join(BENCHMARKS, "cpu_speed", "update_cost"))
     module = __import__(script)

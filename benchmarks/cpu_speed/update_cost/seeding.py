@@ -31,24 +31,17 @@ RESULT_KEYS = ("updates", "plugin_us", "fairseq_us", "ratio")
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--encoder", choices=("minilm", *update_cost.SHAPES), default="minilm",
-                        help="the model fine-tuned (seeding does not depend on it)")
-    parser.add_argument("--vocab-from", help="with a shape: a spanbert-prepare folder (WordPiece)")
-    parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
+    update_cost.add_in_process_arguments(parser)
     parser.add_argument("--warmup", type=int, default=20, help="updates before the timed ones")
     parser.add_argument("--updates", type=int, default=400, help="timed updates, half seeded by each side")
-    parser.add_argument("--out", required=True, help="results JSON")
-    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     args = parser.parse_args()
+    if not args.out:
+        parser.error("--out is required")
     command = " ".join(["benchmarks/cpu_speed/update_cost/seeding.py", *sys.argv[1:]])
     if args.encoder != "minilm" and not args.vocab_from:
         parser.error("--encoder with a shape needs --vocab-from")
     check_results_file(args.out, "seeding.py", args.force, RESULT_KEYS)
-    setup = argparse.Namespace(encoder=args.encoder, vocab_from=args.vocab_from, work=args.work, workloads=["sst2"],
-                               batch_size=32, tokens=128, device="cpu", precision="fp32", gpu_path=True, tf32=False)
-    imported, _, data = update_cost.inputs(setup)
-    argv = update_cost.fairseq_argv("sst2", data["sst2"], imported, setup, "torch_adamw")
-    update_cost.take_a_gpus_path({"gpu_path": True, "precision": "fp32", "device": "cpu"})
+    argv = update_cost.in_process_sst2_argv(args.encoder, args.vocab_from, args.work)
 
     import torch
     from fairseq.trainer import Trainer

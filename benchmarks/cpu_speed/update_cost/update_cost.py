@@ -456,6 +456,26 @@ def take_a_gpus_path(spec):
         tasks.refuse_half_precision_a_cpu_cannot_run = lambda cfg: None
 
 
+def add_in_process_arguments(parser):
+    """The options of a script that runs fairseq-train's SST-2 updates in its own process (``in_process_sst2_argv``):
+    the model, its vocabulary, the scratch folder, and where the result goes."""
+    parser.add_argument("--encoder", choices=("minilm", *SHAPES), default="minilm", help="the model fine-tuned")
+    parser.add_argument("--vocab-from", help="with a shape: a spanbert-prepare folder (WordPiece)")
+    parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data)")
+    parser.add_argument("--out", help="results JSON")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
+
+
+def in_process_sst2_argv(encoder, vocab_from, work):
+    """fairseq-train's options for SST-2 fine-tuning with the recipes' optimizer on this CPU, on a GPU's path, for a
+    script that runs fairseq-train in its own process (the inputs made under ``work`` if missing)."""
+    setup = argparse.Namespace(encoder=encoder, vocab_from=vocab_from, work=work, workloads=["sst2"], batch_size=32,
+                               tokens=128, device="cpu", precision="fp32", gpu_path=True, tf32=False)
+    imported, _, data = inputs(setup)
+    take_a_gpus_path({"gpu_path": True, "precision": "fp32", "device": "cpu"})
+    return fairseq_argv("sst2", data["sst2"], imported, setup, "torch_adamw")
+
+
 def fairseq_child(spec):
     """Run fairseq-train for the recorder's updates; return the recorder's result."""
     from fairseq.trainer import Trainer
