@@ -77,13 +77,14 @@ class _PendingSum:
         return meter
 
 
-class _Later:
-    """A value made when first read: a meter's last value, which only a checkpoint reads."""
+def _mean(value_sum, count, scale):
+    """fairseq's logged value of a mean: ``value_sum * scale / count`` (``value_sum * scale`` for a count of 0)."""
+    return value_sum * (scale / max(count, 1))
 
-    __slots__ = ("make",)
 
-    def __init__(self, make):
-        self.make = make
+def _percent_above(value, threshold):
+    """fairseq's logged value of an update's flag: 100 where ``value`` is above ``threshold``, else 0."""
+    return torch.where(value > threshold, PERCENT, 0.0)
 
 
 class DeferredAverageMeter(_PendingSum, AverageMeter):
@@ -91,9 +92,9 @@ class DeferredAverageMeter(_PendingSum, AverageMeter):
     logged as a sum and a count (``log_mean``) is divided when read."""
 
     @property
-    def val(self):
-        if isinstance(self._val, _Later):
-            self._val = self._val.make()
+    def val(self):  # the last value, which only a checkpoint reads: a deferred one is made then
+        if isinstance(self._val, functools.partial):
+            self._val = self._val()
         return self._val
 
     @val.setter
@@ -115,9 +116,9 @@ class DeferredAverageMeter(_PendingSum, AverageMeter):
         if value_sum is None:
             return
         if not torch.is_tensor(value_sum) or torch.is_tensor(count):
-            super().update(value_sum * (scale / max(count, 1)), count)
+            super().update(_mean(value_sum, count, scale), count)
             return
-        self.val = _Later(functools.partial(torch.mul, value_sum, scale / max(count, 1)))
+        self.val = functools.partial(_mean, value_sum, count, scale)
         if count > 0:
             self._append(value_sum, scale, count)
 
@@ -142,11 +143,8 @@ class DeferredPercentMeter(DeferredAverageMeter):
     update = AverageMeter.update  # a number of 100 or 0, as fairseq logs it (reading the sum adds the pending first)
 
     def update_above(self, value, threshold):
-        self.val = _Later(lambda: torch.where(value > threshold, PERCENT, 0.0))
-        self._pending.append((value, threshold))
-        self.count = type_as(self.count, 1) + 1
-        if len(self._pending) >= FOLD_EVERY:
-            self._fold()
+        self.val = functools.partial(_percent_above, value, threshold)
+        self._append(value, threshold, 1)  # kept with its threshold, compared when folded
 
     def _fold(self):
         if self._pending:
@@ -206,7 +204,7 @@ def log_mean(key, value_sum, count, scale=1.0, priority=10, round=None):
         if isinstance(meter, DeferredAverageMeter):
             meter.update_mean(value_sum, count, scale)
         else:
-            meter.update(value_sum * (scale / max(count, 1)), count)
+            meter.update(_mean(value_sum, count, scale), count)
 
     _log(key, value_sum, priority, round, AverageMeter, DeferredAverageMeter, update)
 

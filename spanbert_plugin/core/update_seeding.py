@@ -16,7 +16,7 @@ fairseq run, whose model, criterion and batches are on their device before the f
 
 Only over the code it was written against: ``SOURCE_SHA256`` is the hash of fairseq's two methods and of
 ``torch.random._manual_seed_impl``; another one, or torch_xla, leaves fairseq's method in place with a warning
-(``tests/test_update_seeding.py`` fails then).
+(``tests/test_update_cost.py`` fails then).
 """
 import logging
 
