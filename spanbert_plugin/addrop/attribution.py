@@ -87,7 +87,11 @@ def pseudo_label_logit_sum(logits: torch.Tensor) -> torch.Tensor:
 
 
 def pseudo_label_span_objective(start_logits: torch.Tensor, end_logits: torch.Tensor) -> torch.Tensor:
-    """Token level (QA): minus the cross-entropy of the predicted start and end positions, summed over the batch."""
+    """Token level (QA): minus the cross-entropy of the predicted start and end positions, summed over the batch.
+
+    Minus the pseudo-label loss, so that, as for classification's logits, high attribution means support for the
+    prediction: the authors' token-level code ranks attention entries by the negated gradient of that loss.
+    """
     total = 0.0
     for logits in (start_logits, end_logits):
         log_probs = F.log_softmax(logits.float(), dim=-1)
