@@ -654,3 +654,95 @@ def test_lowercase_exports_lower_case_in_transformers(tokenizer, corpus_files, w
     again = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
     assert again.tokenizer.kind == tokenizer and again.tokenizer.lowercase
     assert all(torch.equal(again.encode(text), hub.encode(text)) for text in lines)
+
+
+TOKENIZER_TEXTS = ["Where does Ada live?", "Return The VALUE of the Named Attribute.", "Café über CAFÉ naïve"]
+
+
+def _tokenizer_folder(tmp_path, name, vocab_lines, tokenizer_config=None, tokenizer_json=None, vocab_txt=True):
+    """A tiny BertModel folder with the tokenizer files given: vocab.txt, tokenizer_config.json, tokenizer.json."""
+    from transformers import BertTokenizerFast
+
+    folder = tmp_path / name
+    vocab_file = tmp_path / f"{name}_vocab.txt"
+    vocab_file.write_text("\n".join(vocab_lines) + "\n", encoding="utf-8")
+    random_hf_bert(folder, str(vocab_file), "BertModel")
+    if not vocab_txt:
+        (folder / "vocab.txt").unlink()
+    if tokenizer_config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    if tokenizer_json is not None:  # (lowercase, strip_accents) of its BertNormalizer
+        fast = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(vocab_lines)},
+                                 do_lower_case=tokenizer_json[0], strip_accents=tokenizer_json[1])
+        fast.backend_tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+@pytest.mark.parametrize("layout", ["uncased_vocab_only", "config_keeps_accents", "tokenizer_json_keeps_accents",
+                                    "tokenizer_json_and_vocab_no_config"])
+def test_import_and_export_tokenize_as_transformers(layout, wordpiece_vocab, tmp_path):
+    """Lower-casing and accent stripping as transformers reads the folder, and written back by the export."""
+    from transformers import AutoTokenizer
+
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    cased = open(wordpiece_vocab, encoding="utf-8").read().splitlines()
+    uncased = list(dict.fromkeys(p if p.startswith("[") else p.lower() for p in cased))
+    keep_accents = {"do_lower_case": True, "strip_accents": False}
+    folder = {
+        "uncased_vocab_only": lambda: _tokenizer_folder(tmp_path, layout, uncased),
+        "config_keeps_accents": lambda: _tokenizer_folder(tmp_path, layout, uncased, tokenizer_config=keep_accents),
+        "tokenizer_json_keeps_accents": lambda: _tokenizer_folder(tmp_path, layout, uncased, keep_accents,
+                                                                  (True, False), vocab_txt=False),
+        "tokenizer_json_and_vocab_no_config": lambda: _tokenizer_folder(tmp_path, layout, uncased,
+                                                                        tokenizer_json=(True, None)),
+    }[layout]()
+    _import(folder, tmp_path / "imported")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    theirs, exported = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(tmp_path / "exported"))
+    for text in TOKENIZER_TEXTS:
+        ours = hub.encode(text).tolist()
+        assert ours == theirs(text)["input_ids"] == exported(text)["input_ids"], text
+    # the texts tell the settings apart: the folder's tokenizer differs from one that keeps case, and accents matter
+    assert hub.encode(TOKENIZER_TEXTS[0]).tolist() != AutoTokenizer.from_pretrained(
+        str(folder), do_lower_case=False)(TOKENIZER_TEXTS[0])["input_ids"]
+    stripped = AutoTokenizer.from_pretrained(str(folder), do_lower_case=True, strip_accents=True)
+    assert (hub.encode(TOKENIZER_TEXTS[2]).tolist() == stripped(TOKENIZER_TEXTS[2])["input_ids"]) == (
+        layout in ("uncased_vocab_only", "tokenizer_json_and_vocab_no_config"))
+
+
+def test_import_keeps_case_of_cased_vocabulary_without_setting(wordpiece_vocab, tmp_path):
+    """A cased vocab.txt and no do_lower_case (SpanBERT's own folders): case kept, with a warning; the export says so."""
+    from spanbert_plugin.cli.import_hf import main
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    cased = open(wordpiece_vocab, encoding="utf-8").read().splitlines()
+    assert any(p != p.lower() for p in cased)
+    folder = _tokenizer_folder(tmp_path, "cased", cased)
+    status, _, err = call(main, ["--hf", folder, "--out", tmp_path / "imported"])
+    assert status == 0 and "no do_lower_case in a tokenizer_config.json and vocab.txt is cased" in err, err
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    assert not hub.tokenizer.lowercase
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    assert json.loads((tmp_path / "exported" / "tokenizer_config.json").read_text())["do_lower_case"] is False
+
+
+def test_import_of_untied_decoder_dropout_and_multi_label(wordpiece_vocab, tmp_path):
+    """An MLM decoder of its own starts fresh with a warning; classifier_dropout 0 is kept; multi-label is warned."""
+    from spanbert_plugin.cli.import_hf import main
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    hf_model = random_hf_bert(tmp_path / "untied", wordpiece_vocab, "BertForMaskedLM", tie_word_embeddings=False)
+    assert not torch.equal(hf_model.cls.predictions.decoder.weight, hf_model.bert.embeddings.word_embeddings.weight)
+    status, _, err = call(main, ["--hf", tmp_path / "untied", "--out", tmp_path / "imported_untied"])
+    assert status == 0 and "is not tied to the word embeddings" in err and "has no MLM head" not in err, err
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported_untied"), "model.pt")
+    assert not torch.equal(hub.model.lm_head.dense.weight, hf_model.cls.predictions.transform.dense.weight)
+
+    random_hf_bert(tmp_path / "multi", wordpiece_vocab, "BertForSequenceClassification", num_labels=3,
+                   classifier_dropout=0.0, hidden_dropout_prob=0.2, problem_type="multi_label_classification")
+    status, _, err = call(main, ["--hf", tmp_path / "multi", "--out", tmp_path / "imported_multi"])
+    assert status == 0 and "problem_type multi_label_classification" in err, err
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported_multi"), "model.pt")
+    assert hub.cfg.model.pooler_dropout == 0.0 and hub.cfg.model.dropout == 0.2

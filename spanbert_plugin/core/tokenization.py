@@ -290,11 +290,12 @@ class WordPieceTokenizer(SpanTokenizer):
         )
 
     @classmethod
-    def from_tokenizer_json(cls, path: str) -> "WordPieceTokenizer":
+    def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None) -> "WordPieceTokenizer":
         """The WordPiece tokenizer a HuggingFace ``tokenizer.json`` describes (folders that ship no ``vocab.txt``).
 
         The vocabulary comes from its WordPiece model (ids as stored); lower-casing and
-        accent stripping from its ``BertNormalizer``. Anything this class could not
+        accent stripping from its ``BertNormalizer`` unless ``lowercase`` is given (a
+        ``tokenizer_config.json``'s settings, which transformers puts over the file's). Anything this class could not
         reproduce exactly (another model or pre-tokenizer, other normaliser options, a
         word-piece prefix other than ``##``, added tokens outside the vocabulary) is a
         TokenizerError naming the file.
@@ -330,8 +331,21 @@ class WordPieceTokenizer(SpanTokenizer):
                                  "the WordPiece vocabulary's token of that id")
         check_wordpiece_vocab(vocab, path)
         tokenizer = cls.__new__(cls)
-        tokenizer._build(path, vocab, bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents"))
+        if lowercase is None:
+            lowercase, strip_accents = bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents")
+        tokenizer._build(path, vocab, lowercase, strip_accents)
         return tokenizer
+
+    @staticmethod
+    def normaliser_settings(path: str):
+        """(lowercase, strip_accents) of a ``tokenizer.json``'s ``BertNormalizer``, or None when it has none."""
+        try:
+            normalizer = read_json(path).get("normalizer") or {}
+        except (UsageError, AttributeError):
+            return None
+        if normalizer.get("type") != "BertNormalizer":
+            return None
+        return bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents")
 
     @staticmethod
     def is_word_start_piece(piece: str) -> bool:

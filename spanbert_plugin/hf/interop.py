@@ -236,7 +236,7 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
 
     if tokenizer.kind == "wordpiece":
         hf = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(tokenizer.vocab)},
-                               do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.lowercase,
+                               do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.strip_accents,
                                tokenize_chinese_chars=True)
         tokenizer.save(out_dir)  # vocab.txt too: BERT directories carry it (and import reads it)
         os.remove(os.path.join(out_dir, "spanbert_tokenizer.json"))
@@ -412,7 +412,7 @@ def _tokenizer_json_model(path):
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
-def _import_notes(hf_dir, tokenizer, ours, ignored):
+def _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder=False):
     """One line each on what the import read or dropped that a user would otherwise miss, and warnings."""
     notes, warnings = [], []
     if tokenizer.kind == "sentencepiece":
@@ -431,7 +431,11 @@ def _import_notes(hf_dir, tokenizer, ours, ignored):
     if pooler:
         notes.append(f"pooler dropped ({', '.join(pooler)}): spanbert has no pooler; a classification head "
                      "starts its own dense layer fresh")
-    if "lm_head.dense.weight" not in ours:
+    if untied_decoder:
+        warnings.append(f"{hf_dir}: the MLM decoder (cls.predictions.decoder.weight) is not tied to the word embeddings "
+                        "(tie_word_embeddings false), and spanbert's is: the MLM head starts from fresh weights "
+                        "(continued pre-training begins with an untrained head; fine-tuning does not use it)")
+    elif "lm_head.dense.weight" not in ours:
         warnings.append(f"{hf_dir} has no MLM head (cls.predictions.*): the MLM head starts from fresh weights "
                         "(continued pre-training begins with an untrained head; fine-tuning does not use it)")
     return notes, warnings
@@ -444,25 +448,20 @@ def import_hf(hf_dir, out_dir, force=False):
     from omegaconf import OmegaConf
 
     from ..core.dictionary import SpanBertDictionary
-    from ..core.tokenization import SentencePieceTokenizer, TokenizerError, WordPieceTokenizer
+    from ..core.tokenization import SentencePieceTokenizer, TokenizerError
 
     check_destination(out_dir, "spanbert-import-hf", [hf_dir], force, "--out")
     register_plugin()  # the tasks and options the checkpoint is built with
     config, weights, vocab_path = _read_hf_dir(hf_dir)
     spm_dir = tempfile.TemporaryDirectory(prefix="spanbert-import-")  # a sentencepiece model rebuilt from tokenizer.json
+    case_note = None
     try:
         if vocab_path.endswith("tokenizer.json") and _tokenizer_json_model(vocab_path) == "Unigram":
             model_file = os.path.join(spm_dir.name, "spm.model")  # what spanbert-export-hf writes for sentencepiece
             spm_model_from_unigram_json(vocab_path, model_file)
             tokenizer = SentencePieceTokenizer(model_file)
-        elif vocab_path.endswith("tokenizer.json"):  # lower-casing and accents from its normaliser
-            tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path)
         else:
-            lowercase = False
-            tok_cfg = os.path.join(hf_dir, "tokenizer_config.json")
-            if os.path.isfile(tok_cfg):
-                lowercase = bool(read_json(tok_cfg).get("do_lower_case", False))
-            tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase)
+            tokenizer, case_note = _wordpiece_tokenizer(hf_dir, vocab_path)
     except TokenizerError as err:
         raise InteropError(str(err)) from None
     dictionary = SpanBertDictionary.from_tokenizer(tokenizer)  # sentencepiece: its pieces + <mask>
@@ -476,6 +475,10 @@ def import_hf(hf_dir, out_dir, force=False):
     if embed.shape[0] != dictionary_size:
         raise InteropError(f"{hf_dir}: word embeddings have {embed.shape[0]} rows but {os.path.basename(vocab_path)} has "
                            f"{dictionary_size} tokens")
+    decoder = weights.get("cls.predictions.decoder.weight")
+    untied_decoder = decoder is not None and not (decoder.shape == embed.shape and bool((decoder == embed).all()))
+    if untied_decoder:  # spanbert's MLM decoder is the word embeddings: an MLM head of its own cannot come along
+        ours = {key: value for key, value in ours.items() if not key.startswith("lm_head.")}
 
     with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
         tokenizer.save(work)
@@ -490,7 +493,8 @@ def import_hf(hf_dir, out_dir, force=False):
                "--dropout", str(config.get("hidden_dropout_prob", 0.1)),
                "--attention-dropout", str(config.get("attention_probs_dropout_prob", 0.1)),
                "--init-std", str(config.get("initializer_range", 0.02)),
-               "--pooler-dropout", str(config.get("classifier_dropout") or config.get("hidden_dropout_prob", 0.1)),
+               "--pooler-dropout", str(config.get("hidden_dropout_prob", 0.1) if config.get("classifier_dropout") is None
+                                       else config["classifier_dropout"]),
                "--tokens-per-sample", str(min(512, config["max_position_embeddings"]))]
         side_configs = {side: side.load_config(hf_dir) for side in SIDE_HEADS}
         side_configs = {side: c for side, c in side_configs.items() if c is not None}
@@ -536,10 +540,47 @@ def import_hf(hf_dir, out_dir, force=False):
              "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}},
             os.path.join(work, "model.pt"),
         )
-    notes, warnings = _import_notes(hf_dir, tokenizer, ours, ignored)
+    notes, warnings = _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder)
+    warnings += [case_note] if case_note else []
+    if config.get("problem_type") == "multi_label_classification" and "classifier.weight" in weights:
+        warnings.append(f"{hf_dir}: problem_type multi_label_classification, but spanbert's classification heads are "
+                        "single-label (softmax cross-entropy, one class per example): the classifier's weights are "
+                        "imported as they are, and fine-tuning, prediction and the export treat it as single-label")
     for warning in warnings:
         logging.getLogger(__name__).warning(warning)
     return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads, "notes": notes}
+
+
+def _wordpiece_tokenizer(hf_dir, vocab_path):
+    """(the folder's WordPiece tokenizer, a warning or None), lower-casing and accents as transformers reads them.
+
+    transformers takes ``do_lower_case`` and ``strip_accents`` from ``tokenizer_config.json`` over a
+    ``tokenizer.json``'s normaliser. Where the folder says nothing it lower-cases; that is right for an uncased
+    vocabulary, but cased models published without the setting (SpanBERT's, BioBERT's) are lower-cased wrongly
+    there, so a cased vocabulary keeps case here, with a warning.
+    """
+    from ..core.tokenization import WordPieceTokenizer, lowercase_vocabulary
+
+    tok_cfg_path = os.path.join(hf_dir, "tokenizer_config.json")
+    tok_cfg = read_json(tok_cfg_path) if os.path.isfile(tok_cfg_path) else {}
+    tok_cfg = tok_cfg if isinstance(tok_cfg, dict) else {}
+    tokenizer_json = os.path.join(hf_dir, "tokenizer.json")
+    said = None
+    if "do_lower_case" in tok_cfg:
+        said = bool(tok_cfg["do_lower_case"]), tok_cfg.get("strip_accents")
+    elif os.path.isfile(tokenizer_json):
+        said = WordPieceTokenizer.normaliser_settings(tokenizer_json)
+    if vocab_path.endswith("tokenizer.json"):
+        tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path, *(said or (None, None)))
+    else:
+        tokenizer = WordPieceTokenizer(vocab_path, *(said or (False, None)))
+    if said is not None:
+        return tokenizer, None
+    if lowercase_vocabulary(tokenizer.vocab):
+        return WordPieceTokenizer(vocab_path, lowercase=True), None
+    return tokenizer, (f"{hf_dir}: no do_lower_case in a tokenizer_config.json and {os.path.basename(vocab_path)} is "
+                       "cased: imported as a cased tokenizer (transformers lower-cases such a folder unless given "
+                       "do_lower_case=False; the export writes the setting)")
 
 
 def _register_task_heads(model, ours, config, hf_dir):
