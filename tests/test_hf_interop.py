@@ -746,3 +746,31 @@ def test_import_of_untied_decoder_dropout_and_multi_label(wordpiece_vocab, tmp_p
     assert status == 0 and "problem_type multi_label_classification" in err, err
     hub = SpanBertModel.from_pretrained(str(tmp_path / "imported_multi"), "model.pt")
     assert hub.cfg.model.pooler_dropout == 0.0 and hub.cfg.model.dropout == 0.2
+
+
+def test_hub_predicts_sentence_pairs_with_bert_token_types(wordpiece_vocab, corpus_files, tmp_path):
+    """hub.predict / extract_features on encode(a, b) give transformers' outputs for the pair (token types 0, then 1)."""
+    from transformers import BertTokenizerFast
+
+    from spanbert_plugin.hf.interop import IMPORTED_HEAD
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    hf_model = _classifier_dir(tmp_path / "hf", wordpiece_vocab)
+    _import(tmp_path / "hf", tmp_path / "imported")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    vocab = open(wordpiece_vocab, encoding="utf-8").read().splitlines()
+    hf_tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=False)
+    first, second = _sample_lines(corpus_files[1], 2)
+    tokens = hub.encode(first, second)[:128]
+    reference = hf_tok(first, second, return_tensors="pt", truncation=True, max_length=128)
+    assert tokens.tolist() == reference["input_ids"][0].tolist()
+    assert hub.segment_labels(tokens).tolist() == reference["token_type_ids"][0].tolist()
+    assert reference["token_type_ids"].sum() > 0
+    with torch.no_grad():
+        ours = hub.predict(IMPORTED_HEAD, tokens, return_logits=True)
+        theirs = hf_model(**reference)
+        assert (ours - theirs.logits).abs().max() <= 1e-4
+        as_one_segment = hub.predict(IMPORTED_HEAD, tokens, return_logits=True, segment_labels=torch.zeros_like(tokens))
+        assert (as_one_segment - theirs.logits).abs().max() > 1e-3  # the token types matter here
+        hidden = hf_model.bert(**reference).last_hidden_state
+        assert (hub.extract_features(tokens) - hidden).abs().max() <= 1e-4

@@ -138,9 +138,18 @@ class SpanBertHubInterface(nn.Module):
             raise ValueError(f"{tokens.size(-1)} tokens exceed the model's {self.model.max_positions()} positions")
         return tokens.to(self.device)
 
+    def segment_labels(self, tokens: torch.LongTensor) -> torch.LongTensor:
+        """BERT's token types of ``encode(a, b)``: 0 up to the first ``[SEP]``, 1 after it (padding 0), as the
+        fine-tuning tasks give them and transformers' tokenizers return them for pairs."""
+        d = self.dictionary
+        separators = tokens.eq(d.eos())
+        return ((separators.cumsum(-1) - separators.long()).clamp(max=1) * tokens.ne(d.pad())).long()
+
     def extract_features(self, tokens: torch.LongTensor, segment_labels=None) -> torch.Tensor:
-        """Final hidden states, B x T x H."""
-        features, _ = self.model(self._batch(tokens), segment_labels=segment_labels, features_only=True)
+        """Final hidden states, B x T x H; token types from :meth:`segment_labels` unless given."""
+        tokens = self._batch(tokens)
+        segment_labels = self.segment_labels(tokens) if segment_labels is None else segment_labels
+        features, _ = self.model(tokens, segment_labels=segment_labels, features_only=True)
         return features
 
     @torch.no_grad()
@@ -169,12 +178,15 @@ class SpanBertHubInterface(nn.Module):
     def register_classification_head(self, name: str, num_classes: Optional[int] = None, **kwargs):
         self.model.register_classification_head(name, num_classes=num_classes, **kwargs)
 
-    def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False):
-        """Log-probabilities (or logits) of a classification head on [CLS]."""
+    def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False, segment_labels=None):
+        """Log-probabilities (or logits) of a classification head on [CLS]; a pair (``encode(a, b)``) gets its token
+        types from :meth:`segment_labels` unless they are given."""
         if head not in self.model.classification_heads:
             registered = ", ".join(self.model.classification_heads) or "none"
             raise ValueError(f"no classification head {head!r} (registered: {registered}); see register_classification_head")
-        logits, _ = self.model(self._batch(tokens), classification_head_name=head)
+        tokens = self._batch(tokens)
+        segment_labels = self.segment_labels(tokens) if segment_labels is None else segment_labels
+        logits, _ = self.model(tokens, segment_labels=segment_labels, classification_head_name=head)
         return logits if return_logits else F.log_softmax(logits, dim=-1)
 
     def coref(self, text: str):
