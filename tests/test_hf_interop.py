@@ -774,3 +774,39 @@ def test_hub_predicts_sentence_pairs_with_bert_token_types(wordpiece_vocab, corp
         assert (as_one_segment - theirs.logits).abs().max() > 1e-3  # the token types matter here
         hidden = hf_model.bert(**reference).last_hidden_state
         assert (hub.extract_features(tokens) - hidden).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("data_labels", [["positive", "negative", "neutral"], ["a", "b", "c"]])
+def test_finetuning_an_imported_classifier_keeps_each_class_row(data_labels, wordpiece_vocab, corpus_files, tmp_path):
+    """id2label in another order than the data's (sorted) labels: the rows follow the names; other names: fresh rows."""
+    from spanbert_plugin.cli.prepare_classification import main as prepare_main
+
+    from test_classification import TINY_CLS
+
+    labels = ["positive", "negative", "neutral"]  # transformers' id order, not sorted
+    hf_model = random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertForSequenceClassification", initializer_range=0.2,
+                              id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
+    _import(tmp_path / "hf", tmp_path / "imported")
+    lines = _sample_lines(corpus_files[0], 30)
+    for split, chunk in (("train", lines[:24]), ("valid", lines[24:])):
+        with open(tmp_path / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": text, "label": data_labels[i % 3]}) + "\n" for i, text in enumerate(chunk))
+    data = str(tmp_path / "cls")
+    assert prepare_main(["--train", str(tmp_path / "train.jsonl"), "--valid", str(tmp_path / "valid.jsonl"),
+                         "--tokenizer-from", str(tmp_path / "imported"), "--destdir", data, "--text-columns", "text",
+                         "--label-column", "label", "--max-seq-length", "64"]) == 0
+    proc = run_cli([bin_path("fairseq-train"), data, *TINY_CLS, "--finetune-from-model",
+                    str(tmp_path / "imported" / "model.pt"), "--batch-size", "8", "--lr", "1e-12", "--max-update", "1",
+                    "--save-dir", str(tmp_path / "ft"), "--no-epoch-checkpoints", "--no-save-optimizer-state"])
+    state = torch.load(tmp_path / "ft" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    stored = state["task_state"]["labels"]
+    assert stored == sorted(data_labels)
+    rows = state["model"]["classification_heads.sentence_classification_head.out_proj.weight"]
+    imported = hf_model.classifier.weight.detach()
+    if data_labels == labels:  # same names: each class's row is the imported row of that name
+        for index, name in enumerate(stored):
+            assert (rows[index] - imported[labels.index(name)]).abs().max() < 1e-6, name
+        assert "reordered to this data's" in proc.stdout + proc.stderr
+    else:
+        assert "the head's output layer starts from fresh weights" in proc.stdout + proc.stderr
+        assert all((rows[i] - imported[j]).abs().max() > 1e-3 for i in range(3) for j in range(3))

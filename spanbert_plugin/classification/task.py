@@ -12,13 +12,14 @@ import os
 from dataclasses import dataclass, field
 
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II, MISSING
+from omegaconf import II, MISSING, OmegaConf
 
 from .prepare import read_meta
 from .dataset import ClassificationDataset
 from ..core.dictionary import SpanBertDictionary
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
+from ..core.checkpoint_loading import starting_checkpoint, stored_task_state
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
@@ -81,7 +82,29 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
             raise UsageError(f"{self.cfg.data}: prepared with --max-seq-length {self.meta['max_seq_length']}, "
                              f"but the model has {model.max_positions()} positions")
         model.register_classification_head(self.cfg.classification_head_name, num_classes=self.num_classes)
+        run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
+        if not from_checkpoint and not self.regression and OmegaConf.is_dict(run) \
+                and OmegaConf.is_dict(run.get("checkpoint")):
+            self._match_saved_labels(model, starting_checkpoint(run.checkpoint))
         return model
+
+    def _match_saved_labels(self, model, path):
+        """A checkpoint whose head knows its class names (a fine-tuned or imported classifier) keeps its output rows
+        only for these labels: reordered where the names are the same in another order (labels are stored sorted,
+        transformers' id2label need not be), left out (fresh) where they differ. A head of another size fairseq's
+        loading leaves out itself; names the checkpoint does not record cannot be compared (rows kept in order)."""
+        saved = stored_task_state(path).get("labels") if path else None
+        if not isinstance(saved, list) or saved == self.labels or len(saved) != self.num_classes:
+            return
+        head = self.cfg.classification_head_name
+        if sorted(saved) == sorted(self.labels):
+            model.map_saved_classification_head(head, [saved.index(label) for label in self.labels])
+            logger.info(f"{path}: its classification head's classes {saved} reordered to this data's {self.labels}")
+        else:
+            model.map_saved_classification_head(head, None)
+            logger.warning(f"{path}: its classification head predicts {saved}, this data's labels are {self.labels}: "
+                           "the head's output layer starts from fresh weights (name the labels as the checkpoint does "
+                           "to keep it)")
 
     def max_positions(self):
         return self.meta["max_seq_length"]

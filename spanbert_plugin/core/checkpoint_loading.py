@@ -209,16 +209,27 @@ def starting_checkpoint(checkpoint_cfg):
     return path if path and os.path.isfile(path) else None
 
 
-def stored_model_options(path):
-    """The model options a fairseq checkpoint was built with (a dict), or None when the file does not tell.
-
-    A damaged file is left to fairseq's own loading, which names it in one line.
-    """
+def _stored_state(path):
+    """The checkpoint's top-level dict, memory-mapped, or None; a damaged file is left to fairseq's own loading,
+    which names it in one line."""
     try:
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception:  # noqa: BLE001 - reported by the real load that follows
         return None
-    if not isinstance(state, dict):
+    return state if isinstance(state, dict) else None
+
+
+def stored_task_state(path):
+    """The task state a fairseq checkpoint saved (class names, say), or {} when it has none."""
+    state = _stored_state(path)
+    task_state = state.get("task_state") if state else None
+    return task_state if isinstance(task_state, dict) else {}
+
+
+def stored_model_options(path):
+    """The model options a fairseq checkpoint was built with (a dict), or None when the file does not tell."""
+    state = _stored_state(path)
+    if state is None:
         return None
     if isinstance(state.get("cfg"), dict) and isinstance(state["cfg"].get("model"), (dict, argparse.Namespace)):
         model = state["cfg"]["model"]

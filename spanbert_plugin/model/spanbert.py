@@ -134,6 +134,7 @@ class SpanBertModel(FairseqEncoderModel):
         self.lm_head = MaskedLMHead(cfg.encoder_embed_dim, embed, eps)
         self.sbo_head = SpanBoundaryHead(cfg.encoder_embed_dim, embed, cfg.sbo_position_slots, cfg.sbo_position_dim, eps)
         self.classification_heads = nn.ModuleDict()
+        self._saved_head_rows = {}  # {head: the saved output rows in this model's class order, or None}: next load
         self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
         self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
         self.coref_head = None  # coreference (spanbert_plugin.coref.head.CorefHead), set by register_coref_head
@@ -354,9 +355,27 @@ class SpanBertModel(FairseqEncoderModel):
                     self.register_classification_head(head, num_classes, inner)
                 else:
                     self._drop_reshaped_head(state_dict, f"{prefix}classification_heads.{head}.", head)
+                    self._reorder_saved_head(state_dict, f"{prefix}classification_heads.{head}.", head)
         for head, module in self.classification_heads.items():
             for sub, value in module.state_dict().items():
                 state_dict.setdefault(f"{prefix}classification_heads.{head}.{sub}", value)
+
+    def map_saved_classification_head(self, head, rows):
+        """At the next checkpoint load, take the saved ``head``'s output rows ``rows`` (one saved class index per class
+        of this model), or with ``rows`` None leave its output layer out (fresh weights): the saved head was
+        trained for other classes or in another order (the task compares the labels)."""
+        self._saved_head_rows[head] = rows
+
+    def _reorder_saved_head(self, state_dict, head_prefix, head):
+        if head not in self._saved_head_rows:
+            return
+        rows = self._saved_head_rows.pop(head)
+        for key in (head_prefix + "out_proj.weight", head_prefix + "out_proj.bias"):
+            if key in state_dict:  # not left out already for another shape
+                if rows is None:
+                    del state_dict[key]
+                else:
+                    state_dict[key] = state_dict[key][rows]
 
     def _drop_reshaped_head(self, state_dict, head_prefix, head):
         """Forget a saved classification head whose shape differs from this model's (e.g. a new number of classes).
