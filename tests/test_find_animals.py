@@ -134,3 +134,23 @@ def test_run_command_trains_where_device_says():
     on_gpu = train_command("spandrop", 200, 1, RunOptions(**options, device="cuda"))
     assert "--cpu" in on_cpu and "--cpu" not in on_gpu
     assert [a for a in on_cpu if a != "--cpu"] == on_gpu  # nothing else differs
+
+
+@pytest.mark.parametrize("option, value", [("--test-size", "0"), ("--max-update", "0"), ("--seq-len", "0"),
+                                           ("--jobs", "0"), ("--threads", "-1"), ("--max-update", "x")])
+def test_findanimals_refuses_values_below_one_before_any_run(option, value, tmp_path, capsys):
+    """0 is no 'use the setting's default': refused by argparse (exit 2, one line naming the option), nothing run."""
+    from spanbert_plugin.cli.findanimals import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--out", str(tmp_path / "out"), "--sizes", "4", "--seeds", "1", option, value])
+    assert stopped.value.code == 2
+    assert f"{option} {value!r}: expected a positive integer" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_findanimals_empty_animals_is_refused_not_defaulted(tmp_path, capsys):
+    from spanbert_plugin.cli.findanimals import main
+
+    assert main(["--out", str(tmp_path / "out"), "--sizes", "4", "--seeds", "1", "--animals", ""]) == 1
+    assert "--animals '': expected comma-separated lowercase a-z names" in capsys.readouterr().err

@@ -27,6 +27,19 @@ def _int_list(flag):
     return parse
 
 
+def _positive_int(flag):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a positive integer")
+        return value
+
+    return parse
+
+
 def get_parser():
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="quick", help="quick (<30 min, 2 cores) or full")
@@ -35,13 +48,13 @@ def get_parser():
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ", ".join(METHODS))
     parser.add_argument("--sizes", type=_int_list("--sizes"), help="comma-separated training sizes (default: the setting's)")
     parser.add_argument("--seeds", type=_int_list("--seeds"), help="comma-separated seeds (default: the setting's)")
-    parser.add_argument("--seq-len", type=int, help="letters per string (default: the setting's)")
-    parser.add_argument("--max-update", type=int, help="updates per run (default: the setting's)")
+    parser.add_argument("--seq-len", type=_positive_int("--seq-len"), help="letters per string (default: the setting's)")
+    parser.add_argument("--max-update", type=_positive_int("--max-update"), help="updates per run (default: the setting's)")
     parser.add_argument("--animals", help="comma-separated animal names (default: the setting's, 'cat' as in SPEC §2.1)")
-    parser.add_argument("--test-size", type=int, default=10000, help="held-out examples")
+    parser.add_argument("--test-size", type=_positive_int("--test-size"), default=10000, help="held-out examples")
     parser.add_argument("--position-bias", default="uniform", choices=["uniform", "fixed", "first100"], help="training position bias")
-    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--jobs", type=_positive_int("--jobs"), default=2, help="runs in parallel")
+    parser.add_argument("--threads", type=_positive_int("--threads"), default=1, help="torch threads per run")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where runs train; with cuda, the --jobs runs share the GPU")
     return parser
@@ -57,11 +70,12 @@ def main(argv=None):
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         parser.error(f"--methods {args.methods!r}: expected a comma-separated subset of {', '.join(METHODS)}")
-    if args.jobs < 1 or args.threads < 1:
-        parser.error("--jobs and --threads must be at least 1")
-    sizes, seeds = args.sizes or setting["sizes"], args.seeds or setting["seeds"]
-    options = RunOptions(seq_len=args.seq_len or setting["seq_len"], max_update=args.max_update or setting["max_update"],
-                         animals=args.animals or setting["animals"], test_size=args.test_size,
+    # the setting's values only where an option is not given (0 or '' are refused, not read as "unset")
+    chosen = {key: setting[key] if getattr(args, key) is None else getattr(args, key)
+              for key in ("sizes", "seeds", "seq_len", "max_update", "animals")}
+    sizes, seeds = chosen["sizes"], chosen["seeds"]
+    options = RunOptions(seq_len=chosen["seq_len"], max_update=chosen["max_update"],
+                         animals=chosen["animals"], test_size=args.test_size,
                          position_bias=args.position_bias, threads=args.threads, device=args.device)
     from tqdm import tqdm
 
