@@ -108,7 +108,8 @@ def test_memory_of_bounded_prediction_is_flat_in_document_length(synthetic_data)
 
 def test_text_command_offsets_index_the_input_text(synthetic_data, tmp_path):  # noqa: F811
     """spanbert-predict-coref --text on a wrapped text (.gz): every mention's text is the input's characters at its
-    offsets; the bounded mode says so in one line; a missing file is one line and exit 1, nothing written."""
+    offsets; the bounded mode says so in one line; a byte-order mark is dropped (the same words and clusters); a
+    missing, empty or blank file is one line and exit 1, nothing written."""
     from spanbert_plugin.coref.predict import split_words
 
     ck = str(tmp_path / "ck")
@@ -124,9 +125,9 @@ def test_text_command_offsets_index_the_input_text(synthetic_data, tmp_path):  #
     with gzip.open(book, "wt", encoding="utf-8") as f:
         f.write(text)
     out = tmp_path / "out"
+    options = ["--join-wrapped-lines", "--coref-prediction", "bounded", "--singleton-threshold", "0.01", "--cpu"]
     result = run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"), "--text",
-                      str(book), "--join-wrapped-lines", "--coref-prediction", "bounded", "--singleton-threshold",
-                      "0.01", "--out", str(out), "--cpu"])
+                      str(book), *options, "--out", str(out)])
     assert "bounded-memory prediction" in result.stderr
     clusters = [json.loads(line) for line in open(out / "clusters.jsonl", encoding="utf-8")]
     mentions = [m for c in clusters for m in c["mentions"]]
@@ -141,3 +142,17 @@ def test_text_command_offsets_index_the_input_text(synthetic_data, tmp_path):  #
                        str(tmp_path / "no.txt"), "--out", str(tmp_path / "out2")], check=False)
     assert missing.returncode == 1 and "no.txt: no such file" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1 and not (tmp_path / "out2").exists()
+    # a UTF-8 byte-order mark is dropped, as from every input: not a word of its own, nor a mention
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"), "--text",
+             str(marked), *options, "--out", str(tmp_path / "out_marked")])
+    assert (tmp_path / "out_marked" / "clusters.jsonl").read_text(encoding="utf-8") == \
+        (out / "clusters.jsonl").read_text(encoding="utf-8")
+    assert json.load(open(tmp_path / "out_marked" / "summary.json", encoding="utf-8"))["words"] == summary["words"]
+    for name, content in (("empty.txt", b""), ("blank.txt", b" \n\t\n"), ("mark_only.txt", b"\xef\xbb\xbf\n")):
+        (tmp_path / name).write_bytes(content)
+        refused = run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"),
+                           "--text", str(tmp_path / name), "--out", str(tmp_path / "out3")], check=False)
+        assert refused.returncode == 1 and f"{name}: empty or only white space" in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "out3").exists()

@@ -171,7 +171,25 @@ def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
         ),
         ({"a.txt": "hello\n"}, "a.txt:1: hello: no such file (list files"),
         ({"a.jsonl": '{"doc_key": "d\\ud800", "sentences": [["x"]]}\n'},
-         "a.jsonl:1: '\\ud800' (a lone surrogate escape) is not a character"),
+         "a.jsonl:1: \\ud800 is a lone UTF-16 surrogate escape, not a character"),
+        ({"a.jsonl": '{"doc_key": "d", "sentences": ' + "[" * 200000 + "]" * 200000 + "}\n"},
+         "a.jsonl:1: JSON nested too deeply"),
+        ({"a.jsonl": '{"doc_key": "d", "sentences": [["Hi", ["x"]]]}\n'},
+         "a.jsonl:1: sentences must be a list of lists of strings"),
+        ({"a.jsonl": '{"doc_key": "d", "sentences": [["Hi"]], "speakers": 5}\n'},
+         "a.jsonl:1: speakers must be a list of lists of strings with the shape of sentences"),
+        ({"a.jsonl": '{"doc_key": "d", "sentences": [["Hi"]], "speakers": [5]}\n'},
+         "a.jsonl:1: speakers must be a list of lists of strings with the shape of sentences"),
+        ({"a.jsonl": '{"doc_key": "d", "sentences": [["Hi"]], "clusters": 5}\n'},
+         "a.jsonl:1: clusters must be a list of clusters, each a list of [start, end] word spans"),
+        # a tab or line break in a word, speaker or key would split a column or line of the CoNLL files written
+        ({"a.jsonl": '{"doc_key": "d", "sentences": [["Hi", "a\\tb"]]}\n'},
+         "a.jsonl:1: word 'a\\tb' holds a tab or line break"),
+        ({"a.jsonl": '{"doc_key": "d", "sentences": [["Hi"], ["a\\nb"]]}\n'},
+         "a.jsonl:1: word 'a\\nb' holds a tab or line break"),
+        ({"a.jsonl": '{"doc_key": "d", "sentences": [["Hi"]], "speakers": [["x\\u2028y"]]}\n'},
+         "a.jsonl:1: speaker 'x\\u2028y' holds a tab or line break"),
+        ({"a.txt": "doc.conll\ncaf\xe9.conll\n".encode("latin-1")}, "a.txt:2: not valid UTF-8 (byte 0xe9)"),
         ({"a.conll": "stray header\n#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (1)\n\n#end document\n"},
          "a.conll:1: token line outside a document (expected #begin document first)"),
         ({"a.conll": "d 0 0 w _ _ _ _ _ _ _ _ (1)\n\n"}, "a.conll: no '#begin document (NAME); part N' line"),
@@ -192,7 +210,7 @@ def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
 )
 def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, files, message):
     for name, text in files.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     spec = str(tmp_path / next(iter(files))) if len(files) == 1 else str(tmp_path / "*.jsonl")
     dest = tmp_path / "out"
     assert prepare(["--train", spec, "--tokenizer-from", wordpiece_data, "--destdir", str(dest)]) == 1

@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..core.errors import UsageError
-from ..core.file_utils import read_text
+from ..core.file_utils import is_json_integer, parse_json, read_text
 
 Span = Tuple[int, int]
 # OntoNotes genres (the first path element of its document names); anything else is "other"
@@ -35,6 +35,8 @@ _SINGLE = re.compile(r"\((\d+)\)")
 _OPEN = re.compile(r"\((\d+)")
 _CLOSE = re.compile(r"(\d+)\)")
 _LAST_FIELD = re.compile(r"\S+(\s*)$")
+# what splits a synthesised CoNLL line into columns (a tab) or the file into lines (str.splitlines, as read_conll)
+_CONLL_BREAKS = re.compile("[\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 @dataclass
@@ -200,6 +202,20 @@ def _synthesised_lines(doc_key: str, sentences: Sequence[Sequence[str]], speaker
     return lines, np.asarray(token_lines, dtype=np.int64)
 
 
+def _is_text_grid(value) -> bool:
+    """A list of lists of strings (the shape of ``sentences`` and ``speakers``)."""
+    return isinstance(value, list) and all(isinstance(row, list) and all(isinstance(item, str) for item in row)
+                                           for row in value)
+
+
+def _check_conll_field(value: str, what: str, where: str) -> None:
+    """UsageError for a value holding a tab or line break: written into the synthesised CoNLL lines (and the
+    predicted .conll files), it would split a column or a line and the file would no longer read back."""
+    if _CONLL_BREAKS.search(value):
+        raise UsageError(f"{where}: {what} {value!r} holds a tab or line break, which would split a CoNLL column "
+                         "or line; remove it from the input")
+
+
 def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
     """Every document of a c2f-coref JSON-lines file's text."""
     documents = []
@@ -207,32 +223,39 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
         if not line.strip():
             continue
         where = f"{path}:{line_no}"
-        try:
-            record = json.loads(line)
-        except ValueError as err:
+        try:  # parse_json refuses a lone surrogate escape (\\ud800: no UTF-8 output can hold it) and deep nesting
+            record = parse_json(line, where)
+        except json.JSONDecodeError as err:
             raise UsageError(f"{where}: not valid JSON ({err})") from None
         if not isinstance(record, dict) or "doc_key" not in record or "sentences" not in record:
             raise UsageError(f"{where}: a JSON-lines document needs doc_key and sentences")
         sentences = record["sentences"]
-        if not isinstance(sentences, list) or not all(isinstance(s, list) for s in sentences):
-            raise UsageError(f"{where}: sentences must be a list of lists of words")
-        words = [str(w) for s in sentences for w in s]
+        if not _is_text_grid(sentences):
+            raise UsageError(f"{where}: sentences must be a list of lists of strings (the words)")
+        words = [w for s in sentences for w in s]
         doc_key = str(record["doc_key"])
-        try:  # JSON may escape a lone surrogate (\\ud800), which no UTF-8 output file can hold
-            "".join([doc_key, *words, *(str(w) for s in record.get("speakers") or [] for w in s)]).encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise UsageError(f"{where}: {err.object[err.start:err.end]!r} (a lone surrogate escape) is not a character; "
-                             "doc_key, words and speakers must be valid Unicode text") from None
+        _check_conll_field(doc_key, "doc_key", where)
+        for word in words:
+            _check_conll_field(word, "word", where)
         if not words:
             raise UsageError(f"{where}: empty document {doc_key} (no words)")
         speakers = record.get("speakers")
-        if speakers is not None and [len(s) for s in speakers] != [len(s) for s in sentences]:
-            raise UsageError(f"{where}: speakers must have the shape of sentences")
+        if speakers is not None:
+            if not _is_text_grid(speakers) or [len(s) for s in speakers] != [len(s) for s in sentences]:
+                raise UsageError(f"{where}: speakers must be a list of lists of strings with the shape of sentences "
+                                 "(one speaker per word)")
+            for speaker in (w for s in speakers for w in s):
+                _check_conll_field(speaker, "speaker", where)
+        clusters_given = record.get("clusters")
+        if clusters_given is None:
+            clusters_given = []
+        if not isinstance(clusters_given, list) or not all(isinstance(c, list) for c in clusters_given):
+            raise UsageError(f"{where}: clusters must be a list of clusters, each a list of [start, end] word spans")
         clusters = []
-        for cluster in record.get("clusters", []):
+        for cluster in clusters_given:
             spans = []
             for span in cluster:
-                if (not isinstance(span, list) or len(span) != 2 or not all(isinstance(i, int) for i in span)
+                if (not isinstance(span, list) or len(span) != 2 or not all(is_json_integer(i) for i in span)
                         or not 0 <= span[0] <= span[1] < len(words)):
                     raise UsageError(f"{where}: cluster span {span} is outside document {doc_key} of "
                                      f"{len(words)} words (expected [start, end], inclusive word indices)")
@@ -244,7 +267,7 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
         sentence_ids = np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])
         lines, token_lines = _synthesised_lines(doc_key, sentences, speakers, clusters)
         documents.append(CorefDocument(doc_key, words, sentence_ids,
-                                       [str(w) for s in speakers for w in s] if speakers else ["-"] * len(words),
+                                       [w for s in speakers for w in s] if speakers else ["-"] * len(words),
                                        clusters, where, lines, token_lines))
     if not documents:
         raise UsageError(f"{path}: no documents")
@@ -299,8 +322,8 @@ def expand_inputs(spec: str, flag: str) -> List[str]:
         head = [line.strip() for line in f.read(65536).splitlines() if line.strip()]
     if head and all(_is_list_entry(line) for line in head[:-1] or head):  # a list of document files (the last
         base = os.path.dirname(os.path.abspath(spec))                    # line read may be cut)
-        with open(spec, encoding="utf-8-sig") as f:
-            entries = [(n, line.strip()) for n, line in enumerate(f, 1) if line.strip()]
+        # read_text: strictly UTF-8 (the sniffing above replaced bad bytes), or one line naming the file and line
+        entries = [(n, line.strip()) for n, line in enumerate(read_text(spec, flag).splitlines(), 1) if line.strip()]
         paths = []
         for n, entry in entries:
             path = entry if os.path.isabs(entry) else os.path.join(base, entry)

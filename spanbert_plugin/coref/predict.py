@@ -4,7 +4,6 @@ Documents go through the model one at a time, exactly as at validation, so the
 scores written here equal the ones fairseq-train logged for the same checkpoint
 and split.
 """
-import gzip
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ from omegaconf import DictConfig, open_dict
 from tqdm import tqdm
 
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination
+from ..core.file_utils import atomic_directory, check_destination, read_text
 from ..core.finetune_io import load_finetuned_checkpoint
 from ..core.tokenization import load_tokenizer
 from .conll import CorefDocument, with_coref_column
@@ -246,23 +245,20 @@ def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "space", 
              for s, e in cluster] for cluster in clusters]
 
 
-def read_text(path: str) -> str:
-    """A UTF-8 text file (``.gz`` decompressed); UsageError naming the file otherwise."""
-    try:
-        with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else
-              open(path, encoding="utf-8")) as f:
-            return f.read()
-    except FileNotFoundError:
-        raise UsageError(f"--text {path}: no such file") from None
-    except (UnicodeDecodeError, OSError, EOFError) as err:
-        raise UsageError(f"--text {path}: not a UTF-8 text file ({err})") from None
+def read_input_text(path: str) -> str:
+    """The text of ``--text`` (gzip decompressed, a byte-order mark dropped, as every input's); UsageError naming
+    the file when it cannot be read or is empty or blank (an empty prediction would pass for a result)."""
+    text = read_text(path, "--text", allow_gzip=True)
+    if not text.strip():
+        raise UsageError(f"--text {path}: empty or only white space (expected the text to resolve)")
+    return text
 
 
 def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False, cpu: bool = False,
                  join_wrapped_lines: bool = False, data: Optional[str] = None, options: Optional[dict] = None) -> dict:
     """Write ``clusters.jsonl`` (one cluster a line, by first mention: {"id", "mentions": [{text, start, end}]},
     character offsets into the text as read, end exclusive) and ``summary.json`` to ``out``."""
-    text = read_text(text_path)
+    text = read_input_text(text_path)
     check_destination(out, COMMAND, [checkpoint, text_path], force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
     apply_prediction_options(task, **(options or {}))
