@@ -90,6 +90,7 @@ def test_bad_inputs(tmp_path, corpus_files, capsys):
     (tmp_path / "latin1.txt").write_bytes("good line\nsecond\ncaf\xe9 au lait\n".encode("latin-1"))
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\nhello\n")
     (tmp_path / "tiny.txt").write_text("a small text\nwith few pieces\n\nanother doc\n")
+    (tmp_path / "control.txt").write_text("\x07\n")  # a document the tokenizer keeps nothing of
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "no_files").mkdir()
     cases = [
@@ -104,6 +105,8 @@ def test_bad_inputs(tmp_path, corpus_files, capsys):
          "vocab.txt: missing required special tokens [SEP] [MASK]"),
         (["--train", str(tmp_path / "tiny.txt"), "--vocab-size", "5000"], "largest that fits is"),
         (["--train", corpus_files[1], "--vocab-size", "20"], "--vocab-size 20 is too small: this text needs at least"),
+        (["--train", corpus_files[1], "--valid", str(tmp_path / "control.txt"), "--vocab-size", "300"],
+         "control.txt: the valid split's 1 documents hold no token the tokenizer keeps"),
     ]
     if os.geteuid() != 0:  # root reads a mode-000 file anyway; test_unreadable_corpus_in_process simulates it
         (tmp_path / "locked.txt").write_text("text\n")

@@ -456,3 +456,18 @@ def test_squad_dev_windows_tokens_and_labels_equal_the_transformers_recipe(tmp_p
                          "windows_transformers": n_windows, "questions_with_same_window_count": agreement["questions"],
                          "windows_with_same_tokens": n_windows, "windows_with_same_labels": n_windows}
 
+
+
+def test_a_split_without_usable_question_or_with_boolean_offsets_is_refused(wordpiece_data, tmp_path, capsys):
+    """No window to train on (every answer unusable) or ``answer_start: true``: one error line, nothing written."""
+    def squad(name, answer):
+        return write_squad(tmp_path / name, [{"context": "abc def", "qas": [
+            {"id": "q1", "question": "what?", "answers": [answer]}]}], version="1.1")
+
+    for path, expected in ((squad("unusable.json", {"text": "zzz", "answer_start": -1}), "no usable question (1 left out"),
+                           (squad("boolean.json", {"text": "b", "answer_start": True}), "'answers' must be a list")):
+        dest = tmp_path / "out"
+        assert main(["--train", str(path), "--tokenizer-from", wordpiece_data, "--destdir", str(dest)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("spanbert-prepare-qa: error: ") and expected in err[-1] and str(path) in err[-1], err
+        assert "Traceback" not in "\n".join(err) and not dest.exists()

@@ -157,3 +157,13 @@ def test_find_animals_bad_animals():
                    "--animals", "cat,Dog"])
     with pytest.raises(UsageError, match="--animals 'cat,Dog'"):
         tasks.setup_task(cfg.task)
+
+
+def test_an_empty_split_file_is_one_line(spm_data, tmp_path):
+    """A split of no token (an empty .bin, which fairseq cannot map) is named in one line, not a traceback."""
+    data = tmp_path / "emptied"
+    shutil.copytree(spm_data, data)
+    (data / "valid.bin").write_bytes(b"")
+    _, task = pretraining(str(data))
+    with pytest.raises(UsageError, match=r"valid\.bin: empty, split 'valid' holds no tokens"):
+        task.load_dataset("valid")

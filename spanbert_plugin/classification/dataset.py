@@ -7,7 +7,7 @@ from fairseq.data import data_utils
 
 from ..core.errors import UsageError
 from ..core.datasets import SizedDataset
-from ..core.datasets import complete_batches
+from ..core.datasets import complete_batches, load_token_items
 
 
 class ClassificationDataset(SizedDataset):
@@ -29,7 +29,7 @@ class ClassificationDataset(SizedDataset):
         for suffix in (".idx", ".bin", ".segment_a.npy", ".labels.npy"):
             if not os.path.isfile(prefix + suffix):
                 raise UsageError(f"{prefix + suffix}: no such file (split {split!r} of a spanbert-prepare-classification folder)")
-        tokens = data_utils.load_indexed_dataset(prefix, dictionary, "mmap")
+        tokens = load_token_items(prefix, dictionary, split)
         return cls(tokens, np.load(prefix + ".segment_a.npy"), np.load(prefix + ".labels.npy"),
                    dictionary.pad(), shuffle, seed)
 

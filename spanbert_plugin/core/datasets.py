@@ -1,7 +1,19 @@
 """Dataset building blocks every feature shares: precomputed sizes, per-item random generators keyed by
 (seed, epoch, index), and batching that never drops an example."""
+import os
+
 import numpy as np
-from fairseq.data import BaseWrapperDataset, FairseqDataset
+from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
+
+from .errors import UsageError
+
+
+def load_token_items(prefix: str, dictionary, split: str, combine: bool = False):
+    """fairseq's memory-mapped dataset of a prepared split (None where its files are missing); an empty ``.bin``,
+    which fairseq cannot map, is a UsageError naming it."""
+    if os.path.isfile(prefix + ".bin") and os.path.getsize(prefix + ".bin") == 0:
+        raise UsageError(f"{prefix}.bin: empty, split {split!r} holds no tokens; prepare it again from examples")
+    return data_utils.load_indexed_dataset(prefix, dictionary, "mmap", combine=combine)
 
 
 class SizedDataset(FairseqDataset):

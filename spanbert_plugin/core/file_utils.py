@@ -88,6 +88,11 @@ def _shown(paths: List[str]) -> str:
     return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
+class FolderReadWhole(str):
+    """An input folder a command reads whole (a corpus folder): a destination inside it would be read as input the
+    next time, so none may lie there."""
+
+
 def check_destination(destination: str, command: str, inputs: Iterable[str] = (), force: bool = False,
                       flag: str = "--destdir") -> None:
     """Refuse (OutputError) a destination that this command may not create or replace.
@@ -112,6 +117,8 @@ def check_destination(destination: str, command: str, inputs: Iterable[str] = ()
         # compared both as written and resolved: a link inside the destination counts as inside it
         if path and (_inside(_real(path), dest) or _inside(os.path.abspath(path), dest_abs)):
             raise OutputError(f"{where}: is or holds the input {path}; choose another destination")
+        if isinstance(path, FolderReadWhole) and (_inside(dest, _real(path)) or _inside(dest_abs, os.path.abspath(path))):
+            raise OutputError(f"{where}: lies inside the input folder {path}; choose a destination outside it")
     if not os.path.lexists(destination):
         return
     if os.path.islink(destination):
@@ -376,6 +383,11 @@ def parse_json(text: str, where: str):
         return json.loads(text)
     except RecursionError:
         raise UsageError(f"{where}: JSON nested too deeply (more than about {sys.getrecursionlimit()} levels)") from None
+
+
+def is_json_integer(value) -> bool:
+    """A JSON integer: ``true`` and ``false`` are Python ints too, and no offset or count."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def read_json(path: str, flag: str = ""):

@@ -37,7 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination
+from ..core.file_utils import FolderReadWhole, atomic_directory, check_destination
 from ..core.tokenization import (
     SentencePieceTokenizer, TokenizerError, VocabSizeTooLarge, VocabularyFit, WordPieceTokenizer, read_wordpiece_vocab,
 )
@@ -428,6 +428,16 @@ def check_nothing_changed_while_read(stats, counted, train_files, valid_files):
                                "(the input was emptied while it was read?); nothing written")
 
 
+def check_every_split_has_tokens(stats, train_files, valid_files):
+    """Documents of only characters the tokenizer drops (control characters, say) give a split of no token, which
+    training cannot read: refused here, where the input can be named."""
+    named = lambda files: files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)"  # noqa: E731
+    for split, files in (("train", train_files), ("valid", valid_files or train_files)):
+        if stats[split]["documents"] and not stats[split]["tokens"]:
+            raise PrepareError(f"--{split if valid_files else 'train'} {named(files)}: the {split} split's "
+                               f"{stats[split]['documents']} documents hold no token the tokenizer keeps; nothing written")
+
+
 def _import_in_background(module):
     """Import ``module`` on a thread: fairseq and torch take seconds, which then overlap reading and training."""
     import importlib
@@ -452,7 +462,10 @@ def prepare(args):
     annotator = annotator_for(args)
     train_files = expand_inputs(args.train, "--train")
     valid_files = expand_inputs(args.valid, "--valid") if args.valid else None
-    inputs = [*train_files, *(valid_files or []), *([args.wordpiece_vocab] if args.wordpiece_vocab else [])]
+    given = [args.train] if isinstance(args.train, str) else list(args.train or [])
+    given += [args.valid] if isinstance(args.valid, str) else list(args.valid or [])
+    folders = [FolderReadWhole(spec) for spec in given if os.path.isdir(spec)]
+    inputs = [*train_files, *(valid_files or []), *([args.wordpiece_vocab] if args.wordpiece_vocab else []), *folders]
     check_destination(args.destdir, COMMAND, inputs, args.force)
     if args.wordpiece_vocab:
         read_wordpiece_vocab(args.wordpiece_vocab)  # bad vocabularies fail before the corpus is read
@@ -501,6 +514,7 @@ def prepare(args):
             if annotator is not None:
                 stats[split]["annotations"] = dict(writer.spans)
         check_nothing_changed_while_read(stats, num_train if valid_reader is None else None, train_files, valid_files)
+        check_every_split_has_tokens(stats, train_files, valid_files)
         if annotator is not None:
             stats["annotator"] = annotator.describe()
         fit.tokens = sum(stats[split]["tokens"] for split in ("train", "valid"))

@@ -25,6 +25,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
+from ..core.datasets import load_token_items
 from ..core.dictionary import SpanBertDictionary
 from .document_blocks import DocumentBlockDataset
 from .span_masked_dataset import SpanMaskedDataset
@@ -244,7 +245,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         folders = data_folders(self.cfg.data)
         split_path = os.path.join(folders[(epoch - 1) % len(folders)], split)
-        documents = data_utils.load_indexed_dataset(split_path, self.dictionary, "mmap", combine=combine)
+        documents = load_token_items(split_path, self.dictionary, split, combine=combine)
         if documents is None:
             raise UsageError(f"{split_path}.bin/.idx: no such split {split!r}")
         if not has_maskable_token(documents, self.never_mask):

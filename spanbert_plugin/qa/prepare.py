@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .span_drop import token_sentence_ids
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
+from ..core.file_utils import atomic_directory, check_destination, is_json_integer, parse_json, read_text
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, warn_if_vocabulary_does_not_fit, write_json, write_token_items,
 )
@@ -214,7 +214,7 @@ def _read_squad(path: str, content: dict) -> QAFile:
                     raise UsageError(f"{where}: 'is_impossible' must be true or false, got {json.dumps(impossible)[:40]}")
                 gold = qa.get("answers", [])
                 if not isinstance(gold, list) or not all(
-                        isinstance(g, dict) and isinstance(g.get("text"), str) and isinstance(g.get("answer_start"), int)
+                        isinstance(g, dict) and isinstance(g.get("text"), str) and is_json_integer(g.get("answer_start"))
                         for g in gold):
                     raise UsageError(f"{where}: 'answers' must be a list of {{text, answer_start}} objects")
                 if not impossible and not gold:
@@ -232,7 +232,7 @@ def _read_squad(path: str, content: dict) -> QAFile:
 def _is_detected_answer(d) -> bool:
     """An MRQA detected answer: text and [[start, inclusive end], ...] character spans."""
     return (isinstance(d, dict) and isinstance(d.get("text"), str) and isinstance(d.get("char_spans"), list)
-            and all(isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) for v in s) for s in d["char_spans"]))
+            and all(isinstance(s, list) and len(s) == 2 and all(is_json_integer(v) for v in s) for s in d["char_spans"]))
 
 
 def _read_mrqa(path: str, records) -> QAFile:
@@ -557,6 +557,9 @@ def prepare_qa(inputs: Dict[str, str], tokenizer_from: str, destdir: str, config
             if strict:
                 refuse_problems(answer_problems(qa, features.unaligned))
             warn_problems(qa, features, split == "train")
+            if not features.stats["windows"]:  # fairseq cannot read a split of no window
+                raise UsageError(f"--{split} {inputs[split]}: no usable question ({features.stats['questions_left_out']} "
+                                 "left out: answers that do not match their context or cover no token); nothing written")
             prefix = os.path.join(work, split)
             offsets = features.window_offsets
             items = (features.tokens[offsets[i]: offsets[i + 1]] for i in range(len(offsets) - 1))

@@ -12,10 +12,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from fairseq.data import data_utils
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
+from ..core.datasets import load_token_items
 from ..core.dictionary import SpanBertDictionary
 from .span_drop import QASpanDropConfig, QASpanDropDataset
 from ..spandrop.finetune import span_dropper
@@ -78,7 +78,7 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
         prefix = os.path.join(self.cfg.data, split)
         if not os.path.isfile(prefix + ".windows.npz"):
             raise missing_split_error(self.cfg.data, split, "spanbert-prepare-qa")
-        windows = data_utils.load_indexed_dataset(prefix, self.dictionary, "mmap")
+        windows = load_token_items(prefix, self.dictionary, split)
         if windows is None:
             raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
         qa = self.qa_split(split)

@@ -11,12 +11,11 @@ from fairseq.data import (
     NumSamplesDataset,
     RawLabelDataset,
     RightPadDataset,
-    data_utils,
 )
 
 from ..core.errors import UsageError
 from .prepare import load_split_arrays
-from ..core.datasets import complete_batches
+from ..core.datasets import complete_batches, load_token_items
 
 
 class RelationDataset(BaseWrapperDataset):
@@ -50,7 +49,7 @@ class RelationDataset(BaseWrapperDataset):
         prefix = os.path.join(folder, split)
         if not (os.path.isfile(prefix + ".bin") and os.path.isfile(prefix + ".idx")):
             raise UsageError(f"{prefix}.bin/.idx: no such file (split {split!r} was not prepared in {folder})")
-        tokens = data_utils.load_indexed_dataset(prefix, dictionary, "mmap")
+        tokens = load_token_items(prefix, dictionary, split)
         labels, positions, _ = load_split_arrays(folder, split)
         if transform is not None:
             tokens, positions = transform(tokens, positions)

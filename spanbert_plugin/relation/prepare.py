@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
+from ..core.file_utils import atomic_directory, check_destination, is_json_integer, parse_json, read_text
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
     write_token_items,
@@ -78,10 +78,6 @@ def _load_records(path: str) -> list:
     return records
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_example(record, position: int, path: str) -> RelationExample:
     if not isinstance(record, dict):
         raise UsageError(f"{path}: example at position {position}: expected a JSON object, got {type(record).__name__}")
@@ -99,7 +95,7 @@ def _check_example(record, position: int, path: str) -> RelationExample:
     spans, types = {}, {}
     for role, (start_key, end_key, type_key) in ROLE_KEYS.items():
         start, end = record[start_key], record[end_key]
-        if not (_is_int(start) and _is_int(end) and 0 <= start <= end < len(words)):
+        if not (is_json_integer(start) and is_json_integer(end) and 0 <= start <= end < len(words)):
             raise UsageError(
                 f"{where}: {start_key}={start!r}, {end_key}={end!r} is not an inclusive word span "
                 f"inside its {len(words)} tokens"
