@@ -288,3 +288,33 @@ def test_matches_python_loop_reference(with_negative):
     assert np.bincount(split.question_index).max() >= 4  # questions of several windows
     if with_negative:
         assert 0 < sum(p == "" for p in result.predictions.values()) < len(result.predictions)
+
+
+@pytest.mark.parametrize("with_negative", [False, True])
+def test_zero_width_tokens_never_end_an_answer_or_make_one(with_negative):
+    """sentencepiece's standalone '▁' (before "on" here) has no width: a span ending on it loses the space before the
+    next word, and a span of it alone is no answer (an empty text would pass for the null answer)."""
+    context = "the cat sat on the mat"
+    spans = np.array([(0, 3), (4, 7), (8, 11), (12, 12), (12, 14), (15, 18), (19, 22)], dtype=np.int64)
+    n, offset = len(spans), 3
+    one = np.zeros(1, dtype=np.int64)
+    split = QASplit(question_index=one, start_positions=one, end_positions=one, passage_offset=one + offset,
+                    token_offsets=np.array([0, n]), char_start=spans[:, 0], char_end=spans[:, 1],
+                    max_context=np.ones(n, bool), questions=[{"id": "q0", "context_index": 0, "answers": []}],
+                    contexts=[context], format="squad2" if with_negative else "squad1", with_negative=with_negative)
+    start, end = background(1, 16), background(1, 16)
+    start[0, offset + 2], end[0, offset + 3] = 5.0, 5.0  # "sat" + the '▁': best
+    result = postprocess(split, one, start, end)
+    assert result.predictions["q0"] == "sat" and result.nbest["q0"][0]["end"] == 11
+    start, end = background(1, 16), background(1, 16)
+    start[0, offset + 3], end[0, offset + 3] = 6.0, 6.0  # the '▁' alone: best by far, but no text
+    start[0, offset + 4], end[0, offset + 5] = 2.0, 2.0  # "on the"
+    result = postprocess(split, one, start, end, null_threshold=1e9)
+    assert result.predictions["q0"] == "on the"
+    assert all(e["text"] or e["start"] == -1 for e in result.nbest["q0"])  # only the null answer is empty
+    assert all(context[e["start"]:e["end"]] == e["text"] == e["text"].strip() for e in result.nbest["q0"] if e["text"])
+    if with_negative:
+        assert sum(e["text"] == "" for e in result.nbest["q0"]) == 1
+        null = start[0, 0] + end[0, 0]
+        # against "on the" from the '▁' (6 + 2: a span may start on it; its text starts at "on"), not the empty span
+        assert result.null_odds["q0"] == pytest.approx(null - 8.0)

@@ -95,6 +95,28 @@ def test_qa_training_learns_and_validates_whole_questions(qa_run, qa_data):
     assert stats["valid"]["questions"] == 80
 
 
+def test_predict_takes_the_checkpoints_answer_options(qa_run, qa_data, tmp_path):
+    """Unset, --n-best, --max-answer-length and --null-threshold are the ones the checkpoint validated with."""
+    import torch
+
+    save, _ = qa_run
+    state = torch.load(os.path.join(save, "checkpoint_best.pt"), map_location="cpu", weights_only=True)
+    state["cfg"]["criterion"].update(n_best=3, max_answer_length=4)
+    torch.save(state, tmp_path / "narrow.pt")
+    base = [bin_path("spanbert-predict-qa"), "--checkpoint", str(tmp_path / "narrow.pt"), "--data", qa_data,
+            "--split", "valid"]
+    run_cli(base + ["--out", str(tmp_path / "default")])
+    run_cli(base + ["--out", str(tmp_path / "given"), "--n-best", "3", "--max-answer-length", "4"])
+    proc = run_cli(base + ["--out", str(tmp_path / "wide"), "--n-best", "20", "--null-threshold", "1"])
+    assert "--null-threshold has no effect" in proc.stderr  # SQuAD 1.1 rules: every question gets a span
+    for name in ("predictions.json", "nbest_predictions.json", "eval.json"):
+        assert (tmp_path / "default" / name).read_bytes() == (tmp_path / "given" / name).read_bytes(), name
+    narrow = json.load(open(tmp_path / "default" / "nbest_predictions.json"))
+    wide = json.load(open(tmp_path / "wide" / "nbest_predictions.json"))
+    assert max(map(len, narrow.values())) == 3 and max(map(len, wide.values())) > 3
+    assert any(answers[0]["text"] for answers in narrow.values())
+
+
 def test_predict_equals_validation(qa_run, qa_data, tmp_path):
     save, log = qa_run
     best = max(float(v["valid_f1"]) for v in _valid_logs(log))

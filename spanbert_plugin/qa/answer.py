@@ -7,6 +7,7 @@ import torch
 from ..model.hub_interface import register_hub_feature
 from .postprocess import postprocess
 from .prepare import QAConfig, QAFile, featurize
+from .scoring import answer_options_of
 
 DEFAULT_WINDOWS = QAConfig(max_seq_length=384, doc_stride=128, max_query_length=64)
 
@@ -64,12 +65,16 @@ def _fitting_config(max_positions: int) -> QAConfig:
 
 @register_hub_feature("answer")
 def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
-    """``hub.answer``: the checkpoint's window settings (when it was fine-tuned with extractive_qa) unless given."""
+    """``hub.answer``: the checkpoint's window settings, ``n_best`` and ``max_answer_length`` (when it was fine-tuned
+    with extractive_qa) unless given."""
     if getattr(hub.model, "qa_outputs", None) is None:
         raise ValueError("this checkpoint has no QA head; fine-tune it with --task extractive_qa first")
     qa_config = getattr(hub.task, "qa_config", None)
     if qa_config and "config" not in kwargs:
         kwargs["config"] = QAConfig(qa_config["max_seq_length"], qa_config["doc_stride"], qa_config["max_query_length"])
+    stored = answer_options_of(hub.cfg)  # the checkpoint's criterion settings, as validation used them
+    kwargs.setdefault("n_best", stored.n_best)
+    kwargs.setdefault("max_answer_length", stored.max_answer_length)
     if "with_negative" not in kwargs and hasattr(hub.task, "qa_split"):
         try:
             kwargs["with_negative"] = hub.task.qa_split("valid").with_negative

@@ -100,6 +100,24 @@ def _candidates(split, window_ids, start_logits, end_logits, n_best, max_answer_
     return row, top_start[row, i], top_end[row, j], first_token[row, 0]
 
 
+def _text_ends(split, start_tokens, end_tokens):
+    """The passage token each candidate's text ends on, and whether it has text at all.
+
+    sentencepiece's standalone '▁' is a zero-width token (the space it stands for is not part of a word): a text
+    does not end on one (it would end with the space before the next word), and a span of nothing else has no text,
+    never an answer (BERT's non-null answers are never empty; an empty one would pass for the null answer). WordPiece
+    tokens always have width: nothing changes there.
+    """
+    ends = np.array(end_tokens, dtype=np.int64)
+    zero = split.char_end[ends] <= split.char_start[ends]
+    while True:
+        movable = zero & (ends > start_tokens)
+        if not movable.any():
+            return ends, ~zero
+        ends[movable] -= 1
+        zero[movable] = split.char_end[ends[movable]] <= split.char_start[ends[movable]]
+
+
 def postprocess(split: QASplit, window_ids: np.ndarray, start_logits: np.ndarray, end_logits: np.ndarray,
                 n_best: int = 20, max_answer_length: int = 30, null_threshold: float = 0.0) -> QAPredictions:
     """Answers and n-best lists of every question whose windows are ``window_ids`` (see the module doc)."""
@@ -122,13 +140,17 @@ def postprocess(split: QASplit, window_ids: np.ndarray, start_logits: np.ndarray
 
     row, start, end, first_token = _candidates(split, window_ids, start_logits, end_logits, n_best,
                                                max_answer_length)
+    text_end, has_text = _text_ends(split, first_token + start, first_token + end)
+    if not has_text.all():
+        row, start, end, first_token, text_end = row[has_text], start[has_text], end[has_text], \
+            first_token[has_text], text_end[has_text]
     row_question = split.question_index[window_ids]
     # by question, best first: a quick sort by score, then a stable (radix) sort by question (ties: any order)
     order = np.argsort(-(start_logits[row, start] + end_logits[row, end]))
     dense = np.searchsorted(questions, row_question).astype(np.uint16 if len(questions) < 2 ** 16 else np.int64)
     order = order[np.argsort(dense[row[order]], kind="stable")]
-    row, start, end, first_token = row[order], start[order], end[order], first_token[order]
-    char_start, char_end = split.char_start[first_token + start], split.char_end[first_token + end]
+    row, start, end, first_token, text_end = row[order], start[order], end[order], first_token[order], text_end[order]
+    char_start, char_end = split.char_start[first_token + start], split.char_end[text_end]
     kept, texts, count, has_empty = _distinct_texts(split, questions, dense[row], char_start, char_end, n_best)
     start_logit, end_logit = start_logits[row[kept], start[kept]], end_logits[row[kept], end[kept]]
     score = start_logit + end_logit

@@ -15,7 +15,7 @@ import torch
 
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from ..core.finetune_io import load_finetuned_checkpoint, predict_split_outputs
-from .scoring import AnswerOptions, rules_of
+from .scoring import answer_options_of, rules_of
 
 COMMAND = "spanbert-predict-qa"
 
@@ -82,9 +82,12 @@ def window_logits_fp32(model, dataset, windows: np.ndarray, width: int, batch_si
     return SplitLogits(windows, start, end)
 
 
-def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=False, batch_size=None,
+def predict_split(checkpoint, data, split, out, options: Optional[dict] = None, force=False, batch_size=None,
                   max_tokens=None, cpu=False, fp32_recheck_margin: float = 0.0):
     """Write predictions.json, null_odds.json (SQuAD 2.0), nbest_predictions.json and eval.json to ``out``.
+
+    ``options``: ``n_best``, ``max_answer_length``, ``null_threshold``; those not given (or None) are the
+    checkpoint's criterion settings, so that the scores equal the ones validation logged.
 
     With ``fp32_recheck_margin`` > 0 (meant for bfloat16 autocast), the windows of every question that is a near
     tie (:func:`near_ties`) are computed again in fp32 and those questions answered from the fp32 logits."""
@@ -95,6 +98,11 @@ def predict_split(checkpoint, data, split, out, options: AnswerOptions, force=Fa
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, cfg = load_qa_checkpoint(checkpoint, data, cpu)
     qa = task.qa_split(split)
+    given_threshold = (options or {}).get("null_threshold") is not None
+    options = answer_options_of(cfg, **(options or {}))
+    if given_threshold and not qa.with_negative:
+        print(f"{COMMAND}: warning: --null-threshold has no effect: split {split!r} has no unanswerable question "
+              "(SQuAD 1.1 rules; every question gets a span)", file=sys.stderr)
     logits = split_logits(model, task, cfg, split, batch_size, max_tokens)
 
     def answer():

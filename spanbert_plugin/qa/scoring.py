@@ -25,6 +25,21 @@ class AnswerOptions:
     null_threshold: float = 0.0
 
 
+def answer_options_of(cfg, n_best=None, max_answer_length=None, null_threshold=None) -> AnswerOptions:
+    """The options given, the others as the checkpoint's ``extractive_qa`` criterion validated with (``cfg`` its run
+    config), else the defaults."""
+    from omegaconf import OmegaConf
+
+    given = {"n_best": n_best, "max_answer_length": max_answer_length, "null_threshold": null_threshold}
+    stored = cfg.get("criterion") if cfg is not None else None
+    stored = stored if OmegaConf.is_dict(stored) or isinstance(stored, dict) else {}
+    chosen = {}
+    for key, value in given.items():
+        value = stored.get(key) if value is None else value
+        chosen[key] = getattr(AnswerOptions, key) if value is None else value
+    return AnswerOptions(**chosen)
+
+
 def rules_of(split: QASplit) -> str:
     """SQuAD 2.0 rules where unanswerable questions exist, v1.1 rules otherwise (SQuAD 1.1, MRQA)."""
     return "v2" if split.with_negative else "v1"
