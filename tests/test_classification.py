@@ -415,6 +415,10 @@ def test_every_example_is_batched(wordpiece_data, corpus_files, tmp_path):
     for max_sentences, multiple in ((5, 8), (16, 8), (10, 3)):
         batches = dataset.batch_by_size(indices, max_sentences=max_sentences, required_batch_size_multiple=multiple)
         assert sorted(np.concatenate(batches).tolist()) == list(range(37))
+    from spanbert_plugin.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="--max-tokens 3: an example is longer"):  # fairseq asserts
+        dataset.batch_by_size(indices, max_tokens=3)
 
 
 # ---------------------------------------------------------------- formats and bad input

@@ -323,6 +323,7 @@ def test_relation_head_poolings():
 def test_dataset_batches_every_example():
     from fairseq.data import ListDataset
 
+    from spanbert_plugin.core.errors import UsageError
     from spanbert_plugin.relation.dataset import RelationDataset
 
     rng = np.random.default_rng(0)
@@ -331,6 +332,12 @@ def test_dataset_batches_every_example():
     dataset = RelationDataset(tokens, np.zeros(21, np.int64), np.ones((21, 2), np.int64), pad_index=0)
     batches = dataset.batch_by_size(dataset.ordered_indices(), max_sentences=8, required_batch_size_multiple=8)
     assert sorted(np.concatenate(batches).tolist()) == list(range(21))
+    longest = int(max(dataset.sizes))
+    batches = dataset.batch_by_size(dataset.ordered_indices(), max_tokens=longest)  # the least that fits
+    assert sorted(np.concatenate(batches).tolist()) == list(range(21))
+    # fewer tokens than the longest example: one line naming --max-tokens (fairseq asserts)
+    with pytest.raises(UsageError, match=f"--max-tokens {longest - 1}: an example is longer"):
+        dataset.batch_by_size(dataset.ordered_indices(), max_tokens=longest - 1)
 
 
 @needs_tacred
@@ -464,3 +471,16 @@ def test_cls_pooling_over_two_gloo_workers_equals_prediction(spm_data, corpus_fi
     for key in ("f1", "precision", "recall", "accuracy"):
         assert scores[key] == pytest.approx(float(valid_log[f"valid_{key}"]), abs=1e-3), key
     assert scores["counts"]["predicted_positive"] > 0 and scores["counts"]["gold_positive"] > 0
+
+
+def test_json_lines_may_hold_unicode_line_separators_in_strings(tmp_path, capsys, tiny_tok):
+    """JSON lines end at \\n only: U+2028 and U+0085 written raw inside a token (ensure_ascii=False) are no line ends."""
+    odd = dict(BORN, id="odd", token=["Bill", "Gates", "was", "born", "\u2028in\u0085", "Seattle", "."])
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(ex, ensure_ascii=False) + "\n" for ex in (odd, FOUNDED)), encoding="utf-8")
+    as_list = write_examples(tmp_path / "list.json", [odd, FOUNDED])
+    status, err, dest = prepare(tmp_path, capsys, str(train), str(train), dest="from_lines")
+    assert status == 0, err
+    status, err, again = prepare(tmp_path, capsys, as_list, as_list, dest="from_list")
+    assert status == 0, err
+    assert read_split(dest, "train") == read_split(again, "train")

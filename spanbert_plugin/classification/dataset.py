@@ -7,7 +7,7 @@ from fairseq.data import data_utils
 
 from ..core.errors import UsageError
 from ..core.datasets import SizedDataset
-from ..core.datasets import complete_batches, load_token_items
+from ..core.datasets import every_example_batched, load_token_items
 
 
 class ClassificationDataset(SizedDataset):
@@ -54,8 +54,8 @@ class ClassificationDataset(SizedDataset):
 
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
         """fairseq's batching plus the trailing group it may drop, so every example is seen."""
-        batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
-        return complete_batches(indices, batches)
+        return every_example_batched(super().batch_by_size, indices, max_tokens, max_sentences,
+                                     required_batch_size_multiple)
 
     def collater(self, samples):
         if not samples:

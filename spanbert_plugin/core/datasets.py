@@ -84,6 +84,20 @@ class ItemRandom:
         return self.generator
 
 
+def every_example_batched(batch_by_size, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+    """fairseq's batching (``batch_by_size``: the base class's, bound) plus the trailing group it may drop
+    (:func:`complete_batches`); an example longer than ``max_tokens``, which fairseq asserts against, is a
+    UsageError naming the option."""
+    try:
+        batches = batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
+    except AssertionError as err:
+        if "should not exceed max_tokens" not in str(err):
+            raise
+        raise UsageError(f"--max-tokens {max_tokens}: an example is longer, and a batch holds whole examples; give "
+                         "at least the longest example's length, or leave --max-tokens out") from None
+    return complete_batches(indices, batches)
+
+
 def complete_batches(indices, batches):
     """Append the indices missing from ``batches`` (in their order) as one more batch."""
     batched = sum(len(b) for b in batches)
@@ -104,5 +118,5 @@ class BatchesEveryExample:
     """
 
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
-        batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
-        return complete_batches(indices, batches)
+        return every_example_batched(super().batch_by_size, indices, max_tokens, max_sentences,
+                                     required_batch_size_multiple)

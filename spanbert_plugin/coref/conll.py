@@ -219,7 +219,7 @@ def _check_conll_field(value: str, what: str, where: str) -> None:
 def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
     """Every document of a c2f-coref JSON-lines file's text."""
     documents = []
-    for line_no, line in enumerate(text.splitlines(), 1):
+    for line_no, line in enumerate(text.split("\n"), 1):  # JSON lines end at \n only: U+2028 may sit in a string
         if not line.strip():
             continue
         where = f"{path}:{line_no}"

@@ -1,4 +1,5 @@
 """Prepared relation-extraction examples as a fairseq dataset that never drops an example."""
+import functools
 import os
 
 import numpy as np
@@ -15,7 +16,7 @@ from fairseq.data import (
 
 from ..core.errors import UsageError
 from .prepare import load_split_arrays
-from ..core.datasets import complete_batches, load_token_items
+from ..core.datasets import every_example_batched, load_token_items
 
 
 class RelationDataset(BaseWrapperDataset):
@@ -86,8 +87,9 @@ class RelationDataset(BaseWrapperDataset):
 
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
         """fairseq's batching plus the trailing group it may drop, so every example is seen."""
-        batches = FairseqDataset.batch_by_size(self, indices, max_tokens, max_sentences, required_batch_size_multiple)
-        return complete_batches(indices, batches)
+        # FairseqDataset's, on this dataset's sizes (BaseWrapperDataset's would batch the wrapped tokens)
+        return every_example_batched(functools.partial(FairseqDataset.batch_by_size, self), indices, max_tokens,
+                                     max_sentences, required_batch_size_multiple)
 
     def filter_indices_by_size(self, indices, max_sizes):
         """Keep every example: one longer than the model takes is an error, never silently skipped."""

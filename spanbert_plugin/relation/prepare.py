@@ -64,7 +64,7 @@ def _load_records(path: str) -> list:
             raise UsageError(f"{path}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno})") from None
     else:
         records = []
-        for line_no, line in enumerate(text.splitlines(), 1):
+        for line_no, line in enumerate(text.split("\n"), 1):
             if line.strip():
                 try:
                     records.append(parse_json(line, f"{path}:{line_no}"))
