@@ -1,5 +1,6 @@
 """FINDANIMALS data generation and a tiny training run through fairseq-train."""
 import json
+import os
 import re
 
 import numpy as np
@@ -130,10 +131,22 @@ def test_run_command_trains_where_device_says():
     from spanbert_plugin.spandrop.find_animals_experiment import RunOptions, train_command
 
     options = dict(seq_len=300, max_update=10, animals="cat")
-    on_cpu = train_command("spandrop", 200, 1, RunOptions(**options))
-    on_gpu = train_command("spandrop", 200, 1, RunOptions(**options, device="cuda"))
+    on_cpu = train_command("spandrop", 200, 1, RunOptions(**options), "run")
+    on_gpu = train_command("spandrop", 200, 1, RunOptions(**options, device="cuda"), "run")
     assert "--cpu" in on_cpu and "--cpu" not in on_gpu
     assert [a for a in on_cpu if a != "--cpu"] == on_gpu  # nothing else differs
+
+
+def test_a_run_never_resumes_the_working_directorys_checkpoint(tmp_path, monkeypatch):
+    """Each run saves (nothing) to a fresh folder of its own: fairseq would otherwise resume checkpoints/ here."""
+    from spanbert_plugin.spandrop.find_animals_experiment import RunOptions, run_one
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "checkpoint_last.pt").write_bytes(b"another run's checkpoint")
+    error, _ = run_one("baseline", 16, 1, RunOptions(seq_len=40, max_update=2, animals="cat", test_size=16))
+    assert 0 <= error <= 100
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]  # nothing else written here
 
 
 @pytest.mark.parametrize("option, value", [("--test-size", "0"), ("--max-update", "0"), ("--seq-len", "0"),

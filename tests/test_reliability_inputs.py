@@ -313,7 +313,7 @@ from spanbert_plugin.cli import findanimals
 
 markers = sys.argv[1]
 
-def child_command(method, size, seed, options):
+def child_command(method, size, seed, options, save_dir):
     script = "import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); " \\
              "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(3600)"
     return [sys.executable, "-c", script, os.path.join(markers, method)]

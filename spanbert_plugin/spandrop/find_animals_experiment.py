@@ -14,6 +14,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -56,8 +57,9 @@ class RunOptions:
     device: str = "cpu"  # "cuda": runs train on the GPU (several at once share it)
 
 
-def train_command(method: str, size: int, seed: int, options: RunOptions) -> List[str]:
-    """The fairseq-train command line of one run."""
+def train_command(method: str, size: int, seed: int, options: RunOptions, save_dir: str) -> List[str]:
+    """The fairseq-train command line of one run; ``save_dir`` an empty folder of its own (with --no-save fairseq
+    still resumes from the save folder's checkpoint_last.pt: the working directory's checkpoints/ would do)."""
     o = options
     return [os.path.join(os.path.dirname(sys.executable), "fairseq-train"), "--user-dir", USER_DIR,
             "--task", "find_animals", "--criterion", "sentence_prediction", *MODEL,
@@ -66,7 +68,7 @@ def train_command(method: str, size: int, seed: int, options: RunOptions) -> Lis
             "--position-bias", o.position_bias, "--batch-size", "32", "--optimizer", "adam", "--lr", "1e-3",
             "--lr-scheduler", "polynomial_decay", "--warmup-updates", "50", "--total-num-update", str(o.max_update),
             "--max-update", str(o.max_update), "--validate-interval", "100000", *(["--cpu"] if o.device == "cpu" else []),
-            "--num-workers", "0", "--log-format", "json", "--no-save", *METHODS[method]]
+            "--num-workers", "0", "--log-format", "json", "--no-save", "--save-dir", save_dir, *METHODS[method]]
 
 
 class ChildRuns:
@@ -115,8 +117,9 @@ class ChildRuns:
 def run_one(method: str, size: int, seed: int, options: RunOptions, children: ChildRuns = None):
     """Train one model; return its held-out error (%) and wall time in seconds."""
     start = time.time()
-    args, env = train_command(method, size, seed, options), dict(os.environ, OMP_NUM_THREADS=str(options.threads))
-    proc = (children or ChildRuns()).run(args, env)
+    env = dict(os.environ, OMP_NUM_THREADS=str(options.threads))
+    with tempfile.TemporaryDirectory(prefix="findanimals-run-") as save_dir:
+        proc = (children or ChildRuns()).run(train_command(method, size, seed, options, save_dir), env)
     if proc.returncode != 0:
         raise RunFailed(f"{method} size {size} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     valid = [json.loads(m.group(1)) for m in re.finditer(r"valid \| (\{.*\})", proc.stdout + proc.stderr)]
