@@ -218,3 +218,25 @@ def test_an_elastic_restart_resumes_to_the_model_of_an_uninterrupted_run(spm_dat
     assert _losses(output) == _losses(alone_output)
     one, both = _final_weights(alone_dir), _final_weights(tmp_path / "two")
     assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
+
+
+def test_a_world_larger_than_the_gpus_without_a_launcher_is_one_line(monkeypatch):
+    """fairseq spawns one process per GPU itself and asserts there are enough: named in one line with the ways to
+    start the ranks instead (no GPU here)."""
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "WORLD_SIZE", "RANK", "MASTER_", "LOCAL_RANK"))]:
+        monkeypatch.delenv(key)
+    with pytest.raises(UsageError, match=r"^--distributed-world-size 2: world size is 2 but have 0 available devices; "
+                                         r"start one process per rank with torchrun"):
+        distributed_utils.infer_init_method(_distributed_cfg("--distributed-world-size", "2"))
+
+
+def test_pre_training_without_the_sbo_under_pytorch_ddp(spm_data, tmp_path):
+    """--sbo-weight 0 (the ablation) under fairseq's default DDP backend: the unused SBO head is left out of training,
+    so DDP does not wait for its gradients at the second update; its weights stay as initialised."""
+    two = torchrun(spm_data, tmp_path / "two", "--distributed-world-size", "2", "--ddp-backend", "pytorch_ddp",
+                   "--sbo-weight", "0", *SAME)
+    output = two.stdout + two.stderr
+    assert two.returncode == 0, output[-3000:]
+    assert len(_losses(output)) == 3
+    weights = _final_weights(tmp_path / "two")
+    assert "sbo_head.dense1.weight" in weights  # kept in the checkpoint, as fine-tuning keeps the pre-training heads

@@ -48,6 +48,8 @@ def test_bad_task_options(spm_data, extra, message):
 
 @pytest.mark.parametrize("extra, message", [
     (["--max-span-len", "20"], "--max-span-len 20 words exceeds the model's 15 SBO position slots"),
+    (["--mask-scheme", "word", "--sbo-position-slots", "0"], "--sbo-position-slots 0 gives no token an SBO loss"),
+    (["--encoder-attention-heads", "3"], "--encoder-embed-dim 128 must be divisible by --encoder-attention-heads 3"),
     (["--tokens-per-sample", "600"], "--tokens-per-sample 600 exceeds the model's 512 positions"),
     (["--sbo-weight", "-1"], "--sbo-weight"),
 ])
@@ -91,6 +93,27 @@ def test_shards_with_different_dictionaries_are_refused(spm_data, tmp_path):
     (other / "dict.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(UsageError, match=f"data shards {spm_data} and {other} have different dictionaries .*id 10 is"):
         pretraining(f"{spm_data}:{other}")
+
+
+def test_without_the_sbo_its_slots_do_not_limit_the_spans(spm_data):
+    cfg, task = pretraining(spm_data, "--max-span-len", "20", "--sbo-weight", "0")
+    model = task.build_model(cfg.model)
+    assert not any(p.requires_grad for name, p in model.sbo_head.named_parameters() if name != "weight")
+    assert model.sbo_head.weight.requires_grad  # the word embeddings it shares still train
+
+
+def test_a_shard_without_the_schemes_annotations_is_refused_at_start(spm_data, tmp_path):
+    """named_entity masking over shards a:b where only a was annotated: refused when the task is set up, not when
+    b's epoch comes."""
+    annotated, plain = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(spm_data, annotated)
+    shutil.copytree(spm_data, plain)
+    for split in ("train", "valid"):  # the check at start-up looks for the files; their contents are read later
+        for suffix in (".bin", ".idx"):
+            (annotated / f"{split}.entities{suffix}").write_bytes(b"")
+    pretraining(str(annotated), "--mask-scheme", "named_entity")
+    with pytest.raises(UsageError, match=f"{plain}/train.entities.bin: no entities annotations"):
+        pretraining(f"{annotated}:{plain}", "--mask-scheme", "named_entity")
 
 
 def test_shards_with_the_same_vocabulary_alternate(spm_data, tmp_path):

@@ -133,8 +133,16 @@ def install() -> None:
     register_rendezvous_handler(ATTEMPT_SCHEME, _attempt_rendezvous)
 
     def infer_init_method(cfg, force_distributed=False):
-        if not adopt_launcher_world(cfg):
+        if adopt_launcher_world(cfg):
+            return
+        try:
             infer(cfg, force_distributed)
+        except AssertionError as err:  # fairseq's own spawning asserts one GPU per process
+            if "available devices" not in str(err):
+                raise
+            raise UsageError(f"--distributed-world-size {cfg.distributed_world_size}: {err}; start one process per "
+                             "rank with torchrun or Slurm (docs/distributed.md), or give each process "
+                             "--distributed-init-method, --distributed-rank and --distributed-no-spawn") from None
 
     infer_init_method.spanbert = True
     distributed_utils.infer_init_method = infer_init_method

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.cpu_paths import cpu_path
+from ..core.errors import UsageError
 from .dropout import Dropout, dropout
 
 
@@ -68,7 +69,7 @@ class BertLayer(nn.Module):
     def __init__(self, hidden, heads, ffn, eps, dropout, attention_dropout):
         super().__init__()
         if hidden % heads:
-            raise ValueError(f"--encoder-embed-dim {hidden} must be divisible by --encoder-attention-heads {heads}")
+            raise UsageError(f"--encoder-embed-dim {hidden} must be divisible by --encoder-attention-heads {heads}")
         self.heads = heads
         self.attention = _Attention(hidden, heads, eps)
         self.intermediate = _Intermediate(hidden, ffn)

@@ -158,8 +158,16 @@ class SpanBertModel(FairseqEncoderModel):
         gradients that never come (without this, every multi-process fine-tuning run with fairseq's default
         ``--ddp-backend pytorch_ddp`` stopped at its first update), and fairseq's optimizer leaves them out: they
         received no gradient and so no update before either. Checkpoints keep them."""
-        encoder = {id(p) for p in self.encoder.parameters()}
-        for head in (self.lm_head, self.sbo_head):
+        self._leave_out_of_training(self.lm_head, self.sbo_head)
+
+    def leave_sbo_head_out_of_training(self):
+        """Pre-training with --sbo-weight 0 never runs the SBO head: as for fine-tuning's heads, its own parameters
+        stop requiring gradients (else PyTorch's DDP stops at the second update, waiting for their gradients)."""
+        self._leave_out_of_training(self.sbo_head)
+
+    def _leave_out_of_training(self, *heads):
+        encoder = {id(p) for p in self.encoder.parameters()}  # the decoder weight the heads share stays trained
+        for head in heads:
             for parameter in head.parameters():
                 if id(parameter) not in encoder:
                     parameter.requires_grad_(False)

@@ -23,7 +23,7 @@ from fairseq.data import SortDataset, data_utils
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II
+from omegaconf import II, OmegaConf
 
 from ..core.datasets import load_token_items
 from ..core.dictionary import SpanBertDictionary
@@ -129,6 +129,20 @@ def has_maskable_token(documents, never_mask: np.ndarray, chunk: int = 1 << 20) 
     return any((~never_mask[np.asarray(documents[i])]).any() for i in range(len(documents)))
 
 
+def _criterion_option(model_cfg, key, default):
+    """An option of the run's criterion (``--sbo-weight``), read from the run config above the model's; ``default``
+    where there is none (a model built outside fairseq-train)."""
+    run = model_cfg._get_parent() if OmegaConf.is_config(model_cfg) else None
+    criterion = run.get("criterion") if OmegaConf.is_dict(run) else None
+    value = criterion.get(key) if OmegaConf.is_dict(criterion) else None
+    return default if value is None else value
+
+
+def _missing_annotations(path, kind, scheme):
+    return UsageError(f"{path}.bin: no {kind.replace('_', '-')} annotations; --mask-scheme {scheme} needs a folder "
+                      "prepared with spanbert-prepare --annotate spacy")
+
+
 def _parameters(module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -198,6 +212,11 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         dictionary, meta = load_prepared_folder(folders[0])
         for other in folders[1:]:
             check_same_vocabulary(folders[0], dictionary, meta, other, *load_prepared_folder(other))
+        kind = _ANNOTATION_OF_SCHEME.get(str(cfg.mask_scheme))
+        for folder in folders if kind is not None else ():  # every shard at start-up, not when its epoch comes
+            for split in sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".bin") and "." not in n[:-4]):
+                if not MMapIndexedDataset.exists(span_file(os.path.join(folder, split), kind)):
+                    raise _missing_annotations(span_file(os.path.join(folder, split), kind), kind, cfg.mask_scheme)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(cfg, dictionary, word_start_table(meta, dictionary))
 
@@ -210,11 +229,18 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
             )
         slots = getattr(getattr(model, "sbo_head", None), "position_slots", None)
         self.sbo_position_slots = slots  # the batches of datasets loaded from now on say which tokens get SBO
-        if slots is not None and self.cfg.mask_scheme == "span" and self.cfg.max_span_len > slots:
-            raise UsageError(
-                f"--max-span-len {self.cfg.max_span_len} words exceeds the model's {slots} SBO position slots "
-                f"(--sbo-position-slots); tokens past the last slot would get no SBO loss"
-            )
+        sbo_weight = _criterion_option(cfg, "sbo_weight", 1.0)
+        if slots is not None and sbo_weight > 0:
+            if slots < 1:
+                raise UsageError("--sbo-position-slots 0 gives no token an SBO loss; train without the SBO with "
+                                 "--sbo-weight 0")
+            if self.cfg.mask_scheme == "span" and self.cfg.max_span_len > slots:
+                raise UsageError(
+                    f"--max-span-len {self.cfg.max_span_len} words exceeds the model's {slots} SBO position slots "
+                    f"(--sbo-position-slots); tokens past the last slot would get no SBO loss"
+                )
+        if sbo_weight == 0 and not from_checkpoint and hasattr(model, "leave_sbo_head_out_of_training"):
+            model.leave_sbo_head_out_of_training()
         return model
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
@@ -271,10 +297,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
             return None
         path = span_file(split_path, kind)
         if not MMapIndexedDataset.exists(path):
-            raise UsageError(
-                f"{path}.bin: no {kind.replace('_', '-')} annotations; --mask-scheme {self.cfg.mask_scheme} needs a folder "
-                "prepared with spanbert-prepare --annotate spacy"
-            )
+            raise _missing_annotations(path, kind, self.cfg.mask_scheme)
         spans = MMapIndexedDataset(path)
         if len(spans) != num_documents:
             raise UsageError(f"{path}.bin: {len(spans)} annotated documents for {num_documents} documents; prepare the folder again")
