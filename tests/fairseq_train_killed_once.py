@@ -1,5 +1,9 @@
 """fairseq-train that kills its own process (SIGKILL, as a preempted node or the OOM killer would) when it starts
-update KILL_AT_UPDATE, once: the first process to get there leaves MARKER behind, and later attempts train on.
+update KILL_AT_UPDATE, once: rank 0 (or the only process) leaves MARKER behind, and later attempts train on.
+
+Rank 0, because it is the rank that saves: when it starts an update, its checkpoint of the update before is on
+disk. Another rank could get there while rank 0 is still saving, and the agent's restart would then stop that
+save and resume from the checkpoint before (the run would train one update twice).
 
     python tests/fairseq_train_killed_once.py MARKER KILL_AT_UPDATE FAIRSEQ-TRAIN-ARGS...
 
@@ -18,7 +22,7 @@ def main():
     original = Trainer.train_step
 
     def train_step(self, samples, raise_oom=False):
-        if self.get_num_updates() == kill_at and not os.path.exists(marker):
+        if self.get_num_updates() == kill_at and os.environ.get("RANK", "0") == "0" and not os.path.exists(marker):
             with open(marker, "w") as f:
                 f.write(f"killed at update {kill_at}, rank {os.environ.get('RANK')}\n")
             os.kill(os.getpid(), signal.SIGKILL)
