@@ -168,6 +168,9 @@ def test_bad_coreference_options_are_one_line(singleton_data, tmp_path, flag, va
     ("--singleton-threshold-sweep", "0.3,1", "--singleton-threshold-sweep: every threshold must be in (0, 1), got 1"),
     ("--no-singletons --singleton-threshold", "0.3", "--singleton-threshold has no effect with --no-singletons (no "
                                                     "one-mention cluster is predicted); give one of them"),
+    ("--text book.txt --split", "valid", "--split concerns a prepared split (its scores); it has no effect with --text"),
+    ("--text book.txt --scoring-convention", "without_singletons",
+     "--scoring-convention concerns a prepared split (its scores); it has no effect with --text"),
 ])
 def test_predict_refuses_a_bad_threshold_before_loading(tmp_path, flag, value, message):
     proc = run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", str(tmp_path / "none.pt"), "--out",
@@ -192,8 +195,16 @@ def test_data_without_singletons_keeps_the_ontonotes_defaults(wordpiece_data, tm
     assert task.cfg.no_singletons is True and task.singleton_threshold is None
     from spanbert_plugin.coref.predict import apply_prediction_options
 
+    # a threshold would be ignored (and a sweep would score singletons eval.json does not predict): refused
+    from spanbert_plugin.coref.predict import refuse_thresholds_without_singletons
+    from spanbert_plugin.core.errors import UsageError
+
+    for threshold, sweep in ((0.3, None), (None, [0.3, 0.5])):
+        with pytest.raises(UsageError, match="this checkpoint predicts no one-mention clusters"):
+            refuse_thresholds_without_singletons(task, threshold, sweep)
     apply_prediction_options(task, no_singletons=False)  # spanbert-predict-coref --singletons: asked for
     assert task.singleton_threshold == 0.5
+    refuse_thresholds_without_singletons(task, 0.3, [0.3, 0.5])  # then they act
     task, _, _ = build(dest, "--mention-loss-weight", "0.3", "--scoring-convention", "with_singletons")
     assert task.cfg.mention_loss_weight == 0.3 and task.scoring_convention == "with_singletons"
 
@@ -215,3 +226,14 @@ def test_raw_text_words_keep_their_decomposed_accents():
     assert [text[a:b] for a, b in offsets] == words and words[-3] == unicodedata.normalize("NFD", "café's")
     assert not any(unicodedata.category(w[0]) == "Mn" for w in words)
     assert sentences.tolist() == [0] * 4 + [1] * 7
+
+
+def test_prediction_reads_whole_documents_whatever_the_training_window(singleton_data):
+    """--max-training-segments windows training documents; predicting the train split still reads them whole."""
+    from spanbert_plugin.coref.predict import predict_documents
+
+    task, model, _ = build(singleton_data, "--max-training-segments", "1")
+    task.load_dataset("train")
+    assert task.dataset("train").max_segments == 1
+    predict_documents(model.eval(), task, "train")
+    assert task.dataset("train").max_segments == 0

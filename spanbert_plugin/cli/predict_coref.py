@@ -17,6 +17,7 @@ def _thresholds(text: str):
 
 
 def add_coref_arguments(parser):
+    parser.set_defaults(split=None)  # given or not: --split has no place beside --text (test when unsaid)
     singletons = parser.add_mutually_exclusive_group()
     singletons.add_argument("--no-singletons", action="store_true", default=None,
                             help="predict no one-mention clusters (the OntoNotes convention; default: as the "

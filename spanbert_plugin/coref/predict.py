@@ -73,6 +73,7 @@ def predict_documents(model, task, split: str, swept_thresholds: Sequence[float]
     document predicted in bounded memory runs again for each threshold (its entity cache holds the spans likely
     to be one-mention clusters, so the threshold shapes the links too)."""
     task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
+    task.cfg.max_training_segments = 0  # and reads whole documents, not a training window of them
     task.load_dataset(split)
     dataset = task.dataset(split)
     device = next(model.parameters()).device
@@ -139,6 +140,15 @@ def check_prediction_options(singleton_threshold=None, no_singletons=None, max_a
             raise UsageError(f"{flag} must be at least 1, got {value}")
 
 
+def refuse_thresholds_without_singletons(task, singleton_threshold, singleton_threshold_sweep) -> None:
+    """A checkpoint trained without one-mention clusters predicts none (unless --singletons says so): a threshold
+    for them would be ignored, and a sweep would score singletons eval.json does not predict."""
+    if task.cfg.no_singletons and (singleton_threshold is not None or singleton_threshold_sweep):
+        flag = "--singleton-threshold" if singleton_threshold is not None else "--singleton-threshold-sweep"
+        raise UsageError(f"{flag}: this checkpoint predicts no one-mention clusters (its training data held none, or "
+                         "--no-singletons); add --singletons to predict them at a threshold")
+
+
 def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False,
                   no_singletons=None, singleton_threshold=None, scoring_convention=None,
                   singleton_threshold_sweep=None, text=None, join_wrapped_lines=False, coref_prediction=None,
@@ -155,9 +165,12 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
                "scoring_convention": scoring_convention, "coref_prediction": coref_prediction,
                "max_antecedent_distance": max_antecedent_distance, "entity_cache_size": entity_cache_size}
     if text is not None:
-        if singleton_threshold_sweep:
-            raise UsageError("--singleton-threshold-sweep scores a prepared split; it has no effect with --text")
+        for flag, given in (("--singleton-threshold-sweep", singleton_threshold_sweep), ("--split", split),
+                            ("--scoring-convention", scoring_convention)):
+            if given:
+                raise UsageError(f"{flag} concerns a prepared split (its scores); it has no effect with --text")
         return predict_text(checkpoint, text, out, force, cpu, join_wrapped_lines, data, options)
+    split = split or "test"
     if join_wrapped_lines:
         raise UsageError("--join-wrapped-lines applies to --text only")
     for threshold in singleton_threshold_sweep or ():
@@ -167,6 +180,7 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
     apply_prediction_options(task, **options)
+    refuse_thresholds_without_singletons(task, singleton_threshold, singleton_threshold_sweep)
     documents = load_documents(task.cfg.data, split)
     predicted, gold, swept = predict_documents(model, task, split, singleton_threshold_sweep or (),
                                                lambda line: print(f"{COMMAND}: {line}", file=sys.stderr))
@@ -262,6 +276,7 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     check_destination(out, COMMAND, [checkpoint, text_path], force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
     apply_prediction_options(task, **(options or {}))
+    refuse_thresholds_without_singletons(task, (options or {}).get("singleton_threshold"), None)
     tokenizer = load_tokenizer(task.cfg.data)  # the one the checkpoint's data was prepared with, as hub.coref uses
     started = time.perf_counter()
     line_breaks = "paragraph" if join_wrapped_lines else "sentence"
