@@ -146,3 +146,20 @@ def test_usage_error_rewrapped_by_fairseq_is_still_one_line(capsys):
     other = RuntimeError("a bug")
     _hook(lambda *exc_info: shown.append(exc_info))(RuntimeError, other, None)
     assert shown and shown[0][1] is other  # anything else keeps its traceback
+
+
+@pytest.mark.parametrize("trained_bf16, flag, expected", [(True, [], True), (True, ["--no-bf16"], False),
+                                                          (False, [], False), (False, ["--bf16"], True)])
+def test_predict_precision_defaults_to_the_checkpoints(trained_bf16, flag, expected, tmp_path, capsys):
+    """Unsaid, --bf16 is what the checkpoint validated with (--bf16-autocast), so predictions score as logged."""
+    import torch
+
+    from spanbert_plugin.cli import check_predict_arguments
+
+    checkpoint = str(tmp_path / "c.pt")
+    torch.save({"cfg": {"task": {"_name": "sentence_classification", "bf16_autocast": trained_bf16}}}, checkpoint)
+    args = predict_classification.get_parser().parse_args(["--checkpoint", checkpoint, "--out", "o", *flag])
+    check_predict_arguments(args, "spanbert-predict-classification")
+    assert args.bf16 is expected
+    noted = "trained under --bf16-autocast: predicting under bfloat16 autocast too" in capsys.readouterr().err
+    assert noted == (trained_bf16 and not flag)

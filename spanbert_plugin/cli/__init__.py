@@ -109,10 +109,13 @@ def add_predict_arguments(parser, prog: str, task: str, prepare_command: str, de
     parser.add_argument("--batch-size", type=int, help=f"{unit} per batch (default: the checkpoint's validation batch size)")
     parser.add_argument("--max-tokens", type=int, help="tokens per batch (default: the checkpoint's validation setting)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
-    parser.add_argument("--bf16", action="store_true",
-                        help="run the model under bfloat16 autocast: several times faster on CPUs with AVX512-BF16 or AMX "
-                        "and on recent GPUs (several times slower on CPUs without them); scores may differ slightly "
-                        "from fp32")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", default=None,
+                           help="run the model under bfloat16 autocast: several times faster on CPUs with AVX512-BF16 or "
+                           "AMX and on recent GPUs (several times slower on CPUs without them); scores may differ "
+                           "slightly from fp32 (default: as the checkpoint validated, under --bf16-autocast or not)")
+    precision.add_argument("--no-bf16", dest="bf16", action="store_false", default=None,
+                           help="run the model in fp32 even if the checkpoint was trained under --bf16-autocast")
 
 
 def model_precision(args):
@@ -128,8 +131,16 @@ def model_precision(args):
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 
-def check_predict_arguments(args) -> None:
-    """UsageError for batching options that would build no batch (argparse accepts any integer)."""
+def check_predict_arguments(args, prog: str = "spanbert-predict") -> None:
+    """UsageError for batching options that would build no batch (argparse accepts any integer); ``args.bf16``
+    unsaid becomes the checkpoint's --bf16-autocast, so that predictions are computed as validation computed them."""
+    if getattr(args, "bf16", False) is None:
+        from ..core.checkpoint_loading import stored_run_option
+
+        args.bf16 = bool(stored_run_option(args.checkpoint, "task", "bf16_autocast"))
+        if args.bf16:
+            print(f"{prog}: the checkpoint was trained under "
+                  "--bf16-autocast: predicting under bfloat16 autocast too (--no-bf16 for fp32)", file=sys.stderr)
     for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} {value}: must be at least 1 (leave it out for the checkpoint's validation setting)")
@@ -157,7 +168,7 @@ def predict_command(prog: str, description: str, task: str, prepare_command: str
     def main(argv=None):
         """Console entry point: exit status 1 and a one-line error on bad input."""
         args = get_parser().parse_args(argv)
-        check_predict_arguments(args)
+        check_predict_arguments(args, prog)
         predict_split = importlib.import_module(library).predict_split
         own = {dest: getattr(args, dest) for dest in getattr(args, "_own_options", [])}
         with model_precision(args):

@@ -36,7 +36,7 @@ def get_parser():
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
     args = get_parser().parse_args(argv)
-    check_predict_arguments(args)
+    check_predict_arguments(args, PROG)
     for flag, value in (("--n-best", args.n_best), ("--max-answer-length", args.max_answer_length)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be at least 1")

@@ -226,6 +226,14 @@ def stored_task_state(path):
     return task_state if isinstance(task_state, dict) else {}
 
 
+def stored_run_option(path, group, key):
+    """One option of the run config a fairseq checkpoint saved (``group`` "task", "criterion", ...), or None."""
+    state = _stored_state(path)
+    cfg = state.get("cfg") if state else None
+    section = cfg.get(group) if isinstance(cfg, dict) else None
+    return section.get(key) if isinstance(section, dict) else None
+
+
 def stored_model_options(path):
     """The model options a fairseq checkpoint was built with (a dict), or None when the file does not tell."""
     state = _stored_state(path)
