@@ -60,6 +60,11 @@ def test_export_round_trip(which, request, corpus_files, tmp_path):
         ours = hub.encode(text)
         theirs = tokenizer(text, return_tensors="pt")["input_ids"][0]
         assert torch.equal(ours, theirs), text
+    # a pair: the same ids, and the token types the fine-tuning tasks train with (0, then 1 after the first separator)
+    pair = tokenizer(lines[0], lines[1], return_tensors="pt")
+    assert pair["input_ids"][0].tolist() == hub.encode(lines[0], lines[1]).tolist()
+    assert pair["token_type_ids"][0].tolist() == hub.segment_labels(hub.encode(lines[0], lines[1])).tolist()
+    assert pair["token_type_ids"].sum() > 0
     tokens = hub.encode(" ".join(_sample_lines(corpus_files[1], 4))[:400])[None, :120]
     with torch.no_grad():
         features = hub.extract_features(tokens)

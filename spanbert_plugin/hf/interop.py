@@ -246,13 +246,15 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
         bos, eos = dictionary.bos_word, dictionary.eos_word
         from tokenizers import processors
 
+        # a pair's token types as the fine-tuning tasks give them (BERT's): 0 up to the first separator, 1 after
         inner.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B {eos}",
+            single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B:1 {eos}:1",
             special_tokens=[(bos, dictionary.bos()), (eos, dictionary.eos())],
         )
         hf = PreTrainedTokenizerFast(
             tokenizer_object=inner, bos_token=bos, eos_token=eos, cls_token=bos, sep_token=eos,
             unk_token=dictionary.unk_word, pad_token=dictionary.pad_word, mask_token=dictionary.mask_word,
+            model_input_names=["input_ids", "token_type_ids", "attention_mask"],
         )
     hf.model_max_length = max_length  # the model's positions: longer inputs would fail in transformers
     hf.save_pretrained(out_dir)
