@@ -261,3 +261,18 @@ def test_an_input_that_changes_while_it_is_read_is_one_line_and_nothing_written(
                 "is complete")
     assert err == [f"spanbert-prepare: error: {expected}"]
     assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_character_does_not_start_a_word(spm_data):
+    """sentencepiece's <unk> stands for one character the model does not know, inside a word (or after the lone '▁'
+    that starts it): words with such characters stay whole words for whole-word masking and SpanDrop's units."""
+    from spanbert_plugin.core.tokenization import SentencePieceTokenizer
+
+    tok = load_tokenizer(spm_data)
+    text = "Zoë Müller łódź ĳssel"
+    enc = tok.encode(text)
+    unk = tok.vocab.index("<unk>")
+    assert unk in enc.ids.tolist()  # the test's characters are unknown to the 1,000-piece model
+    assert int(np.sum(enc.word_starts)) == len(text.split())
+    assert not SentencePieceTokenizer.is_word_start_piece("<unk>")
+    assert all(SentencePieceTokenizer.is_word_start_piece(p) for p in ("<s>", "</s>", "<mask>", "\u2581a"))

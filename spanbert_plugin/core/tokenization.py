@@ -179,7 +179,9 @@ class SentencePieceTokenizer(SpanTokenizer):
 
     @staticmethod
     def is_word_start_piece(piece: str) -> bool:
-        return piece.startswith(SPM_WORD_PREFIX) or piece.startswith("<")
+        # control symbols (<s>, <mask>, ...) stand alone; <unk> stands for one unknown character, inside a word or
+        # after a lone '▁' that starts it, never a word start of its own
+        return piece.startswith(SPM_WORD_PREFIX) or (piece.startswith("<") and piece != "<unk>")
 
     def encode(self, text: str) -> Encoding:
         proto = self.sp.encode(text, return_type="proto")
