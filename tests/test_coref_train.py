@@ -529,3 +529,23 @@ def test_validation_over_two_gloo_workers_equals_prediction(synthetic_data, tmp_
     counts = json.load(open(os.path.join(out, "eval.json")))["counts"]
     for key, value in counts.items():
         assert float(best[f"valid_{key}"]) == pytest.approx(value, abs=1e-3), key
+
+
+def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
+    """coref_config.json records how the checkpoint predicts, long documents included, and the import's task takes
+    those settings back (an import then predicts the clusters the checkpoint predicts)."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref.hf_head import HEAD_OPTIONS, coref_task_arguments, read_coref_config, write_coref_head
+
+    settings = dict(no_singletons=False, singleton_threshold=0.3, coref_prediction="bounded",
+                    exact_prediction_max_words=500, max_antecedent_distance=2, entity_cache_size=1)
+    task = SimpleNamespace(cfg=SimpleNamespace(**{name: 1 for name in HEAD_OPTIONS}, **settings),
+                           meta={"max_segment_length": 24, "max_span_width": 5, "genres": ["nw"]})
+    model = SimpleNamespace(coref_head=torch.nn.Linear(2, 2), cfg=SimpleNamespace(encoder_embed_dim=8))
+    write_coref_head(model, task, str(tmp_path))
+    args = coref_task_arguments(read_coref_config(str(tmp_path)))
+    given = dict(zip(args[::2], args[1::2]))
+    assert given["--coref-prediction"] == "bounded" and given["--singleton-threshold"] == "0.3"
+    assert (given["--exact-prediction-max-words"], given["--max-antecedent-distance"],
+            given["--entity-cache-size"]) == ("500", "2", "1")

@@ -29,6 +29,10 @@ SAMPLE_DOCUMENT = ("Ada Lovelace wrote the first program . She worked with Charl
                    "Babbage called her the Enchantress of Numbers . Ada died in 1852 .")
 
 
+# how documents longer than the exact head's reach are predicted: the checkpoint's settings go along
+LONG_DOCUMENT_OPTIONS = ("exact_prediction_max_words", "max_antecedent_distance", "entity_cache_size")
+
+
 def write_coref_head(model, task, directory: str) -> None:
     from safetensors.torch import save_file
 
@@ -40,7 +44,9 @@ def write_coref_head(model, task, directory: str) -> None:
         "data": {key: task.meta[key] for key in ("max_segment_length", "max_span_width", "genres")},
         # how the checkpoint predicts: an import predicts the same clusters
         "prediction": {"no_singletons": bool(task.cfg.no_singletons),
-                       "singleton_threshold": float(task.cfg.singleton_threshold)},
+                       "singleton_threshold": float(task.cfg.singleton_threshold),
+                       "coref_prediction": str(task.cfg.coref_prediction),
+                       **{name: int(getattr(task.cfg, name)) for name in LONG_DOCUMENT_OPTIONS}},
         "inputs": "final hidden states of [CLS] segment [SEP] windows (one document's segments, padding removed)",
     })
 
@@ -66,8 +72,11 @@ def coref_task_arguments(config: dict) -> list:
     args = ["--task", "coreference", "--criterion", "coreference"]
     for name, value in config["task_options"].items():
         args += [f"--{name.replace('_', '-')}", str(value)]
-    threshold = (config.get("prediction") or {}).get("singleton_threshold")
-    return args + (["--singleton-threshold", str(threshold)] if threshold is not None else [])
+    prediction = config.get("prediction") or {}
+    for name in ("singleton_threshold", "coref_prediction", *LONG_DOCUMENT_OPTIONS):  # absent from older exports
+        if prediction.get(name) is not None:
+            args += [f"--{name.replace('_', '-')}", str(prediction[name])]
+    return args
 
 
 def write_coref_meta(config: dict, directory: str) -> None:
