@@ -549,3 +549,18 @@ def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
     assert given["--coref-prediction"] == "bounded" and given["--singleton-threshold"] == "0.3"
     assert (given["--exact-prediction-max-words"], given["--max-antecedent-distance"],
             given["--entity-cache-size"]) == ("500", "2", "1")
+
+
+def test_a_word_cut_by_a_segment_end_is_no_candidate_span():
+    """[CLS] w0 w1 w1 [SEP] [CLS] w1 w2 [SEP]: word 1 runs over the segment end; neither of its parts is a span (both
+    would be the word span [1, 1], predicted twice), as no mention crossing a segment end is."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref.head import CorefHead
+
+    token_word = torch.tensor([-1, 0, 1, 1, -1, -1, 1, 2, -1])
+    token_segment = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1])
+    token_sentence = torch.zeros_like(token_word)
+    starts, ends = CorefHead.candidate_spans(SimpleNamespace(max_span_width=3), token_word, token_sentence,
+                                             token_segment)
+    assert sorted(zip(starts.tolist(), ends.tolist())) == [(1, 1), (7, 7)]

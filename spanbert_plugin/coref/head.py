@@ -166,10 +166,16 @@ class CorefHead(nn.Module):
         """(starts, ends) of every candidate span, in token positions, sorted by start then end."""
         T = token_word.numel()
         real = token_word >= 0
-        previous = torch.cat([token_word.new_full((1,), -2), token_word[:-1]])
-        following = torch.cat([token_word[1:], token_word.new_full((1,), -2)])
-        word_start = real & (token_word != previous)
-        word_end = real & (token_word != following)
+        # a word's first and last token among the real tokens: a word cut by a segment end ([SEP] [CLS] inside it)
+        # starts in one segment and ends in the next, so neither part is a span of its own (it would be the same
+        # word span twice); like every mention crossing a segment end, it is no candidate
+        positions = real.nonzero().squeeze(1)
+        words = token_word[positions]
+        changes = words[1:] != words[:-1]
+        first, last = torch.ones_like(words, dtype=torch.bool), torch.ones_like(words, dtype=torch.bool)
+        first[1:], last[:-1] = changes, changes
+        word_start, word_end = torch.zeros_like(real), torch.zeros_like(real)
+        word_start[positions], word_end[positions] = first, last
         starts = word_start.nonzero().squeeze(1)
         widths = torch.arange(self.max_span_width, device=token_word.device)
         ends = starts[:, None] + widths[None, :]
