@@ -436,3 +436,12 @@ def test_short_runs_with_span_drop_learn(folders):
         records = [r for r in _valid_records(output) if metric in r]
         assert records, output[-3000:]
         assert max(float(r[metric]) for r in records) > floor, (name, [r[metric] for r in records])
+
+
+def test_sentencepiece_pieces_that_merge_a_final_mark_end_a_sentence():
+    """sentencepiece merges punctuation into pieces ('▁).', '...'): the sentence unit ends there too, as it ends at
+    WordPiece's lone '.'; control symbols and pieces without a final mark do not."""
+    from spanbert_plugin.spandrop.finetune import ends_a_sentence
+
+    assert all(map(ends_a_sentence, [".", "\\u2581.", ").", "\\u2581`).", "...", "?", "!", "\\u2581again!"]))
+    assert not any(map(ends_a_sentence, ["\\u2581", "x", "\\u2581Mr", ".)", "<s>", "[SEP]", "\\u2581.x", ""]))

@@ -32,6 +32,13 @@ FINETUNE_UNITS = ("token", "chunk", "word", "sentence")
 SENTENCE_FINAL_SYMBOLS = (".", "!", "?")
 
 
+def ends_a_sentence(symbol: str) -> bool:
+    """Does a token end a sentence (the last character . ! or ?)? WordPiece keeps punctuation apart, sentencepiece
+    merges it into pieces such as ').' or '...' (a piece that is only the mark counted alone missed those)."""
+    piece = symbol.lstrip("\u2581")
+    return bool(piece) and piece[-1] in SENTENCE_FINAL_SYMBOLS and not (piece.startswith("<") or piece.startswith("["))
+
+
 @dataclass
 class FinetuneSpanDropConfig(SpanDropSampling):
     """``--span-drop-*`` options of the fine-tuning tasks (applied to training splits only)."""
@@ -112,9 +119,7 @@ class SpanDropper:
         self.word_start = np.ones(size, dtype=bool)
         table = np.asarray(word_start_table, dtype=bool)[:size]
         self.word_start[: len(table)] = table
-        self.sentence_final = np.zeros(size, dtype=bool)
-        for i, symbol in enumerate(dictionary.symbols):
-            self.sentence_final[i] = symbol.lstrip("\u2581") in SENTENCE_FINAL_SYMBOLS
+        self.sentence_final = np.array([ends_a_sentence(symbol) for symbol in dictionary.symbols], dtype=bool)
         self.special = np.zeros(size, dtype=bool)
         for i in (dictionary.bos(), dictionary.eos(), dictionary.pad()):
             self.special[i] = True
