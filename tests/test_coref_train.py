@@ -561,6 +561,13 @@ def test_a_word_cut_by_a_segment_end_is_no_candidate_span():
     token_word = torch.tensor([-1, 0, 1, 1, -1, -1, 1, 2, -1])
     token_segment = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1])
     token_sentence = torch.zeros_like(token_word)
-    starts, ends = CorefHead.candidate_spans(SimpleNamespace(max_span_width=3), token_word, token_sentence,
-                                             token_segment)
+    head = SimpleNamespace(max_span_width=3)
+    starts, ends = CorefHead.candidate_spans(head, token_word, token_sentence, token_segment)
     assert sorted(zip(starts.tolist(), ends.tolist())) == [(1, 1), (7, 7)]
+    # bounded prediction takes a document block by block: the words beside a block say where its edge cuts one
+    from spanbert_plugin.coref.long_document import _words_beside
+
+    for t0, t1, expected in ((0, 5, [(1, 1)]), (5, 9, [(7, 7)])):
+        starts, ends = CorefHead.candidate_spans(head, token_word[t0:t1], token_sentence[t0:t1], token_segment[t0:t1],
+                                                 _words_beside(token_word, t0, t1))
+        assert sorted(zip((starts + t0).tolist(), (ends + t0).tolist())) == expected

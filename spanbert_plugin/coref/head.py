@@ -162,8 +162,10 @@ class CorefHead(nn.Module):
             p.param_group = PARAM_GROUP
 
     # -- spans ------------------------------------------------------------------------------------------
-    def candidate_spans(self, token_word, token_sentence, token_segment) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(starts, ends) of every candidate span, in token positions, sorted by start then end."""
+    def candidate_spans(self, token_word, token_sentence, token_segment,
+                        outside=(-2, -2)) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(starts, ends) of every candidate span, in token positions, sorted by start then end. ``outside``: the
+        words of the real tokens just before and after these tokens (a block of a longer document), -2 for none."""
         T = token_word.numel()
         real = token_word >= 0
         # a word's first and last token among the real tokens: a word cut by a segment end ([SEP] [CLS] inside it)
@@ -171,9 +173,9 @@ class CorefHead(nn.Module):
         # word span twice); like every mention crossing a segment end, it is no candidate
         positions = real.nonzero().squeeze(1)
         words = token_word[positions]
-        changes = words[1:] != words[:-1]
-        first, last = torch.ones_like(words, dtype=torch.bool), torch.ones_like(words, dtype=torch.bool)
-        first[1:], last[:-1] = changes, changes
+        before, after = outside
+        first = words != torch.cat([words.new_full((1,), before), words])[:-1]
+        last = words != torch.cat([words, words.new_full((1,), after)])[1:]
         word_start, word_end = torch.zeros_like(real), torch.zeros_like(real)
         word_start[positions], word_end[positions] = first, last
         starts = word_start.nonzero().squeeze(1)
@@ -307,11 +309,12 @@ class CorefHead(nn.Module):
         return torch.cat([scores.new_zeros(k, 1), scores], dim=1), antecedents, rounds
 
     # -- forward ----------------------------------------------------------------------------------------
-    def top_spans(self, features, token_word, token_sentence, token_segment, num_words: int):
+    def top_spans(self, features, token_word, token_sentence, token_segment, num_words: int, outside=(-2, -2)):
         """The ``top_span_ratio`` x ``num_words`` best candidate spans by mention score, non-crossing, in document
-        order: (starts, ends) in token positions, their embeddings g and mention scores."""
+        order: (starts, ends) in token positions, their embeddings g and mention scores (``outside``: see
+        :meth:`candidate_spans`)."""
         attention_logits = self.head_attention(features).squeeze(-1)
-        starts, ends = self.candidate_spans(token_word, token_sentence, token_segment)
+        starts, ends = self.candidate_spans(token_word, token_sentence, token_segment, outside)
         n = starts.numel()
         chunk = max(1, CHUNK_ELEMENTS // (self.max_span_width * features.size(-1)))
         with torch.no_grad():

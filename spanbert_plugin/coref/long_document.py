@@ -110,7 +110,9 @@ def bounded_document_clusters(model, sample: dict, singleton_threshold: Optional
         segment, speaker = coref["token_segment"][t0:t1], coref["token_speaker"][t0:t1]
         words_here = word[word >= 0]
         num_words = int(words_here.max() - words_here.min()) + 1
-        starts, ends, g, mention_scores = head.top_spans(features, word, sentence, segment, num_words)
+        # a word cut at the block's edge continues beyond it: neither of its parts may be a span
+        starts, ends, g, mention_scores = head.top_spans(features, word, sentence, segment, num_words,
+                                                         _words_beside(coref["token_word"], t0, t1))
         k = starts.numel()
         index = torch.arange(next_index, next_index + k, device=g.device)
         next_index += k
@@ -201,6 +203,14 @@ def bounded_notice(cfg, num_words: int) -> str:
            f"{getattr(cfg, 'exact_prediction_max_words', DEFAULT_EXACT_MAX_WORDS):,}")
     return (f"a document of {num_words:,} words ({why}): bounded-memory prediction, antecedents within {distance:,} "
             f"words or an entity's latest mention ({cache:,} entities kept)")
+
+
+def _words_beside(token_word, t0: int, t1: int):
+    """The words of the real tokens just before ``t0`` and from ``t1`` on (a segment's [SEP] [CLS] lie between),
+    -2 where there is none."""
+    before, after = token_word[max(0, t0 - 3):t0], token_word[t1:t1 + 3]
+    before, after = before[before >= 0], after[after >= 0]
+    return (int(before[-1]) if before.numel() else -2, int(after[0]) if after.numel() else -2)
 
 
 def bounded_prediction(model, cfg, sample: dict, singleton_threshold: Optional[float],
