@@ -148,18 +148,26 @@ def test_usage_error_rewrapped_by_fairseq_is_still_one_line(capsys):
     assert shown and shown[0][1] is other  # anything else keeps its traceback
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("trained_bf16, flag, expected", [(True, [], True), (True, ["--no-bf16"], False),
                                                           (False, [], False), (False, ["--bf16"], True)])
-def test_predict_precision_defaults_to_the_checkpoints(trained_bf16, flag, expected, tmp_path, capsys):
-    """Unsaid, --bf16 is what the checkpoint validated with (--bf16-autocast), so predictions score as logged."""
+def test_predict_precision_defaults_to_the_checkpoints(trained_bf16, flag, expected, native, tmp_path, capsys,
+                                                       monkeypatch):
+    """Unsaid, --bf16 is what the checkpoint validated with (--bf16-autocast), so predictions score as logged; where
+    the CPU only emulates bfloat16 (several times slower), fp32 unless asked, said in one line."""
     import torch
 
     from spanbert_plugin.cli import check_predict_arguments
+    from spanbert_plugin.core import precision
+
+    monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: native)
+    expected = expected if flag or native else False
 
     checkpoint = str(tmp_path / "c.pt")
     torch.save({"cfg": {"task": {"_name": "sentence_classification", "bf16_autocast": trained_bf16}}}, checkpoint)
-    args = predict_classification.get_parser().parse_args(["--checkpoint", checkpoint, "--out", "o", *flag])
+    args = predict_classification.get_parser().parse_args(["--checkpoint", checkpoint, "--out", "o", "--cpu", *flag])
     check_predict_arguments(args, "spanbert-predict-classification")
     assert args.bf16 is expected
-    noted = "trained under --bf16-autocast: predicting under bfloat16 autocast too" in capsys.readouterr().err
-    assert noted == (trained_bf16 and not flag)
+    err = capsys.readouterr().err
+    assert ("predicting under bfloat16 autocast too" in err) == (trained_bf16 and not flag and native)
+    assert ("only emulates bfloat16: predicting in fp32" in err) == (trained_bf16 and not flag and not native)

@@ -118,13 +118,19 @@ def add_predict_arguments(parser, prog: str, task: str, prepare_command: str, de
                            help="run the model in fp32 even if the checkpoint was trained under --bf16-autocast")
 
 
+def _prediction_device(args) -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"  # where load_finetuned_checkpoint puts it
+
+
 def model_precision(args):
     """The context the model runs in: bfloat16 autocast on the model's device with ``--bf16``, else nothing."""
     if not args.bf16:
         return contextlib.nullcontext()
     import torch
 
-    device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"  # where load_finetuned_checkpoint puts it
+    device = _prediction_device(args)
     from ..core.precision import warn_if_bf16_is_emulated
 
     warn_if_bf16_is_emulated("--bf16", device)
@@ -136,11 +142,19 @@ def check_predict_arguments(args, prog: str = "spanbert-predict") -> None:
     unsaid becomes the checkpoint's --bf16-autocast, so that predictions are computed as validation computed them."""
     if getattr(args, "bf16", False) is None:
         from ..core.checkpoint_loading import stored_run_option
+        from ..core.precision import cpu_supports_bf16
 
-        args.bf16 = bool(stored_run_option(args.checkpoint, "task", "bf16_autocast"))
+        trained_bf16 = bool(stored_run_option(args.checkpoint, "task", "bf16_autocast"))
+        # where bfloat16 would only be emulated (several times slower), fp32 unless asked
+        native = _prediction_device(args) == "cuda" or cpu_supports_bf16()
+        args.bf16 = trained_bf16 and native
         if args.bf16:
-            print(f"{prog}: the checkpoint was trained under "
-                  "--bf16-autocast: predicting under bfloat16 autocast too (--no-bf16 for fp32)", file=sys.stderr)
+            print(f"{prog}: the checkpoint was trained under --bf16-autocast: predicting under bfloat16 autocast "
+                  "too, as validation did (--no-bf16 for fp32)", file=sys.stderr)
+        elif trained_bf16:
+            print(f"{prog}: the checkpoint was trained under --bf16-autocast, but this CPU only emulates bfloat16: "
+                  "predicting in fp32, so scores may differ slightly from validation's (--bf16 to match them, "
+                  "several times slower)", file=sys.stderr)
     for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} {value}: must be at least 1 (leave it out for the checkpoint's validation setting)")
