@@ -344,9 +344,10 @@ def test_folder_without_annotations_is_one_line_naming_the_flag(spm_data):
     import spanbert_plugin.registry  # noqa: F401 - registers the task
     from test_task_errors import pretraining
 
+    cfg, task = pretraining(spm_data, "--mask-scheme", "named_entity")
     with pytest.raises(UsageError, match=r"train\.entities\.bin: no entities annotations; --mask-scheme named_entity "
                                          r"needs a folder prepared with spanbert-prepare --annotate spacy"):
-        pretraining(spm_data, "--mask-scheme", "named_entity")  # when the task is set up, before any training
+        task.build_model(cfg.model)  # when training builds the model, before any epoch
 
 
 @pytest.fixture(scope="module")

@@ -212,11 +212,6 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         dictionary, meta = load_prepared_folder(folders[0])
         for other in folders[1:]:
             check_same_vocabulary(folders[0], dictionary, meta, other, *load_prepared_folder(other))
-        kind = _ANNOTATION_OF_SCHEME.get(str(cfg.mask_scheme))
-        for folder in folders if kind is not None else ():  # every shard at start-up, not when its epoch comes
-            for split in sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".bin") and "." not in n[:-4]):
-                if not MMapIndexedDataset.exists(span_file(os.path.join(folder, split), kind)):
-                    raise _missing_annotations(span_file(os.path.join(folder, split), kind), kind, cfg.mask_scheme)
         logger.info(f"dictionary: {len(dictionary)} types")
         return cls(cfg, dictionary, word_start_table(meta, dictionary))
 
@@ -241,7 +236,18 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
                 )
         if sbo_weight == 0 and not from_checkpoint and hasattr(model, "leave_sbo_head_out_of_training"):
             model.leave_sbo_head_out_of_training()
+        if not from_checkpoint:  # training: every shard's annotations now, not when its epoch comes
+            self._check_annotations()
         return model
+
+    def _check_annotations(self):
+        """With named_entity/noun_phrase masking, every split of every shard must hold the scheme's annotations."""
+        kind = _ANNOTATION_OF_SCHEME.get(str(self.cfg.mask_scheme))
+        for folder in data_folders(self.cfg.data) if kind is not None else ():
+            for split in sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".bin") and "." not in n[:-4]):
+                if not MMapIndexedDataset.exists(span_file(os.path.join(folder, split), kind)):
+                    raise _missing_annotations(span_file(os.path.join(folder, split), kind), kind,
+                                               self.cfg.mask_scheme)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         """With --freeze-encoder-updates N, updates 0..N-1 leave the encoder without gradients (so without updates)."""
