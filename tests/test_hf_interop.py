@@ -815,3 +815,17 @@ def test_finetuning_an_imported_classifier_keeps_each_class_row(data_labels, wor
     else:
         assert "the head's output layer starts from fresh weights" in proc.stdout + proc.stderr
         assert all((rows[i] - imported[j]).abs().max() > 1e-3 for i in range(3) for j in range(3))
+
+
+def test_hub_pairs_of_a_model_with_one_token_type(wordpiece_vocab, corpus_files, tmp_path):
+    """type_vocab_size 1 (an imported BERT without segments): a pair's tokens all get that one type."""
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertModel", type_vocab_size=1)
+    _import(tmp_path / "hf", tmp_path / "imported")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    first, second = _sample_lines(corpus_files[1], 2)
+    tokens = hub.encode(first, second)[:128]
+    assert hub.segment_labels(tokens).sum() == 0
+    with torch.no_grad():
+        assert torch.equal(hub.extract_features(tokens), hub.extract_features(tokens, torch.zeros_like(tokens)[None]))

@@ -19,7 +19,7 @@ from .dataset import ClassificationDataset
 from ..core.dictionary import SpanBertDictionary
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
-from ..core.checkpoint_loading import starting_checkpoint, stored_task_state
+from ..core.checkpoint_loading import starting_checkpoint, stored_task_state, stored_weight_names
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
@@ -97,6 +97,8 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         if not isinstance(saved, list) or saved == self.labels or len(saved) != self.num_classes:
             return
         head = self.cfg.classification_head_name
+        if f"classification_heads.{head}.out_proj.weight" not in stored_weight_names(path):
+            return  # the checkpoint has no head of this name: nothing of it is loaded
         if sorted(saved) == sorted(self.labels):
             model.map_saved_classification_head(head, [saved.index(label) for label in self.labels])
             logger.info(f"{path}: its classification head's classes {saved} reordered to this data's {self.labels}")

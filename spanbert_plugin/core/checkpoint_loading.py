@@ -226,6 +226,13 @@ def stored_task_state(path):
     return task_state if isinstance(task_state, dict) else {}
 
 
+def stored_weight_names(path):
+    """The names of the model weights a fairseq checkpoint holds (an empty set when it cannot tell)."""
+    state = _stored_state(path)
+    model = state.get("model") if state else None
+    return set(model) if isinstance(model, dict) else set()
+
+
 def stored_run_option(path, group, key):
     """One option of the run config a fairseq checkpoint saved (``group`` "task", "criterion", ...), or None."""
     state = _stored_state(path)

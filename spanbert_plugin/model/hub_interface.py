@@ -143,7 +143,9 @@ class SpanBertHubInterface(nn.Module):
         fine-tuning tasks give them and transformers' tokenizers return them for pairs."""
         d = self.dictionary
         separators = tokens.eq(d.eos())
-        return ((separators.cumsum(-1) - separators.long()).clamp(max=1) * tokens.ne(d.pad())).long()
+        # a model with one token type (type_vocab_size 1, as some imported BERTs) gives every token that one
+        second = min(1, self.model.encoder.embeddings.token_type_embeddings.num_embeddings - 1)
+        return ((separators.cumsum(-1) - separators.long()).clamp(max=second) * tokens.ne(d.pad())).long()
 
     def extract_features(self, tokens: torch.LongTensor, segment_labels=None) -> torch.Tensor:
         """Final hidden states, B x T x H; token types from :meth:`segment_labels` unless given."""
