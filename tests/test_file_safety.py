@@ -109,6 +109,7 @@ def test_force_refusals_through_console(tmp_path, corpus_files, previous_output)
         (run + ["data", "--train", "data/corpus.txt"], work, "is or holds the input data/corpus.txt"),
         # a corpus folder is read whole: an output inside it would be read as text the next time
         ([PREPARE, "--train", "data", "--destdir", "data/out"], work, "lies inside the input folder data"),
+        ([PREPARE, "--train", "data/**/*.txt", "--destdir", "data/out"], work, "lies inside the input folder data"),
         (run + [corpus], work, "is or holds the input"),
         (run + ["."], work, "is the working directory or one of its parents"),
         (run + [".."], work / "sub", "is the working directory or one of its parents"),

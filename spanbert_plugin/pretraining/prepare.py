@@ -83,6 +83,21 @@ def resolve_options(args):
     return args
 
 
+def folders_read_whole(specs) -> List[FolderReadWhole]:
+    """The folders ``specs`` read with everything under them: folders given, and the fixed part of a pattern whose
+    first wildcard is a recursive ``**`` ('corpus/**/*.txt' reads all of corpus/). No destination may lie inside."""
+    folders = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            folders.append(FolderReadWhole(spec))
+        elif not os.path.lexists(spec) and glob.has_magic(spec):
+            parts = spec.split(os.sep)
+            first = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+            if parts[first] == "**":
+                folders.append(FolderReadWhole(os.sep.join(parts[:first]) or "."))
+    return folders
+
+
 def expand_inputs(specs, flag):
     """The files named by ``specs``: files, folders (every file under them, sorted) and glob patterns.
 
@@ -464,8 +479,8 @@ def prepare(args):
     valid_files = expand_inputs(args.valid, "--valid") if args.valid else None
     given = [args.train] if isinstance(args.train, str) else list(args.train or [])
     given += [args.valid] if isinstance(args.valid, str) else list(args.valid or [])
-    folders = [FolderReadWhole(spec) for spec in given if os.path.isdir(spec)]
-    inputs = [*train_files, *(valid_files or []), *([args.wordpiece_vocab] if args.wordpiece_vocab else []), *folders]
+    inputs = [*train_files, *(valid_files or []), *([args.wordpiece_vocab] if args.wordpiece_vocab else []),
+              *folders_read_whole(given)]
     check_destination(args.destdir, COMMAND, inputs, args.force)
     if args.wordpiece_vocab:
         read_wordpiece_vocab(args.wordpiece_vocab)  # bad vocabularies fail before the corpus is read
