@@ -98,3 +98,21 @@ def test_relation_extraction_end_to_end_on_generated_data(spm_data, corpus_files
         assert scores[key] == pytest.approx(float(valid[f"valid_{key}"]), abs=1e-3), key  # logs keep 3 decimals
     assert scores["accuracy"] == pytest.approx(100 * scores["counts"]["correct"] / 21, abs=1e-9)
     assert scores["accuracy"] == pytest.approx(float(valid["valid_accuracy"]), abs=1e-3)
+    # HuggingFace and back: the sentencepiece export carries the appended markers (after <mask>, in the
+    # dictionary's ids), and the import gives back the same dictionary and relation head
+    import torch
+    from transformers import AutoTokenizer
+
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    hf, imported = tmp_path / "hf", tmp_path / "imported"
+    run_cli([bin_path("spanbert-export-hf"), "--checkpoint", str(tmp_path / "ft" / "checkpoint_last.pt"), "--out",
+             str(hf)])
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "ft"), "checkpoint_last.pt")
+    symbols = list(hub.task.dictionary.symbols)
+    assert AutoTokenizer.from_pretrained(str(hf)).convert_ids_to_tokens(list(range(1000, len(symbols)))) == symbols[1000:]
+    run_cli([bin_path("spanbert-import-hf"), "--hf", str(hf), "--out", str(imported)])
+    again = SpanBertModel.from_pretrained(str(imported), "model.pt")
+    assert list(again.task.dictionary.symbols) == symbols
+    for key, value in hub.model.relation_heads.state_dict().items():
+        assert torch.equal(again.model.relation_heads.state_dict()[key], value), key

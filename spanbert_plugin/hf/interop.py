@@ -194,10 +194,11 @@ def spm_model_from_unigram_json(path, model_file):
         raise InteropError(f"{path}: a Unigram tokenizer that is not a sentencepiece model's (normaliser "
                            f"{json.dumps(normalizer)[:80]}, pre-tokenizer {pre_tokenizer.get('type')!r})")
     by_content = {t.get("content"): t for t in spec.get("added_tokens") or []}
-    outside = [t for t in by_content.values() if t.get("id", -1) >= len(pieces)]
-    if len(outside) > 1 or (outside and outside[0]["id"] != len(pieces)):
+    outside = sorted((t for t in by_content.values() if t.get("id", -1) >= len(pieces)), key=lambda t: t["id"])
+    # a mask token appended after the pieces, then the symbols a fine-tuning folder added (entity markers)
+    if [t["id"] for t in outside] != list(range(len(pieces), len(pieces) + len(outside))):
         raise InteropError(f"{path}: added tokens outside the unigram vocabulary ({', '.join(t['content'] for t in outside)}); "
-                           "only a mask token appended after it can be read")
+                           "only tokens appended after it without gaps (a mask token first) can be read")
     proto = sentencepiece_model_pb2.ModelProto()
     Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
     unk_id = model.get("unk_id")
@@ -242,7 +243,8 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
         os.remove(os.path.join(out_dir, "spanbert_tokenizer.json"))
     else:
         inner = unigram_tokenizer_from_spm(tokenizer.model_file)
-        inner.add_special_tokens([dictionary.mask_word])  # appended: the dictionary's last id
+        # appended in the dictionary's order: <mask>, then any symbols a fine-tuning folder added (entity markers)
+        inner.add_special_tokens(list(dictionary.symbols[len(tokenizer.vocab):]))
         bos, eos = dictionary.bos_word, dictionary.eos_word
         from tokenizers import processors
 
@@ -467,6 +469,10 @@ def import_hf(hf_dir, out_dir, force=False):
     except TokenizerError as err:
         raise InteropError(str(err)) from None
     dictionary = SpanBertDictionary.from_tokenizer(tokenizer)  # sentencepiece: its pieces + <mask>
+    if tokenizer.kind == "sentencepiece":  # symbols an export appended after <mask> (a relation folder's markers)
+        appended = _appended_tokens(vocab_path, len(dictionary))
+        if appended:
+            dictionary = SpanBertDictionary(list(dictionary.symbols) + appended)
     dictionary_size = len(dictionary)
     if dictionary_size != config["vocab_size"]:
         raise InteropError(f"{vocab_path}: {dictionary_size} tokens, but config.json says vocab_size {config['vocab_size']}")
@@ -551,6 +557,16 @@ def import_hf(hf_dir, out_dir, force=False):
     for warning in warnings:
         logging.getLogger(__name__).warning(warning)
     return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads, "notes": notes}
+
+
+def _appended_tokens(tokenizer_json, first_id):
+    """The added tokens of ``tokenizer_json`` from id ``first_id`` on, in id order, where they follow without gaps."""
+    added = {t.get("id"): t.get("content") for t in read_json(tokenizer_json).get("added_tokens") or []
+             if isinstance(t, dict)}
+    appended = []
+    while isinstance(added.get(first_id + len(appended)), str):
+        appended.append(added[first_id + len(appended)])
+    return appended
 
 
 def _wordpiece_tokenizer(hf_dir, vocab_path):
