@@ -12,15 +12,16 @@ import os
 from dataclasses import dataclass, field
 
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II, MISSING, OmegaConf
+from omegaconf import II, MISSING
 
 from .prepare import read_meta
 from .dataset import ClassificationDataset
 from ..core.dictionary import SpanBertDictionary
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
-from ..core.checkpoint_loading import starting_checkpoint, stored_task_state, stored_weight_names
+from ..core.checkpoint_loading import starting_checkpoint, stored_checkpoint
 from ..core.errors import UsageError
+from ..core.run_config import run_section
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
@@ -82,10 +83,9 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
             raise UsageError(f"{self.cfg.data}: prepared with --max-seq-length {self.meta['max_seq_length']}, "
                              f"but the model has {model.max_positions()} positions")
         model.register_classification_head(self.cfg.classification_head_name, num_classes=self.num_classes)
-        run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-        if not from_checkpoint and not self.regression and OmegaConf.is_dict(run) \
-                and OmegaConf.is_dict(run.get("checkpoint")):
-            self._match_saved_labels(model, starting_checkpoint(run.checkpoint))
+        checkpoint = run_section(cfg, "checkpoint")
+        if not from_checkpoint and not self.regression and checkpoint is not None:
+            self._match_saved_labels(model, starting_checkpoint(checkpoint))
         return model
 
     def _match_saved_labels(self, model, path):
@@ -93,11 +93,13 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         only for these labels: reordered where the names are the same in another order (labels are stored sorted,
         transformers' id2label need not be), left out (fresh) where they differ. A head of another size fairseq's
         loading leaves out itself; names the checkpoint does not record cannot be compared (rows kept in order)."""
-        saved = stored_task_state(path).get("labels") if path else None
+        state = stored_checkpoint(path) if path else {}
+        task_state, weights = state.get("task_state"), state.get("model")
+        saved = task_state.get("labels") if isinstance(task_state, dict) else None
         if not isinstance(saved, list) or saved == self.labels or len(saved) != self.num_classes:
             return
         head = self.cfg.classification_head_name
-        if f"classification_heads.{head}.out_proj.weight" not in stored_weight_names(path):
+        if not isinstance(weights, dict) or f"classification_heads.{head}.out_proj.weight" not in weights:
             return  # the checkpoint has no head of this name: nothing of it is loaded
         if sorted(saved) == sorted(self.labels):
             model.map_saved_classification_head(head, [saved.index(label) for label in self.labels])

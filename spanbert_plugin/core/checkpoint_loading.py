@@ -209,42 +209,27 @@ def starting_checkpoint(checkpoint_cfg):
     return path if path and os.path.isfile(path) else None
 
 
-def _stored_state(path):
-    """The checkpoint's top-level dict, memory-mapped, or None; a damaged file is left to fairseq's own loading,
-    which names it in one line."""
+def stored_checkpoint(path) -> dict:
+    """The checkpoint's top-level dict, memory-mapped (its weights are not read), or {}; a damaged file is left to
+    fairseq's own loading, which names it in one line."""
     try:
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception:  # noqa: BLE001 - reported by the real load that follows
-        return None
-    return state if isinstance(state, dict) else None
-
-
-def stored_task_state(path):
-    """The task state a fairseq checkpoint saved (class names, say), or {} when it has none."""
-    state = _stored_state(path)
-    task_state = state.get("task_state") if state else None
-    return task_state if isinstance(task_state, dict) else {}
-
-
-def stored_weight_names(path):
-    """The names of the model weights a fairseq checkpoint holds (an empty set when it cannot tell)."""
-    state = _stored_state(path)
-    model = state.get("model") if state else None
-    return set(model) if isinstance(model, dict) else set()
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def stored_run_option(path, group, key):
     """One option of the run config a fairseq checkpoint saved (``group`` "task", "criterion", ...), or None."""
-    state = _stored_state(path)
-    cfg = state.get("cfg") if state else None
+    cfg = stored_checkpoint(path).get("cfg")
     section = cfg.get(group) if isinstance(cfg, dict) else None
     return section.get(key) if isinstance(section, dict) else None
 
 
 def stored_model_options(path):
     """The model options a fairseq checkpoint was built with (a dict), or None when the file does not tell."""
-    state = _stored_state(path)
-    if state is None:
+    state = stored_checkpoint(path)
+    if not state:
         return None
     if isinstance(state.get("cfg"), dict) and isinstance(state["cfg"].get("model"), (dict, argparse.Namespace)):
         model = state["cfg"]["model"]

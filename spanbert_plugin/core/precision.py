@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 from fairseq.dataclass import FairseqDataclass
-from omegaconf import OmegaConf
 
 from .errors import UsageError
+from .run_config import run_section
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +66,8 @@ def run_precision(cfg) -> str:
     """'half' (fp16/bf16 modes or --bf16-autocast), 'tf32' (--tf32 on a GPU that has it) or 'fp32'."""
     if bf16_autocast_enabled(cfg):
         return "half"
-    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-    common = run.get("common") if OmegaConf.is_dict(run) else None
-    if OmegaConf.is_dict(common) and any(common.get(key) for key, _ in HALF_PRECISION_FLAGS):
+    common = run_section(cfg, "common")
+    if common is not None and any(common.get(key) for key, _ in HALF_PRECISION_FLAGS):
         return "half"
     return "tf32" if getattr(cfg, "tf32", False) and torch.backends.cuda.matmul.allow_tf32 else "fp32"
 
@@ -79,11 +78,8 @@ def bf16_autocast_enabled(cfg) -> bool:
 
 def check_bf16_autocast(cfg) -> None:
     """Refuse ``--bf16-autocast`` beside fairseq's half-precision modes (read from the run, the task config's parent)."""
-    if not bf16_autocast_enabled(cfg) or not OmegaConf.is_config(cfg):
-        return
-    run = cfg._get_parent()
-    common = run.get("common") if OmegaConf.is_dict(run) else None
-    if not OmegaConf.is_dict(common):
+    common = run_section(cfg, "common")
+    if not bf16_autocast_enabled(cfg) or common is None:
         return
     for key, flag in HALF_PRECISION_FLAGS:
         if common.get(key):
@@ -95,9 +91,8 @@ def check_bf16_autocast(cfg) -> None:
 def refuse_half_precision_a_cpu_cannot_run(cfg) -> None:
     """On a CPU, fairseq's ``--amp`` silently trains in fp32 and ``--fp16`` stops in an assertion (its flat fp32
     copy of the weights is made on CUDA): one line naming what runs there instead."""
-    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-    common = run.get("common") if OmegaConf.is_dict(run) else None
-    if not OmegaConf.is_dict(common) or not (common.get("cpu") or not torch.cuda.is_available()):
+    common = run_section(cfg, "common")
+    if common is None or not (common.get("cpu") or not torch.cuda.is_available()):
         return
     if common.get("amp"):
         raise UsageError("--amp needs a CUDA GPU (on a CPU it would train in plain fp32): on a CPU use --bf16-autocast")

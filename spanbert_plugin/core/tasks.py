@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from . import clean_exit
 from .cpu_paths import keep_freed_memory
 from .errors import UsageError
+from .run_config import run_section
 from .fp16_copies import use_multi_tensor_copies
 from .model_flops import FlopsLog, encoder_training_flops
 from .precision import (check_bf16_autocast, enable_tf32, forward_precision, refuse_half_precision_a_cpu_cannot_run,
@@ -143,9 +144,8 @@ def compile_for_training(model, task_cfg, run) -> None:
 
 
 def _world_size(cfg) -> int:
-    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-    distributed = run.get("distributed_training") if OmegaConf.is_dict(run) else None
-    return int(distributed.get("distributed_world_size") or 1) if OmegaConf.is_dict(distributed) else 1
+    distributed = run_section(cfg, "distributed_training")
+    return int(distributed.get("distributed_world_size") or 1) if distributed is not None else 1
 
 
 _warned_about_unsaved_validations = False

@@ -23,7 +23,7 @@ from fairseq.data import SortDataset, data_utils
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II, OmegaConf
+from omegaconf import II
 
 from ..core.datasets import load_token_items
 from ..core.dictionary import SpanBertDictionary
@@ -34,6 +34,7 @@ from .span_masking import SCHEMES, SpanMasker
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
+from ..core.run_config import run_section
 from ..core.tasks import OneDictionaryTask, record_in_run_config
 
 logger = logging.getLogger(__name__)
@@ -132,9 +133,8 @@ def has_maskable_token(documents, never_mask: np.ndarray, chunk: int = 1 << 20) 
 def _criterion_option(model_cfg, key, default):
     """An option of the run's criterion (``--sbo-weight``), read from the run config above the model's; ``default``
     where there is none (a model built outside fairseq-train)."""
-    run = model_cfg._get_parent() if OmegaConf.is_config(model_cfg) else None
-    criterion = run.get("criterion") if OmegaConf.is_dict(run) else None
-    value = criterion.get(key) if OmegaConf.is_dict(criterion) else None
+    criterion = run_section(model_cfg, "criterion")
+    value = criterion.get(key) if criterion is not None else None
     return default if value is None else value
 
 
