@@ -238,7 +238,8 @@ def test_a_world_larger_than_the_gpus_without_a_launcher_is_one_line(monkeypatch
 
 def test_pre_training_without_the_sbo_under_pytorch_ddp(spm_data, tmp_path):
     """--sbo-weight 0 (the ablation) under fairseq's default DDP backend: the unused SBO head is left out of training,
-    so DDP does not wait for its gradients at the second update; its weights stay as initialised."""
+    so DDP does not wait for its gradients at the second update (which stopped the run before); the checkpoint keeps
+    the head."""
     two = torchrun(spm_data, tmp_path / "two", "--distributed-world-size", "2", "--ddp-backend", "pytorch_ddp",
                    "--sbo-weight", "0", *SAME)
     output = two.stdout + two.stderr

@@ -577,7 +577,7 @@ def _wordpiece_tokenizer(hf_dir, vocab_path):
     vocabulary, but cased models published without the setting (SpanBERT's, BioBERT's) are lower-cased wrongly
     there, so a cased vocabulary keeps case here, with a warning.
     """
-    from ..core.tokenization import WordPieceTokenizer, lowercase_vocabulary
+    from ..core.tokenization import WordPieceTokenizer, lowercase_vocabulary, read_wordpiece_vocab
 
     tok_cfg_path = os.path.join(hf_dir, "tokenizer_config.json")
     tok_cfg = read_json(tok_cfg_path) if os.path.isfile(tok_cfg_path) else {}
@@ -588,17 +588,16 @@ def _wordpiece_tokenizer(hf_dir, vocab_path):
         said = bool(tok_cfg["do_lower_case"]), tok_cfg.get("strip_accents")
     elif os.path.isfile(tokenizer_json):
         said = WordPieceTokenizer.normaliser_settings(tokenizer_json)
-    if vocab_path.endswith("tokenizer.json"):
-        tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path, *(said or (None, None)))
-    else:
-        tokenizer = WordPieceTokenizer(vocab_path, *(said or (False, None)))
+    if vocab_path.endswith("tokenizer.json"):  # its own normaliser, unless tokenizer_config.json says otherwise
+        return WordPieceTokenizer.from_tokenizer_json(vocab_path, *(said or (None, None))), None
     if said is not None:
-        return tokenizer, None
-    if lowercase_vocabulary(tokenizer.vocab):
+        return WordPieceTokenizer(vocab_path, *said), None
+    if lowercase_vocabulary(read_wordpiece_vocab(vocab_path)):  # vocab.txt alone
         return WordPieceTokenizer(vocab_path, lowercase=True), None
-    return tokenizer, (f"{hf_dir}: no do_lower_case in a tokenizer_config.json and {os.path.basename(vocab_path)} is "
-                       "cased: imported as a cased tokenizer (transformers lower-cases such a folder unless given "
-                       "do_lower_case=False; the export writes the setting)")
+    return WordPieceTokenizer(vocab_path, lowercase=False), (
+        f"{hf_dir}: no do_lower_case in a tokenizer_config.json and {os.path.basename(vocab_path)} is cased: imported "
+        "as a cased tokenizer (transformers lower-cases such a folder unless given do_lower_case=False; the export "
+        "writes the setting)")
 
 
 def _register_task_heads(model, ours, config, hf_dir):
