@@ -367,6 +367,49 @@ def test_relation_mentions_and_markers_survive(folders, mode, unit):
     assert not isinstance(valid.dataset.defn["net_input.src_tokens"].dataset, RelationSpanDrop)
 
 
+@pytest.mark.parametrize("vocab_has_at", [True, False])
+def test_relation_regions_whose_mention_holds_the_marker_word_survive(tmp_path, vocab_has_at):
+    """A subject mention with an '@' in it ('ada @ oslo', an e-mail address's pieces), under ``typed_marker_punct``:
+    the whole region '@ * person * ada @ oslo @' is kept, the closing '@' included. The region ends stored at
+    prepare time say where it ends; a search for the next '@' stopped inside the mention, and a vocabulary
+    without '@' made every marker and every unknown word [UNK]."""
+    vocab = VOCAB if vocab_has_at else [token for token in VOCAB if token != "@"]
+    tok = make_tokenizer_folder(str(tmp_path / "tok"), vocab)
+    rng = random.Random(11)
+    examples = []
+    for i in range(80):
+        before, after = filler_sentence(rng).split(), filler_sentence(rng).split()
+        mention = [rng.choice(NAMES), "@", rng.choice(CITIES)]
+        words = before + mention + ["visited", rng.choice(CITIES), "."] + after
+        s = len(before)
+        examples.append({"id": f"r{i}", "token": words, "subj_start": s, "subj_end": s + 2, "obj_start": s + 4,
+                         "obj_end": s + 4, "subj_type": "PERSON", "obj_type": "CITY",
+                         "relation": rng.choice(["per:visited", "no_relation"])})
+    for split in ("train", "valid"):
+        with open(tmp_path / f"{split}.json", "w", encoding="utf-8") as f:
+            json.dump(examples, f)
+    data = str(tmp_path / "re")
+    assert prepare_re.main(["--train", str(tmp_path / "train.json"), "--valid", str(tmp_path / "valid.json"),
+                            "--tokenizer-from", tok, "--destdir", data, "--entity-marker", "typed_marker_punct"]) == 0
+    task = task_of("re", data, span_drop_p=0.9, span_drop_unit="token")
+    dataset = task.datasets["train"]
+    tokens_view = dataset.dataset.defn["net_input.src_tokens"].dataset
+    with np.load(os.path.join(data, "train.npz")) as arrays:
+        starts, ends = arrays["entity_positions"], arrays["entity_region_ends"]
+    at = "@" if vocab_has_at else "[UNK]"
+    for index, ex in enumerate(examples):
+        before = symbols(task, tokens_view.dataset[index])
+        subject = before[starts[index][0]: ends[index][0] + 1]
+        assert subject == [at, "*", "person", "*", *(w if w != "@" else at for w in ex["token"][ex["subj_start"]:
+                                                                                             ex["subj_end"] + 1]), at]
+        assert before[starts[index][1]: ends[index][1] + 1] == ["#", "^", "city", "^", ex["token"][ex["obj_start"]], "#"]
+        item = dataset[index]
+        after = symbols(task, item["net_input.src_tokens"])
+        for role, new in enumerate(item["net_input.entity_positions"]):
+            length = ends[index][role] - starts[index][role] + 1
+            assert after[new: new + length] == before[starts[index][role]: ends[index][role] + 1]
+
+
 @pytest.mark.parametrize("unit", UNITS)
 def test_classification_segment_a_follows_and_rate(folders, unit):
     p = 0.25

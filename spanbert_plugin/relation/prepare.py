@@ -9,8 +9,10 @@ PTB bracket tokens (-LRB- ...) are turned back into brackets.
 Output, for each split ``S`` (train, valid, test):
 
 * ``S.bin``/``S.idx``: one item per example, ``[CLS] words with entity markers [SEP]``;
-* ``S.npz``: ``labels`` [N] (label indices) and ``entity_positions`` [N, 2]
-  (token positions of the subject and object start markers);
+* ``S.npz``: ``labels`` [N] (label indices), ``entity_positions`` [N, 2]
+  (token positions of the subject and object start markers) and
+  ``entity_region_ends`` [N, 2] (the last token position of each entity's
+  region: its markers and the mention between them);
 * ``S.examples.jsonl``: ``id`` and ``relation`` of each example, in input order;
 
 plus ``re_meta.json`` (mode, labels with the negative label first, marker ids),
@@ -165,7 +167,11 @@ class RelationEncoder:
         return np.asarray(enc.ids, dtype=np.int64), np.searchsorted(word_starts, token_starts, side="right") - 1
 
     def encode(self, ex: RelationExample, where: str):
-        """(token ids, [subject, object] start-marker positions, tokens cut by truncation)."""
+        """(token ids, [subject, object] start-marker positions, [subject, object] region ends, tokens cut).
+
+        A region is the start marker, the mention and its closing marker; its
+        end is the position of its last token.
+        """
         roles = sorted(ROLES, key=lambda r: ex.spans[r][0])  # left to right
         if self.mode == "typed_marker_punct":
             body, starts, regions = self._encode_punct(ex, roles)
@@ -185,8 +191,11 @@ class RelationEncoder:
             first = int(np.clip(lo - (budget - (hi - lo)) // 2, 0, len(body) - budget))
             body = body[first : first + budget]
             starts = {role: pos - first for role, pos in starts.items()}
+            regions = {role: (lo - first, hi - first) for role, (lo, hi) in regions.items()}
         ids = np.concatenate([[self.bos], body, [self.eos]]).astype(np.int64)
-        return ids, np.array([starts["SUBJ"] + 1, starts["OBJ"] + 1], dtype=np.int64), cut
+        # + 1 for [CLS]; a region's end is half-open, so its last token is at end - 1 + 1
+        return (ids, np.array([starts[role] + 1 for role in ROLES], dtype=np.int64),
+                np.array([regions[role][1] for role in ROLES], dtype=np.int64), cut)
 
     def _encode_symbols(self, ex, roles):
         """``ner``: each mention replaced by its marker; ``typed_marker``: wrapped in start/end markers."""
@@ -251,16 +260,17 @@ def _split_stats(examples, lengths, cuts):
 
 def encode_split(encoder: RelationEncoder, examples: List[RelationExample], path: str, progress=None):
     """Token items, entity positions and statistics of one split."""
-    items, positions, lengths, cuts = [], [], [], []
+    items, positions, region_ends, lengths, cuts = [], [], [], [], []
     for ex in examples:
-        ids, starts, cut = encoder.encode(ex, f"{path}: example {ex.id}")
+        ids, starts, ends, cut = encoder.encode(ex, f"{path}: example {ex.id}")
         items.append(ids)
         positions.append(starts)
+        region_ends.append(ends)
         lengths.append(len(ids) + cut)
         cuts.append(cut)
         if progress is not None:
             progress.update(1)
-    return items, np.stack(positions), _split_stats(examples, lengths, cuts)
+    return items, np.stack(positions), np.stack(region_ends), _split_stats(examples, lengths, cuts)
 
 
 def prepare_relation_data(args, progress_factory=None) -> dict:
@@ -288,7 +298,7 @@ def prepare_relation_data(args, progress_factory=None) -> dict:
     encoded = {split: encode_split(encoder, exs, splits[split], progress) for split, exs in examples.items()}
     if progress is not None:
         progress.close()
-    stats = {split: split_stats for split, (_, _, split_stats) in encoded.items()}
+    stats = {split: split_stats for split, (*_, split_stats) in encoded.items()}
     stats["markers"] = {
         "mode": args.entity_marker,
         "from_vocabulary": len(encoder.markers.ids) - len(encoder.markers.appended),
@@ -309,10 +319,10 @@ def prepare_relation_data(args, progress_factory=None) -> dict:
         copy_tokenizer_files(args.tokenizer_from, work)
         if encoder.markers.appended:
             dictionary.save(os.path.join(work, "dict.txt"))
-        for split, (items, positions, _) in encoded.items():
+        for split, (items, positions, region_ends, _) in encoded.items():
             prefix = os.path.join(work, split)
             write_token_items(items, prefix, len(dictionary))
-            np.savez(prefix + ".npz", labels=targets[split], entity_positions=positions)
+            np.savez(prefix + ".npz", labels=targets[split], entity_positions=positions, entity_region_ends=region_ends)
             with open(prefix + ".examples.jsonl", "w", encoding="utf-8") as f:
                 for ex in examples[split]:
                     f.write(json.dumps({"id": ex.id, "relation": ex.relation}, ensure_ascii=False) + "\n")
@@ -337,3 +347,9 @@ def load_split_arrays(folder: str, split: str):
     with open(prefix + ".examples.jsonl", encoding="utf-8") as f:
         examples = [json.loads(line) for line in f]
     return labels, positions, examples
+
+
+def load_region_ends(folder: str, split: str) -> Optional[np.ndarray]:
+    """``entity_region_ends`` [N, 2] of a prepared split; None for a folder prepared before they were stored."""
+    with np.load(os.path.join(folder, split) + ".npz") as arrays:
+        return arrays["entity_region_ends"] if "entity_region_ends" in arrays.files else None

@@ -1,24 +1,30 @@
 """SpanDrop on relation-extraction items: the mentions with their markers always stay, entity positions follow."""
 
+import logging
+
 import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
 from ..core.tokenization import load_tokenizer
 from ..spandrop.finetune import SpanDropper, SpanDropWrapper
+from .prepare import load_region_ends
+
+logger = logging.getLogger(__name__)
 
 
 class RelationSpanDrop(SpanDropWrapper):
     """Token items of a relation split with SpanDrop; ``entity_positions`` gives the matching marker positions.
 
     The subject and object regions (start marker to the end of the mention and
-    its closing marker, as ``marker_region_end`` finds them) are protected.
+    its closing marker) are protected: ``region_ends(index, tokens, starts)``
+    gives their last positions.
     """
 
-    def __init__(self, tokens, entity_positions, dropper: SpanDropper, region_end):
+    def __init__(self, tokens, entity_positions, dropper: SpanDropper, region_ends):
         super().__init__(tokens, dropper)
         self.positions = np.asarray(entity_positions, dtype=np.int64)
-        self.region_end = region_end
+        self.region_ends = region_ends
 
     def __getitem__(self, index):
         return super().__getitem__(index)[0]
@@ -26,8 +32,9 @@ class RelationSpanDrop(SpanDropWrapper):
     def drop(self, item, index, rng):
         tokens = item.numpy()
         protected = np.zeros(len(tokens), dtype=bool)
-        for role, start in enumerate(self.positions[index]):
-            protected[start: self.region_end(tokens, int(start), role) + 1] = True
+        starts = self.positions[index]
+        for start, end in zip(starts, self.region_ends(index, tokens, starts)):
+            protected[start: end + 1] = True
         keep = self.dropper.token_keep(tokens, ~self.dropper.special[tokens], protected, rng)
         out = self.dropper.apply(item.long(), keep)
         return out.source, out.new_position[self.positions[index]].tolist()
@@ -57,9 +64,11 @@ class EntityPositions(FairseqDataset):
 def marker_region_end(meta: dict, tokenizer):
     """``f(tokens, start, role) -> last position`` of the entity region opened by the marker at ``start``.
 
-    ``ner``: the marker replaces the mention; ``typed_marker``: up to the first
-    end marker after it; ``typed_marker_punct``: up to the closing ``@``/``#``
-    word (the first occurrence of the opening word's tokens after it).
+    For folders prepared before the region ends were stored. ``ner``: the
+    marker replaces the mention; ``typed_marker``: up to the first end marker
+    after it; ``typed_marker_punct``: up to the closing ``@``/``#`` word (the
+    first occurrence of the opening word's tokens after it: wrong when the
+    mention holds that word, or the vocabulary has no token for it).
     """
     mode = meta["entity_marker"]
     if mode == "ner":
@@ -85,12 +94,23 @@ def marker_region_end(meta: dict, tokenizer):
     return punct_end
 
 
-def relation_span_drop(dropper: SpanDropper, meta: dict, folder: str):
+def relation_span_drop(dropper: SpanDropper, meta: dict, folder: str, split: str):
     """``RelationDataset.load``'s transform: (tokens, entity positions) -> their SpanDrop views."""
-    tokenizer = load_tokenizer(folder) if meta["entity_marker"] == "typed_marker_punct" else None
-    region_end = marker_region_end(meta, tokenizer)
+    stored = load_region_ends(folder, split)
+    if stored is not None:
+        def region_ends(index, tokens, starts):
+            return stored[index]
+    else:
+        punct = meta["entity_marker"] == "typed_marker_punct"
+        if punct:
+            logger.warning(f"{folder}: prepared without the entities' region ends; SpanDrop finds each mention's "
+                           "closing '@'/'#' by search (wrong for mentions holding one); prepare the data again")
+        region_end = marker_region_end(meta, load_tokenizer(folder) if punct else None)
+
+        def region_ends(index, tokens, starts):
+            return [region_end(tokens, int(start), role) for role, start in enumerate(starts)]
 
     def transform(tokens, entity_positions):
-        dropped = RelationSpanDrop(tokens, entity_positions, dropper, region_end)
+        dropped = RelationSpanDrop(tokens, entity_positions, dropper, region_ends)
         return dropped, dropped.entity_positions
     return transform

@@ -78,7 +78,7 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         is_train = split.startswith("train")
         dropper = span_dropper(self.cfg, self.dictionary, self.cfg.data, self.cfg.seed) if is_train else None
-        transform = relation_span_drop(dropper, self.meta, self.cfg.data) if dropper is not None else None
+        transform = relation_span_drop(dropper, self.meta, self.cfg.data, split) if dropper is not None else None
         dataset = RelationDataset.load(self.cfg.data, split, self.dictionary, shuffle=is_train, seed=self.cfg.seed,
                                        transform=transform)
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} examples")
