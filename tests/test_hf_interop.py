@@ -106,12 +106,22 @@ def test_hub_interface(spm_checkpoint):
     assert filled[0][1] >= filled[1][1] >= filled[2][1]
     hub.register_classification_head("demo", num_classes=3)
     assert hub.predict("demo", tokens).shape == (1, 3)
+    # a head added after loading is in the hub's eval mode: no dropout, the same output twice
+    assert not hub.model.classification_heads["demo"].training
+    assert torch.equal(hub.predict("demo", tokens), hub.predict("demo", tokens))
+    # a regression head (one output) gives its value, not a log-softmax over one output (always 0)
+    hub.register_classification_head("score", num_classes=1)
+    value = hub.predict("score", tokens)
+    assert value.shape == (1, 1) and torch.equal(value, hub.predict("score", tokens, return_logits=True))
+    assert value.abs().item() > 0
     with pytest.raises(ValueError, match="exactly one"):
         hub.fill_mask("no mask here")
+    with pytest.raises(ValueError, match="one sequence"):
+        hub.decode(tokens[None])
     size = len(hub.dictionary)
     with pytest.raises(ValueError, match=f"topk={size + 1}: must be between 1 and the vocabulary size {size}"):
         hub.fill_mask("Return the <mask> of the named attribute.", topk=len(hub.dictionary) + 1)
-    with pytest.raises(ValueError, match=r"no classification head 'other' \(registered: demo\)"):
+    with pytest.raises(ValueError, match=r"no classification head 'other' \(registered: demo, score\)"):
         hub.predict("other", tokens)
 
 
@@ -779,6 +789,11 @@ def test_hub_predicts_sentence_pairs_with_bert_token_types(wordpiece_vocab, corp
         assert (as_one_segment - theirs.logits).abs().max() > 1e-3  # the token types matter here
         hidden = hf_model.bert(**reference).last_hidden_state
         assert (hub.extract_features(tokens) - hidden).abs().max() <= 1e-4
+    # WordPiece reads a literal [MASK] as the mask token: fill_mask refuses it beside <mask> (it read the logits
+    # at the first masked position and wrote that word into both)
+    assert hub.dictionary.mask_index in hub.tokenizer.encode("a [MASK] b").ids.tolist()
+    with pytest.raises(ValueError, match=r"\[MASK\]\) beside <mask>; only <mask> marks the word to fill"):
+        hub.fill_mask("The [MASK] of the <mask> attribute.")
 
 
 @pytest.mark.parametrize("data_labels", [["positive", "negative", "neutral"], ["a", "b", "c"]])

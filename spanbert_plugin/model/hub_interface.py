@@ -127,7 +127,10 @@ class SpanBertHubInterface(nn.Module):
         return torch.tensor(ids, dtype=torch.long)
 
     def decode(self, tokens: torch.LongTensor) -> str:
-        """Text of token ids, without the begin/end tokens and padding."""
+        """Text of token ids (one sequence), without the begin/end tokens and padding."""
+        if tokens.dim() != 1:
+            raise ValueError(f"decode takes one sequence of token ids (1-D); got shape {tuple(tokens.shape)}: "
+                             "decode a batch row by row")
         d = self.dictionary
         drop = {d.bos(), d.eos(), d.pad()}
         return self.tokenizer.decode([t for t in tokens.tolist() if t not in drop])
@@ -163,8 +166,11 @@ class SpanBertHubInterface(nn.Module):
         d = self.dictionary
         if not 1 <= topk <= len(d):
             raise ValueError(f"fill_mask topk={topk}: must be between 1 and the vocabulary size {len(d)}")
-        ids = ([d.bos()] + self.tokenizer.encode(before.rstrip()).ids.tolist() + [d.mask_index]
-               + self.tokenizer.encode(after).ids.tolist() + [d.eos()])
+        before_ids, after_ids = self.tokenizer.encode(before.rstrip()).ids.tolist(), self.tokenizer.encode(after).ids.tolist()
+        if d.mask_index in before_ids or d.mask_index in after_ids:
+            raise ValueError(f"fill_mask: the text holds the tokenizer's own mask token ({d[d.mask_index]}) beside "
+                             f"{MASK_PLACEHOLDER}; only {MASK_PLACEHOLDER} marks the word to fill")
+        ids = [d.bos()] + before_ids + [d.mask_index] + after_ids + [d.eos()]
         tokens = torch.tensor(ids, dtype=torch.long)
         masked = (tokens == d.mask_index).unsqueeze(0).to(self.device)
         out, _ = self.model(self._batch(tokens), masked_tokens=masked)
@@ -178,18 +184,22 @@ class SpanBertHubInterface(nn.Module):
         return results
 
     def register_classification_head(self, name: str, num_classes: Optional[int] = None, **kwargs):
+        """Add (or replace) a [CLS] classification head, in the hub's mode (eval after loading), device and dtype."""
         self.model.register_classification_head(name, num_classes=num_classes, **kwargs)
+        weight = self.model.encoder.embeddings.word_embeddings.weight
+        self.model.classification_heads[name].to(device=weight.device, dtype=weight.dtype).train(self.training)
 
     def predict(self, head: str, tokens: torch.LongTensor, return_logits: bool = False, segment_labels=None):
         """Log-probabilities (or logits) of a classification head on [CLS]; a pair (``encode(a, b)``) gets its token
-        types from :meth:`segment_labels` unless they are given."""
+        types from :meth:`segment_labels` unless they are given. A head with one output (regression) gives its
+        value, B x 1, either way (a softmax over one output is always 1)."""
         if head not in self.model.classification_heads:
             registered = ", ".join(self.model.classification_heads) or "none"
             raise ValueError(f"no classification head {head!r} (registered: {registered}); see register_classification_head")
         tokens = self._batch(tokens)
         segment_labels = self.segment_labels(tokens) if segment_labels is None else segment_labels
         logits, _ = self.model(tokens, segment_labels=segment_labels, classification_head_name=head)
-        return logits if return_logits else F.log_softmax(logits, dim=-1)
+        return logits if return_logits or logits.size(-1) == 1 else F.log_softmax(logits, dim=-1)
 
     def coref(self, text: str):
         """Coreference clusters of raw text, each a list of ``{text, start, end}`` (character offsets, end exclusive).
