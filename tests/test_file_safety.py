@@ -273,6 +273,88 @@ def test_atomic_directory_restores_previous_when_swap_fails(shapes, monkeypatch)
     assert snapshot(shapes) == before and not leftovers(shapes)
 
 
+def test_destinations_spelled_with_a_trailing_separator_or_dot(shapes):
+    """'link/' is the link (refused before any work, not followed to the folder it names); 'folder/.' cannot be moved
+    aside by that name (it failed only after the work, leaving a temporary folder)."""
+    before = snapshot(shapes)
+    os.symlink(shapes / "hf", shapes / "hf_link")
+    export = dict(command="spanbert-export-hf", inputs=[], force=True, flag="--out")
+    _refused("symbolic link", "hf_link/", **export)
+    _refused("symbolic link", "hf_link//", **export)
+    _refused("ends in '.'; name the folder itself", "hf/.", **export)
+    with pytest.raises(OutputError, match="symbolic link"):
+        with atomic_directory("hf_link/", "spanbert-export-hf", [], True, "--out"):
+            pass
+    os.remove(shapes / "hf_link")
+    with atomic_directory("hf/", "spanbert-export-hf", [], True, "--out") as work:  # 'hf/' is 'hf'
+        open(os.path.join(work, "config.json"), "w").write("new")
+    assert (shapes / "hf" / "config.json").read_text() == "new" and not leftovers(shapes)
+    assert set(snapshot(shapes)) == set(before)
+
+
+def test_an_empty_destination_keeps_its_permissions_and_new_ones_follow_the_umask(shapes):
+    (shapes / "private").mkdir(mode=0o700)
+    os.chmod(shapes / "private", 0o700)
+    with atomic_directory("private", "spanbert-export-hf", [], False, "--out") as work:
+        open(os.path.join(work, "config.json"), "w").write("new")
+    assert os.stat(shapes / "private").st_mode & 0o777 == 0o700 and (shapes / "private" / "config.json").exists()
+    umask = os.umask(0o077)
+    try:
+        with atomic_directory("fresh", "spanbert-export-hf", [], False, "--out") as work:
+            open(os.path.join(work, "config.json"), "w").write("new")
+    finally:
+        os.umask(umask)
+    assert os.stat(shapes / "fresh").st_mode & 0o777 == 0o700  # was 0o755 whatever the umask
+
+
+def test_a_parent_that_cannot_be_made_is_one_line_and_leaves_nothing(shapes):
+    before = snapshot(shapes)
+    with pytest.raises(OutputError, match=r"--out newparent/a+/out: cannot create .*File name too long"):
+        with atomic_directory("newparent/" + "a" * 300 + "/out", "spanbert-export-hf", [], False, "--out"):
+            pass
+    assert snapshot(shapes) == before and not leftovers(shapes)
+
+
+def test_a_signal_another_thread_receives_during_the_swap_waits_for_it(shapes, monkeypatch):
+    """Blocking signals covers the main thread only: the kernel gave a SIGINT to another thread (a progress bar's,
+    a data loader's) and Python raised KeyboardInterrupt between the swap's two renames, with the earlier output
+    moved aside and the new one not in place. Now it is raised after the swap, and says the output was written."""
+    import threading
+
+    real_replace = os.replace
+
+    def replace_with_a_signal_in_between(src, dst):
+        real_replace(src, dst)
+        if dst.endswith("previous"):  # the earlier output moved aside; the new one next
+            sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT))
+            sender.start()
+            sender.join()
+            for _ in range(1000):  # bytecodes, at which Python runs a pending signal's handler
+                pass
+
+    monkeypatch.setattr(file_utils.os, "replace", replace_with_a_signal_in_between)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with atomic_directory("hf", "spanbert-export-hf", [], True, "--out") as work:
+            open(os.path.join(work, "config.json"), "w").write("new")
+    assert raised.value.output_written == "hf"
+    assert (shapes / "hf" / "config.json").read_text() == "new" and not leftovers(shapes)
+
+
+@pytest.mark.parametrize("split", ["../evil/valid", "/abs/valid", "sub/valid", "..", ".", ""])
+def test_predict_splits_are_names_not_paths(split):
+    """The split names the files written into --out (coreference's S.conll): '../evil/valid' wrote outside it,
+    over a user's file of that name."""
+    import argparse
+
+    from spanbert_plugin.cli import check_predict_arguments
+    from spanbert_plugin.core.errors import UsageError
+
+    args = argparse.Namespace(split=split, bf16=False, batch_size=None, max_tokens=None, checkpoint="ck.pt")
+    with pytest.raises(UsageError, match="must be a split's name"):
+        check_predict_arguments(args)
+    check_predict_arguments(argparse.Namespace(**{**vars(args), "split": "valid"}))
+
+
 def test_atomic_directory_replaces_and_records_manifest(shapes):
     with atomic_directory("hf", "spanbert-export-hf", [], True, "--out") as work:
         os.makedirs(os.path.join(work, "sub"))

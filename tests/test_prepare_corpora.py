@@ -110,6 +110,22 @@ def test_workers_write_the_same_bytes(tokenizer, tmp_path, monkeypatch):
     assert set(outputs[0]) >= {"train.bin", "train.idx", "valid.bin", "valid.idx", "dict.txt"}
 
 
+def test_encoding_workers_leave_ctrl_c_to_the_parent(tmp_path):
+    """Ctrl-C in a terminal signals the whole process group: a worker that died of it holding the pool's queue lock
+    left the parent's pool.terminate() waiting for ever. The workers ignore it (and a hang-up); the parent stops them."""
+    import multiprocessing
+    import signal
+
+    corpus, vocab = write_wordpiece_corpus(str(tmp_path), 50)
+    dest = str(tmp_path / "prepared")  # a folder with the tokenizer files the workers load
+    assert cli_main(["--train", corpus, "--destdir", dest, "--wordpiece-vocab", vocab]) == 0
+    with multiprocessing.get_context("spawn").Pool(1, initializer=prepare_module._start_pool_worker,
+                                                   initargs=(dest, None)) as pool:
+        assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
+        assert pool.apply(signal.getsignal, (signal.SIGHUP,)) == signal.SIG_IGN
+        assert pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL  # pool.terminate's signal
+
+
 def _peak_python_memory(tmp_path, vocab, corpus, name):
     dest = str(tmp_path / name)
     tracemalloc.start()

@@ -12,6 +12,7 @@ import functools
 import importlib
 import json
 import logging
+import os
 import sys
 import warnings
 
@@ -91,7 +92,9 @@ def command(prog: str, errors=()):
                     print(f"{prog}: error: {err}", file=sys.stderr)
                     return 1
                 except KeyboardInterrupt as err:
-                    print(f"{prog}: interrupted; no output written, an earlier one left as it was", file=sys.stderr)
+                    written = getattr(err, "output_written", None)  # the signal came as the output was moved into place
+                    print(f"{prog}: interrupted after writing {written}" if written else
+                          f"{prog}: interrupted; no output written, an earlier one left as it was", file=sys.stderr)
                     return err.exit_status if isinstance(err, Interrupted) else 130
 
         return run
@@ -155,6 +158,12 @@ def check_predict_arguments(args, prog: str = "spanbert-predict") -> None:
             print(f"{prog}: the checkpoint was trained under --bf16-autocast, but this CPU only emulates bfloat16: "
                   "predicting in fp32, so scores may differ slightly from validation's (--bf16 to match them, "
                   "several times slower)", file=sys.stderr)
+    split = getattr(args, "split", None)
+    if split is not None and (not split or split in (".", "..") or os.sep in split
+                              or (os.altsep and os.altsep in split)):
+        # the split names the files read and written (its .conll goes into --out): a path would lead outside
+        raise UsageError(f"--split {split!r}: must be a split's name, as the prepare command wrote it (e.g. valid), "
+                         "not a path")
     for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} {value}: must be at least 1 (leave it out for the checkpoint's validation setting)")

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -99,12 +100,13 @@ def check_destination(destination: str, command: str, inputs: Iterable[str] = ()
 
     Call it before any expensive work; ``atomic_directory`` calls it again.
     """
-    if not destination:
-        raise OutputError(f"{flag}: empty path")
+    destination = _destination_path(destination, flag)
     where = f"{flag} {destination}"
     dest, dest_abs = _real(destination), os.path.abspath(destination)
     if _inside(_real(os.getcwd()), dest):
         raise OutputError(f"{where}: is the working directory or one of its parents; choose a new folder")
+    if os.path.basename(destination) in (".", ".."):  # 'out/.': a folder that cannot be moved aside by that name
+        raise OutputError(f"{where}: ends in '{os.path.basename(destination)}'; name the folder itself")
     # the nearest existing ancestor must be a folder we can write into
     parent = os.path.dirname(dest)
     while not os.path.lexists(parent):
@@ -150,17 +152,36 @@ def check_destination(destination: str, command: str, inputs: Iterable[str] = ()
         raise OutputError(f"{where}: exists (an output of {writer}); pass --force to replace it")
 
 
+def _destination_path(destination: str, flag: str) -> str:
+    """The destination without trailing separators ('out/' is 'out', and a link 'lk/' is the link, not the folder
+    it points to); OutputError when empty."""
+    if not destination:
+        raise OutputError(f"{flag}: empty path")
+    return destination.rstrip(os.sep + (os.altsep or "")) or destination
+
+
 @contextmanager
 def signals_held():
-    """Hold SIGINT/SIGTERM/SIGHUP back inside the block; they are delivered when it ends."""
+    """Hold SIGINT/SIGTERM/SIGHUP back inside the block; they are delivered when it ends.
+
+    Blocking them covers the main thread only: the kernel may deliver a signal to another thread (a progress bar's,
+    a data loader's), and Python then runs its handler in the main thread at once. So the block's handlers only
+    record a signal, and each recorded one is raised again after the block, under the handlers of before.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received = []
+    handlers = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in _DEFERRED_SIGNALS}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal held back runs the recording handler now
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)
 
 
 @contextmanager
@@ -203,19 +224,28 @@ def _swap_into_place(work: str, destination: str, parent: str) -> None:
         os.replace(work, destination)
         return
     if not os.listdir(destination):
-        os.rmdir(destination)  # an empty folder check_destination accepted
+        # an empty folder check_destination accepted: the output takes its permissions
+        os.chmod(work, stat.S_IMODE(os.stat(destination).st_mode))
+        os.rmdir(destination)
         os.replace(work, destination)
         return
     old = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
     previous = os.path.join(old, "previous")
-    os.replace(destination, previous)
     try:
-        os.replace(work, destination)
-    except BaseException:
-        os.replace(previous, destination)
+        os.replace(destination, previous)
+        try:
+            os.replace(work, destination)
+        except BaseException:
+            os.replace(previous, destination)
+            raise
+    finally:
         shutil.rmtree(old, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+
+
+def _current_umask() -> int:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def is_disk_full(err: BaseException) -> bool:
@@ -247,6 +277,7 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
     leaves no half-written destination and no temporary folder behind.
     """
     inputs = list(inputs)
+    destination = _destination_path(destination, flag)
     check_destination(destination, command, inputs, force, flag)
     parent = os.path.dirname(_real(destination))
     created = []  # parent folders this call makes, deepest first: removed again if the run fails
@@ -254,14 +285,17 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
     while not os.path.lexists(folder):
         created.append(folder)
         folder = os.path.dirname(folder)
-    os.makedirs(parent, exist_ok=True)
     with signals_as_interrupt():
-        work = None
+        work, placed = None, False
         try:
+            try:
+                os.makedirs(parent, exist_ok=True)
+            except OSError as err:
+                raise OutputError(f"{flag} {destination}: cannot create {parent} ({err.strerror})") from None
             # a signal held back here is raised when the block ends, with ``work`` already set
             with signals_held():
                 work = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=parent)
-            os.chmod(work, 0o755)
+            os.chmod(work, 0o777 & ~_current_umask())  # mkdtemp makes it private; a folder as mkdir makes it
             _pause_for_tests()
             yield work
             files = [f for f in _listing(work) if f != MANIFEST]
@@ -273,11 +307,18 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
                     _swap_into_place(work, destination, parent)
                 except OSError as err:
                     raise OutputError(f"{flag} {destination}: cannot move the output into place ({err.strerror})") from None
+                placed = True
         except BaseException as err:
+            if placed:  # a signal held back during the swap: the whole output is in place, and says so
+                if isinstance(err, KeyboardInterrupt):
+                    err.output_written = destination
+                raise
             with signals_held():
                 if work is not None:
                     shutil.rmtree(work, ignore_errors=True)
                 for folder in created:
+                    if not os.path.lexists(folder):  # never made: the run failed making the ones above it
+                        continue
                     try:
                         os.rmdir(folder)
                     except OSError:  # no longer empty: someone else uses it now

@@ -301,6 +301,16 @@ def _start_worker(tokenizer_dir, annotator):
     _WORKER["annotator"] = annotator.load() if annotator is not None else None
 
 
+def _start_pool_worker(tokenizer_dir, annotator):
+    # Ctrl-C in a terminal (and a hang-up) signals the whole process group: a worker that died of it while holding
+    # the pool's queue lock left the parent's pool.terminate() waiting for ever; the parent alone stops the pool
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _start_worker(tokenizer_dir, annotator)
+
+
 def _encode_chunk(documents):
     """Token ids per document (int32), and with an annotator its span arrays; runs in a worker or in-process."""
     tokenizer, annotator = _WORKER["tokenizer"], _WORKER["annotator"]
@@ -339,7 +349,8 @@ def _encoded_documents(documents, tokenizer_dir, workers, annotator, chunk_chars
     import multiprocessing
 
     # spawn, not fork: the tokenizers' and torch's thread pools do not survive a fork
-    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker, initargs=(tokenizer_dir, annotator))
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_pool_worker,
+                                                      initargs=(tokenizer_dir, annotator))
     return _encoded_on_pool(pool, chunks, workers)
 
 
