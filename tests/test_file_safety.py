@@ -110,6 +110,8 @@ def test_force_refusals_through_console(tmp_path, corpus_files, previous_output)
         # a corpus folder is read whole: an output inside it would be read as text the next time
         ([PREPARE, "--train", "data", "--destdir", "data/out"], work, "lies inside the input folder data"),
         ([PREPARE, "--train", "data/**/*.txt", "--destdir", "data/out"], work, "lies inside the input folder data"),
+        # a pattern that matches the output's own files reads them the next time too
+        ([PREPARE, "--train", "*/*.txt", "--destdir", "prepared"], work, "the pattern */*.txt matches its output (dict.txt)"),
         (run + [corpus], work, "is or holds the input"),
         (run + ["."], work, "is the working directory or one of its parents"),
         (run + [".."], work / "sub", "is the working directory or one of its parents"),

@@ -110,6 +110,19 @@ def test_workers_write_the_same_bytes(tokenizer, tmp_path, monkeypatch):
     assert set(outputs[0]) >= {"train.bin", "train.idx", "valid.bin", "valid.idx", "dict.txt"}
 
 
+def test_patterns_that_would_read_the_output_and_those_that_would_not():
+    """glob's rule per component: '*' stays inside a name, '**' spans folders."""
+    from spanbert_plugin.pretraining.prepare import PrepareError, check_patterns_miss_destination
+
+    for pattern, destination in (("corp/*/*.txt", "corp/out"), ("corp/**", "corp/a/b/out"), ("*/*.idx", "out"),
+                                 ("corp/o?t/*", "corp/out")):
+        with pytest.raises(PrepareError, match="matches its output"):
+            check_patterns_miss_destination([pattern], destination)
+    for pattern, destination in (("corp/*.txt", "corp/out"), ("corp/*/*.gz", "corp/out"), ("corp/*/*.txt", "elsewhere"),
+                                 ("corp/*/*/*.txt", "corp/out")):
+        check_patterns_miss_destination([pattern], destination)
+
+
 def test_encoding_workers_leave_ctrl_c_to_the_parent(tmp_path):
     """Ctrl-C in a terminal signals the whole process group: a worker that died of it holding the pool's queue lock
     left the parent's pool.terminate() waiting for ever. The workers ignore it (and a hang-up); the parent stops them."""

@@ -23,6 +23,7 @@ holds the work (``prepare(args)``), so that it can be called with any object
 carrying the same attributes.
 """
 import codecs
+import fnmatch
 import glob
 import gzip
 import json
@@ -96,6 +97,37 @@ def folders_read_whole(specs) -> List[FolderReadWhole]:
             if parts[first] == "**":
                 folders.append(FolderReadWhole(os.sep.join(parts[:first]) or "."))
     return folders
+
+
+# files a spanbert-prepare folder holds (a sample of each kind: what a corpus pattern must not match)
+OUTPUT_NAMES = ("dict.txt", "vocab.txt", "prepare_stats.json", "spanbert_tokenizer.json", "tokenizer.json",
+                "train.bin", "train.idx", "valid.bin", "valid.idx", "spm.model", "spm.vocab")
+
+
+def _pattern_matches(pattern_parts, path_parts) -> bool:
+    """glob's rule, component by component: ``*`` and ``?`` stay inside one name, ``**`` spans any number."""
+    if not pattern_parts:
+        return not path_parts
+    head, rest = pattern_parts[0], pattern_parts[1:]
+    if head == "**":
+        return _pattern_matches(rest, path_parts) or (bool(path_parts) and _pattern_matches(pattern_parts, path_parts[1:]))
+    return bool(path_parts) and fnmatch.fnmatchcase(path_parts[0], head) and _pattern_matches(rest, path_parts[1:])
+
+
+def check_patterns_miss_destination(specs, destination: str) -> None:
+    """PrepareError when a corpus pattern would match files of the output (``'corpus/*/*.txt'`` and ``--destdir
+    corpus/out``: the next run with the same pattern would read its dict.txt as text)."""
+    def parts(path):
+        return os.path.normpath(os.path.join(os.getcwd(), path)).split(os.sep)
+
+    for spec in specs:
+        if os.path.lexists(spec) or not glob.has_magic(spec):
+            continue
+        matched = [name for name in OUTPUT_NAMES if _pattern_matches(parts(spec), parts(os.path.join(destination, name)))]
+        if matched:
+            raise PrepareError(f"--destdir {destination}: the pattern {spec} matches its output ({matched[0]}), "
+                               "which a later run with that pattern would read as text; choose a destination "
+                               "outside what the pattern matches")
 
 
 def expand_inputs(specs, flag):
@@ -493,6 +525,7 @@ def prepare(args):
     inputs = [*train_files, *(valid_files or []), *([args.wordpiece_vocab] if args.wordpiece_vocab else []),
               *folders_read_whole(given)]
     check_destination(args.destdir, COMMAND, inputs, args.force)
+    check_patterns_miss_destination(given, args.destdir)
     if args.wordpiece_vocab:
         read_wordpiece_vocab(args.wordpiece_vocab)  # bad vocabularies fail before the corpus is read
     if annotator is not None:
