@@ -362,8 +362,14 @@ def test_atomic_directory_replaces_and_records_manifest(shapes):
         os.makedirs(os.path.join(work, "sub"))
         open(os.path.join(work, "sub", "weights.bin"), "w").write("new")
     manifest = json.load(open(shapes / "hf" / MANIFEST))
-    assert manifest == {"command": "spanbert-export-hf", "files": ["sub/weights.bin"]}
+    info = os.stat(shapes / "hf" / "sub" / "weights.bin")
+    assert manifest == {"command": "spanbert-export-hf", "files": ["sub/weights.bin"],
+                        "stamps": {"sub/weights.bin": [info.st_size, info.st_mtime_ns]}}
     assert not (shapes / "hf" / "config.json").exists() and not leftovers(shapes)
+    check_destination("hf", "spanbert-export-hf", [], True, "--out")  # unchanged: --force replaces it
+    (shapes / "hf" / "sub" / "weights.bin").write_text("the user's own analysis")  # edited after the run
+    _refused(r"sub/weights.bin changed since spanbert-export-hf wrote it; it is never replaced", "hf",
+             "spanbert-export-hf", [], True, "--out")
 
 
 # Install noise (issue 8): pip's torchaudio report is filtered by the Makefile without hiding

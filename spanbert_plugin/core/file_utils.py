@@ -70,6 +70,26 @@ def _listing(folder: str) -> List[str]:
     return sorted(found)
 
 
+def _stamp(path: str):
+    """[size, modification time in ns] of a regular file (not followed through a link), else None."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return [info.st_size, info.st_mtime_ns] if stat.S_ISREG(info.st_mode) else None
+
+
+def _changed_since_written(folder: str, manifest: dict) -> List[str]:
+    """The files of ``manifest`` whose size or modification time differ from those it recorded (edited since);
+    a manifest without stamps (older outputs) names none."""
+    stamps = manifest.get("stamps")
+    if not isinstance(stamps, dict):
+        return []
+    return sorted(name for name, stamp in stamps.items()
+                  if isinstance(name, str) and os.path.lexists(os.path.join(folder, name))
+                  and _stamp(os.path.join(folder, name)) != stamp)
+
+
 def read_manifest(folder: str):
     """The manifest of a folder a spanbert command wrote, or None."""
     path = os.path.join(folder, MANIFEST)
@@ -148,6 +168,10 @@ def check_destination(destination: str, command: str, inputs: Iterable[str] = ()
         # --force replaces the command's own earlier output, never another command's (an input of this one, maybe)
         raise OutputError(f"{where}: is an output of {writer}, not of {command}; it is never replaced by {command}, "
                           "even with --force: choose another folder")
+    changed = _changed_since_written(destination, manifest)
+    if changed:
+        raise OutputError(f"{where}: {_shown(changed)} changed since {writer} wrote it; it is never replaced with "
+                          "those changes, even with --force: move the folder away first")
     if not force:
         raise OutputError(f"{where}: exists (an output of {writer}); pass --force to replace it")
 
@@ -299,8 +323,10 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
             _pause_for_tests()
             yield work
             files = [f for f in _listing(work) if f != MANIFEST]
+            # sizes and times: a file edited after the run is the user's, and --force does not replace it
+            stamps = {name: stamp for name in files if (stamp := _stamp(os.path.join(work, name))) is not None}
             with open(os.path.join(work, MANIFEST), "w", encoding="utf-8") as f:
-                json.dump({"command": command, "files": files}, f, indent=2)
+                json.dump({"command": command, "files": files, "stamps": stamps}, f, indent=2)
             with signals_held():
                 check_destination(destination, command, inputs, force, flag)  # nothing changed meanwhile
                 try:
