@@ -56,5 +56,8 @@ test: $(STAMP) $(LINGUISTIC)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cpu_speed/masking_throughput.py
 
-clean:
-	rm -rf $(VENV) demo_out build *.egg-info
+clean:  # demo_out goes only when it holds the demo's files alone (the demo's own manifest says which)
+	@if [ -d demo_out ]; then \
+	    if [ -x $(BIN)/python ]; then $(BIN)/python scripts/demo.py --clean --out demo_out || true; \
+	    else echo "demo_out kept (no $(VENV) to check it): remove it yourself"; fi; fi
+	rm -rf $(VENV) build *.egg-info

@@ -59,7 +59,7 @@ def claim_output(out, inputs):
     import glob
 
     from spanbert_plugin.core.errors import UsageError
-    from spanbert_plugin.core.file_utils import MANIFEST, check_destination, read_manifest
+    from spanbert_plugin.core.file_utils import check_destination, read_manifest
     from spanbert_plugin.pretraining.prepare import check_patterns_miss_destination, folders_read_whole
 
     for flag, path in inputs:
@@ -74,20 +74,45 @@ def claim_output(out, inputs):
     manifest = read_manifest(out)
     if manifest is not None:
         print(f"== {out} holds an earlier demo run: starting over (removing the {len(manifest['files'])} files it wrote)")
-        for name in manifest["files"]:
-            path = os.path.join(out, name)
-            if not os.path.lexists(path):  # removed since (by the user, to free space): nothing to do
-                continue
-            if os.path.isdir(path):
-                os.rmdir(path)  # an empty folder check_destination listed
-            else:
-                os.remove(path)
-        os.remove(os.path.join(out, MANIFEST))
-        for root, _, _ in os.walk(out, topdown=False):  # the folders those files were in, deepest first
-            if root != out and not os.listdir(root):
-                os.rmdir(root)
+        remove_files_of(out, manifest)
     os.makedirs(out, exist_ok=True)
     record_output(out)  # from now on the folder is the demo's, also if this run is interrupted
+
+
+def remove_files_of(out, manifest):
+    """Remove the files an earlier run listed (check_destination has made sure the folder holds nothing else)."""
+    from spanbert_plugin.core.file_utils import MANIFEST
+
+    for name in manifest["files"]:
+        path = os.path.join(out, name)
+        if not os.path.lexists(path):  # removed since (by the user, to free space): nothing to do
+            continue
+        if os.path.isdir(path):
+            os.rmdir(path)  # an empty folder check_destination listed
+        else:
+            os.remove(path)
+    os.remove(os.path.join(out, MANIFEST))
+    for root, _, _ in os.walk(out, topdown=False):  # the folders those files were in, deepest first
+        if root != out and not os.listdir(root):
+            os.rmdir(root)
+
+
+def remove_output(out):
+    """``make clean``: remove a demo output, and the folder once empty; a folder holding anything else is kept."""
+    from spanbert_plugin.core.file_utils import OutputError, check_destination, read_manifest
+
+    if not os.path.lexists(out):
+        return
+    manifest = read_manifest(out)
+    try:
+        if manifest is None:
+            raise OutputError(f"--out {out}: no demo manifest")
+        check_destination(out, COMMAND, [], force=True, flag="--out")
+    except OutputError as err:
+        sys.exit(f"demo: {out} kept ({err}); remove it yourself")
+    remove_files_of(out, manifest)
+    if not os.listdir(out):
+        os.rmdir(out)
 
 
 def record_output(out):
@@ -314,7 +339,11 @@ def main(argv=None):
     parser.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary size (from scratch)")
     parser.add_argument("--fp32", action="store_true",
                         help="train in fp32 even where the CPU computes bfloat16 natively (default: bfloat16 autocast there)")
+    parser.add_argument("--clean", action="store_true", help="remove the demo's output folder --out (what an "
+                        "earlier run wrote, nothing else) and stop")
     args = parser.parse_args(argv)
+    if args.clean:
+        return remove_output(args.out)
     if args.max_update is not None and args.max_update < 1:
         parser.error(f"--max-update must be at least 1, got {args.max_update}")
     if args.valid and not args.train:

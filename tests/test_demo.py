@@ -146,6 +146,28 @@ def test_fetch_replaces_only_an_earlier_fetch_of_its_own(tmp_path, monkeypatch):
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".fetch-minilm-")]
 
 
+def test_clean_removes_a_demo_output_and_keeps_one_holding_the_users_files(tmp_path):
+    """``make clean`` ran rm -rf demo_out, a user's notes in it included; now the demo's --clean removes what its
+    manifest lists, and keeps a folder that holds anything else."""
+    import subprocess
+
+    out = tmp_path / "demo_out"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"weights")
+    (out / "summary.json").write_text("{}")
+    spec = importlib.util.spec_from_file_location("demo", os.path.join(ROOT, "scripts", "demo.py"))
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    demo.record_output(str(out))
+    (out / "notes.txt").write_text("the user's")
+    clean = subprocess.run([*DEMO, "--clean", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 1 and "kept" in clean.stderr and "notes.txt" in clean.stderr
+    assert (out / "notes.txt").exists() and (out / "summary.json").exists()
+    (out / "notes.txt").unlink()
+    clean = subprocess.run([*DEMO, "--clean", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0 and not out.exists()
+
+
 # The demo shortened for the suite: TEST_UPDATES updates, the first TEST_HELDOUT_BLOCKS blocks of the held-out text
 # (464 masked tokens), about 70 s on one core (its commands run in forks of the tests' preloaded command server).
 TEST_UPDATES, TEST_HELDOUT_BLOCKS = 40, 30
