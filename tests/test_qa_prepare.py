@@ -286,6 +286,33 @@ def test_mrqa_gz_gives_the_same_windows_as_squad(wordpiece_data, tmp_path):
     assert (a.split.start_positions > 0).sum() >= len(squad.questions)
 
 
+def test_questions_without_answers_and_without_the_flag_are_unanswerable(wordpiece_data, tmp_path, capsys):
+    """The official v2.0 script never reads is_impossible: empty answers are NoAns. Such a file (a converted SQuAD 2.0,
+    say) was refused; it now reads as with the flag, with a warning that counts them."""
+    flagged = generated_examples(seed=5)
+    unflagged = json.loads(json.dumps(flagged))
+    count = 0
+    for paragraph in unflagged:
+        for qa in paragraph["qas"]:
+            if qa.pop("is_impossible", False):
+                qa.pop("plausible_answers", None)
+                count += 1
+    paragraphs_of = {"flagged": flagged, "unflagged": unflagged}
+    tokenizer, dictionary = load_tokenizer(wordpiece_data)
+    read = {}
+    for name, paragraphs in paragraphs_of.items():
+        qa = read_qa_file(write_squad(tmp_path / f"{name}.json", paragraphs, version="1.1"))
+        read[name] = (qa, featurize(qa, tokenizer, dictionary.bos_index, dictionary.eos_index, CONFIG, training=True))
+    warning = capsys.readouterr().err
+    assert count > 0 and f"{count} question(s) have no answers and no 'is_impossible: true'" in warning
+    (a, fa), (b, fb) = read["flagged"], read["unflagged"]
+    assert a.format == b.format == "squad2"
+    assert [q["answers"] for q in a.questions] == [q["answers"] for q in b.questions]
+    assert np.array_equal(fa.tokens, fb.tokens)
+    for name in ("start_positions", "end_positions"):
+        assert np.array_equal(getattr(fa.split, name), getattr(fb.split, name)), name
+
+
 def test_strict_refuses_a_mismatched_answer(wordpiece_data, tmp_path, capsys):
     paragraphs = generated_examples(seed=4)
     paragraphs[0]["qas"][0]["answers"][0]["answer_start"] += 1

@@ -139,6 +139,34 @@ def test_best_threshold_ties_keep_question_order():
     assert best_threshold([0.5, 0.5], [0.0, 1.0], [False, True], [True, True]) == pytest.approx((50.0, 0.0))
 
 
+def _official_best_threshold(na_probs, raw_scores, has_answer, nonempty):
+    """The official evaluate-v2.0.py's find_best_thresh, loop for loop (its float sums in its order)."""
+    current = best = sum(not h for h in has_answer)
+    best_threshold = 0.0
+    for i in sorted(range(len(na_probs)), key=lambda k: na_probs[k]):
+        current += raw_scores[i] if has_answer[i] else (-1 if nonempty[i] else 0)
+        if current > best:
+            best, best_threshold = current, na_probs[i]
+    return 100.0 * best / len(na_probs), best_threshold
+
+
+def test_best_threshold_sums_as_the_official_script():
+    """start + cumsum(gains) rounds prefixes other than the official running sum: here a later prefix came out
+    larger by one ulp and won (threshold 4.0 against the official 0.0)."""
+    case = ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [2 / 3, 0.0, 0.2, 0.0, 0.8, 0.0],
+            [True, False, True, True, True, False], [True] * 6)
+    assert best_threshold(*case) == _official_best_threshold(*case) == (44.444444444444436, 0.0)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        na = rng.integers(0, 4, n).astype(float)  # many ties
+        has = rng.random(n) < 0.6
+        raw = np.where(has, rng.choice([0.0, 0.2, 1 / 3, 0.5, 2 / 3, 0.8, 1.0], n), 0.0)
+        nonempty = rng.random(n) < 0.7
+        args = (na.tolist(), raw.tolist(), has.tolist(), nonempty.tolist())
+        assert best_threshold(*args) == _official_best_threshold(*args)
+
+
 @needs_shared_data("squad/dev-v1.1.json")
 def test_squad11_dev_empty_normalising_golds():
     with open(SQUAD_DEV, encoding="utf-8") as f:

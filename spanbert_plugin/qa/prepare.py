@@ -192,7 +192,7 @@ def _candidate(context: str, start: int, end: int, text: str, ignore_case: bool)
 def _read_squad(path: str, content: dict) -> QAFile:
     version = str(content.get("version", ""))
     collector = _Collector(path)
-    any_unanswerable = False
+    any_unanswerable, unflagged = False, 0
     for a, article in enumerate(content["data"]):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
@@ -217,14 +217,16 @@ def _read_squad(path: str, content: dict) -> QAFile:
                         isinstance(g, dict) and isinstance(g.get("text"), str) and is_json_integer(g.get("answer_start"))
                         for g in gold):
                     raise UsageError(f"{where}: 'answers' must be a list of {{text, answer_start}} objects")
-                if not impossible and not gold:
-                    raise UsageError(f"{where}: no answers and not is_impossible")
+                unflagged += not impossible and not gold
                 spans = [_candidate(context, g["answer_start"], g["answer_start"] + len(g["text"]), g["text"], False)
                          for g in gold]
                 # as the official v2.0 script: the answers decide (is_impossible: true with answers is answerable),
                 # and a file follows 2.0 rules when it says so or holds an unanswerable question
                 any_unanswerable |= not gold
                 collector.add(qid, qa, where, c, [g["text"] for g in gold], not gold, spans)
+    if unflagged:  # the official v2.0 script never reads is_impossible: no answers is unanswerable
+        _warn(f"{path}: {unflagged} question(s) have no answers and no 'is_impossible: true'; read as unanswerable, "
+              "and the file by SQuAD 2.0 rules, as the official v2.0 script reads them")
     squad2 = version.lstrip("v").startswith("2") or any_unanswerable
     return collector.result("squad2" if squad2 else "squad1", squad2)
 

@@ -121,7 +121,9 @@ def best_threshold(na_probs: np.ndarray, raw_scores: np.ndarray, has_answer: np.
     gain = np.where(has_answer, np.asarray(raw_scores, dtype=np.float64),
                     -np.asarray(prediction_nonempty, dtype=np.float64))
     start = float(np.count_nonzero(~has_answer))
-    running = start + np.cumsum(gain[order])
+    # summed from the starting count one gain at a time, as the official script adds them: start + cumsum(gain)
+    # rounds other prefixes otherwise, and a tie can then be won by a later threshold
+    running = np.cumsum(np.concatenate([[start], gain[order]]))[1:]
     best = int(np.argmax(running))
     if running[best] > start:
         return 100.0 * float(running[best]) / total, float(na_probs[order[best]])
