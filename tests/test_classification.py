@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from conftest import bin_path, needs_shared_data, require_shared_data, run_cli, run_gloo_ranks, shared_path
 from spanbert_plugin.classification.prepare import (
@@ -364,6 +365,8 @@ def test_finetune_from_pretrained_checkpoint_then_predict_equals_validation(spm_
     assert scores == {"split": "test", "examples": 5, "labelled": False}
     records = [json.loads(line) for line in open(tmp_path / "test_pred" / "predictions.jsonl")]
     assert [r["id"] for r in records] == [f"t{i}" for i in range(5)] and not any("gold" in r for r in records)
+    tsv = open(tmp_path / "test_pred" / "predictions.tsv", encoding="utf-8").read().splitlines()  # a GLUE submission's rows
+    assert tsv == ["index\tprediction", *(f"{r['index']}\t{r['label']}" for r in records)]
 
     # data prepared with other labels (here only two of the three) are refused, in one line, nothing written
     _write_jsonl(tmp_path / "two.jsonl", [e for e in _corpus_examples(corpus_files[0], 96) if e[1] != "medium"])
@@ -507,3 +510,33 @@ def test_bad_jsonl_and_existing_destination(wordpiece_data, tmp_path, capsys):
     (tmp_path / "t.jsonl").write_text('{"text": "a", "label": "x"}\n', encoding="utf-8")
     assert prepare_main([*args, "--destdir", str(tmp_path / "mine")]) == 1
     assert "exists" in capsys.readouterr().err and os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def test_glue_test_files_of_their_own_layout(wordpiece_data, tmp_path):
+    """GLUE's test files differ from train and dev: CoLA's train/dev have no header and 4 columns, its test file a
+    header 'index sentence'; MRPC's test file has 'index' where train has 'Quality' (read by index 0, the recipe took
+    the indices for labels). --test-text-columns reads the test file by its own columns, without labels."""
+    cola_rows = [("gj04", "1", "", 'The "cat" sat on the mat .'), ("gj04", "0", "*", "Cat the mat on sat ."),
+                 ("gj04", "1", "", "Bill ran home ."), ("gj04", "0", "*", 'Home ran " Bill .')]
+    for split in ("train", "dev"):
+        (tmp_path / f"cola_{split}.tsv").write_text("".join("\t".join(r) + "\n" for r in cola_rows), encoding="utf-8")
+    (tmp_path / "cola_test.tsv").write_text('index\tsentence\n0\tThe "dog" sat .\n1\tRan dog the .\n', encoding="utf-8")
+    out = tmp_path / "cola"
+    assert prepare_main(["--train", str(tmp_path / "cola_train.tsv"), "--valid", str(tmp_path / "cola_dev.tsv"),
+                         "--test", str(tmp_path / "cola_test.tsv"), "--tokenizer-from", wordpiece_data, "--destdir",
+                         str(out), "--text-columns", "3", "--label-column", "1", "--header", "no",
+                         "--test-text-columns", "sentence"]) == 0
+    assert np.load(out / "test.labels.npy").tolist() == [-1, -1]
+    items = MMapIndexedDataset(str(out / "test"))
+    assert len(items) == 2 and len(items[0]) > 4  # [CLS] the " dog " sat . [SEP], quotes read as text
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+    pairs = [("1", "1", "2", "He said \"yes\" .", "He agreed ."), ("0", "3", "4", "It rained .", "The sun shone .")]
+    for split in ("train", "dev"):
+        (tmp_path / f"mrpc_{split}.tsv").write_text(header + "".join("\t".join(r) + "\n" for r in pairs), encoding="utf-8")
+    (tmp_path / "mrpc_test.tsv").write_text("index\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                                           "0\t5\t6\tIt snowed .\tIt was cold .\n", encoding="utf-8")
+    out = tmp_path / "mrpc"  # the recipe's names: the test file has no Quality column and is read unlabelled
+    assert prepare_main(["--train", str(tmp_path / "mrpc_train.tsv"), "--valid", str(tmp_path / "mrpc_dev.tsv"),
+                         "--test", str(tmp_path / "mrpc_test.tsv"), "--tokenizer-from", wordpiece_data, "--destdir",
+                         str(out), "--text-columns", "#1 String,#2 String", "--label-column", "Quality"]) == 0
+    assert np.load(out / "test.labels.npy").tolist() == [-1]

@@ -86,7 +86,8 @@ def prediction_records(task, outputs: np.ndarray, gold: np.ndarray, ids):
 
 def predict_split(checkpoint: str, data: Optional[str], split: str, out: str, force: bool = False,
                   batch_size=None, max_tokens=None, cpu: bool = False) -> dict:
-    """Write ``predictions.jsonl`` and ``eval.json`` for ``split`` into ``out``; return the metrics."""
+    """Write ``predictions.jsonl``, ``predictions.tsv`` (index, prediction: a GLUE submission's rows) and
+    ``eval.json`` for ``split`` into ``out``; return the metrics."""
     inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint names counts too
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, cfg = load_classifier(checkpoint, data, cpu)
@@ -99,10 +100,17 @@ def predict_split(checkpoint: str, data: Optional[str], split: str, out: str, fo
         with open(ids_path, encoding="utf-8") as f:
             ids = json.load(f)
     scores = {"split": split, **split_metrics(task, outputs, dataset.labels)}
+    records = list(prediction_records(task, outputs, dataset.labels, ids))
     with atomic_directory(out, COMMAND, inputs + [folder], force, "--out") as work:
         with open(os.path.join(work, "predictions.jsonl"), "w", encoding="utf-8") as f:
-            for record in prediction_records(task, outputs, dataset.labels, ids):
+            for record in records:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        # the GLUE server's layout: input order (a GLUE test file's own index) and the label name or the value
+        with open(os.path.join(work, "predictions.tsv"), "w", encoding="utf-8") as f:
+            f.write("index\tprediction\n")
+            for record in records:
+                prediction = f"{record['value']:.6f}" if task.regression else record["label"]
+                f.write(f"{record['index']}\t{prediction}\n")
         with open(os.path.join(work, "eval.json"), "w", encoding="utf-8") as f:
             json.dump(scores, f, indent=2, ensure_ascii=False)
     return scores

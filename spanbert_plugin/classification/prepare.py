@@ -74,7 +74,7 @@ class ReadOptions:
     """How to find the columns of an input file."""
 
     text_columns: List[Column]
-    label_column: Column
+    label_column: Optional[Column]  # None: the file is read without labels (a test file of its own layout)
     id_column: Optional[Column] = None
     file_format: str = "auto"
     header: str = "auto"  # auto: a header line iff some column is given by name
@@ -83,7 +83,7 @@ class ReadOptions:
     def __post_init__(self):
         columns = [*self.text_columns, self.label_column, self.id_column]
         self.by_name = any(isinstance(c, str) for c in columns)
-        if self.label_column in self.text_columns:
+        if self.label_column is not None and self.label_column in self.text_columns:
             raise UsageError(f"--label-column {self.label_column}: also given in --text-columns; the model "
                              "would read the answer in its input")
 
@@ -146,7 +146,7 @@ def _read_delimited(path: str, text: str, kind: str, options: ReadOptions, label
 
     text_index = [index_of(c, "--text-columns") for c in options.text_columns]
     label_index = None
-    if label_required or _column_exists(options.label_column, header, width):
+    if options.label_column is not None and (label_required or _column_exists(options.label_column, header, width)):
         label_index = index_of(options.label_column, "--label-column")
         if label_index in text_index:  # one given by name, the other by index
             raise UsageError(f"{path}: --label-column {options.label_column} is the column {label_index} that "
@@ -167,7 +167,8 @@ def _column_exists(column: Column, header, width: int) -> bool:
 
 
 def _read_jsonl(path: str, text: str, options: ReadOptions, label_required: bool) -> Table:
-    for flag, column in (("--text-columns", options.text_columns), ("--label-column", [options.label_column]),
+    for flag, column in (("--text-columns", options.text_columns),
+                         ("--label-column", [options.label_column] if options.label_column is not None else []),
                          ("--id-column", [options.id_column] if options.id_column is not None else [])):
         indices = [c for c in column if isinstance(c, int)]
         if indices:
@@ -184,7 +185,7 @@ def _read_jsonl(path: str, text: str, options: ReadOptions, label_required: bool
             raise UsageError(f"{path}:{line}: expected a JSON object, got {type(record).__name__}")
         records.append(record)
         lines.append(line)
-    with_labels = label_required or options.label_column in records[0]
+    with_labels = options.label_column is not None and (label_required or options.label_column in records[0])
 
     def column(key, flag, as_text):
         values = []
@@ -337,8 +338,12 @@ def _label_counts(labels: np.ndarray, label_list: Optional[List[str]]) -> dict:
     return {label: int(c) for label, c in zip(label_list, counts)}
 
 
-def prepare_classification(train: str, valid: str, options: PrepareOptions, test: Optional[str] = None) -> dict:
-    """Write the prepared folder ``options.destdir``; return its statistics. UsageError on bad input."""
+def prepare_classification(train: str, valid: str, options: PrepareOptions, test: Optional[str] = None,
+                           test_read: Optional[ReadOptions] = None) -> dict:
+    """Write the prepared folder ``options.destdir``; return its statistics. UsageError on bad input.
+
+    ``test_read``: the test file's own columns and header (GLUE's test files have another layout than train and
+    dev, and no labels); by default the test file is read as the others, its label column optional."""
     pair = len(options.read.text_columns) == 2
     if len(options.read.text_columns) not in (1, 2):
         raise UsageError(f"--text-columns: expected one or two columns, got {len(options.read.text_columns)}")
@@ -350,7 +355,11 @@ def prepare_classification(train: str, valid: str, options: PrepareOptions, test
     tokenizer, dictionary = load_tokenizer_folder(options.tokenizer_from)
     tables = {"train": read_table(train, options.read), "valid": read_table(valid, options.read)}
     if test:
-        tables["test"] = read_table(test, options.read, label_required=False)
+        test_read = test_read or options.read
+        if len(test_read.text_columns) != len(options.read.text_columns):
+            raise UsageError(f"--test-text-columns: {len(test_read.text_columns)} column(s), but --text-columns "
+                             f"gives {len(options.read.text_columns)}; a test file has the same texts as the others")
+        tables["test"] = read_table(test, test_read, label_required=False)
     label_list = None if options.regression else label_order(tables["train"].labels)
     labels = {split: encode_labels(table, label_list, train) for split, table in tables.items()}
     meta = {

@@ -1,8 +1,10 @@
 """spanbert-prepare-classification: TSV/CSV/JSON Lines -> a folder for the sentence_classification task."""
 import argparse
+import dataclasses
 import json
 import sys
 
+from ..core.errors import UsageError
 from . import HelpFormatter, command
 
 PROG = "spanbert-prepare-classification"
@@ -36,6 +38,11 @@ def get_parser():
                              "TSV is read without quoting, as GLUE needs")
     parser.add_argument("--header", choices=["auto", "yes", "no"], default="auto",
                         help="is the first line a header? auto: yes when a column is given by name (TSV/CSV)")
+    parser.add_argument("--test-text-columns",
+                        help="the --test file's own text columns, when its layout differs from train and dev (GLUE's "
+                             "test files: an index column first, no label); the test file is then read without labels")
+    parser.add_argument("--test-header", choices=["auto", "yes", "no"],
+                        help="is the --test file's first line a header? (default: as --header; with --test-text-columns, auto)")
     return parser
 
 
@@ -52,8 +59,16 @@ def main(argv=None):
         file_format=args.format,
         header=args.header,
     )
+    test_read = None
+    if (args.test_text_columns or args.test_header) and not args.test:
+        raise UsageError("--test-text-columns and --test-header describe the --test file; give --test")
+    if args.test_text_columns:
+        test_read = ReadOptions(text_columns=parse_columns(args.test_text_columns, "--test-text-columns"),
+                                label_column=None, file_format=args.format, header=args.test_header or "auto")
+    elif args.test_header:
+        test_read = dataclasses.replace(read, header=args.test_header)
     options = PrepareOptions(args.tokenizer_from, args.destdir, read, args.regression, args.max_seq_length, args.force)
-    stats = prepare_classification(args.train, args.valid, options, args.test)
+    stats = prepare_classification(args.train, args.valid, options, args.test, test_read)
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0
 
