@@ -133,6 +133,7 @@ def test_metrics_by_hand_and_degenerate_cases():
     m = cm.classification_metrics(confusion)
     assert m["accuracy"] == pytest.approx(75.0)
     assert m["f1"] == pytest.approx(100 * 2 * 3 / (2 * 3 + 1 + 1))
+    assert m["acc_and_f1"] == pytest.approx((75.0 + 75.0) / 2)  # GLUE's MRPC/QQP score
     assert m["mcc"] == pytest.approx(100 * (3 * 3 - 1 * 1) / np.sqrt(4 * 4 * 4 * 4))
     # everything predicted as one class: MCC 0 (scikit-learn's convention), F1 of the empty class 0
     constant = cm.confusion_matrix([0, 1, 1, 0], [1, 1, 1, 1], 2)
@@ -166,6 +167,7 @@ def test_pearson_spearman_equal_scipy_with_ties():
     m = cm.regression_metrics(y, x)
     assert m["pearson"] == pytest.approx(100 * pearsonr(y, x)[0], abs=1e-9)
     assert m["spearman"] == pytest.approx(100 * spearmanr(y, x)[0], abs=1e-9)
+    assert m["corr"] == pytest.approx(50 * (pearsonr(y, x)[0] + spearmanr(y, x)[0]), abs=1e-9)  # GLUE's STS-B score
     assert m["mse"] == pytest.approx(np.mean((y - x) ** 2))
 
 
@@ -199,6 +201,10 @@ def test_validation_metrics_are_exact_over_batches():
     expected = cm.classification_metrics(cm.confusion_matrix(gold, pred, k))
     for name in ("accuracy", "macro_f1", "mcc"):
         assert values[name] == pytest.approx(round(expected[name], 2))
+    binary = cm.confusion_matrix(gold % 2, pred % 2, 2)  # a binary task logs GLUE's MRPC/QQP score too
+    binary_values = _reduce([[{"loss": torch.tensor(1.0), "sample_size": n, "confusion": torch.from_numpy(binary)}]])
+    for name in ("accuracy", "f1", "acc_and_f1", "mcc"):
+        assert binary_values[name] == pytest.approx(round(cm.classification_metrics(binary)[name], 2))
     per_batch_mcc = np.mean([cm.matthews_corrcoef(sum(s["confusion"] for s in step).numpy()) for step in steps]) * 100
     assert abs(per_batch_mcc - expected["mcc"]) > 0.5  # averaging batches would have been wrong
 
@@ -219,6 +225,7 @@ def test_validation_metrics_are_exact_over_batches():
     expected = cm.regression_metrics(x, y)
     assert values["pearson"] == pytest.approx(round(expected["pearson"], 2))
     assert values["spearman"] == pytest.approx(round(expected["spearman"], 2))
+    assert values["corr"] == pytest.approx(round(expected["corr"], 2))
     values = _reduce(steps[:3])  # part of the split (--max-valid-steps): metrics of the examples seen
     seen = order[: bounds[3]].numpy()
     assert values["spearman"] == pytest.approx(round(cm.regression_metrics(x[seen], y[seen])["spearman"], 2))
@@ -398,7 +405,7 @@ def test_regression_correlations_over_two_workers_equal_prediction(spm_data, cor
     run_cli([bin_path("spanbert-predict-classification"), "--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"),
              "--out", str(tmp_path / "pred")])
     scores = json.load(open(tmp_path / "pred" / "eval.json"))
-    for name in ("pearson", "spearman"):
+    for name in ("pearson", "spearman", "corr"):
         assert float(valid[f"valid_{name}"]) == pytest.approx(scores[name], abs=0.006)
     assert float(valid["valid_loss"]) == pytest.approx(scores["mse"], rel=1e-3, abs=1e-4)
     records = [json.loads(line) for line in open(tmp_path / "pred" / "predictions.jsonl")]

@@ -24,7 +24,7 @@ from ..core.metrics import BITS, log_mean, log_scalar_sum, log_sum_to_this_valid
 from .metrics import classification_metrics, regression_metrics
 from ..addrop.attribution import pseudo_label_logit_sum
 
-REGRESSION_METRICS = ("pearson", "spearman")
+REGRESSION_METRICS = ("pearson", "spearman", "corr")
 
 
 @dataclass
@@ -87,8 +87,8 @@ class SentenceClassificationCriterion(FairseqCriterion):
             log_mean("loss", loss_sum, sample_size, BITS, round=3)
             confusion = total(logging_outputs, "confusion")  # counts on the device: read only when metrics are derived
             log_scalar_sum("_confusion", confusion)
-            f1 = "f1" if len(confusion) == 2 else "macro_f1"
-            for name in ("accuracy", f1, "mcc"):
+            binary = ("f1", "acc_and_f1") if len(confusion) == 2 else ("macro_f1",)
+            for name in ("accuracy", *binary, "mcc"):
                 metrics.log_derived(name, _classification_metric(name))
             return
         log_mean("loss", loss_sum, sample_size, round=4)  # mean squared error

@@ -49,12 +49,14 @@ def matthews_corrcoef(confusion) -> float:
 
 
 def classification_metrics(confusion, positive_class: int = 1) -> Dict[str, float]:
-    """GLUE metrics in percent: accuracy and MCC; F1 of ``positive_class`` (binary) or macro F1."""
+    """GLUE metrics in percent: accuracy and MCC; F1 of ``positive_class`` and the mean of accuracy and F1 (binary),
+    or macro F1."""
     confusion = np.asarray(confusion)
     out = {"accuracy": 100 * accuracy(confusion), "mcc": 100 * matthews_corrcoef(confusion)}
     f1 = f1_per_class(confusion)
     if len(confusion) == 2:
         out["f1"] = 100 * float(f1[positive_class])
+        out["acc_and_f1"] = (out["accuracy"] + out["f1"]) / 2  # GLUE's score of MRPC and QQP
     else:
         out["macro_f1"] = 100 * float(f1.mean()) if len(f1) else 0.0
     return out
@@ -91,8 +93,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def regression_metrics(predicted, gold) -> Dict[str, float]:
-    """Pearson and Spearman correlation in percent, and the mean squared error."""
+    """Pearson and Spearman correlation in percent, their mean (GLUE's score of STS-B), and the mean squared error."""
     predicted = np.asarray(predicted, dtype=np.float64)
     gold = np.asarray(gold, dtype=np.float64)
     mse = float(np.mean((predicted - gold) ** 2)) if len(gold) else 0.0
-    return {"pearson": 100 * pearson(predicted, gold), "spearman": 100 * spearman(predicted, gold), "mse": mse}
+    correlations = {"pearson": 100 * pearson(predicted, gold), "spearman": 100 * spearman(predicted, gold)}
+    return {**correlations, "corr": (correlations["pearson"] + correlations["spearman"]) / 2, "mse": mse}
