@@ -547,3 +547,24 @@ def test_glue_test_files_of_their_own_layout(wordpiece_data, tmp_path):
                          "--test", str(tmp_path / "mrpc_test.tsv"), "--tokenizer-from", wordpiece_data, "--destdir",
                          str(out), "--text-columns", "#1 String,#2 String", "--label-column", "Quality"]) == 0
     assert np.load(out / "test.labels.npy").tolist() == [-1]
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_a_test_split_exported_by_hf_datasets_with_label_minus_one_is_unlabelled(regression, wordpiece_data, tmp_path,
+                                                                                 capsys):
+    """datasets marks a split without labels as label -1: classification refused it ('-1' is no class), and
+    regression took -1.0 as every gold value (a meaningless Pearson of 0, 'labelled': true)."""
+    labels = ["0.5", "3.2", "4.0", "1.5"] if regression else ["0", "1", "1", "0"]
+    rows = [{"sentence": f"the {w} text", "label": label} for w, label in zip(["first", "second", "third", "fourth"],
+                                                                               labels)]
+    _write_jsonl(tmp_path / "train.jsonl", [(r["sentence"], r["label"], None) for r in rows])
+    with open(tmp_path / "test.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": f"a test {i}", "label": -1}) + "\n" for i in range(3))
+    out = tmp_path / "prepared"
+    assert prepare_main(["--train", str(tmp_path / "train.jsonl"), "--valid", str(tmp_path / "train.jsonl"),
+                         "--test", str(tmp_path / "test.jsonl"), "--tokenizer-from", wordpiece_data, "--destdir",
+                         str(out), "--text-columns", "text", "--label-column", "label",
+                         *(["--regression"] if regression else [])]) == 0
+    assert "every label is -1" in capsys.readouterr().err
+    test_labels = np.load(out / "test.labels.npy")
+    assert (np.isnan(test_labels).all() if regression else (test_labels == -1).all()) and len(test_labels) == 3

@@ -22,7 +22,8 @@ import csv
 import io
 import json
 import os
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Union
 
 import numpy as np
@@ -224,6 +225,13 @@ def label_order(labels: Sequence[str]) -> List[str]:
         return sorted(distinct)
 
 
+def _marked_unlabelled(labels: Optional[List[str]], label_list: Optional[List[str]]) -> bool:
+    """Every label -1 where -1 is no class of the training file (for regression: -1 is a possible target, but a
+    whole split of it is no test set)."""
+    return bool(labels) and all(label.strip() == "-1" for label in labels) and (
+        label_list is None or "-1" not in label_list)
+
+
 def encode_labels(table: Table, label_list: Optional[List[str]], training_path: str) -> np.ndarray:
     """Class indices (int64) or, with ``label_list`` None, float targets; -1 / NaN when unlabelled."""
     if table.labels is None:
@@ -361,6 +369,11 @@ def prepare_classification(train: str, valid: str, options: PrepareOptions, test
                              f"gives {len(options.read.text_columns)}; a test file has the same texts as the others")
         tables["test"] = read_table(test, test_read, label_required=False)
     label_list = None if options.regression else label_order(tables["train"].labels)
+    if test and _marked_unlabelled(tables["test"].labels, label_list):
+        # HuggingFace datasets export a test split without labels as label -1
+        print(f"{COMMAND}: warning: {test}: every label is -1 (how HuggingFace datasets mark a split without "
+              "labels): read as unlabelled", file=sys.stderr)
+        tables["test"] = replace(tables["test"], labels=None)
     labels = {split: encode_labels(table, label_list, train) for split, table in tables.items()}
     meta = {
         "format_version": 1,
