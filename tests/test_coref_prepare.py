@@ -269,6 +269,19 @@ def test_span_drop_keeps_every_gold_mention(wordpiece_data, tmp_path):
     assert a["tokens"].tolist() == b["tokens"].tolist()
 
 
+def test_span_drop_mask_mode_masks_with_the_tokenizers_own_mask_symbol(spm_data, tmp_path):
+    """sentencepiece spells it <mask>: the task looked up [MASK] only and masked with <unk> there."""
+    from spanbert_plugin.coref.task import CoreferenceConfig, CoreferenceTask
+
+    arrays_folder = tmp_path / "d"
+    prepared_sentence_document(tmp_path, spm_data, [[[0, 1], [30, 30]]])
+    task = CoreferenceTask.setup_task(CoreferenceConfig(data=str(arrays_folder), span_drop_p=0.5,
+                                                        span_drop_mode="mask"))
+    task.load_dataset("train")
+    mask = task.dictionary.index("<mask>")
+    assert mask != task.dictionary.unk() and task.datasets["train"].mask_index == mask
+
+
 def test_training_window_of_segments(wordpiece_data, tmp_path):
     """--max-training-segments: a run of consecutive segments, targets shifted with it; composes with SpanDrop."""
     clusters = [[[0, 1], [30, 30], [66, 67]], [[13, 13], [40, 41]]]

@@ -85,6 +85,11 @@ def test_export_round_trip(which, request, corpus_files, tmp_path):
     _import(str(out), str(tmp_path / "imported"))
     again = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
     assert again.tokenizer.kind == hub.tokenizer.kind and again.tokenizer.vocab == hub.tokenizer.vocab
+    from spanbert_plugin.model.spanbert import VocabularyRecord
+
+    recorded = VocabularyRecord.tokenizer_of(again.model.state_dict(), "vocabulary.")  # named in vocabulary errors
+    model_file = {"spm": "spm.model", "wp": "vocab.txt"}[which]  # a sentencepiece import was recorded as vocab.txt
+    assert recorded == f"{again.tokenizer.kind} ({tmp_path / 'imported' / model_file})", recorded
     assert list(again.task.dictionary.symbols) == list(hub.task.dictionary.symbols)
     corpus = [line.strip() for line in open(corpus_files[1], encoding="utf-8") if line.strip()]
     assert hub.tokenizer.encode_ids(corpus) == again.tokenizer.encode_ids(corpus)

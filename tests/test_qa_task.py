@@ -315,6 +315,22 @@ def test_question_with_more_windows_than_a_batch_stays_whole():
         assert oversize and all(len(np.unique(question_index[batches[owner[q]]])) == 1 for q in oversize)
 
 
+def test_training_batches_hold_every_window_and_a_small_max_tokens_is_one_line(qa_data):
+    """Training batches go through fairseq's batching plus its dropped tail (the shared helper): a --max-tokens below
+    the longest window was fairseq's AssertionError traceback."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.qa.task import ExtractiveQAConfig, ExtractiveQATask
+
+    task = ExtractiveQATask.setup_task(ExtractiveQAConfig(data=qa_data, seed=1))
+    task.load_dataset("train")
+    dataset = task.datasets["train"]
+    indices = dataset.ordered_indices()
+    batches = dataset.batch_by_size(indices, max_sentences=7, required_batch_size_multiple=8)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(dataset)))
+    with pytest.raises(UsageError, match="--max-tokens 3: an example is longer"):
+        dataset.batch_by_size(indices, max_tokens=3)
+
+
 def test_hub_answer(qa_run):
     from spanbert_plugin.model.spanbert import SpanBertModel
 

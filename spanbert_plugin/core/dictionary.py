@@ -120,5 +120,10 @@ def describe_tokenizer(dictionary) -> str:
             kind = json.load(f).get("type")
     except (OSError, ValueError, AttributeError):
         return f"the dictionary {os.path.abspath(source)}"
+    return tokenizer_description(kind, folder)
+
+
+def tokenizer_description(kind: str, folder: str) -> str:
+    """'KIND (FILE)': the tokenizer of ``kind`` saved in ``folder``, named by its model file."""
     tokenizer_file = SPM_FILE if kind == SentencePieceTokenizer.kind else WORDPIECE_FILE
     return f"{kind} ({os.path.join(folder, tokenizer_file)})"

@@ -165,7 +165,9 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         if is_train and self.cfg.span_drop_p > 0:
             span_drop = (self.cfg.span_drop_p, self.cfg.span_drop_gamma, str(self.cfg.span_drop_unit),
                          str(self.cfg.span_drop_mode))
-        mask = self.dictionary.index("[MASK]") if "[MASK]" in self.dictionary.indices else self.dictionary.unk()
+        mask = self.dictionary.mask_index  # [MASK] or <mask>, as the tokenizer spells it
+        if span_drop is not None and span_drop[3] == "mask" and mask is None:
+            raise UsageError("--span-drop-mode mask: the dictionary has no mask symbol")
         try:
             dataset = CorefDataset.load(self.cfg.data, split, self.dictionary.pad(), shuffle=is_train,
                                         seed=self.cfg.seed, span_drop=span_drop, mask_index=mask,

@@ -451,7 +451,7 @@ def import_hf(hf_dir, out_dir, force=False):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
 
-    from ..core.dictionary import SpanBertDictionary
+    from ..core.dictionary import SpanBertDictionary, tokenizer_description
     from ..core.tokenization import SentencePieceTokenizer, TokenizerError
 
     check_destination(out_dir, "spanbert-import-hf", [hf_dir], force, "--out")
@@ -519,8 +519,8 @@ def import_hf(hf_dir, out_dir, force=False):
         model = task.build_model(cfg.model)
         heads, task_state = _register_task_heads(model, ours, config, hf_dir)
         for side, side_config in side_configs.items():
-            weights, line = side.restore(model, hf_dir, side_config, config["hidden_size"])
-            ours.update(weights)
+            side_weights, line = side.restore(model, hf_dir, side_config, config["hidden_size"])
+            ours.update(side_weights)
             heads += [line] if line else []
         expected = model.state_dict()
         for key, value in ours.items():
@@ -538,7 +538,7 @@ def import_hf(hf_dir, out_dir, force=False):
         model.load_state_dict({**expected, **{k: v.float() for k, v in ours.items()}})
         cfg.task.data = os.path.abspath(out_dir)
         # the model was built from the temporary folder; record the tokenizer where it will be
-        model.vocabulary.set_tokenizer(f"{tokenizer.kind} ({os.path.join(cfg.task.data, 'vocab.txt')})")
+        model.vocabulary.set_tokenizer(tokenizer_description(tokenizer.kind, cfg.task.data))
         checkpoint_utils.torch_persistent_save(
             {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict(),
              "criterion": None, "task_state": task_state,

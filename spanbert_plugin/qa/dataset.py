@@ -13,7 +13,8 @@ import torch
 from fairseq.data import data_utils
 
 from .windows import QASplit
-from ..core.datasets import SizedDataset
+from ..core.datasets import SizedDataset, every_example_batched
+from ..core.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -82,28 +83,18 @@ class ExtractiveQADataset(SizedDataset):
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
         """Training: fairseq's batching plus any trailing group it dropped; evaluation: whole questions."""
         if not self.group_questions:
-            batches = super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
-            return _with_dropped_tail(indices, batches)
+            return every_example_batched(super().batch_by_size, indices, max_tokens, max_sentences,
+                                         required_batch_size_multiple)
         return question_batches(self.qa.question_index, self._sizes, indices, max_tokens, max_sentences)
 
     def filter_indices_by_size(self, indices, max_sizes):
         too_long = self._sizes[indices] > max_sizes if max_sizes is not None else np.zeros(len(indices), bool)
         if too_long.any():
-            raise ValueError(
+            raise UsageError(
                 f"split {self.split!r}: {int(too_long.sum())} windows are longer than the model's {max_sizes} positions; "
                 "prepare the data with a smaller --max-seq-length"
             )
         return indices, []
-
-
-def _with_dropped_tail(indices, batches):
-    seen = np.zeros(int(np.max(indices)) + 1 if len(indices) else 0, dtype=bool)
-    for b in batches:
-        seen[b] = True
-    missing = np.asarray(indices)[~seen[np.asarray(indices)]] if len(indices) else []
-    if len(missing):
-        batches = list(batches) + [np.asarray(missing, dtype=np.int64)]
-    return batches
 
 
 def question_batches(question_index, sizes, indices, max_tokens=None, max_sentences=None):
