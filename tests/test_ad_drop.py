@@ -209,6 +209,14 @@ def test_only_the_masked_pass_reaches_the_gradients(attribution):
     assert task.ad_drop_active()
     _, _, log = task.train_step(sample, model, criterion, _Backward(), update_num=7)
     assert 0 < log["ad_drop_dropped"] < log["ad_drop_entries"]
+    # counts stay tensors on the device (an int() per layer was a host sync every update), read when logged
+    assert torch.is_tensor(log["ad_drop_dropped"]) and torch.is_tensor(log["ad_drop_entries"])
+    from fairseq.logging import metrics
+
+    with metrics.aggregate(new_root=True) as agg:
+        task.reduce_metrics([log, log], criterion)
+        assert agg.get_smoothed_values()["ad_drop_rate"] == pytest.approx(
+            round(float(log["ad_drop_dropped"]) / float(log["ad_drop_entries"]), 4))
 
     # the same masks, recomputed by a fresh task, then one masked forward/backward
     other, criterion2, _ = qa_task(ad_drop_p=0.5, ad_drop_q=0.7, ad_drop_layers="all", ad_drop_attribution=attribution)

@@ -10,7 +10,7 @@ import pytest
 from conftest import bin_path, run_cli
 from spanbert_plugin.core.dictionary import SpanBertDictionary
 from spanbert_plugin.cli.prepare import main as cli_main
-from spanbert_plugin.pretraining.prepare import PrepareError, hold_out, read_documents
+from spanbert_plugin.pretraining.prepare import PrepareError, held_out_count, read_documents
 from spanbert_plugin.core.tokenization import SPM_WORD_PREFIX, WordPieceTokenizer, load_tokenizer, read_wordpiece_vocab
 from test_file_safety import leftovers, write_wordpiece_corpus
 
@@ -152,13 +152,11 @@ def test_valid_fraction_must_be_inside_zero_one(value, tmp_path, corpus_files, c
     assert not (tmp_path / "out").exists()
 
 
-def test_hold_out_keeps_train_and_valid_non_empty():
-    docs = [[f"doc {i}"] for i in range(3)]
+def test_held_out_documents_leave_train_and_valid_non_empty():
     for fraction, expected_valid in ((0.99, 2), (0.5, 2), (0.01, 1), (0.34, 1)):
-        train, valid = hold_out(docs, "c.txt", fraction)
-        assert len(valid) == expected_valid and len(train) == 3 - expected_valid and train + valid == docs
+        assert held_out_count(3, "c.txt", fraction) == expected_valid
     with pytest.raises(PrepareError, match="single document"):
-        hold_out(docs[:1], "c.txt", 0.5)
+        held_out_count(1, "c.txt", 0.5)
 
 
 @pytest.mark.parametrize("args, expected", [

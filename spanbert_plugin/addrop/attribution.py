@@ -3,7 +3,7 @@
 Shapes: attention maps and masks are B x heads x T (queries) x T (keys);
 ``key_padding_mask`` is B x T, True on padding. A drop mask is True where the
 attention logit gets the dtype's most negative finite value added before the
-softmax (see ``bert_layers.additive_drop_mask``).
+softmax (see ``model.layers.additive_drop_mask``).
 
 Candidates: in every (example, head, query row) the ``ceil(p * n)`` real keys of
 highest attribution, ``n`` being the example's number of real (non-pad) keys;
@@ -12,6 +12,8 @@ candidate share lies in [p, p + 1/n). Ties are broken by ``torch.topk``.
 Padding is never a candidate. Each candidate is dropped independently with
 probability q.
 """
+import functools
+import operator
 from typing import Dict, Iterable, Optional
 
 import numpy as np
@@ -73,11 +75,13 @@ def drop_masks(
 
 
 def drop_counts(masks: Iterable[torch.Tensor], key_padding_mask: torch.Tensor, maps: int):
-    """(dropped, entries): dropped real (query, key) pairs, and real pairs times ``maps`` (heads x layers)."""
+    """(dropped, entries): dropped real (query, key) pairs, and real pairs times ``maps`` (heads x layers), as
+    tensors on the device: logged as they are, read at the log interval (no host sync per update)."""
     real = ~key_padding_mask
     pairs = real[:, None, :, None] & real[:, None, None, :]  # B x 1 x T x T
-    dropped = sum(int((mask & pairs).sum()) for mask in masks)
-    return dropped, int(real.sum(-1).pow(2).sum()) * maps
+    counts = [(mask & pairs).sum() for mask in masks]
+    dropped = functools.reduce(operator.add, counts) if counts else real.new_zeros((), dtype=torch.long)
+    return dropped, real.sum(-1).pow(2).sum() * maps
 
 
 def pseudo_label_logit_sum(logits: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ On an AD-DROP step: (1) a forward pass without masks materialises the attention
 probabilities of the chosen layers; (2) the attribution is the gradient of the
 criterion's pseudo-label scalar with respect to them (``torch.autograd.grad``:
 no parameter gradient), the probabilities themselves (``attention``) or random
-(``random``); (3) ``modules.ad_drop`` turns it into drop masks; (4) the usual
+(``random``); (3) ``addrop.attribution.drop_masks`` turns it into drop masks; (4) the usual
 training step runs with those masks and the gold labels. That first pass runs
 in training mode (dropout on), as in the authors' code.
 
@@ -25,7 +25,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import II
 
 from ..core.errors import UsageError
-from ..core.metrics import log_scalar
+from ..core.metrics import log_mean, total
 from .attribution import ATTRIBUTIONS, drop_counts, drop_masks, mask_generator
 
 
@@ -179,8 +179,7 @@ class ADDropMixin:
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
-        entries = sum(log.get("ad_drop_entries", 0) for log in logging_outputs)
-        if entries:
-            dropped = sum(log.get("ad_drop_dropped", 0) for log in logging_outputs)
+        if any("ad_drop_entries" in log for log in logging_outputs):
             # share of real (query, key) attention entries dropped in the chosen layers: about p x q
-            log_scalar("ad_drop_rate", dropped / entries, entries, round=4)
+            log_mean("ad_drop_rate", total(logging_outputs, "ad_drop_dropped"),
+                     total(logging_outputs, "ad_drop_entries"), round=4)

@@ -11,7 +11,7 @@ PROG = "spanbert-prepare-classification"
 
 
 def get_parser():
-    from ..classification.prepare import DEFAULT_MAX_SEQ_LENGTH
+    from ..classification.prepare import DEFAULT_MAX_SEQ_LENGTH, FORMATS
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -33,7 +33,7 @@ def get_parser():
     parser.add_argument("--regression", action="store_true", help="labels are numbers (e.g. STS-B); one regression output")
     parser.add_argument("--max-seq-length", type=int, default=DEFAULT_MAX_SEQ_LENGTH,
                         help=f"tokens per example with [CLS]/[SEP]; pairs are truncated longest-first (default {DEFAULT_MAX_SEQ_LENGTH})")
-    parser.add_argument("--format", choices=["auto", "tsv", "csv", "jsonl"], default="auto",
+    parser.add_argument("--format", choices=["auto", *FORMATS], default="auto",
                         help="input format (default: from the extension .tsv, .csv, .jsonl/.json); "
                              "TSV is read without quoting, as GLUE needs")
     parser.add_argument("--header", choices=["auto", "yes", "no"], default="auto",

@@ -1,4 +1,4 @@
-"""Criteria of the plugin, and the logging helpers they share."""
+"""Logging helpers and deferred meters the criteria share."""
 import functools
 import math
 import operator

@@ -1,4 +1,4 @@
-"""Registered tasks (see spanbert_plugin/__init__.py) and what they share."""
+"""What the registered tasks share (registration: ``spanbert_plugin/registry.py``): ``OneDictionaryTask`` and its helpers."""
 import logging
 import os
 import warnings
@@ -109,10 +109,11 @@ class OneDictionaryTask:
         Loading a checkpoint (``from_checkpoint``) builds the shape that checkpoint stored.
         """
         run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-        if not from_checkpoint and OmegaConf.is_dict(run) and OmegaConf.is_dict(run.get("checkpoint")):
+        checkpoint = run_section(cfg, "checkpoint")
+        if not from_checkpoint and checkpoint is not None:
             from .checkpoint_loading import starting_checkpoint, take_shape_from_checkpoint
 
-            path = starting_checkpoint(run.checkpoint)
+            path = starting_checkpoint(checkpoint)
             changes = take_shape_from_checkpoint(cfg, path) if path else {}
             if changes:
                 logging.getLogger(__name__).info(
@@ -173,12 +174,11 @@ def validations_between_saves(dataset, checkpoint) -> str:
 def warn_if_validating_between_saves(cfg) -> None:
     """Warn once per process when the run (the parent of the task's config) validates where it does not save."""
     global _warned_about_unsaved_validations
-    run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-    if _warned_about_unsaved_validations or not OmegaConf.is_dict(run):
+    if _warned_about_unsaved_validations:
         return
-    dataset, checkpoint = run.get("dataset"), run.get("checkpoint")
-    metric = checkpoint.get("best_checkpoint_metric") if OmegaConf.is_dict(checkpoint) else None
-    if not metric or not OmegaConf.is_dict(dataset):
+    dataset, checkpoint = run_section(cfg, "dataset"), run_section(cfg, "checkpoint")
+    metric = checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
+    if not metric or dataset is None:
         return
     problem = validations_between_saves(dataset, checkpoint)
     if problem:

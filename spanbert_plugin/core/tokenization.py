@@ -33,9 +33,8 @@ SPECIAL_SYMBOLS = {
     "mask": ("[MASK]", "<mask>"),
 }
 WORDPIECE_REQUIRED = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-SPM_WORD_PREFIX = "\u2581"
-CASE_FOLDING_RULE = "nmt_nfkc_cf"  # sentencepiece's NFKC + case folding normalisation  # sentencepiece's word-start marker '▁'
-_UNUSED_RE = re.compile(r"^\[unused\d+\]$")
+SPM_WORD_PREFIX = "\u2581"  # sentencepiece's word-start marker '▁'
+CASE_FOLDING_RULE = "nmt_nfkc_cf"  # sentencepiece's NFKC + case folding normalisation
 
 
 class TokenizerError(UsageError):
@@ -150,13 +149,6 @@ class SpanTokenizer:
             role: next((s for s in names if s in present), None)
             for role, names in SPECIAL_SYMBOLS.items()
         }
-
-    def random_replacement_table(self) -> np.ndarray:
-        """Tokens eligible as random replacements: not control or [unusedN] symbols."""
-        specials = {s for s in self.special_symbols().values() if s is not None}
-        return np.array(
-            [p not in specials and not _UNUSED_RE.match(p) for p in self.vocab], dtype=bool
-        )
 
 
 class SentencePieceTokenizer(SpanTokenizer):

@@ -30,7 +30,6 @@ Span = Tuple[int, int]
 GENRES = ("bc", "bn", "mz", "nw", "pt", "tc", "wb", "other")
 _BEGIN = re.compile(r"^#\s*begin document (.*)$")
 _END = re.compile(r"^#\s*end document")
-_PART = re.compile(r"^(\S+) *(\S*)")
 _SINGLE = re.compile(r"\((\d+)\)")
 _OPEN = re.compile(r"\((\d+)")
 _CLOSE = re.compile(r"(\d+)\)")

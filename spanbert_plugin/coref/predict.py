@@ -300,5 +300,3 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     return summary
 
 
-def load_coref_checkpoint(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
-    return load_finetuned_checkpoint(checkpoint, TASK, data, cpu)

@@ -304,12 +304,6 @@ def held_out_count(num_documents, path, fraction=None):
     return min(num_documents - 1, max(1, int(round(num_documents * fraction))))
 
 
-def hold_out(documents, path, fraction=None):
-    """Split the last ``fraction`` of the documents (at least one) off as the valid split."""
-    n_valid = held_out_count(len(documents), path, fraction)
-    return documents[:-n_valid], documents[-n_valid:]
-
-
 def _chunks(documents, chunk_chars):
     """Consecutive lists of documents of about ``chunk_chars`` characters (a long document is one chunk)."""
     chunk, size = [], 0

@@ -52,7 +52,7 @@ SCHEMES = ("span", "word", "subword", "named_entity", "noun_phrase")
 LINGUISTIC_SCHEMES = ("named_entity", "noun_phrase")  # whole annotated spans (spanbert-prepare --annotate)
 _PER_SPAN_SCHEMES = ("span", *LINGUISTIC_SCHEMES)  # 80/10/10 decided per merged span, not per unit
 _UNIT_SHARE = 0.5  # the paper's appendix: half the draws are annotated spans, half random whole words
-_MASK, _RANDOM, _KEEP = 0, 1, 2
+_MASK, _RANDOM = 0, 1  # 80% [MASK], 10% a random token; the rest (2) kept
 _NONE = np.iinfo(np.int64).max
 
 

@@ -46,7 +46,7 @@ def rules_of(split: QASplit) -> str:
 
 
 def score_windows(split: QASplit, window_ids, start_logits, end_logits, options: AnswerOptions):
-    """Answer the questions whose windows are given; return (QAPredictions, records array [n, 6])."""
+    """Answer the questions whose windows are given; return (QAPredictions, records array [n, len(RECORD_FIELDS)])."""
     result = postprocess(split, np.asarray(window_ids), start_logits, end_logits, n_best=options.n_best,
                          max_answer_length=options.max_answer_length, null_threshold=options.null_threshold)
     rules = rules_of(split)
@@ -78,7 +78,8 @@ def summarize(records: np.ndarray, with_negative: bool) -> dict:
     if len(records) == 0:
         return {}
     records = records[np.argsort(records[:, 0], kind="stable")]  # question order, as the official search
-    exact, f1_, has_answer, null_odds, nonempty, says_null = (records[:, i] for i in range(1, 7))
+    exact, f1_, has_answer, null_odds, nonempty, says_null = (records[:, RECORD_FIELDS.index(name)] for name in
+                                                              RECORD_FIELDS[1:])
     if not with_negative:
         return {"em": 100 * exact.mean(), "f1": 100 * f1_.mean()}
     has_answer = has_answer.astype(bool)
@@ -90,6 +91,6 @@ def summarize(records: np.ndarray, with_negative: bool) -> dict:
         out["has_ans_f1"] = 100 * f1_[has_answer].mean()
     if (~has_answer).any():
         out["no_ans_f1"] = 100 * f1_[~has_answer].mean()
-    raw_f1 = records[:, 2]
+    raw_f1 = records[:, RECORD_FIELDS.index("f1")]
     out["best_f1"], out["best_f1_thresh"] = best_threshold(null_odds, raw_f1, has_answer, nonempty.astype(bool))
     return out
