@@ -124,7 +124,7 @@ class VocabularyRecord(nn.Module):
 
 @register_model("spanbert", dataclass=SpanBertConfig)
 class SpanBertModel(FairseqEncoderModel):
-    """SpanBERT: encoder, tied MLM head and SBO head, optional classification heads."""
+    """SpanBERT: encoder, tied MLM head and SBO head; optional classification, QA, relation and coreference heads."""
 
     def __init__(self, cfg: SpanBertConfig, encoder: SpanBertEncoder):
         super().__init__(encoder)
@@ -204,7 +204,8 @@ class SpanBertModel(FairseqEncoderModel):
         has_padding: Optional[bool] = None,
         **unused,
     ):
-        """Features (B x T x H), class logits, QA (start, end) logits, or MLM/SBO logits on masked positions.
+        """Features (B x T x H), class logits, QA (start, end) logits, relation logits, the coreference head's outputs
+        (one document), or MLM/SBO logits on masked positions.
 
         ``attention_probs_out`` / ``attention_drop_masks`` (AD-DROP) are described in ``BertStack.forward``,
         ``has_padding`` in ``SpanBertEncoder.forward``.
