@@ -305,7 +305,7 @@ def test_classification_head_with_another_class_count_starts_fresh(spm_data, cap
     fresh = {k: v.clone() for k, v in model.classification_heads.state_dict().items()}
     with caplog.at_level("WARNING"):
         model.load_state_dict(trained.state_dict())
-    assert "has 3 outputs, this model's 2" in caplog.text
+    assert "outputs 3, this model's 2" in caplog.text
     head = model.classification_heads["sentence_classification_head"]
     assert head.out_proj.weight.shape == (2, 64)
     for key, value in head.state_dict().items():  # fresh weights kept, not the checkpoint's

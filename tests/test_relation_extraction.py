@@ -125,6 +125,17 @@ def test_markers_token_by_token(tmp_path, capsys, tiny_tok, mode):
         assert meta["markers_from_unused"] == dict(zip(table[:3], ["[unused0]", "[unused1]", "[unused2]"]))
 
 
+def test_lower_case_ptb_brackets_are_brackets(tmp_path, capsys, tiny_tok):
+    """-lrb- as -LRB- (SpanBERT's convert_token compares the lower-cased word): it became '- l ##rb -'."""
+    lower = dict(FOUNDED, id="lower", token=[w.lower() if w.startswith("-") else w for w in FOUNDED["token"]])
+    assert "-lrb-" in lower["token"]
+    train = write_examples(tmp_path / "train.json", [FOUNDED, lower, BORN])
+    status, err, dest = prepare(tmp_path, capsys, train, train)
+    assert status == 0, err
+    texts, positions, _, _ = read_split(dest, "train")
+    assert texts[1] == texts[0] and positions[1] == positions[0]
+
+
 def test_marker_table_is_fixed_and_documented():
     """The order is part of the checkpoint format: [SUBJ-PERSON] is the first [unused] entry, always."""
     assert len(START_MARKERS) == len(END_MARKERS) == 46 and MARKER_TABLE == START_MARKERS + END_MARKERS
@@ -208,6 +219,8 @@ def _bad(example, **changes):
     ("not JSON", "{not json", [BORN], ":1: not valid JSON"),
     ("unseen label", [BORN], [BORN, _bad(FOUNDED, relation="org:founded_by")],
      "example founded: relation 'org:founded_by' does not occur in the training file"),
+    # an id-less example's id is its position: 1 here, which the first example names explicitly
+    ("position id taken", [_bad(BORN, id=1), _bad(FOUNDED, id=None)], [BORN], "example 1: duplicate id (at positions 0 and 1"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, capsys, tiny_tok, case, train, valid, message):
     paths = []
@@ -420,6 +433,52 @@ def test_finetune_from_pretrained_checkpoint_and_predict(spm_data, tmp_path, cap
     # bad options are one-line errors
     assert predict_re.main(["--checkpoint", str(tmp_path / "pt" / "checkpoint_last.pt"), "--out", str(tmp_path / "x")]) == 1
     assert "not a relation_extraction checkpoint" in capsys.readouterr().err
+
+    # the checkpoint records its labels: data prepared with them in another order is refused for prediction once the
+    # training folder is gone (it was read with the labels permuted), and fine-tuning maps the head's rows by name
+    ft = str(tmp_path / "ft" / "checkpoint_last.pt")
+    state = torch.load(ft, map_location="cpu", weights_only=True)
+    trained_labels = state["task_state"]["labels"]
+    assert trained_labels == [*json.load(open(os.path.join(dest, "re_meta.json")))["labels"]]
+    reordered = tmp_path / "labels_reordered.txt"
+    negative, *others = trained_labels
+    reordered.write_text("\n".join([negative, *reversed(others)]) + "\n")
+    other = str(tmp_path / "re_reordered")
+    assert prepare_re.main(["--train", splits[0], "--valid", splits[1], "--tokenizer-from", spm_data, "--destdir", other,
+                            "--labels", str(reordered), "--entity-marker", "typed_marker"]) == 0
+    os.rename(dest, str(tmp_path / "re_moved"))
+    assert predict_re.main(["--checkpoint", ft, "--data", other, "--split", "valid", "--out", str(tmp_path / "p2")]) == 1
+    assert "its labels differ from those the checkpoint was trained with" in capsys.readouterr().err
+    run_cli([bin_path("fairseq-train"), other, "--user-dir", "user_dir", "--task", "relation_extraction",
+             "--criterion", "relation_extraction", "--arch", "spanbert_tiny", "--re-pooling", "entity_start",
+             "--finetune-from-model", ft, "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-12",
+             "--max-update", "1", "--cpu", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints",
+             "--save-dir", str(tmp_path / "ft2")])
+    key = "relation_heads.relation_head.out_proj.weight"
+    before, after = state["model"][key], torch.load(tmp_path / "ft2" / "checkpoint_last.pt", map_location="cpu",
+                                                    weights_only=True)["model"][key]
+    new_labels = [negative, *reversed(others)]
+    for row, label in enumerate(new_labels):  # each relation's row is the trained row of its name
+        assert (after[row] - before[trained_labels.index(label)]).abs().max() < 1e-6, label
+    # another pooling (another input width): the saved head is left out with a warning (was a size-mismatch traceback)
+    proc = run_cli([bin_path("fairseq-train"), other, "--user-dir", "user_dir", "--task", "relation_extraction",
+                    "--criterion", "relation_extraction", "--arch", "spanbert_tiny", "--re-pooling", "cls",
+                    "--finetune-from-model", ft, "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-12",
+                    "--max-update", "1", "--cpu", "--num-workers", "0", "--disable-validation", "--no-save",
+                    "--save-dir", str(tmp_path / "ft3")])
+    assert "relation head 'relation_head': the checkpoint's has another shape" in proc.stdout + proc.stderr
+    # the HuggingFace export says what inputs the head was trained on; its import records the labels, so fine-tuning
+    # from the import maps the head's rows by name as from the checkpoint
+    moved = str(tmp_path / "re_moved")
+    run_cli([bin_path("spanbert-export-hf"), "--checkpoint", ft, "--data", moved, "--out", str(tmp_path / "hf")])
+    config = json.load(open(tmp_path / "hf" / "relation_config.json"))
+    meta = json.load(open(os.path.join(moved, "re_meta.json")))
+    assert config["heads"]["relation_head"]["labels"] == trained_labels
+    assert {key: config[key] for key in ("entity_marker", "markers", "negative_label", "max_seq_length")} == {
+        key: meta[key] for key in ("entity_marker", "markers", "negative_label", "max_seq_length")}
+    run_cli([bin_path("spanbert-import-hf"), "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")])
+    imported = torch.load(tmp_path / "imported" / "model.pt", map_location="cpu", weights_only=True)
+    assert imported["task_state"]["labels"] == trained_labels
 
 
 def _generated_relations(words, n, seed):

@@ -19,7 +19,7 @@ from .dataset import ClassificationDataset
 from ..core.dictionary import SpanBertDictionary
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
-from ..core.checkpoint_loading import starting_checkpoint, stored_checkpoint
+from ..core.checkpoint_loading import match_saved_head_labels, starting_checkpoint
 from ..core.errors import UsageError
 from ..core.run_config import run_section
 from ..core.precision import SharedTrainingConfig
@@ -85,30 +85,9 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         model.register_classification_head(self.cfg.classification_head_name, num_classes=self.num_classes)
         checkpoint = run_section(cfg, "checkpoint")
         if not from_checkpoint and not self.regression and checkpoint is not None:
-            self._match_saved_labels(model, starting_checkpoint(checkpoint))
+            match_saved_head_labels(model, starting_checkpoint(checkpoint), "classification_heads",
+                                    self.cfg.classification_head_name, self.labels)
         return model
-
-    def _match_saved_labels(self, model, path):
-        """A checkpoint whose head knows its class names (a fine-tuned or imported classifier) keeps its output rows
-        only for these labels: reordered where the names are the same in another order (labels are stored sorted,
-        transformers' id2label need not be), left out (fresh) where they differ. A head of another size fairseq's
-        loading leaves out itself; names the checkpoint does not record cannot be compared (rows kept in order)."""
-        state = stored_checkpoint(path) if path else {}
-        task_state, weights = state.get("task_state"), state.get("model")
-        saved = task_state.get("labels") if isinstance(task_state, dict) else None
-        if not isinstance(saved, list) or saved == self.labels or len(saved) != self.num_classes:
-            return
-        head = self.cfg.classification_head_name
-        if not isinstance(weights, dict) or f"classification_heads.{head}.out_proj.weight" not in weights:
-            return  # the checkpoint has no head of this name: nothing of it is loaded
-        if sorted(saved) == sorted(self.labels):
-            model.map_saved_classification_head(head, [saved.index(label) for label in self.labels])
-            logger.info(f"{path}: its classification head's classes {saved} reordered to this data's {self.labels}")
-        else:
-            model.map_saved_classification_head(head, None)
-            logger.warning(f"{path}: its classification head predicts {saved}, this data's labels are {self.labels}: "
-                           "the head's output layer starts from fresh weights (name the labels as the checkpoint does "
-                           "to keep it)")
 
     def max_positions(self):
         return self.meta["max_seq_length"]

@@ -10,6 +10,7 @@ import argparse
 import collections
 import contextlib
 import functools
+import logging
 import os
 import zipfile
 
@@ -17,6 +18,8 @@ import numpy as np
 import torch
 
 from .errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 
 def _numpy_scalar_globals():
@@ -217,6 +220,29 @@ def stored_checkpoint(path) -> dict:
     except Exception:  # noqa: BLE001 - reported by the real load that follows
         return {}
     return state if isinstance(state, dict) else {}
+
+
+def match_saved_head_labels(model, path, group: str, head: str, labels) -> None:
+    """A starting checkpoint whose task state records its head's class names (a fine-tuned or imported classifier
+    or relation model) keeps the head's output rows only for ``labels``: reordered where the names are the same in
+    another order (labels are stored sorted, transformers' id2label need not be), left out (fresh) where they
+    differ. A head of another size the model's loading leaves out itself; names the checkpoint does not record
+    cannot be compared (rows kept in order). ``group``: the model's ``classification_heads`` or ``relation_heads``."""
+    state = stored_checkpoint(path) if path else {}
+    task_state, weights = state.get("task_state"), state.get("model")
+    saved = task_state.get("labels") if isinstance(task_state, dict) else None
+    if not isinstance(saved, list) or saved == list(labels) or len(saved) != len(labels):
+        return
+    if not isinstance(weights, dict) or f"{group}.{head}.out_proj.weight" not in weights:
+        return  # the checkpoint has no head of this name: nothing of it is loaded
+    kind = group.replace("_heads", "")
+    if sorted(saved) == sorted(labels):
+        model.map_saved_head(group, head, [saved.index(label) for label in labels])
+        logger.info(f"{path}: its {kind} head's classes {saved} reordered to this data's {list(labels)}")
+    else:
+        model.map_saved_head(group, head, None)
+        logger.warning(f"{path}: its {kind} head predicts {saved}, this data's labels are {list(labels)}: the head's "
+                       "output layer starts from fresh weights (name the labels as the checkpoint does to keep it)")
 
 
 def stored_run_option(path, group, key):

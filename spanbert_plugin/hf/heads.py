@@ -107,8 +107,11 @@ def _write_relation(hub, directory):
     heads = {name: {"pooling": head.pooling, "num_classes": head.out_proj.out_features,
                     **({"labels": labels} if labels and len(labels) == head.out_proj.out_features else {})}
              for name, head in model.relation_heads.items()}
+    meta = getattr(hub.task, "meta", None) or {}
+    # what inputs the heads were trained on: the marker mode, each marker's token id, the negative label, the length
+    inputs = {key: meta[key] for key in ("entity_marker", "markers", "negative_label", "max_seq_length") if key in meta}
     with open(os.path.join(directory, RELATION.config_file), "w") as f:
-        json.dump({"heads": heads, "layer": "dense -> tanh -> dropout -> out_proj",
+        json.dump({"heads": heads, **inputs, "layer": "dense -> tanh -> dropout -> out_proj",
                    "inputs": "cls: the first token's final hidden state; entity_start: [subject start marker; "
                              "object start marker] final hidden states"}, f, indent=2)
 

@@ -134,7 +134,9 @@ class SpanBertModel(FairseqEncoderModel):
         self.lm_head = MaskedLMHead(cfg.encoder_embed_dim, embed, eps)
         self.sbo_head = SpanBoundaryHead(cfg.encoder_embed_dim, embed, cfg.sbo_position_slots, cfg.sbo_position_dim, eps)
         self.classification_heads = nn.ModuleDict()
-        self._saved_head_rows = {}  # {head: the saved output rows in this model's class order, or None}: next load
+        # {"classification_heads.NAME" or "relation_heads.NAME": the saved output rows in this model's class order,
+        # or None for fresh ones}: applied at the next checkpoint load
+        self._saved_head_rows = {}
         self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
         self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
         self.coref_head = None  # coreference (spanbert_plugin.coref.head.CorefHead), set by register_coref_head
@@ -341,6 +343,9 @@ class SpanBertModel(FairseqEncoderModel):
             if head not in self.relation_heads:
                 out_proj = state_dict[f"{prefix}relation_heads.{head}.out_proj.weight"]
                 self.register_relation_head(head, out_proj.size(0), RelationHead.pooling_of(state_dict[key]))
+            else:
+                self._drop_reshaped_head(state_dict, f"{prefix}relation_heads.{head}.", "relation_heads", head)
+                self._reorder_saved_head(state_dict, f"{prefix}relation_heads.{head}.", "relation_heads", head)
         for head, module in self.relation_heads.items():
             for sub, value in module.state_dict().items():
                 state_dict.setdefault(f"{prefix}relation_heads.{head}.{sub}", value)
@@ -363,22 +368,25 @@ class SpanBertModel(FairseqEncoderModel):
                     num_classes, inner = state_dict[key].shape
                     self.register_classification_head(head, num_classes, inner)
                 else:
-                    self._drop_reshaped_head(state_dict, f"{prefix}classification_heads.{head}.", head)
-                    self._reorder_saved_head(state_dict, f"{prefix}classification_heads.{head}.", head)
+                    self._drop_reshaped_head(state_dict, f"{prefix}classification_heads.{head}.",
+                                             "classification_heads", head)
+                    self._reorder_saved_head(state_dict, f"{prefix}classification_heads.{head}.",
+                                             "classification_heads", head)
         for head, module in self.classification_heads.items():
             for sub, value in module.state_dict().items():
                 state_dict.setdefault(f"{prefix}classification_heads.{head}.{sub}", value)
 
-    def map_saved_classification_head(self, head, rows):
-        """At the next checkpoint load, take the saved ``head``'s output rows ``rows`` (one saved class index per class
-        of this model), or with ``rows`` None leave its output layer out (fresh weights): the saved head was
-        trained for other classes or in another order (the task compares the labels)."""
-        self._saved_head_rows[head] = rows
+    def map_saved_head(self, group, head, rows):
+        """At the next checkpoint load, take the saved head's (``group``: ``classification_heads`` or
+        ``relation_heads``) output rows ``rows`` (one saved class index per class of this model), or with ``rows``
+        None leave its output layer out (fresh weights): the saved head was trained for other classes or in another
+        order (the task compares the labels)."""
+        self._saved_head_rows[f"{group}.{head}"] = rows
 
-    def _reorder_saved_head(self, state_dict, head_prefix, head):
-        if head not in self._saved_head_rows:
+    def _reorder_saved_head(self, state_dict, head_prefix, group, head):
+        rows = self._saved_head_rows.pop(f"{group}.{head}", False)
+        if rows is False:
             return
-        rows = self._saved_head_rows.pop(head)
         for key in (head_prefix + "out_proj.weight", head_prefix + "out_proj.bias"):
             if key in state_dict:  # not left out already for another shape
                 if rows is None:
@@ -386,20 +394,21 @@ class SpanBertModel(FairseqEncoderModel):
                 else:
                     state_dict[key] = state_dict[key][rows]
 
-    def _drop_reshaped_head(self, state_dict, head_prefix, head):
-        """Forget a saved classification head whose shape differs from this model's (e.g. a new number of classes).
-
-        As RoBERTa does: the head registered by the task keeps its fresh weights.
+    def _drop_reshaped_head(self, state_dict, head_prefix, group, head):
+        """Forget a saved classification or relation head whose shape differs from this model's (a new number of
+        classes, another pooling). As RoBERTa does: the head registered by the task keeps its fresh weights.
         """
-        own = self.classification_heads[head].state_dict()
+        own = getattr(self, group)[head].state_dict()
         saved = {k[len(head_prefix):]: v for k, v in state_dict.items() if k.startswith(head_prefix)}
         if all(sub in own and own[sub].shape == value.shape for sub, value in saved.items()):
             return
         for sub in saved:
             del state_dict[head_prefix + sub]
         logger.warning(
-            f"classification head {head!r}: the checkpoint's has {saved['out_proj.weight'].size(0)} outputs, this model's "
-            f"{own['out_proj.weight'].size(0)}; the checkpoint's head is left out and the new one starts from fresh weights"
+            f"{group.replace('_heads', '')} head {head!r}: the checkpoint's has another shape (outputs "
+            f"{saved['out_proj.weight'].size(0)}, this model's {own['out_proj.weight'].size(0)}; input width "
+            f"{saved['dense.weight'].size(1)}, this model's {own['dense.weight'].size(1)}); the checkpoint's head is "
+            "left out and the new one starts from fresh weights"
         )
 
     def max_positions(self):

@@ -16,6 +16,7 @@ from .metrics import relation_counts, relation_scores
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from ..core.finetune_io import load_finetuned_checkpoint, predict_split_outputs
 from .prepare import load_re_meta, load_split_arrays
+from .task import TRAINED_ON
 
 COMMAND = "spanbert-predict-re"
 TASK = "relation_extraction"
@@ -23,7 +24,12 @@ TASK = "relation_extraction"
 
 def load_re_checkpoint(checkpoint: str, data: Optional[str] = None, cpu: bool = False):
     """(model, task, cfg) of a relation_extraction checkpoint; ``data`` overrides the prepared folder."""
-    return load_finetuned_checkpoint(checkpoint, TASK, data, cpu, check_data=_check_same_labels)
+    model, task, cfg = load_finetuned_checkpoint(checkpoint, TASK, data, cpu, check_data=_check_same_labels)
+    for key in TRAINED_ON:  # the data's, replaced on loading by the checkpoint's where it saved them
+        trained = getattr(task.state, key, None)
+        if trained is not None and trained != task.meta[key]:
+            raise UsageError(f"--data {cfg.task.data}: its {key} differ from those the checkpoint was trained with")
+    return model, task, cfg
 
 
 def _check_same_labels(data: str, trained_on: Optional[str]) -> None:

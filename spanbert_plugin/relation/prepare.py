@@ -109,7 +109,7 @@ def _check_example(record, position: int, path: str) -> RelationExample:
     (s0, s1), (o0, o1) = spans["SUBJ"], spans["OBJ"]
     if s0 <= o1 and o0 <= s1:
         raise UsageError(f"{where}: subject tokens {s0}-{s1} overlap object tokens {o0}-{o1}")
-    words = [PTB_BRACKETS.get(w, w) for w in words]
+    words = [PTB_BRACKETS.get(w.upper(), w) for w in words]  # -lrb- too, as SpanBERT's convert_token reads them
     return RelationExample(ex_id, words, spans, types, record["relation"])
 
 
@@ -119,11 +119,11 @@ def read_examples(path: str) -> List[RelationExample]:
     examples = [_check_example(record, i, path) for i, record in enumerate(records)]
     first = {}
     for position, example in enumerate(examples):
-        if records[position].get("id") is None:
-            continue  # identified by its position, which is unique
+        # an example without an id is identified by its position, which may equal another example's explicit id
         key = str(example.id)  # predictions.jsonl is matched by id: 7 and "7" would be confused
         if key in first:
-            raise UsageError(f"{path}: example {example.id}: duplicate id (at positions {first[key]} and {position})")
+            raise UsageError(f"{path}: example {example.id}: duplicate id (at positions {first[key]} and {position}; "
+                             "an example without an id takes its position as id)")
         first[key] = position
     return examples
 

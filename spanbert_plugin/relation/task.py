@@ -22,11 +22,15 @@ from .dataset import RelationDataset
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
+from ..core.checkpoint_loading import match_saved_head_labels, starting_checkpoint
+from ..core.run_config import run_section
 from ..model.relation_head import RE_POOLINGS
 from .prepare import load_re_meta
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
+# what a relation checkpoint records of the folder it was trained on (re_meta.json's keys)
+TRAINED_ON = ("labels", "negative_label", "entity_marker", "markers")
 
 
 @dataclass
@@ -53,6 +57,8 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         self.meta = meta
         self.labels = list(meta["labels"])
         self.negative_index = self.labels.index(meta["negative_label"])
+        # saved in checkpoints: prediction refuses data prepared otherwise, fine-tuning maps the head's rows by name
+        self.state.merge_state_dict({key: meta[key] for key in TRAINED_ON})
 
     @classmethod
     def setup_task(cls, cfg: RelationExtractionConfig, **kwargs):
@@ -68,6 +74,10 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         if not hasattr(model, "register_relation_head"):
             raise UsageError(f"relation_extraction needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
         model.register_relation_head(self.cfg.relation_head_name, len(self.labels), str(self.cfg.re_pooling))
+        checkpoint = run_section(cfg, "checkpoint")
+        if not from_checkpoint and checkpoint is not None:
+            match_saved_head_labels(model, starting_checkpoint(checkpoint), "relation_heads",
+                                    self.cfg.relation_head_name, self.labels)
         if self.meta["max_seq_length"] > model.max_positions():
             raise UsageError(
                 f"{self.cfg.data}: examples of up to {self.meta['max_seq_length']} tokens exceed the model's "
