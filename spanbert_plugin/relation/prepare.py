@@ -122,8 +122,9 @@ def read_examples(path: str) -> List[RelationExample]:
         # an example without an id is identified by its position, which may equal another example's explicit id
         key = str(example.id)  # predictions.jsonl is matched by id: 7 and "7" would be confused
         if key in first:
-            raise UsageError(f"{path}: example {example.id}: duplicate id (at positions {first[key]} and {position}; "
-                             "an example without an id takes its position as id)")
+            implicit = any(records[at].get("id") is None for at in (first[key], position))
+            note = "; an example without an id takes its position as id" if implicit else ""
+            raise UsageError(f"{path}: example {example.id}: duplicate id (at positions {first[key]} and {position}{note})")
         first[key] = position
     return examples
 
