@@ -167,3 +167,12 @@ def test_findanimals_empty_animals_is_refused_not_defaulted(tmp_path, capsys):
 
     assert main(["--out", str(tmp_path / "out"), "--sizes", "4", "--seeds", "1", "--animals", ""]) == 1
     assert "--animals '': expected comma-separated lowercase a-z names" in capsys.readouterr().err
+
+
+def test_span_drop_units_are_those_its_items_can_be_cut_into(tmp_path):
+    """find_animals items carry no separator token or span ids: --span-drop-unit separator/explicit could only fail
+    once training had started; argparse refuses them now."""
+    proc = run_cli([bin_path("fairseq-train"), str(tmp_path), "--user-dir", "user_dir", "--task", "find_animals",
+                    "--arch", "spanbert_tiny", "--span-drop-p", "0.1", "--span-drop-unit", "separator", "--cpu"],
+                   check=False)
+    assert proc.returncode == 2 and "invalid choice: 'separator' (choose from 'token', 'chunk')" in proc.stderr

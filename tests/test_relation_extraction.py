@@ -220,7 +220,8 @@ def _bad(example, **changes):
     ("unseen label", [BORN], [BORN, _bad(FOUNDED, relation="org:founded_by")],
      "example founded: relation 'org:founded_by' does not occur in the training file"),
     # an id-less example's id is its position: 1 here, which the first example names explicitly
-    ("position id taken", [_bad(BORN, id=1), _bad(FOUNDED, id=None)], [BORN], "example 1: duplicate id (at positions 0 and 1; an example without an id takes its position"),
+    ("position id taken", [_bad(BORN, id=1), _bad(FOUNDED, id=None)], [BORN],
+     "example 1: duplicate id (at positions 0 and 1; an example without an id takes its position"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, capsys, tiny_tok, case, train, valid, message):
     paths = []

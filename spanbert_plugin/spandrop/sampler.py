@@ -188,7 +188,8 @@ class SpanDropSampling(FairseqDataclass):
 class SpanDropOptions(SpanDropSampling):
     """Task options for SpanDrop on training data (``--span-drop-*``)."""
 
-    span_drop_unit: ChoiceEnum(UNITS) = field(default="token", metadata={"help": "span unit: token, chunk, separator or explicit"})
+    # the units find_animals' items can be cut into (separator and explicit need items carrying them)
+    span_drop_unit: ChoiceEnum(("token", "chunk")) = field(default="token", metadata={"help": "span unit: token or chunk"})
     span_drop_require_supporting: bool = field(
         default=False, metadata={"help": "resample (up to 10 times) until every supporting span survives"}
     )
