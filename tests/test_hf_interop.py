@@ -130,6 +130,25 @@ def test_hub_interface(spm_checkpoint):
         hub.predict("other", tokens)
 
 
+def test_a_checkpoint_a_gpu_trained_in_half_precision_loads_on_a_cpu(spm_checkpoint, spm_data, tmp_path):
+    """Its saved run config says --fp16 (or --amp), which a CPU cannot train with; loading it to validate, predict or
+    export trains nothing. The refusal stopped every load (hub, fairseq-validate, predict, export) on a CPU host."""
+    import torch
+
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    state = torch.load(spm_checkpoint, map_location="cpu", weights_only=False)
+    for precision in ("fp16", "amp"):
+        state["cfg"]["common"].update(cpu=False, **{precision: True})
+        folder = tmp_path / precision
+        folder.mkdir()
+        torch.save(state, folder / "checkpoint_last.pt")
+        hub = SpanBertModel.from_pretrained(str(folder), "checkpoint_last.pt",
+                                            data_name_or_path=spm_data)
+        assert hub.extract_features(hub.encode("a short text")).dim() == 3
+        state["cfg"]["common"][precision] = False
+
+
 def test_sentencepiece_tokenizer_json_matches_sentencepiece(spm_data):
     """Same ids as sentencepiece, including leading, trailing and repeated white space of every kind."""
     import random

@@ -30,7 +30,6 @@ class OneDictionaryTask:
 
     def __init__(self, cfg, **kwargs):
         check_bf16_autocast(cfg)
-        refuse_half_precision_a_cpu_cannot_run(cfg)
         enable_tf32(cfg)
         super().__init__(cfg, **kwargs)
         self.flops_log = FlopsLog(getattr(cfg, "peak_tflops", 0.0) or 0.0)
@@ -108,6 +107,10 @@ class OneDictionaryTask:
 
         Loading a checkpoint (``from_checkpoint``) builds the shape that checkpoint stored.
         """
+        if not from_checkpoint:
+            # a training run only: loading a checkpoint a GPU trained under --fp16 or --amp, to validate, predict or
+            # export on a CPU, trains nothing (the saved run config still says fp16)
+            refuse_half_precision_a_cpu_cannot_run(self.cfg)
         run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
         checkpoint = run_section(cfg, "checkpoint")
         if not from_checkpoint and checkpoint is not None:
