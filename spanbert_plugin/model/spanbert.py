@@ -299,7 +299,9 @@ class SpanBertModel(FairseqEncoderModel):
                 return
             first = int(differs[0])
             problem = (f"the data's dict.txt does not start with the checkpoint's vocabulary (symbol {first} is "
-                       f"{self.encoder.dictionary.symbols[first]!r} in the data, another in the checkpoint)")
+                       f"{self.encoder.dictionary.symbols[first]!r} in the data, another in the checkpoint; or the "
+                       "checkpoint's record of it was altered: fairseq's average_checkpoints.py averages its integer "
+                       "buffers)")
         raise UsageError(
             f"{problem}: the checkpoint was trained with {theirs}, the data was prepared with {ours}; prepare the "
             "data with --tokenizer-from the checkpoint's data folder (the same dict.txt and tokenizer)"
