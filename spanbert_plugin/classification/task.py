@@ -19,9 +19,8 @@ from .dataset import ClassificationDataset
 from ..core.dictionary import SpanBertDictionary
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
-from ..core.checkpoint_loading import match_saved_head_labels, starting_checkpoint
+from ..core.checkpoint_loading import match_saved_head_labels, run_starting_checkpoint
 from ..core.errors import UsageError
-from ..core.run_config import run_section
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
@@ -83,9 +82,8 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
             raise UsageError(f"{self.cfg.data}: prepared with --max-seq-length {self.meta['max_seq_length']}, "
                              f"but the model has {model.max_positions()} positions")
         model.register_classification_head(self.cfg.classification_head_name, num_classes=self.num_classes)
-        checkpoint = run_section(cfg, "checkpoint")
-        if not from_checkpoint and not self.regression and checkpoint is not None:
-            match_saved_head_labels(model, starting_checkpoint(checkpoint), "classification_heads",
+        if not from_checkpoint and not self.regression:
+            match_saved_head_labels(model, run_starting_checkpoint(cfg), "classification_heads",
                                     self.cfg.classification_head_name, self.labels)
         return model
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .errors import UsageError
+from .run_config import run_section
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +211,12 @@ def starting_checkpoint(checkpoint_cfg):
         last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
         path = last if os.path.exists(last) else checkpoint_cfg.get("finetune_from_model")
     return path if path and os.path.isfile(path) else None
+
+
+def run_starting_checkpoint(model_cfg):
+    """The file the run ``model_cfg`` (a task's or model's section) belongs to starts from, or None (no run, no file)."""
+    checkpoint = run_section(model_cfg, "checkpoint")
+    return starting_checkpoint(checkpoint) if checkpoint is not None else None
 
 
 def stored_checkpoint(path) -> dict:

@@ -112,11 +112,10 @@ class OneDictionaryTask:
             # export on a CPU, trains nothing (the saved run config still says fp16)
             refuse_half_precision_a_cpu_cannot_run(self.cfg)
         run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-        checkpoint = run_section(cfg, "checkpoint")
-        if not from_checkpoint and checkpoint is not None:
-            from .checkpoint_loading import starting_checkpoint, take_shape_from_checkpoint
+        if not from_checkpoint:
+            from .checkpoint_loading import run_starting_checkpoint, take_shape_from_checkpoint
 
-            path = starting_checkpoint(checkpoint)
+            path = run_starting_checkpoint(cfg)
             changes = take_shape_from_checkpoint(cfg, path) if path else {}
             if changes:
                 logging.getLogger(__name__).info(

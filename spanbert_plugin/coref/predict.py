@@ -298,5 +298,3 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
         with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
     return summary
-
-

@@ -42,6 +42,7 @@ class SideHead:
     # (config, directory, work) -> fairseq task arguments replacing pre-training's, after preparing ``work``
     task_arguments: Optional[Callable] = None
     validate: Optional[Callable] = None  # (directory) -> config, checked; default: the JSON object as it is
+    task_state: Optional[Callable] = None  # (config) -> what the imported checkpoint's task state records
 
     def load_config(self, directory: str) -> Optional[dict]:
         """The head's config in an export folder, or None when the folder has no such head (neither file);
@@ -162,10 +163,16 @@ def _restore_relation(model, directory, config, hidden):
     return weights, "; ".join(lines)
 
 
+def _relation_task_state(config):
+    """The labels an export recorded (fine-tuning from the import then maps the head's rows by name)."""
+    labels = [spec.get("labels") for spec in config.get("heads", {}).values() if isinstance(spec, dict)]
+    return next(({"labels": names} for names in labels if isinstance(names, list)), {})
+
+
 RELATION = SideHead(
     name="relation-extraction heads", weights_file="relation_heads.safetensors", config_file="relation_config.json",
     present=lambda model: len(model.relation_heads) > 0, write=_write_relation, compare=_compare_relation,
-    model_arguments=lambda config, directory: [], restore=_restore_relation,
+    model_arguments=lambda config, directory: [], restore=_restore_relation, task_state=_relation_task_state,
 )
 
 # --------------------------------------------------------------------------------------------- coreference

@@ -25,7 +25,7 @@ import torch
 from ..core.user_dir import register_plugin
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from .files import InteropError, read_json, read_weights
-from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, RELATION, SIDE_HEADS
+from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, SIDE_HEADS
 
 TOLERANCE = 1e-4
 SAMPLE_TEXT = (
@@ -522,10 +522,8 @@ def import_hf(hf_dir, out_dir, force=False):
             side_weights, line = side.restore(model, hf_dir, side_config, config["hidden_size"])
             ours.update(side_weights)
             heads += [line] if line else []
-        relation_labels = [spec.get("labels") for spec in (side_configs.get(RELATION) or {}).get("heads", {}).values()
-                           if isinstance(spec, dict) and isinstance(spec.get("labels"), list)]
-        if relation_labels and "labels" not in task_state:  # fine-tuning from the import maps the head's rows by name
-            task_state["labels"] = relation_labels[0]
+            for key, value in (side.task_state(side_config) if side.task_state else {}).items():
+                task_state.setdefault(key, value)  # a native classification head's record comes first
         expected = model.state_dict()
         for key, value in ours.items():
             if key not in expected:

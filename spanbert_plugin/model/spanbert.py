@@ -386,9 +386,9 @@ class SpanBertModel(FairseqEncoderModel):
         self._saved_head_rows[f"{group}.{head}"] = rows
 
     def _reorder_saved_head(self, state_dict, head_prefix, group, head):
-        rows = self._saved_head_rows.pop(f"{group}.{head}", False)
-        if rows is False:
+        if f"{group}.{head}" not in self._saved_head_rows:
             return
+        rows = self._saved_head_rows.pop(f"{group}.{head}")
         for key in (head_prefix + "out_proj.weight", head_prefix + "out_proj.bias"):
             if key in state_dict:  # not left out already for another shape
                 if rows is None:

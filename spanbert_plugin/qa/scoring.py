@@ -78,19 +78,17 @@ def summarize(records: np.ndarray, with_negative: bool) -> dict:
     if len(records) == 0:
         return {}
     records = records[np.argsort(records[:, 0], kind="stable")]  # question order, as the official search
-    exact, f1_, has_answer, null_odds, nonempty, says_null = (records[:, RECORD_FIELDS.index(name)] for name in
-                                                              RECORD_FIELDS[1:])
+    exact, raw_f1, has_answer, null_odds, nonempty, says_null = records[:, 1:].T  # RECORD_FIELDS after the question
     if not with_negative:
-        return {"em": 100 * exact.mean(), "f1": 100 * f1_.mean()}
+        return {"em": 100 * exact.mean(), "f1": 100 * raw_f1.mean()}
     has_answer = has_answer.astype(bool)
     as_null = says_null.astype(bool)
     exact = np.where(as_null, ~has_answer, exact).astype(float)
-    f1_ = np.where(as_null, ~has_answer, f1_).astype(float)
+    f1_ = np.where(as_null, ~has_answer, raw_f1).astype(float)  # at --null-threshold
     out = {"em": 100 * exact.mean(), "f1": 100 * f1_.mean()}
     if has_answer.any():
         out["has_ans_f1"] = 100 * f1_[has_answer].mean()
     if (~has_answer).any():
         out["no_ans_f1"] = 100 * f1_[~has_answer].mean()
-    raw_f1 = records[:, RECORD_FIELDS.index("f1")]
     out["best_f1"], out["best_f1_thresh"] = best_threshold(null_odds, raw_f1, has_answer, nonempty.astype(bool))
     return out

@@ -38,7 +38,7 @@ def _check_same_labels(data: str, trained_on: Optional[str]) -> None:
     if not trained_on or not os.path.isfile(os.path.join(trained_on, "re_meta.json")):
         return  # the training folder is gone; the label count is still checked against the head
     trained = load_re_meta(trained_on)
-    for key in ("labels", "negative_label", "entity_marker", "markers"):
+    for key in TRAINED_ON:
         if meta[key] != trained[key]:
             raise UsageError(f"--data {data}: its {key} differ from those of {trained_on}, which the checkpoint was trained on")
 

@@ -22,8 +22,7 @@ from .dataset import RelationDataset
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder
-from ..core.checkpoint_loading import match_saved_head_labels, starting_checkpoint
-from ..core.run_config import run_section
+from ..core.checkpoint_loading import match_saved_head_labels, run_starting_checkpoint
 from ..model.relation_head import RE_POOLINGS
 from .prepare import load_re_meta
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
@@ -74,9 +73,8 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         if not hasattr(model, "register_relation_head"):
             raise UsageError(f"relation_extraction needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
         model.register_relation_head(self.cfg.relation_head_name, len(self.labels), str(self.cfg.re_pooling))
-        checkpoint = run_section(cfg, "checkpoint")
-        if not from_checkpoint and checkpoint is not None:
-            match_saved_head_labels(model, starting_checkpoint(checkpoint), "relation_heads",
+        if not from_checkpoint:
+            match_saved_head_labels(model, run_starting_checkpoint(cfg), "relation_heads",
                                     self.cfg.relation_head_name, self.labels)
         if self.meta["max_seq_length"] > model.max_positions():
             raise UsageError(
