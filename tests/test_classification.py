@@ -535,7 +535,11 @@ def test_glue_test_files_of_their_own_layout(wordpiece_data, tmp_path):
                          "--test-text-columns", "sentence"]) == 0
     assert np.load(out / "test.labels.npy").tolist() == [-1, -1]
     items = MMapIndexedDataset(str(out / "test"))
-    assert len(items) == 2 and len(items[0]) > 4  # [CLS] the " dog " sat . [SEP], quotes read as text
+    from spanbert_plugin.core.finetune_io import load_tokenizer_folder
+
+    tokenizer, dictionary = load_tokenizer_folder(wordpiece_data)
+    for item, text in zip(items, ('The "dog" sat .', "Ran dog the .")):  # the sentence column, quotes kept as text
+        assert item.tolist() == [dictionary.bos(), *tokenizer.encode(text).ids.tolist(), dictionary.eos()]
     header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
     pairs = [("1", "1", "2", "He said \"yes\" .", "He agreed ."), ("0", "3", "4", "It rained .", "The sun shone .")]
     for split in ("train", "dev"):

@@ -126,14 +126,12 @@ def test_patterns_that_would_read_the_output_and_those_that_would_not():
 def test_encoding_workers_leave_ctrl_c_to_the_parent(tmp_path):
     """Ctrl-C in a terminal signals the whole process group: a worker that died of it holding the pool's queue lock
     left the parent's pool.terminate() waiting for ever. The workers ignore it (and a hang-up); the parent stops them."""
-    import multiprocessing
     import signal
 
     corpus, vocab = write_wordpiece_corpus(str(tmp_path), 50)
     dest = str(tmp_path / "prepared")  # a folder with the tokenizer files the workers load
     assert cli_main(["--train", corpus, "--destdir", dest, "--wordpiece-vocab", vocab]) == 0
-    with multiprocessing.get_context("spawn").Pool(1, initializer=prepare_module._start_pool_worker,
-                                                   initargs=(dest, None)) as pool:
+    with prepare_module.encoding_pool(1, dest, None) as pool:  # the pool spanbert-prepare --workers N starts
         assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
         assert pool.apply(signal.getsignal, (signal.SIGHUP,)) == signal.SIG_IGN
         assert pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL  # pool.terminate's signal

@@ -372,12 +372,16 @@ def _encoded_documents(documents, tokenizer_dir, workers, annotator, chunk_chars
     chunks = _chunks(documents, chunk_chars)
     if workers <= 1:
         return _encoded_in_process(chunks, tokenizer_dir, annotator)
+    return _encoded_on_pool(encoding_pool(workers, tokenizer_dir, annotator), chunks, workers)
+
+
+def encoding_pool(workers, tokenizer_dir, annotator):
+    """The worker processes that encode chunks, each with the tokenizer (and annotator) loaded."""
     import multiprocessing
 
     # spawn, not fork: the tokenizers' and torch's thread pools do not survive a fork
-    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_pool_worker,
-                                                      initargs=(tokenizer_dir, annotator))
-    return _encoded_on_pool(pool, chunks, workers)
+    return multiprocessing.get_context("spawn").Pool(workers, initializer=_start_pool_worker,
+                                                     initargs=(tokenizer_dir, annotator))
 
 
 def _encoded_in_process(chunks, tokenizer_dir, annotator):
