@@ -233,7 +233,7 @@ def test_prediction_reads_whole_documents_whatever_the_training_window(singleton
     from spanbert_plugin.coref.predict import predict_documents
 
     task, model, _ = build(singleton_data, "--max-training-segments", "1")
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     assert task.dataset("train").max_segments == 1
     predict_documents(model.eval(), task, "train")
     assert task.dataset("train").max_segments == 0

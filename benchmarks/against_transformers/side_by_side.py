@@ -162,7 +162,7 @@ def fairseq_task(data, args, seed):
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
     task = tasks.setup_task(cfg.task)
     for split in ("train", "valid"):
-        task.load_dataset(split)
+        task.load_dataset(split, training=split == "train")
     return cfg, task
 
 

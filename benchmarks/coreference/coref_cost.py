@@ -105,7 +105,7 @@ def measure(data: str, shape: str, mode: str, steps: int, cpu: bool, warmup: int
     criterion = task.build_criterion(cfg.criterion)
     device = torch.device("cuda" if torch.cuda.is_available() and not cpu else "cpu")
     model.to(device)
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     dataset = task.dataset("train")
     from fairseq import utils
 

@@ -88,7 +88,7 @@ def build_trainer(argv):
 
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
     task = tasks.setup_task(cfg.task)
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     torch.manual_seed(1)
     model = task.build_model(cfg.model)
     trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))

@@ -81,7 +81,7 @@ def main():
     assert sum(p.numel() for p in hf.bert.parameters()) - sum(p.numel() for p in hf.bert.pooler.parameters()) == \
         sum(p.numel() for p in model.encoder.parameters()), "encoders differ in size"
 
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     dataset = task.dataset("train")
     order = np.random.default_rng(0).permutation(len(dataset))
     total = args.steps + args.warmup

@@ -142,7 +142,7 @@ def main():
     task, model, criterion, cfg = build_spanbert(data, args)
     pad = task.source_dictionary.pad()
     hf = hf_copy(model, cfg, task.source_dictionary)
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     batches = full_length_batches(task.dataset("train"), args.seq, args.batch, args.steps + args.warmup)
     device = torch.device(args.device)
     model.to(device)

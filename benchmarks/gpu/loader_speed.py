@@ -28,7 +28,7 @@ def main():
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train_args))
     utils.import_user_module(cfg.common)
     task = tasks.setup_task(cfg.task)
-    task.load_dataset(cfg.dataset.train_subset, epoch=1)
+    task.load_dataset(cfg.dataset.train_subset, epoch=1, training=True)
     itr = task.get_batch_iterator(
         dataset=task.dataset(cfg.dataset.train_subset), max_tokens=cfg.dataset.max_tokens,
         max_sentences=cfg.dataset.batch_size, seed=cfg.common.seed, num_workers=cfg.dataset.num_workers, epoch=1,

@@ -111,7 +111,7 @@ def _fairseq_setup(prepared, seed, args):
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, [prepared, *finetune_args(args), "--seed", str(seed)]))
     task = tasks.setup_task(cfg.task)
     for split in ("train", "valid"):
-        task.load_dataset(split)
+        task.load_dataset(split, training=split == "train")
     return cfg, task
 
 

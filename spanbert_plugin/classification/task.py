@@ -65,15 +65,16 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         folder = self.cfg.data
-        dataset = ClassificationDataset.load(folder, split, self.dictionary, shuffle=split == "train", seed=self.cfg.seed)
+        is_train = self.loads_training_form(split, kwargs)
+        dataset = ClassificationDataset.load(folder, split, self.dictionary, shuffle=is_train, seed=self.cfg.seed)
         if dataset.regression != self.regression:
             raise UsageError(f"{self.cfg.data}: split {split!r} has {'numeric' if dataset.regression else 'class'} labels, "
                              f"but classification.json says regression={self.regression}")
         logger.info(f"sentence_classification {split}: {len(dataset)} examples")
-        dropper = span_dropper(self.cfg, self.dictionary, folder, self.cfg.seed) if split == "train" else None
+        dropper = span_dropper(self.cfg, self.dictionary, folder, self.cfg.seed) if is_train else None
         if dropper is not None:  # SpanDrop on training data only
             dataset = ClassificationSpanDropDataset(dataset, dropper)
-        self.datasets[split] = dataset
+        self.keep_dataset(split, dataset, is_train)
         return dataset
 
     def build_model(self, cfg, from_checkpoint=False):

@@ -132,9 +132,7 @@ def predict_split_outputs(model, task, cfg, split: str, outputs_of: Callable, sh
     from fairseq import utils
     from tqdm import tqdm
 
-    if hasattr(task.cfg, "span_drop_p"):
-        task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
-    task.load_dataset(split)
+    task.load_dataset(split, training=False)  # no SpanDrop, whatever the split is called
     dataset = task.dataset(split)
     iterator = task.get_batch_iterator(
         dataset=dataset,

@@ -33,6 +33,8 @@ class OneDictionaryTask:
         enable_tf32(cfg)
         super().__init__(cfg, **kwargs)
         self.flops_log = FlopsLog(getattr(cfg, "peak_tflops", 0.0) or 0.0)
+        self._dataset_forms = {}  # split -> {training: dataset}: see keep_dataset
+        self._evaluation_twin = {}  # a split's training form -> its evaluation form
 
     def forward_precision(self, model):
         """The context of a training or validation forward pass: bfloat16 autocast with ``--bf16-autocast``."""
@@ -78,8 +80,39 @@ class OneDictionaryTask:
         with torch.no_grad(), self.forward_precision(model):
             return criterion(model, sample)
 
+    def loads_training_form(self, split: str, kwargs) -> bool:
+        """Whether ``load_dataset(split, **kwargs)`` reads the split as training data: shuffled, with the training-only
+        transformations (SpanDrop, coreference's training window, QA windows not grouped by question).
+
+        fairseq loads its training subset through its ``Trainer`` alone, which alone passes ``data_selector``
+        (``tests/test_split_forms.py`` checks that fairseq's code still does): that load is training, whatever the
+        split is called. Every other load inside a run is evaluation: fairseq-train's validation subsets (the
+        training subset too, with ``--valid-subset train``), fairseq-validate's, prediction's. A task built outside
+        a run (a script's, a test's) reads ``train`` as training. A caller may say which it wants: ``training=``.
+        """
+        if "training" in kwargs:
+            return bool(kwargs["training"])
+        if "data_selector" in kwargs:
+            return True
+        return run_section(self.cfg, "dataset") is None and split == "train"
+
+    def keep_dataset(self, split: str, dataset, training: bool) -> None:
+        """``self.datasets[split] = dataset``, for a split fairseq both trains and validates on too.
+
+        fairseq keeps one dataset per split name: with ``--valid-subset train`` it loads the split for validation,
+        then for training, and its validation would read the training form. A training form keeps the evaluation
+        form of its split as its twin, which ``get_batch_iterator`` gives every iterator but the training one.
+        """
+        forms = self._dataset_forms.setdefault(split, {})
+        forms[training] = dataset
+        self.datasets[split] = dataset
+        self._evaluation_twin = {both[True]: both[False] for both in self._dataset_forms.values() if len(both) == 2}
+
     def get_batch_iterator(self, dataset, *args, **kwargs):
         """FairseqTask's, with persistent DataLoader workers only for an iterator fairseq keeps for reuse.
+
+        Only fairseq's training iterator passes ``update_epoch_batch_itr``: every other iterator over a split's
+        training form reads its evaluation form (``keep_dataset``).
 
         An iterator built anew (each training epoch of a dataset drawn anew every epoch) would keep its idle workers
         until the garbage collector frees it; freed inside a collection, its queues are finalised before it can tell
@@ -88,6 +121,8 @@ class OneDictionaryTask:
         runs before handlers registered since the plugin was imported (atexit runs the last registered first):
         ``torch._dynamo``, imported by ``--compile``, frees what the workers need before they are stopped.
         """
+        if "update_epoch_batch_itr" not in kwargs:
+            dataset = self._evaluation_twin.get(dataset, dataset)
         clean_exit.install()
         iterator = super().get_batch_iterator(dataset, *args, **kwargs)
         if self.dataset_to_epoch_iter.get(dataset) is not iterator:

@@ -72,9 +72,7 @@ def predict_documents(model, task, split: str, swept_thresholds: Sequence[float]
     every document of ``split``, in order. The exact head runs once per document whatever the thresholds; a
     document predicted in bounded memory runs again for each threshold (its entity cache holds the spans likely
     to be one-mention clusters, so the threshold shapes the links too)."""
-    task.cfg.span_drop_p = 0.0  # prediction never drops spans, whatever the split is called
-    task.cfg.max_training_segments = 0  # and reads whole documents, not a training window of them
-    task.load_dataset(split)
+    task.load_dataset(split, training=False)  # whole documents, no SpanDrop, whatever the split is called
     dataset = task.dataset(split)
     device = next(model.parameters()).device
     predicted, gold, swept = [], [], {threshold: [] for threshold in swept_thresholds}

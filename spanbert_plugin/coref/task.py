@@ -160,7 +160,7 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         return model
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        is_train = split.startswith("train")
+        is_train = self.loads_training_form(split, kwargs)
         span_drop = None
         if is_train and self.cfg.span_drop_p > 0:
             span_drop = (self.cfg.span_drop_p, self.cfg.span_drop_gamma, str(self.cfg.span_drop_unit),
@@ -176,7 +176,7 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
             raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: no such file (split {split!r} was not "
                              f"prepared in {self.cfg.data})") from None
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} documents")
-        self.datasets[split] = dataset
+        self.keep_dataset(split, dataset, is_train)
 
     def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, max_positions=None,
                            ignore_invalid_inputs=False, required_batch_size_multiple=1, **kwargs):

@@ -82,14 +82,14 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
         if windows is None:
             raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
         qa = self.qa_split(split)
-        is_train = split.startswith("train")  # training subsets shuffle windows; others keep questions whole
+        is_train = self.loads_training_form(split, kwargs)  # training shuffles windows; evaluation keeps questions whole
         dataset = ExtractiveQADataset(
             windows, qa, split, self.dictionary.pad(), group_questions=not is_train, shuffle=is_train, seed=self.cfg.seed
         )
         dropper = span_dropper(self.cfg, self.dictionary, self.cfg.data, self.cfg.seed) if is_train else None
         if dropper is not None:  # SpanDrop on training windows only
             dataset = QASpanDropDataset(dataset, dropper, self.cfg.span_drop_protect_question_overlap)
-        self.datasets[split] = dataset
+        self.keep_dataset(split, dataset, is_train)
         logger.info(f"{prefix}: {qa.num_questions} questions, {qa.num_windows} windows ({qa.format})")
 
     def max_positions(self):

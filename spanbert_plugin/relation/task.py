@@ -84,13 +84,13 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         return model
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        is_train = split.startswith("train")
+        is_train = self.loads_training_form(split, kwargs)
         dropper = span_dropper(self.cfg, self.dictionary, self.cfg.data, self.cfg.seed) if is_train else None
         transform = relation_span_drop(dropper, self.meta, self.cfg.data, split) if dropper is not None else None
         dataset = RelationDataset.load(self.cfg.data, split, self.dictionary, shuffle=is_train, seed=self.cfg.seed,
                                        transform=transform)
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} examples")
-        self.datasets[split] = dataset
+        self.keep_dataset(split, dataset, is_train)
 
     def max_positions(self):
         return int(self.meta["max_seq_length"])

@@ -514,7 +514,7 @@ def _hf_setup(spec):
     take_a_gpus_path(spec)
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), spec["argv"]))
     task = tasks.setup_task(cfg.task)
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     dataset = task.dataset("train")
     iterator = task.get_batch_iterator(
         dataset=dataset, max_tokens=cfg.dataset.max_tokens, max_sentences=cfg.dataset.batch_size,
