@@ -1,11 +1,12 @@
 """Span masking against SPEC §1.1, with tolerances derived from the distributions."""
 import os
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import require_shared_data, require_spacy_pipeline, shared_path
+from conftest import ROOT, require_shared_data, require_spacy_pipeline, shared_path
 
 from spanbert_plugin.pretraining.span_masked_dataset import SpanMaskedDataset
 from spanbert_plugin.pretraining.span_masking import SpanMasker, geometric_span_probs
@@ -74,6 +75,42 @@ def test_span_length_histogram_in_words():
     assert chi2 < CHI2_9DOF_P001, (counts, expected.round())
     mean, sd = (np.arange(1, 11) * probs).sum(), np.sqrt((np.arange(1, 11) ** 2 * probs).sum() - 3.797 ** 2)
     assert abs(observed.mean() - mean) < 4 * sd / np.sqrt(len(observed))
+
+
+def test_an_anchor_inside_a_kept_span_drops_its_span_in_draw_order():
+    """Span 1's anchor lies in span 0: dropped. Span 2's anchor lies only in span 1, which is dropped: kept.
+    Span 3's anchor was masked by an earlier round (free is False): dropped."""
+    spans = [(2, 6), (4, 9), (7, 8), (12, 14)]
+    anchors = np.array([2, 4, 7, 13])
+    pos = np.concatenate([np.arange(a, b) for a, b in spans])
+    span_id = np.concatenate([np.full(b - a, 10 + i) for i, (a, b) in enumerate(spans)])
+    kept, earliest = SpanMasker._spans_with_free_anchors(anchors, np.array([True, True, True, False]), pos, span_id,
+                                                         10, 16)
+    assert kept.tolist() == [True, False, True, False]
+    owners = [int(e) if e != np.iinfo(np.int64).max else -1 for e in earliest]
+    assert owners == [-1, -1, 10, 10, 10, 10, -1, 12] + [-1] * 8
+
+
+def test_merged_spans_are_as_long_as_the_released_codes():
+    """Words per merged span, the plugin against the released loop on the same blocks (independent draws), as a
+    z-score of the difference. Over 20 seeds (4,000 blocks each): z from -1.1 to 1.8 (mean 0.3); keeping spans whose
+    anchor is masked already (they merge into longer spans) gave z from 5.0 to 8.4. On 1,332 real 512-token LitBank
+    blocks x 3 seeds: 3.920 +- 0.018 words against the released loop's 3.940 +- 0.018 (4.056 with that rule)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
+    from masking_vs_released import released_span_masking, words_per_merged_span
+
+    word_starts = make_vocab()
+    m = masker(word_starts)
+    probs = geometric_span_probs(0.2, 10)
+    rng = np.random.default_rng(11)
+    ours, released = [], []
+    for _ in range(4000):
+        tokens = make_block(rng, word_starts, 340, max_word_len=2)
+        ours += words_per_merged_span((m(tokens, rng).target != PAD)[1:-1], tokens, word_starts)
+        released += words_per_merged_span(released_span_masking(tokens, word_starts, rng, probs), tokens, word_starts)
+    ours, released = np.array(ours), np.array(released)
+    se = np.sqrt(ours.var() / len(ours) + released.var() / len(released))
+    assert abs(ours.mean() - released.mean()) < 4 * se, (ours.mean(), released.mean(), se)
 
 
 def _many_blocks(m, word_starts, n_blocks, seed, n_words_range=(20, 400)):

@@ -1,8 +1,9 @@
 """Contiguous blocks of up to ``block_size`` tokens that never cross a document.
 
 Each item of the wrapped dataset is one document (as ``spanbert-prepare``
-writes them). Every document is cut into consecutive blocks; the last block of
-a document may be shorter, long sentences are split, nothing is dropped.
+writes them). Every document is cut into consecutive blocks of ``block_size``
+tokens, wherever that falls (inside a word too); the last block of a document
+may be shorter, nothing is dropped.
 Blocks are framed with the begin/end tokens (SPEC §1.3: single contiguous
 segments, no sentence pairs).
 """

@@ -8,7 +8,9 @@ boundary, which the span boundary objective (SBO) needs.
 Sampling follows the released SpanBERT code: an anchor is drawn uniformly over
 maskable subword positions and moved left to the start of its word; the span
 then extends over ``L`` whole words, ``L`` from the geometric distribution
-renormalised over 1..max_span_len. Spans are drawn until the budget (mask_ratio
+renormalised over 1..max_span_len. An anchor that falls on a token already
+masked is drawn again (the released code's ``if anchor in mask: continue``),
+which keeps spans from growing by merging into earlier ones. Spans are drawn until the budget (mask_ratio
 of the block's maskable tokens, rounded stochastically so its expectation is
 exact) is spent. Unlike the released code, the last span is not cut mid-word:
 the word that crosses the budget is kept with probability (budget left) /
@@ -227,8 +229,6 @@ class SpanMasker:
                 lengths = np.ones(per_round, dtype=np.int64)
             last_word = np.minimum(first_word + lengths, num_words) - 1
             span_start, span_end = word_start[first_word], word_end[last_word]
-            if return_spans:
-                drawn.append((span_start, lengths, last_word - first_word + 1))
             # expand spans to their positions, in draw order
             widths = span_end - span_start
             offsets = np.repeat(np.cumsum(widths) - widths, widths)
@@ -237,9 +237,12 @@ class SpanMasker:
             if base or not single_run:  # keep positions neither masked already nor unmaskable
                 fresh = maskable[pos] & (owner[pos] < 0)
                 pos, span_id = pos[fresh], span_id[fresh]
+            kept, earliest = self._spans_with_free_anchors(anchors, owner[anchors] < 0, pos, span_id, base, n)
+            if not kept.all():
+                pos, span_id = pos[kept[span_id - base]], span_id[kept[span_id - base]]
+            if return_spans:
+                drawn.append((span_start, lengths, last_word - first_word + 1, kept))
             # the earliest span covering a position owns it
-            earliest = np.full(n, _NONE, dtype=np.int64)
-            np.minimum.at(earliest, pos, span_id)
             uniq = (earliest != _NONE).nonzero()[0]
             span_of = earliest[uniq]
             cum = covered + np.cumsum(np.bincount(span_of - base, minlength=per_round))
@@ -259,7 +262,27 @@ class SpanMasker:
             break
         if not return_spans:
             return owner, None
-        return owner, np.concatenate([np.stack(columns, axis=1) for columns in drawn])
+        return owner, np.concatenate([np.stack(columns[:3], axis=1)[columns[3]] for columns in drawn])
+
+    @staticmethod
+    def _spans_with_free_anchors(anchors, free, pos, span_id, base, n):
+        """Which of a round's spans (ids ``base``...) are kept, and per position the earliest kept span covering it.
+
+        A span whose anchor an earlier span masks is dropped, as the released code draws again (``if anchor in
+        mask: continue``): ``free`` says which anchors earlier rounds left unmasked; within the round, span j is
+        dropped when a kept span i < j covers its anchor. Each pass settles the spans whose chain of such
+        dependencies is one longer, so the passes reach the draw-by-draw result in a few steps.
+        """
+        ids = np.arange(base, base + len(anchors))
+        kept = free
+        while True:
+            earliest = np.full(n, _NONE, dtype=np.int64)
+            covering = kept[span_id - base]
+            np.minimum.at(earliest, pos[covering], span_id[covering])
+            settled = free & ~(earliest[anchors] < ids)
+            if (settled == kept).all():
+                return kept, earliest
+            kept = settled
 
     def _budget(self, word_len: np.ndarray, num_maskable: int, u: float) -> int:
         """Tokens to mask, from one uniform draw ``u``: mask_ratio x num_maskable in expectation, counting forced words.

@@ -58,7 +58,9 @@ class SpanBertPretrainingConfig(SharedTrainingConfig):
     random_prob: float = field(default=0.1, metadata={"help": "share of spans replaced by random tokens"})
     leave_prob: float = field(default=0.1, metadata={"help": "share of spans left unchanged"})
     random_token_source: ChoiceEnum(["uniform", "unigram"]) = field(
-        default="uniform", metadata={"help": "random replacements: uniform over real tokens, or the corpus unigram distribution"}
+        default="uniform",
+        metadata={"help": "random replacements: uniform over the non-control symbols (fairseq's masked_lm), "
+                          "or the corpus unigram distribution"}
     )
     freeze_encoder_updates: int = field(
         default=0, metadata={"help": "train only the MLM and SBO heads for the first N updates (the encoder, its "
