@@ -120,6 +120,20 @@ def pytest_runtest_setup(item):
         require_shared_data(*marker.args)
 
 
+@pytest.fixture(autouse=True)
+def fixed_global_seeds():
+    """Every test starts from the same global random states (torch, numpy, random), whichever tests ran before it:
+    a test drawing from them without a generator of its own still draws the same values every run."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def temporary_directory_of_the_session(tmp_path_factory):
     """Temporary files of the tests and of every command they start (TMPDIR) go under pytest's own temporary
@@ -230,12 +244,25 @@ def served_command(args):
     return _COMMANDS.served([str(a) for a in args])
 
 
+def refuse_the_default_save_dir(args):
+    """A training command must name its checkpoint folder: fairseq's default, ``checkpoints/`` under the working
+    folder (the repository's here, a recipe's ``checkpoints/NAME``), is shared by every run, and fairseq resumes from
+    a ``checkpoint_last.pt`` it finds there even under ``--no-save``: a file another run left would make a test
+    pass without training (or fail)."""
+    command = os.path.basename(args[0])
+    if command == "fairseq-train" and not any(a == "--save-dir" or a.startswith("--save-dir=") for a in args):
+        raise AssertionError(f"fairseq-train without --save-dir: {' '.join(args)}")
+    if command == "fairseq-hydra-train" and not any(a.startswith("checkpoint.save_dir=") for a in args):
+        raise AssertionError(f"fairseq-hydra-train without checkpoint.save_dir=: {' '.join(args)}")
+
+
 def run_cli(args, timeout=600, check=True, env=None):
     """Run a console command of the venv; return the CompletedProcess. fairseq's and the plugin's commands (and the
     helper scripts of cli_forkserver.HELPER_SCRIPTS) run in a fork of a process that has imported them already,
     through its shim (tests/cli_forkserver.py; SPANBERT_TESTS_NO_FORKSERVER=1 starts each as a new process instead).
     At the timeout the shim is killed, and the server kills the command with it."""
     args = [str(a) for a in args]
+    refuse_the_default_save_dir(args)
     proc = subprocess.run(_COMMANDS.served(args), cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **CHILD_ENV, **(env or {})})
     proc.args = args

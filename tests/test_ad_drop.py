@@ -397,7 +397,8 @@ def test_classification_and_relation_runs_with_ad_drop(wordpiece_data, tmp_path)
             "relation_extraction": ("re", ["--ad-drop-attribution", "gradient", "--ad-drop-every-epoch",
                                            "--memory-efficient-fp16"])}
     for task, (folder, options) in runs.items():
-        proc = run_cli([bin_path("fairseq-train"), str(tmp_path / folder), *common, "--task", task, "--criterion", task,
+        proc = run_cli([bin_path("fairseq-train"), str(tmp_path / folder), *common, "--save-dir", tmp_path / f"ck_{task}",
+                        "--task", task, "--criterion", task,
                         *options])
         output = proc.stdout + proc.stderr
         records = train_logs(output)

@@ -189,7 +189,8 @@ def test_an_epoch_iterator_stops_its_workers_when_the_epoch_ends(spm_data, tmp_p
                  "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32",
                  "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--tokens-per-sample", "64",
                  "--batch-size", "32", "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--num-workers", "2",
-                 "--max-epoch", "2", "--disable-validation", "--no-save", "--log-format", "none",
+                 "--max-epoch", "2", "--disable-validation", "--no-save", "--save-dir", str(tmp_path / f"ck_{mode}"),
+                 "--log-format", "none",
                  "--train-subset", "valid"]  # the small split: 5 batches an epoch are enough to start the workers
         proc = subprocess.run([sys.executable, str(script), mode, *train], capture_output=True, text=True,
                               timeout=300, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(temporary)))

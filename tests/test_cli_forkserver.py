@@ -30,3 +30,14 @@ def test_a_shim_runs_its_command_with_the_callers_arguments_pipes_and_return_cod
 
     assert usage_first_line("40") == "usage: spanbert-prepare-coref"
     assert usage_first_line("200").startswith("usage: spanbert-prepare-coref [-h] [--train TRAIN]")
+
+
+def test_a_training_command_must_name_its_checkpoint_folder():
+    """fairseq resumes from ./checkpoints/checkpoint_last.pt even under --no-save: a test's training command names
+    its own folder, or run_cli refuses it before it starts."""
+    from conftest import bin_path, run_cli
+
+    with pytest.raises(AssertionError, match="without --save-dir"):
+        run_cli([bin_path("fairseq-train"), "data", "--no-save"])
+    with pytest.raises(AssertionError, match="without checkpoint.save_dir="):
+        run_cli([bin_path("fairseq-hydra-train"), "--config-name", "x"])

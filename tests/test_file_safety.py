@@ -325,10 +325,16 @@ def test_a_signal_another_thread_receives_during_the_swap_waits_for_it(shapes, m
 
     real_replace = os.replace
 
+    def interrupt_this_thread():
+        # a thread started inside the held block inherits the block: unblock, then signal this thread alone, so the
+        # kernel gives the signal to it and not (later) to the main thread
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
     def replace_with_a_signal_in_between(src, dst):
         real_replace(src, dst)
         if dst.endswith("previous"):  # the earlier output moved aside; the new one next
-            sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT))
+            sender = threading.Thread(target=interrupt_this_thread)
             sender.start()
             sender.join()
             for _ in range(1000):  # bytecodes, at which Python runs a pending signal's handler

@@ -70,24 +70,26 @@ def test_task_items_and_span_drop_only_on_letters():
     assert batch["target"].dtype == torch.long and batch["net_input"]["src_tokens"].shape[0] == 4
 
 
-def _tiny_training_accuracy(*extra):
+def _tiny_training_accuracy(save_dir, *extra):
     proc = run_cli([bin_path("fairseq-train"), "--user-dir", "user_dir", "--task", "find_animals",
                     "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--encoder-layers", "2",
                     "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
                     "--attention-dropout", "0", "--seq-len", "8", "--animals", "cat", "--train-size", "3000",
                     "--test-size", "2000", "--batch-size", "64", "--optimizer", "adam", "--lr", "2e-3",
                     "--max-update", "150", "--validate-interval", "100", "--cpu", "--num-workers", "0",
-                    "--log-format", "json", "--no-save", "--seed", "1", *extra], timeout=600)
+                    "--log-format", "json", "--no-save", "--save-dir", save_dir, "--seed", "1", *extra],
+                   timeout=600)
     valid = [json.loads(m.group(1)) for m in re.finditer(r"valid \| (\{.*\})", proc.stdout + proc.stderr)]
     return float(valid[-1]["valid_accuracy"])
 
 
-def test_tiny_training_learns_in_fp32_and_under_bf16_autocast():
+def test_tiny_training_learns_in_fp32_and_under_bf16_autocast(tmp_path):
     """Chance is 50%. Measured once over seeds 1-10 (this setting, 150 updates, 2,000 held-out examples): fp32
     98.18 ± 0.73% (96.4-99.0), bf16 autocast 98.52 ± 0.51% (97.8-99.3), bf16 - fp32 paired by seed +0.34 ± 1.03
     points. The bounds are 4 sd from those: both precisions learn the task, and to the same accuracy. (The task is
     mostly learnt in the first epoch, 47 updates; 400 updates gave 98.87 ± 0.65, 98.92 ± 0.64 and +0.05 ± 0.86.)"""
-    fp32, bf16 = _tiny_training_accuracy(), _tiny_training_accuracy("--bf16-autocast")
+    fp32 = _tiny_training_accuracy(tmp_path / "fp32")
+    bf16 = _tiny_training_accuracy(tmp_path / "bf16", "--bf16-autocast")
     assert fp32 > 98.18 - 4 * 0.73 and bf16 > 98.52 - 4 * 0.51, (fp32, bf16)
     assert abs(bf16 - fp32) < 4 * 1.03, (fp32, bf16)
 
@@ -173,6 +175,6 @@ def test_span_drop_units_are_those_its_items_can_be_cut_into(tmp_path):
     """find_animals items carry no separator token or span ids: --span-drop-unit separator/explicit could only fail
     once training had started; argparse refuses them now."""
     proc = run_cli([bin_path("fairseq-train"), str(tmp_path), "--user-dir", "user_dir", "--task", "find_animals",
-                    "--arch", "spanbert_tiny", "--span-drop-p", "0.1", "--span-drop-unit", "separator", "--cpu"],
-                   check=False)
+                    "--arch", "spanbert_tiny", "--span-drop-p", "0.1", "--span-drop-unit", "separator", "--cpu",
+                    "--save-dir", str(tmp_path / "ck")], check=False)
     assert proc.returncode == 2 and "invalid choice: 'separator' (choose from 'token', 'chunk')" in proc.stderr

@@ -456,7 +456,7 @@ SMALL = ["--user-dir", "user_dir", "--arch", "spanbert_tiny", "--encoder-layers"
          "--dropout", "0", "--attention-dropout", "0"]
 
 
-def test_short_runs_with_span_drop_learn(folders):
+def test_short_runs_with_span_drop_learn(folders, tmp_path):
     """Each task trains with SpanDrop on (QA with Beta-SpanDrop over sentences, RE with AD-DROP as well) and beats chance.
 
     Chance: QA picks one of three cities (F1 about 33); RE three balanced classes (accuracy 33%, 60 examples:
@@ -474,7 +474,7 @@ def test_short_runs_with_span_drop_learn(folders):
                  "--span-drop-unit", "chunk", "--span-drop-chunk-size", "2"], "valid_accuracy", 75),
     }
     for name, (args, metric, floor) in runs.items():
-        proc = run_cli([bin_path("fairseq-train"), folders[name], *SMALL, *args])
+        proc = run_cli([bin_path("fairseq-train"), folders[name], *SMALL, "--save-dir", tmp_path / name, *args])
         output = proc.stdout + proc.stderr
         records = [r for r in _valid_records(output) if metric in r]
         assert records, output[-3000:]

@@ -182,17 +182,29 @@ def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, on
     process each: the run of one process with --update-freq 2 (same losses, same weights)."""
     import socket
 
-    with socket.socket() as probe:  # a free port for the rendezvous
+    # A free port for the rendezvous, kept bound (SO_REUSEADDR, not listening) until the agents end: no other
+    # process can bind it, nor take it as a connection's local port, while the store's server (SO_REUSEADDR too)
+    # still can.
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    agents = [subprocess.Popen(
-        [bin_path("torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--rdzv-backend",
-         "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-machines", served_script(bin_path("fairseq-train")),
-         spm_data, *TINY, "--save-dir", str(tmp_path / "two"), "--distributed-world-size", "2", "--ddp-backend",
-         "legacy_ddp", *SAME], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for rank in (0, 1)]
-    outputs = [agent.communicate(timeout=300)[0] for agent in agents]
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        agents = []
+        try:
+            for rank in (0, 1):
+                agents.append(subprocess.Popen(
+                    [bin_path("torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
+                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-machines",
+                     served_script(bin_path("fairseq-train")), spm_data, *TINY, "--save-dir", str(tmp_path / "two"),
+                     "--distributed-world-size", "2", "--ddp-backend", "legacy_ddp", *SAME],
+                    cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            outputs = [agent.communicate(timeout=300)[0] for agent in agents]
+        finally:  # a timeout (or a failed start) leaves no agent behind
+            for agent in agents:
+                if agent.poll() is None:
+                    agent.kill()
+                    agent.wait()
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(output[-3000:] for output in outputs)
     alone_output, alone_dir = one_process
     assert _losses("".join(outputs)) == _losses(alone_output)

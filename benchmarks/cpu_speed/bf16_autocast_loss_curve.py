@@ -89,6 +89,7 @@ def main(argv=None):
             argv = [os.path.join(BIN, "fairseq-train"), args.data, "--task", "spanbert_pretraining",
                     "--criterion", "span_bert", "--arch", args.from_model_arch, "--tokens-per-sample", str(args.tokens),
                     "--mask-scheme", "span", "--sbo-weight", "1.0", "--no-save", "--disable-validation",
+                    "--save-dir", os.path.join(work, "checkpoints"),  # not ./checkpoints, which fairseq resumes from
                     "--finetune-from-model", os.path.join(os.path.abspath(args.from_model), "model.pt"),
                     *common_train_args(cfg, args.schedule_updates, args.lr, args.batch, args.seed,
                                        stop_at=args.updates, log_interval=1)]

@@ -606,7 +606,8 @@ def finetune(log, args, cfg, task, prepared, checkpoint, seed, env):
     data, task_args = prepared
     start = ["--finetune-from-model", os.path.abspath(checkpoint)] if checkpoint else []  # None: random initialisation
     argv = [os.path.join(BIN, "fairseq-train"), data, *task_args, *model_args(args, cfg), *start,
-            "--no-save", "--validate-interval", "1000000",
+            "--no-save", "--save-dir", os.path.join(args.work, "finetune_checkpoints"),  # not ./checkpoints (resumed from)
+            "--validate-interval", "1000000",
             *common_train_args(cfg, cfg["finetune_updates"], cfg["finetune_lr"], cfg["finetune_batch"], seed)]
     origin = os.path.basename(os.path.dirname(checkpoint)) if checkpoint else "random initialisation"
     output = log.run(argv, f"fine-tune {task}, seed {seed}, from {origin}", env,

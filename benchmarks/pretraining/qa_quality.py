@@ -74,7 +74,8 @@ def run_argv(prepared, setup, seed, args):
     """The command line of one run (transformers: this script, which trains it in-process)."""
     if setup == "transformers":
         return [sys.executable, os.path.relpath(os.path.abspath(__file__), ROOT), *sys.argv[1:]]
-    argv = [os.path.join(BIN, "fairseq-train"), prepared, *finetune_args(args), "--seed", str(seed)]
+    argv = [os.path.join(BIN, "fairseq-train"), prepared, *finetune_args(args), "--seed", str(seed),
+            "--save-dir", os.path.join(args.work, "checkpoints")]  # --no-save; not ./checkpoints, which fairseq resumes from
     if setup == "pretrained":
         argv += ["--finetune-from-model", os.path.abspath(args.checkpoint)]
     return argv

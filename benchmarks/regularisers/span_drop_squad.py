@@ -129,7 +129,8 @@ def train(folder, checkpoint, arch_flags, method_flags, seed, epochs, total_upda
                "--total-num-update", str(total_updates),
                "--weight-decay", "0.01", "--batch-size", str(args.batch_size), "--max-epoch", str(epochs),
                "--validate-interval", str(epochs), "--cpu", "--num-workers", "0", "--seed", str(seed),
-               "--no-save", "--log-format", "json", "--log-interval", "1000", *method_flags]
+               "--no-save", "--save-dir", os.path.join(args.work, "checkpoints"),  # not ./checkpoints, which fairseq resumes from
+               "--log-format", "json", "--log-interval", "1000", *method_flags]
     proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
     output = proc.stdout + proc.stderr

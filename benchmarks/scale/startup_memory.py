@@ -87,7 +87,7 @@ def generated_split(work: str, prepared: str, tokens: int, document_tokens: int,
 
 def probe(folder: str, record: str) -> list:
     command = [os.path.join(BIN, "python"), os.path.join(ROOT, "benchmarks", "scale", "first_update_probe.py"), record,
-               "--", folder, *TRAIN]
+               "--", folder, *TRAIN, "--save-dir", os.path.join(folder, "checkpoints")]  # not ./checkpoints
     done = subprocess.run(command, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
     if done.returncode != 0 or not os.path.exists(record):
         sys.exit(f"startup_memory.py: {' '.join(command)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
