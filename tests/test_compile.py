@@ -15,7 +15,7 @@ def one_update(data, *extra):
     builds it."""
     torch.manual_seed(0)
     _, task, model, criterion = build(data, *NO_DROPOUT, *extra)
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     dataset = task.dataset("train")
     sample = dataset.collater([dataset[i] for i in range(4)])
     model.train()

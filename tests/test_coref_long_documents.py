@@ -22,7 +22,7 @@ def trained(synthetic_data):  # noqa: F811
     torch.manual_seed(0)
     task, model, criterion = build(synthetic_data, "--coref-dropout", "0", "--dropout", "0", "--attention-dropout",
                                    "0")
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     task.load_dataset("valid")
     train_in_process(model, criterion, task.dataset("train"), 3)
     return task, model.eval(), criterion

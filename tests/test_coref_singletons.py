@@ -78,7 +78,7 @@ def test_mention_loss_teaches_singletons(singleton_data):
     task, model, criterion = build(singleton_data, "--coref-dropout", "0", "--dropout", "0", "--attention-dropout",
                                    "0")
     assert task.cfg.mention_loss_weight == 1.0 and task.scoring_convention == "with_singletons"  # data has singletons
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     task.load_dataset("valid")
     before = singleton_f1(*gold_and_predicted(model, task.dataset("valid"), 0.5))
     train_in_process(model, criterion, task.dataset("train"), 8)

@@ -121,7 +121,7 @@ def test_a_training_update_reads_nothing_back_from_the_device_in_plugin_code(fam
         task = tasks.setup_task(cfg.task)
         model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
     trainer = Trainer(cfg, task, model, criterion)
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     iterator = trainer.get_train_iterator(epoch=1, load_dataset=False).next_epoch_itr(shuffle=False)
     samples = [next(iterator) for _ in range(3)]
     trainer.train_step([samples[0]])
