@@ -187,7 +187,7 @@ def test_split_pair_scorer_equals_the_concatenated_pair_features():
         as_span, as_antecedent = head._pair_projections(g)
         columns = SpanColumns([g], mention_scores, rows, speaker, segment, rows, torch.zeros(k, dtype=torch.bool))
         return head._pair_scores(g, as_span, g, as_antecedent, antecedents, antecedents < rows[:, None],
-                                 mention_scores, rows, speaker, segment, columns, genre)
+                                 mention_scores, rows, speaker, segment, columns, genre)[1]
 
     results = []
     for fn in (concatenated, split):
@@ -200,6 +200,63 @@ def test_split_pair_scorer_equals_the_concatenated_pair_features():
     assert torch.equal(s1.isfinite(), s2.isfinite()) and s1.isfinite().any() and (~s1.isfinite()).any()
     assert torch.allclose(s1, s2, atol=1e-5, equal_nan=True)
     assert torch.allclose(dg1, dg2, atol=1e-5) and torch.allclose(dw1, dw2, atol=1e-5)
+
+
+def _document(n_tokens, tokens_per_sentence, tokens_per_segment):
+    word = torch.arange(n_tokens)
+    return (word, word // tokens_per_sentence, word // tokens_per_segment, torch.zeros(n_tokens, dtype=torch.long),
+            torch.tensor([0]), n_tokens)
+
+
+def test_coarse_scores_come_from_the_embeddings_before_refinement(caplog):
+    """c2f-coref scores an antecedent coarse(g) + fine(refined g), the coarse scores computed once, before refinement:
+    with the fine scorer's output at zero, a round of refinement leaves every score as it was. A head saved before
+    (no coarse_scores_once in its state) recomputes them from the refined embeddings, as it was trained, and says so."""
+    inputs = _document(60, 6, 30)
+    torch.manual_seed(0)
+    head = CorefHead(hidden=16, ffnn_size=8, max_span_width=4, depth=1, max_top_antecedents=6, dropout=0.0).eval()
+    with torch.no_grad():
+        head.pair_scorer[-1].weight.zero_()
+        head.pair_scorer[-1].bias.zero_()
+    features = torch.randn(60, 16)
+    with torch.no_grad():
+        refined = head(features, *inputs)["scores"]
+        head.depth = 0
+        unrefined = head(features, *inputs)["scores"]
+    finite = refined.isfinite()
+    assert torch.equal(finite, unrefined.isfinite()) and finite[:, 1:].any()
+    assert torch.allclose(refined[finite], unrefined[finite], atol=1e-6)
+    assert bool(head.state_dict()["coarse_scores_once"])
+
+    old = CorefHead(hidden=16, ffnn_size=8, max_span_width=4, depth=1, max_top_antecedents=6, dropout=0.0).eval()
+    with caplog.at_level("WARNING"):
+        old.load_state_dict({k: v for k, v in head.state_dict().items() if k != "coarse_scores_once"})
+    assert "keeps scoring as it was trained" in caplog.text
+    with torch.no_grad():
+        recomputed = old(features, *inputs)["scores"]
+    assert (recomputed[finite] - refined[finite]).abs().max() > 1e-3
+    assert not bool(old.state_dict()["coarse_scores_once"])  # and saved so again
+
+
+def test_segment_distances_past_the_training_window_read_the_windows_last_row(synthetic_data):
+    """Training windows of N segments never see a segment distance above N - 1 (c2f-coref clips it there): over a
+    document of 8 segments, the embedding rows past it are never read. Without a window (0) every distance is."""
+    inputs = _document(80, 5, 10)
+    features = torch.randn(80, 16)
+    changed = {}
+    for window in (3, 0):
+        torch.manual_seed(0)
+        head = CorefHead(hidden=16, ffnn_size=8, max_span_width=4, depth=1, max_top_antecedents=20, dropout=0.0,
+                         max_training_segments=window).eval()
+        with torch.no_grad():
+            before = head(features, *inputs)["scores"]
+            head.segment_distance_embedding.weight[3:].normal_()
+            after = head(features, *inputs)["scores"]
+        finite = before.isfinite()
+        changed[window] = float((before[finite] - after[finite]).abs().max())
+    assert changed[3] == 0 and changed[0] > 1e-3, changed
+    task, model, _ = build(synthetic_data, "--max-training-segments", "2")
+    assert model.coref_head.max_segment_distance == 1
 
 
 def test_checkpointed_chunks_equal_kept_activations(monkeypatch):
@@ -311,7 +368,7 @@ def test_learns_to_resolve_repeated_names(synthetic_data):
     torch.manual_seed(0)
     task, model, criterion = build(synthetic_data, "--coref-dropout", "0", "--dropout", "0", "--attention-dropout", "0",
                                    "--mention-loss-weight", "0")
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     task.load_dataset("valid")
     before = corpus_scores(*gold_and_predicted(model, task.dataset("valid")))["conll_f1"]
     train_in_process(model, criterion, task.dataset("train"), 10)
@@ -539,7 +596,8 @@ def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
     from spanbert_plugin.coref.hf_head import HEAD_OPTIONS, coref_task_arguments, read_coref_config, write_coref_head
 
     settings = dict(no_singletons=False, singleton_threshold=0.3, coref_prediction="bounded",
-                    exact_prediction_max_words=500, max_antecedent_distance=2, entity_cache_size=1)
+                    exact_prediction_max_words=500, max_antecedent_distance=2, entity_cache_size=1,
+                    max_training_segments=2)
     task = SimpleNamespace(cfg=SimpleNamespace(**{name: 1 for name in HEAD_OPTIONS}, **settings),
                            meta={"max_segment_length": 24, "max_span_width": 5, "genres": ["nw"]})
     model = SimpleNamespace(coref_head=torch.nn.Linear(2, 2), cfg=SimpleNamespace(encoder_embed_dim=8))
@@ -547,6 +605,7 @@ def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
     args = coref_task_arguments(read_coref_config(str(tmp_path)))
     given = dict(zip(args[::2], args[1::2]))
     assert given["--coref-prediction"] == "bounded" and given["--singleton-threshold"] == "0.3"
+    assert given["--max-training-segments"] == "2"  # the segment distances the head was trained on
     assert (given["--exact-prediction-max-words"], given["--max-antecedent-distance"],
             given["--entity-cache-size"]) == ("500", "2", "1")
 

@@ -14,7 +14,12 @@ sentence, segment and speaker. Steps:
    ``max_top_antecedents`` best earlier spans of each span;
 5. fine scores FFNN([g_i; g_j; g_i * g_j; same speaker; genre; segment distance;
    antecedent distance]) are added; ``depth`` rounds of higher-order refinement
-   replace g_i by a gated mix with its expected antecedent;
+   replace g_i by a gated mix with its expected antecedent. As in c2f-coref, the
+   coarse scores are computed once, from the embeddings before refinement, and
+   only the fine scores use the refined ones; the segment distance is capped at
+   the training window's segments less one (c2f-coref's clip at
+   ``max_training_sentences - 1``), so prediction over whole documents never
+   reads a distance training could not reach;
 6. loss: marginal log-likelihood of the gold antecedents, the dummy antecedent
    (score 0) being gold for spans with none; with ``mention_loss_weight`` > 0,
    plus that weight times the binary cross-entropy of every kept span's mention
@@ -33,6 +38,7 @@ chunk by chunk (no span x span matrix).
 Every parameter carries ``param_group = "coref_head"`` for fairseq's
 ``composite`` optimizer (a learning rate of its own).
 """
+import logging
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -43,6 +49,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..model.dropout import Dropout
 
+logger = logging.getLogger(__name__)
 PARAM_GROUP = "coref_head"
 DISTANCE_BUCKETS = 10
 CHUNK_ELEMENTS = 1 << 23  # floats per chunk of gathered span tokens or pair features (32 MiB in fp32)
@@ -136,9 +143,15 @@ class CorefHead(nn.Module):
 
     def __init__(self, hidden: int, ffnn_size: int = 1000, max_span_width: int = 30, feature_size: int = 20,
                  num_genres: int = 8, depth: int = 1, dropout: float = 0.3, top_span_ratio: float = 0.4,
-                 max_top_antecedents: int = 50, mention_loss_weight: float = 0.0):
+                 max_top_antecedents: int = 50, mention_loss_weight: float = 0.0, max_training_segments: int = 0):
         super().__init__()
         self.mention_loss_weight = mention_loss_weight
+        # training windows of N segments never see a segment distance above N - 1 (0: whole documents, no cap)
+        self.max_segment_distance = max_training_segments - 1 if max_training_segments > 0 else None
+        # Saved with the weights: heads trained before coarse scores were taken from the unrefined embeddings
+        # lack it, and keep the scores they were trained with (_load_from_state_dict)
+        self.register_buffer("coarse_scores_once", torch.tensor(True))
+        self._coarse_scores_once = True  # the buffer's value, read on the host once (no device sync per forward)
         self.max_span_width, self.depth = max_span_width, depth
         self.top_span_ratio, self.max_top_antecedents = top_span_ratio, max_top_antecedents
         span_dim = 3 * hidden + feature_size
@@ -160,6 +173,18 @@ class CorefHead(nn.Module):
         self.refinement_gate = nn.Linear(2 * span_dim, span_dim)
         for p in self.parameters():
             p.param_group = PARAM_GROUP
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        key = prefix + "coarse_scores_once"
+        if key not in state_dict:
+            logger.warning("this coreference head was trained with coarse antecedent scores recomputed from the refined "
+                           "span embeddings at each round (the plugin before 2026-11-30; c2f-coref computes them once, "
+                           "before refinement): it keeps scoring as it was trained; train it again for c2f-coref's")
+            state_dict[key] = torch.tensor(False)
+        self._coarse_scores_once = bool(state_dict[key])
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     # -- spans ------------------------------------------------------------------------------------------
     def candidate_spans(self, token_word, token_sentence, token_segment,
@@ -247,17 +272,21 @@ class CorefHead(nn.Module):
         return F.linear(g, first.weight[:, :D], first.bias), F.linear(g, first.weight[:, D:2 * D])
 
     def _pair_scores(self, g_rows, as_span, g_columns, as_antecedent, antecedents, valid, mention_scores, index,
-                     speaker, segment, columns: "SpanColumns", genre):
-        """Coarse + fine scores (rows x K) of the rows' antecedents (column indices); -inf where not ``valid``.
+                     speaker, segment, columns: "SpanColumns", genre, coarse=None):
+        """(coarse scores, coarse + fine scores) (rows x K) of the rows' antecedents (column indices); the latter
+        -inf where not ``valid``.
 
-        ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of the columns' embeddings."""
+        ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of the columns' embeddings;
+        ``coarse``: the rows' coarse scores from an earlier round (computed from these embeddings when None)."""
         g_ant = g_columns[antecedents]
         distance = bucket_distance((index[:, None] - columns.index[antecedents]).clamp(min=0))
-        coarse = (mention_scores[:, None] + columns.mention_scores[antecedents]
-                  + torch.einsum("rkd,rd->rk", g_ant, self.coarse_bilinear(g_rows).to(g_ant.dtype))
-                  + self.distance_prior(self.distance_prior_embedding(distance)).squeeze(-1))
+        if coarse is None:
+            coarse = (mention_scores[:, None] + columns.mention_scores[antecedents]
+                      + torch.einsum("rkd,rd->rk", g_ant, self.coarse_bilinear(g_rows).to(g_ant.dtype))
+                      + self.distance_prior(self.distance_prior_embedding(distance)).squeeze(-1))
         same_speaker = (speaker[:, None] == columns.speaker[antecedents]).long()
-        segment_distance = bucket_distance((segment[:, None] - columns.segment[antecedents]).clamp(min=0))
+        segments_apart = (segment[:, None] - columns.segment[antecedents]).clamp(min=0, max=self.max_segment_distance)
+        segment_distance = bucket_distance(segments_apart)
         features = self.dropout(torch.cat([  # c2f drops out the pair features, not the span embeddings again
             self.same_speaker_embedding(same_speaker),
             self.genre_embedding(genre.expand_as(distance)),
@@ -269,7 +298,7 @@ class CorefHead(nn.Module):
                   + F.linear(g_rows[:, None, :] * g_ant, first.weight[:, 2 * D:3 * D])
                   + F.linear(features, first.weight[:, 3 * D:]))
         fine = self.pair_scorer[1:](hidden).squeeze(-1)  # ReLU, dropout, output layer
-        return (coarse + fine).float().masked_fill(~valid, float("-inf"))
+        return coarse, (coarse + fine).float().masked_fill(~valid, float("-inf"))
 
     def rank_antecedents(self, g, mention_scores, index, speaker, segment, genre, word=None,
                          earlier: Optional["SpanColumns"] = None, max_distance: Optional[int] = None):
@@ -289,16 +318,22 @@ class CorefHead(nn.Module):
         antecedents, valid = self._coarse_candidates(g, mention_scores, index, word, columns, g_columns, K,
                                                      max_distance)
         pair_chunk = max(1, CHUNK_ELEMENTS // (K * self.span_dim))
-        rounds = []
+        rounds, coarse = [], None
         for round_ in range(self.depth + 1):
             rounds.append(g)
             g_columns = g if earlier is None else torch.cat([earlier.g[round_].to(g.dtype), g])
             as_span, as_antecedent = self._pair_projections(g)
             as_antecedent = as_antecedent if earlier is None else self._pair_projections(g_columns)[1]
-            scores = _chunked(
-                lambda g_rows, s, a, v, m, i, sp, se, g_all=g_columns, t=as_antecedent: self._pair_scores(
-                    g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre),
-                k, pair_chunk, g, as_span, antecedents, valid, mention_scores, index, speaker, segment)
+            rows = (g, as_span, antecedents, valid, mention_scores, index, speaker, segment)
+            if coarse is None or not self._coarse_scores_once:
+                coarse, scores = _chunked(
+                    lambda g_rows, s, a, v, m, i, sp, se, g_all=g_columns, t=as_antecedent: self._pair_scores(
+                        g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre), k, pair_chunk, *rows)
+            else:  # the first round's coarse scores, from the embeddings before refinement (c2f-coref)
+                _, scores = _chunked(
+                    lambda g_rows, s, a, v, m, i, sp, se, c, g_all=g_columns, t=as_antecedent: self._pair_scores(
+                        g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre, coarse=c), k, pair_chunk, *rows,
+                    coarse)
             if round_ == self.depth:
                 break
             # higher order: g_i <- f * g_i + (1 - f) * E[g_antecedent], the dummy standing for g_i itself

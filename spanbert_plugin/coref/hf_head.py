@@ -42,6 +42,8 @@ def write_coref_head(model, task, directory: str) -> None:
         "hidden_size": model.cfg.encoder_embed_dim,
         "task_options": {name: getattr(task.cfg, name) for name in HEAD_OPTIONS},
         "data": {key: task.meta[key] for key in ("max_segment_length", "max_span_width", "genres")},
+        # the segment distances the head was trained on (capped at this less one; 0: no cap)
+        "training": {"max_training_segments": int(task.cfg.max_training_segments)},
         # how the checkpoint predicts: an import predicts the same clusters
         "prediction": {"no_singletons": bool(task.cfg.no_singletons),
                        "singleton_threshold": float(task.cfg.singleton_threshold),
@@ -76,7 +78,12 @@ def coref_task_arguments(config: dict) -> list:
     for name in ("singleton_threshold", "coref_prediction", *LONG_DOCUMENT_OPTIONS):  # absent from older exports
         if prediction.get(name) is not None:
             args += [f"--{name.replace('_', '-')}", str(prediction[name])]
-    return args
+    return args + ["--max-training-segments", str(training_segments(config))]
+
+
+def training_segments(config: dict) -> int:
+    """The exported head's training window in segments (0 for exports that do not say: no cap, as they scored)."""
+    return int((config.get("training") or {}).get("max_training_segments", 0))
 
 
 def write_coref_meta(config: dict, directory: str) -> None:
@@ -107,7 +114,8 @@ def compare_coref_head(hub, directory: str) -> dict:
     config = read_coref_config(directory)
     o = config["task_options"]
     head = CorefHead(config["hidden_size"], o["coref_ffnn_size"], o["max_span_width"], o["coref_feature_size"],
-                     len(GENRES), o["coref_depth"], o["coref_dropout"], o["top_span_ratio"], o["max_top_antecedents"])
+                     len(GENRES), o["coref_depth"], o["coref_dropout"], o["top_span_ratio"], o["max_top_antecedents"],
+                     max_training_segments=training_segments(config))
     head.load_state_dict({k[len("coref_head."):]: v for k, v in read_coref_weights(directory).items()})
     words = SAMPLE_DOCUMENT.split()
     sentence_ids = np.concatenate([[0], np.cumsum([w == "." for w in words[:-1]])])

@@ -131,7 +131,7 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         c = self.cfg
         return CorefHead(hidden, c.coref_ffnn_size, c.max_span_width, c.coref_feature_size, len(GENRES),
                          c.coref_depth, c.coref_dropout, c.top_span_ratio, c.max_top_antecedents,
-                         c.mention_loss_weight or 0.0)
+                         c.mention_loss_weight or 0.0, c.max_training_segments)
 
     def build_criterion(self, cfg, from_checkpoint=False):
         name = cfg.get("_name") if hasattr(cfg, "get") else getattr(cfg, "_name", None)
