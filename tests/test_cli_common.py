@@ -171,3 +171,26 @@ def test_predict_precision_defaults_to_the_checkpoints(trained_bf16, flag, expec
     err = capsys.readouterr().err
     assert ("predicting under bfloat16 autocast too" in err) == (trained_bf16 and not flag and native)
     assert ("only emulates bfloat16: predicting in fp32" in err) == (trained_bf16 and not flag and not native)
+
+
+def test_progress_outside_a_terminal_is_a_line_per_redraw_and_nothing_for_a_short_run(monkeypatch):
+    """tqdm's disable=None showed nothing when stderr was a log (nohup, a batch scheduler): there the bar is a line
+    every LOG_EVERY_SECONDS, the first after that long, without carriage returns."""
+    import io
+
+    from spanbert_plugin.core import progress
+
+    log = io.StringIO()
+    monkeypatch.setattr(progress.sys, "stderr", log)
+    monkeypatch.setattr(progress, "LOG_EVERY_SECONDS", 0)
+    for _ in progress.progress_bar(range(3), desc="encode", unit="doc"):
+        pass
+    lines = log.getvalue().splitlines()
+    assert lines and "\r" not in log.getvalue() and all(line.startswith("encode") for line in lines)
+    assert "3/3" in lines[-1]
+    log.seek(0)
+    log.truncate()
+    monkeypatch.setattr(progress, "LOG_EVERY_SECONDS", 30)  # a run far shorter than that writes nothing
+    for _ in progress.progress_bar(range(3), desc="encode"):
+        pass
+    assert log.getvalue() == ""

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Union
 
 import numpy as np
-from tqdm import tqdm
 
+from ..core.progress import progress_bar
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
 from ..core.finetune_io import (
@@ -283,7 +283,7 @@ def truncated_lengths(len_a: np.ndarray, len_b: Optional[np.ndarray], budget: in
 def encode_texts(tokenizer, texts: List[str], desc: str) -> List[List[int]]:
     """Token ids of every text, in chunks (one tokenizer call each) with a progress bar."""
     ids = []
-    for start in tqdm(range(0, len(texts), ENCODE_CHUNK), desc=desc, unit="chunk", disable=None, leave=False):
+    for start in progress_bar(range(0, len(texts), ENCODE_CHUNK), desc=desc, unit="chunk", leave=False):
         ids.extend(tokenizer.encode_ids(texts[start:start + ENCODE_CHUNK]))
     return ids
 

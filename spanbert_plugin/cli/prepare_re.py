@@ -39,11 +39,10 @@ def get_parser():
 def main(argv=None):
     """Console entry point: exit status 1 and a one-line error on bad input."""
     args = get_parser().parse_args(argv)
-    from tqdm import tqdm
-
+    from ..core.progress import progress_bar
     from ..relation.prepare import prepare_relation_data
 
-    stats = prepare_relation_data(args, lambda total: tqdm(total=total, desc="encode", unit="example", disable=None))
+    stats = prepare_relation_data(args, lambda total: progress_bar(total=total, desc="encode", unit="example"))
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
     return 0
 

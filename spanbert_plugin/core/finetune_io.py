@@ -130,7 +130,8 @@ def predict_split_outputs(model, task, cfg, split: str, outputs_of: Callable, sh
     import numpy as np
     import torch
     from fairseq import utils
-    from tqdm import tqdm
+
+    from .progress import progress_bar
 
     task.load_dataset(split, training=False)  # no SpanDrop, whatever the split is called
     dataset = task.dataset(split)
@@ -148,7 +149,7 @@ def predict_split_outputs(model, task, cfg, split: str, outputs_of: Callable, sh
     seen = np.zeros(len(dataset), dtype=bool)
     device = next(model.parameters()).device
     with torch.no_grad():
-        for sample in tqdm(iterator, desc=f"predict {split}", unit="batch", disable=None):
+        for sample in progress_bar(iterator, desc=f"predict {split}", unit="batch"):
             sample = utils.apply_to_sample(lambda t: t.to(device), sample)
             values = outputs_of(sample).float().cpu().numpy()
             ids = sample["id"].cpu().numpy()

@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig, open_dict
 from tqdm import tqdm
 
+from ..core.progress import progress_bar
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, read_text
 from ..core.finetune_io import load_finetuned_checkpoint
@@ -280,8 +281,7 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     line_breaks = "paragraph" if join_wrapped_lines else "sentence"
     split = split_words(text, line_breaks)
     words = len(split[0])
-    with tqdm(total=words, unit="word", unit_scale=True, desc=COMMAND, file=sys.stderr,
-              disable=None) as bar, torch.no_grad():
+    with progress_bar(total=words, unit="word", unit_scale=True, desc=COMMAND) as bar, torch.no_grad():
         clusters = resolve_text(model, task, tokenizer, text, line_breaks,
                                 lambda line: tqdm.write(f"{COMMAND}: {line}", file=sys.stderr), bar.update, split)
     clusters.sort(key=lambda mentions: (mentions[0]["start"], mentions[0]["end"]))

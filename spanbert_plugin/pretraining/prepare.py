@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Iterator, List
 
 import numpy as np
-from tqdm import tqdm
 
+from ..core.progress import progress_bar
 from ..core.errors import UsageError
 from ..core.file_utils import FolderReadWhole, atomic_directory, check_destination
 from ..core.tokenization import (
@@ -462,7 +462,7 @@ def binarize(documents, split_of, writers, tokenizer_dir, workers=1, annotator=N
                                  chunk_chars)
     try:
         outputs = writers()
-        with tqdm(desc="binarize", unit="doc", disable=None) as bar:
+        with progress_bar(desc="binarize", unit="doc") as bar:
             for index, (tokens, spans) in enumerate(encoded):
                 outputs[split_of(index)].add(tokens, spans, line_counts.popleft())
                 bar.update(1)

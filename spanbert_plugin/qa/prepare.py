@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from .span_drop import token_sentence_ids
+from ..core.progress import progress_bar
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, is_json_integer, parse_json, read_text
 from ..core.finetune_io import (
@@ -287,7 +287,7 @@ def _offsets_of(lengths) -> np.ndarray:
 def encode_passages(tokenizer, texts: Sequence[str], desc: str):
     """Token ids and character spans of each text: (ids, char_start, char_end) flat, and [len + 1] offsets."""
     ids, starts, ends, lengths = [], [], [], []
-    with tqdm(total=len(texts), desc=desc, unit="context", disable=None) as bar:
+    with progress_bar(total=len(texts), desc=desc, unit="context") as bar:
         for b in range(0, len(texts), _BATCH):
             batch = list(texts[b: b + _BATCH])
             if isinstance(tokenizer, WordPieceTokenizer):
@@ -309,7 +309,7 @@ def encode_passages(tokenizer, texts: Sequence[str], desc: str):
 def encode_questions(tokenizer, texts: Sequence[str], max_query_length: int, desc: str):
     """Question token ids cut to ``max_query_length``: (flat ids, [Q + 1] offsets, number truncated)."""
     pieces = []
-    with tqdm(total=len(texts), desc=desc, unit="question", disable=None) as bar:
+    with progress_bar(total=len(texts), desc=desc, unit="question") as bar:
         for b in range(0, len(texts), _BATCH):
             batch = [t.strip() for t in texts[b: b + _BATCH]]
             pieces.extend(np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_ids(batch))
@@ -565,7 +565,7 @@ def prepare_qa(inputs: Dict[str, str], tokenizer_from: str, destdir: str, config
             prefix = os.path.join(work, split)
             offsets = features.window_offsets
             items = (features.tokens[offsets[i]: offsets[i + 1]] for i in range(len(offsets) - 1))
-            write_token_items(tqdm(items, total=len(offsets) - 1, desc=f"{split} write", unit="window", disable=None),
+            write_token_items(progress_bar(items, total=len(offsets) - 1, desc=f"{split} write", unit="window"),
                               prefix, len(dictionary))
             features.split.save(work, split)
             stats[split] = features.stats
