@@ -21,12 +21,14 @@ import json
 import logging
 import os
 from collections import Counter
+from itertools import chain
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination
+from ..core.progress import progress_bar
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
 )
@@ -50,54 +52,53 @@ class DocumentEncoder:
         self.max_span_width = max_span_width
         self.cls, self.sep, self.unk = dictionary.bos(), dictionary.eos(), dictionary.unk()
 
-    def _segments(self, counts: np.ndarray, sentence_ids: np.ndarray, stats: Counter) -> List[List[tuple]]:
-        """Segments as lists of (word, first piece, end piece) of each word's pieces."""
-        segments, current, used = [], [], 0
-        bounds = np.flatnonzero(np.diff(sentence_ids)) + 1
-        for sentence in np.split(np.arange(len(counts)), bounds):
-            size = int(counts[sentence].sum())
-            if used + size <= self.capacity:
-                current += [(w, 0, int(counts[w])) for w in sentence]
-                used += size
+    def _segment_ends(self, counts: np.ndarray, sentence_ids: np.ndarray, stats: Counter) -> np.ndarray:
+        """Where each segment ends among the document's word pieces: a segment is a run of consecutive pieces (whole
+        sentences while they fit; a longer sentence cut at word ends; a word longer than a segment cut inside)."""
+        piece_offsets = np.concatenate([[0], np.cumsum(counts)])
+        sentence_starts = np.concatenate([[0], np.flatnonzero(np.diff(sentence_ids)) + 1, [len(counts)]])
+        ends, start, position = [], 0, 0  # the current segment is pieces [start, position)
+        for first, stop in zip(sentence_starts[:-1].tolist(), sentence_starts[1:].tolist()):
+            size = int(piece_offsets[stop] - piece_offsets[first])
+            if position - start + size <= self.capacity:
+                position += size
                 continue
-            if current:
-                segments.append(current)
-                current, used = [], 0
+            if position > start:
+                ends.append(position)
+                start = position
             if size <= self.capacity:
-                current, used = [(w, 0, int(counts[w])) for w in sentence], size
+                position += size
                 continue
             stats["cut_sentences"] += 1
-            for w in sentence:
-                pieces = int(counts[w])
-                if used + pieces > self.capacity and current:
-                    segments.append(current)
-                    current, used = [], 0
-                start = 0
-                while pieces - start > self.capacity:  # one word longer than a segment: cut inside it
+            for pieces in counts[first:stop].tolist():
+                if position - start + pieces > self.capacity and position > start:
+                    ends.append(position)
+                    start = position
+                while pieces > self.capacity:  # one word longer than a segment: cut inside it
                     stats["cut_words"] += 1
-                    segments.append([(w, start, start + self.capacity)])
-                    start += self.capacity
-                current.append((w, start, pieces))
-                used += pieces - start
-        if current:
-            segments.append(current)
-        return segments
+                    position += self.capacity
+                    ends.append(position)
+                    start = position
+                    pieces -= self.capacity
+                position += pieces
+        if position > start:
+            ends.append(position)
+        return np.asarray(ends, dtype=np.int64)
 
     def encode(self, doc: CorefDocument, word_ids: List[List[int]], stats: Counter) -> Dict[str, np.ndarray]:
         word_ids = [ids if len(ids) else [self.unk] for ids in word_ids]  # a word the tokenizer drops becomes [UNK]
-        counts = np.array([len(ids) for ids in word_ids], dtype=np.int64)
-        segments = self._segments(counts, doc.sentence_ids, stats)
-        tokens, token_word, lengths = [], [], []
-        for segment in segments:
-            tokens.append(self.cls)
-            token_word.append(-1)
-            for w, start, end in segment:
-                tokens += word_ids[w][start:end]
-                token_word += [w] * (end - start)
-            tokens.append(self.sep)
-            token_word.append(-1)
-            lengths.append(sum(end - start for _, start, end in segment) + 2)
-        token_word = np.asarray(token_word, dtype=np.int64)
+        counts = np.fromiter(map(len, word_ids), dtype=np.int64, count=len(word_ids))
+        pieces = np.fromiter(chain.from_iterable(word_ids), dtype=np.int64, count=int(counts.sum()))
+        ends = self._segment_ends(counts, doc.sentence_ids, stats)
+        starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
+        lengths = ends - starts + 2  # [CLS] pieces [SEP]
+        # piece j of segment i sits after i segments' [CLS] and [SEP] and its own [CLS]
+        piece_position = np.arange(len(pieces)) + 2 * np.repeat(np.arange(len(ends)), ends - starts) + 1
+        tokens = np.full(int(lengths.sum()), self.cls, dtype=np.int64)
+        tokens[piece_position] = pieces
+        tokens[np.cumsum(lengths) - 1] = self.sep
+        token_word = np.full(len(tokens), -1, dtype=np.int64)
+        token_word[piece_position] = np.repeat(np.arange(len(counts)), counts)
         special = token_word < 0
         speakers = {s: i for i, s in enumerate(dict.fromkeys(doc.speakers))}
         speaker_of_word = np.array([speakers[s] for s in doc.speakers], dtype=np.int64)
@@ -129,9 +130,9 @@ class DocumentEncoder:
         stats["words"] += len(doc.words)
         stats["tokens"] += len(tokens)
         stats["sentences"] += int(doc.sentence_ids[-1]) + 1
-        return {
-            "tokens": np.asarray(tokens, dtype=np.int64), "segment_lengths": np.asarray(lengths, dtype=np.int64),
-            "token_word": token_word, "token_sentence": token_sentence, "token_speaker": token_speaker,
+        return {  # per token in int32, as the folder stores them (a split of a whole library stays in memory)
+            "tokens": tokens.astype(np.int32), "segment_lengths": lengths, "token_word": token_word.astype(np.int32),
+            "token_sentence": token_sentence.astype(np.int32), "token_speaker": token_speaker.astype(np.int32),
             "gold": np.concatenate([spans, cluster_of[:, None]], axis=1),
             "target": np.stack([start_tok, end_tok, cluster_of], axis=1)[trainable],
             "genre": genre_index(doc.genre), "words": len(doc.words),
@@ -167,14 +168,15 @@ def write_split(encoded: List[dict], documents: List[CorefDocument], prefix: str
                                 "token_lines": doc.token_lines.tolist()}, ensure_ascii=False) + "\n")
 
 
-def encode_documents(encoder: DocumentEncoder, documents: List[CorefDocument], stats: Counter) -> List[dict]:
-    """Encode every document; all words of the split are tokenized in one batch call."""
-    words = [w for doc in documents for w in doc.words]
-    ids = encoder.tokenizer.encode_ids(words)
-    encoded, at = [], 0
-    for doc in documents:
-        encoded.append(encoder.encode(doc, ids[at:at + len(doc.words)], stats))
-        at += len(doc.words)
+def encode_documents(encoder: DocumentEncoder, documents: List[CorefDocument], stats: Counter, split: str = "") -> List[dict]:
+    """Encode every document, each one's words in one tokenizer call (the pieces of a whole split's words, as Python
+    lists, took about 1 KB a word)."""
+    encoded = []
+    with progress_bar(total=sum(len(doc.words) for doc in documents), desc=f"{split} encode".strip(), unit="word",
+                      unit_scale=True) as bar:
+        for doc in documents:
+            encoded.append(encoder.encode(doc, encoder.tokenizer.encode_ids(doc.words), stats))
+            bar.update(len(doc.words))
     return encoded
 
 
@@ -215,7 +217,7 @@ def prepare_coref_data(args) -> dict:
     for split, flag, spec in specs:
         documents = read[split]
         counts = Counter()
-        splits[split] = (documents, encode_documents(encoder, documents, counts))
+        splits[split] = (documents, encode_documents(encoder, documents, counts, split))
         stats[split] = {key: counts[key] for key in STAT_KEYS}
     meta = {"max_segment_length": args.max_segment_length, "max_span_width": args.max_span_width,
             "genres": list(GENRES), "splits": sorted(splits), "tokenizer": tokenizer.kind,
