@@ -262,6 +262,12 @@ def test_prepared_folder_stats_and_warnings(wordpiece_data, tmp_path, capsys):
     assert train_split.format == "squad2" and train_split.with_negative
     valid_split = QASplit.load(str(dest), "valid")
     assert valid_split.format == "mrqa" and not valid_split.with_negative
+    # one value per passage token per window: stored as int32 (half the file), read back as int64
+    with np.load(dest / "valid.windows.npz") as stored:
+        for name in ("char_start", "char_end", "sentence_ids"):
+            assert stored[name].dtype == np.int32 and getattr(valid_split, name).dtype == np.int64
+            assert np.array_equal(stored[name], getattr(valid_split, name))
+    assert (valid_split.char_end > valid_split.char_start).all()
     with_two = [q for q in valid_split.questions if len(q["answers"]) == 2]
     assert with_two, "several gold answers are kept for evaluation"
 

@@ -26,6 +26,8 @@ import numpy as np
 ARRAYS = ("question_index", "start_positions", "end_positions", "passage_offset",
           "token_offsets", "char_start", "char_end", "max_context")
 OPTIONAL_ARRAYS = ("sentence_ids",)  # absent from folders prepared before they existed
+# one value per passage token per window (SQuAD's training set: 14 million): stored as int32, read back as int64
+PER_TOKEN_ARRAYS = ("char_start", "char_end", "sentence_ids")
 
 
 @dataclass
@@ -71,6 +73,9 @@ class QASplit:
         """Write the npz, questions, contexts and meta files of ``split`` (not the token binaries)."""
         prefix = os.path.join(folder, split)
         arrays = {name: getattr(self, name) for name in ARRAYS + OPTIONAL_ARRAYS if getattr(self, name) is not None}
+        for name in PER_TOKEN_ARRAYS:
+            if name in arrays:
+                arrays[name] = arrays[name].astype(np.int32)  # character offsets and sentence numbers fit
         np.savez(prefix + ".windows.npz", **arrays)
         with open(prefix + ".questions.jsonl", "w", encoding="utf-8") as f:
             for q in self.questions:
@@ -90,6 +95,9 @@ class QASplit:
         with np.load(prefix + ".windows.npz") as arrays:
             values = {name: arrays[name] for name in ARRAYS}
             values.update({name: arrays[name] for name in OPTIONAL_ARRAYS if name in arrays.files})
+        for name in PER_TOKEN_ARRAYS:
+            if name in values:
+                values[name] = values[name].astype(np.int64)
         with open(prefix + ".questions.jsonl", encoding="utf-8") as f:
             questions = [json.loads(line) for line in f]
         with open(prefix + ".contexts.jsonl", encoding="utf-8") as f:
