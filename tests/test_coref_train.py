@@ -569,8 +569,9 @@ def test_validation_over_two_gloo_workers_equals_prediction(synthetic_data, tmp_
     valid = _valid_records(outputs[0])
     # checkpoint_best.pt's validation (fairseq keeps the later of equal scores)
     best = max(reversed(valid), key=lambda record: float(record["valid_conll_f1"]))
-    # the comparison below means something only when the model predicts clusters: over --seed 1-10 (measured once)
-    # the best validation CoNLL F1 after 60 updates was 31.9-60.9, 31.9 at this seed; the bound is half the lowest
+    # the comparison below means something only when the model predicts clusters: over --seed 1-10 (measured once,
+    # the coarse scores c2f-coref's way) the best validation CoNLL F1 after 60 updates was 55.8-76.9, 55.8 at this
+    # seed; the bound is below a quarter of the lowest
     assert float(best["valid_conll_f1"]) > 15
     out = str(tmp_path / "pred")
     run_cli(
