@@ -238,6 +238,27 @@ def test_coarse_scores_come_from_the_embeddings_before_refinement(caplog):
     assert not bool(old.state_dict()["coarse_scores_once"])  # and saved so again
 
 
+def test_a_model_loading_a_head_saved_before_keeps_its_coarse_scores(synthetic_data, caplog, tmp_path):
+    """Through the model's loading (fairseq's: checkpoints, the hub, resume, --finetune-from-model), which fills keys a
+    checkpoint lacks with the fresh model's: a saved head without coarse_scores_once keeps its scores and says so; a
+    head starting fresh (from a pre-training checkpoint) scores c2f-coref's way. So does an old HuggingFace export's."""
+    from spanbert_plugin.coref.hf_head import COREF_WEIGHTS, read_coref_weights
+    from safetensors.torch import save_file
+
+    _, model, _ = build(synthetic_data)
+    old = {k: v for k, v in model.state_dict().items() if k != "coref_head.coarse_scores_once"}
+    _, loaded, _ = build(synthetic_data)
+    with caplog.at_level("WARNING"):
+        loaded.load_state_dict(old, strict=True)
+    assert not loaded.coref_head._coarse_scores_once and "keeps scoring as it was trained" in caplog.text
+    _, fresh, _ = build(synthetic_data)
+    fresh.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("coref_head.")}, strict=True)
+    assert fresh.coref_head._coarse_scores_once
+    save_file({k[len("coref_head."):]: v.float().contiguous() for k, v in old.items() if k.startswith("coref_head.")},
+              str(tmp_path / COREF_WEIGHTS))
+    assert not bool(read_coref_weights(str(tmp_path))["coref_head.coarse_scores_once"])
+
+
 def test_segment_distances_past_the_training_window_read_the_windows_last_row(synthetic_data):
     """Training windows of N segments never see a segment distance above N - 1 (c2f-coref clips it there): over a
     document of 8 segments, the embedding rows past it are never read. Without a window (0) every distance is."""

@@ -47,7 +47,7 @@ def test_task_items_and_span_drop_only_on_letters():
         "--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
         "--train-size", "640", "--test-size", "64", "--span-drop-p", "0.3", "--span-drop-gamma", "1"])
     task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
-    task.load_dataset("train")
+    task.load_dataset("train", training=True)
     task.load_dataset("valid")
     d = task.dictionary
     train, valid = task.dataset("train"), task.dataset("valid")

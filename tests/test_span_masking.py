@@ -94,8 +94,9 @@ def test_an_anchor_inside_a_kept_span_drops_its_span_in_draw_order():
 def test_merged_spans_are_as_long_as_the_released_codes():
     """Words per merged span, the plugin against the released loop on the same blocks (independent draws), as a
     z-score of the difference. Over 20 seeds (4,000 blocks each): z from -1.1 to 1.8 (mean 0.3); keeping spans whose
-    anchor is masked already (they merge into longer spans) gave z from 5.0 to 8.4. On 1,332 real 512-token LitBank
-    blocks x 3 seeds: 3.920 +- 0.018 words against the released loop's 3.940 +- 0.018 (4.056 with that rule)."""
+    anchor is masked already (they merge into longer spans) gave z from 5.0 to 8.4. On real LitBank blocks
+    (benchmarks/pretraining/masking_vs_released/results.json, 1,563 blocks x 3 seeds): 3.916 +- 0.010 words against
+    the released loop's 3.918 +- 0.010 (4.051 with that rule)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
     from masking_vs_released import released_span_masking, words_per_merged_span
 

@@ -176,13 +176,8 @@ class CorefHead(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        key = prefix + "coarse_scores_once"
-        if key not in state_dict:
-            logger.warning("this coreference head was trained with coarse antecedent scores recomputed from the refined "
-                           "span embeddings at each round (the plugin before 2026-11-30; c2f-coref computes them once, "
-                           "before refinement): it keeps scoring as it was trained; train it again for c2f-coref's")
-            state_dict[key] = torch.tensor(False)
-        self._coarse_scores_once = bool(state_dict[key])
+        keep_coarse_scores_of_a_head_saved_before(state_dict, prefix)
+        self._coarse_scores_once = bool(state_dict[prefix + "coarse_scores_once"])
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
@@ -410,6 +405,17 @@ class CorefHead(nn.Module):
         """Summed -log sum over gold antecedents (the dummy when there is none) of the antecedent softmax."""
         cluster = self.gold_clusters_of(starts, ends, target, num_tokens)
         return antecedent_loss(scores, antecedents, cluster, cluster)
+
+def keep_coarse_scores_of_a_head_saved_before(state_dict, prefix: str) -> None:
+    """A head's saved state without ``coarse_scores_once`` (a checkpoint or export from before 2026-11-30) was trained
+    with the coarse scores recomputed from the refined embeddings at each round: record that it keeps them."""
+    key = prefix + "coarse_scores_once"
+    if key not in state_dict:
+        logger.warning("this coreference head was trained with coarse antecedent scores recomputed from the refined "
+                       "span embeddings at each round (the plugin before 2026-11-30; c2f-coref computes them once, "
+                       "before refinement): it keeps scoring as it was trained; train it again for c2f-coref's")
+        state_dict[key] = torch.tensor(False)
+
 
 def antecedent_loss(scores, antecedents, row_cluster, column_cluster) -> torch.Tensor:
     """Summed -log sum over gold antecedents (the dummy when there is none) of the antecedent softmax; clusters are

@@ -18,7 +18,7 @@ import torch
 from ..core.errors import UsageError
 from ..core.finetune_io import write_json
 from .conll import GENRES
-from .head import CorefHead
+from .head import CorefHead, keep_coarse_scores_of_a_head_saved_before
 from .predict import words_sample
 from .prepare import META_FILE
 
@@ -100,10 +100,12 @@ def read_coref_weights(directory: str) -> dict:
 
     path = os.path.join(directory, COREF_WEIGHTS)
     try:
-        return {"coref_head." + k: v for k, v in load_file(path).items()}
+        weights = {"coref_head." + k: v for k, v in load_file(path).items()}
     except Exception as err:  # noqa: BLE001 - safetensors' SafetensorError derives from none of the usual ones
         reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         raise UsageError(f"{path}: cannot read the coreference head, a damaged or truncated file ({reason})") from None
+    keep_coarse_scores_of_a_head_saved_before(weights, "coref_head.")  # an export written before records nothing
+    return weights
 
 
 def compare_coref_head(hub, directory: str) -> dict:

@@ -354,6 +354,8 @@ class SpanBertModel(FairseqEncoderModel):
         coref_keys = [k for k in state_dict if k.startswith(prefix + "coref_head.")]
         if self.coref_head is not None:
             for sub, value in self.coref_head.state_dict().items():
+                if sub == "coarse_scores_once" and coref_keys:
+                    continue  # a saved head without it was trained before: the head's loading records that
                 state_dict.setdefault(f"{prefix}coref_head.{sub}", value)
         elif coref_keys:  # a coreference checkpoint fine-tuned for another task: its head is not used
             for key in coref_keys:

@@ -55,7 +55,8 @@ class FindAnimalsTask(OneDictionaryTask, FairseqTask):
         return cls(cfg, SpanBertDictionary(symbols))
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        train = split == "train"
+        train = split == "train"  # the data: the training distribution's examples, else the held-out test set's
+        training = self.loads_training_form(split, kwargs)  # SpanDrop: fairseq-train's training load only
         rng = np.random.default_rng((self.cfg.data_seed, 0 if train else 1))
         size = self.cfg.train_size if train else self.cfg.test_size
         bias = str(self.cfg.position_bias) if train else "uniform"
@@ -63,13 +64,13 @@ class FindAnimalsTask(OneDictionaryTask, FairseqTask):
                                      *generate(size, self.cfg.seq_len, self.animals, self.cfg.positive_ratio, bias, rng))
         logger.info(f"find_animals {split}: {size} examples, {dataset.labels.mean():.1%} positive, position bias {bias}")
         sizes = dataset.sizes
-        if train:
+        if training:
             dataset = apply_span_drop(dataset, self.cfg, self.dictionary, self.cfg.seed)
         # the order an uninterrupted run gets (it loads the data once, in epoch 1), also when a resumed
         # run loads it in a later epoch: keyed by the seed alone, so resuming is bit-identical
         with data_utils.numpy_seed(self.cfg.seed + 1):
             shuffle = np.random.permutation(len(dataset))
-        self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, sizes])
+        self.keep_dataset(split, SortDataset(dataset, sort_order=[shuffle, sizes]), training)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
