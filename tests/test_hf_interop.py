@@ -1,5 +1,6 @@
 """HuggingFace export/import and the hub interface; offline, models built from configs."""
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -624,6 +625,33 @@ def test_export_self_check_catches_a_wrong_weight(imported_tiny, tmp_path, monke
     assert lines[0].startswith("spanbert-export-hf: error: export check failed: transformers and fairseq differ by")
     assert "(tolerance 0.0001)" in lines[0]
     assert not (tmp_path / "hf").exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-tmp")]
+
+
+def test_export_self_check_compares_the_sbo_head(imported_tiny, tmp_path, monkeypatch):
+    """The check rebuilds the SBO head from its exported file and compares its logits: an export that altered one of
+    its weights fails (the check compared nothing of it before)."""
+    from safetensors.torch import load_file, save_file
+
+    import spanbert_plugin.hf.heads as heads
+    import spanbert_plugin.hf.interop as hf_interop
+    from spanbert_plugin.cli.export_hf import main
+
+    status, out, _ = call(main, ["--checkpoint", imported_tiny / "model.pt", "--out", tmp_path / "hf"])
+    assert status == 0 and "sbo_logits" in out, out
+    write = heads.SBO.write
+
+    def perturbed(hub, directory):
+        write(hub, directory)
+        path = os.path.join(directory, heads.SBO.weights_file)
+        weights = load_file(path)
+        weights["dense2.weight"] = weights["dense2.weight"] + 0.01 * torch.randn(
+            weights["dense2.weight"].shape, generator=torch.Generator().manual_seed(0))
+        save_file(weights, path)
+
+    monkeypatch.setattr(heads, "SBO", dataclasses.replace(heads.SBO, write=perturbed))
+    monkeypatch.setattr(hf_interop, "SIDE_HEADS", (heads.SBO, *heads.SIDE_HEADS[1:]))
+    status, _, err = call(main, ["--checkpoint", imported_tiny / "model.pt", "--out", tmp_path / "hf2"])
+    assert status == 1 and "export check failed" in err and "sbo_logits" in err, err
 
 
 def test_fine_tuned_regression_head_exports_problem_type(spm_data, corpus_files, tmp_path):

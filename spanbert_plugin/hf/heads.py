@@ -84,6 +84,27 @@ def _sbo_arguments(config, directory):
     return ["--sbo-position-slots", str(config["position_slots"]), "--sbo-position-dim", str(config["position_dim"])]
 
 
+def _compare_sbo(hub, directory, features, hidden):
+    """The SBO head rebuilt from the exported files, its decoder the exported word embeddings, on transformers'
+    hidden states, against fairseq's SBO logits: the sample's first and last tokens as boundaries, every offset slot."""
+    from safetensors.torch import load_file
+
+    from ..model.layers import SpanBoundaryHead
+
+    ours = hub.model.sbo_head.eval()
+    config = read_json(os.path.join(directory, SBO.config_file))
+    embeddings = load_file(os.path.join(directory, "model.safetensors"))
+    decoder = next(v for k, v in embeddings.items() if k.endswith("embeddings.word_embeddings.weight"))
+    head = SpanBoundaryHead(hidden.size(-1), decoder.float(), config["position_slots"], config["position_dim"],
+                            hub.model.cfg.layer_norm_eps).eval()
+    head.load_state_dict(read_weights(os.path.join(directory, SBO.weights_file)))  # the decoder is set above
+    slots = torch.arange(1, ours.position_slots + 1)
+    left = torch.zeros_like(slots)  # the first token as the left boundary, the last as the right
+    right = torch.full_like(slots, features.size(1) - 1)
+    theirs = head(hidden[0, left], hidden[0, right], slots)
+    return {"sbo_logits": (ours(features[0, left], features[0, right], slots) - theirs).abs().max().item()}
+
+
 def _restore_sbo(model, directory, config, hidden):
     weights = read_weights(os.path.join(directory, SBO.weights_file))
     return {"sbo_head." + k: v for k, v in weights.items()}, None
@@ -91,7 +112,7 @@ def _restore_sbo(model, directory, config, hidden):
 
 SBO = SideHead(
     name="span boundary (SBO) head", weights_file="sbo_head.safetensors", config_file="sbo_config.json",
-    present=lambda model: True, write=_write_sbo, compare=lambda hub, directory, features, hidden: {},
+    present=lambda model: True, write=_write_sbo, compare=_compare_sbo,
     model_arguments=_sbo_arguments, restore=_restore_sbo,
 )
 
