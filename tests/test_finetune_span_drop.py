@@ -155,7 +155,7 @@ def symbols(task, ids):
 # ----------------------------------------------------------------------------- segmentation
 
 
-def test_sentence_starts_skip_abbreviations_and_initials():
+def test_sentence_starts_skip_abbreviations_and_initials(monkeypatch):
     text = 'Dr. Smith went to the U.S. Army. He slept! "Then?" J. R. R. Tolkien wrote it... 3 cats ran. end'
     starts = sentence_starts(text)
     assert [text[s:s + 6] for s in starts] == [text[:6], "He sle", '"Then?', "J. R. ", "3 cats"]
@@ -165,6 +165,10 @@ def test_sentence_starts_skip_abbreviations_and_initials():
     expected = [int(np.searchsorted(sentence_starts(contexts[c]), s, side="right")) - 1
                 for c, s in zip(token_context, char_start)]
     assert token_sentence_ids(contexts, token_context, char_start).tolist() == expected == [0, 1, 3, 0, 1, 2, 2]
+    from spanbert_plugin.qa import span_drop
+
+    monkeypatch.setattr(span_drop, "_TOKENS_A_CHUNK", 2)  # chunks that cut a context's tokens: the same ids
+    assert token_sentence_ids(contexts, token_context, char_start).tolist() == expected
 
 
 def test_units_never_span_fixed_tokens():

@@ -452,6 +452,9 @@ def featurize(qa: QAFile, tokenizer, bos: int, eos: int, config: QAConfig, train
     # per passage token of every window: characters and the max-context flag
     window_token_offsets = _offsets_of(length)
     token_pos = concat_ranges(token_offsets[ctx] + start, length)
+    # one value per passage token per window (tens of millions for SQuAD's training set): int32, as stored
+    window_char_start, window_char_end = char_start[token_pos].astype(np.int32), char_end[token_pos].astype(np.int32)
+    del token_pos
     max_context = max_context_flags(n, capacity, counts, local_question, rank, start, length, config.doc_stride)
 
     # token ids: [CLS] question [SEP] passage [SEP] gathered from one pool
@@ -467,10 +470,11 @@ def featurize(qa: QAFile, tokenizer, bos: int, eos: int, config: QAConfig, train
     questions = [qa.questions[i] for i in kept]  # context_index stays valid: every context is kept
     split = QASplit(question_index=question_index, start_positions=start_positions.astype(np.int64),
                     end_positions=end_positions.astype(np.int64), passage_offset=passage_offset.astype(np.int64),
-                    token_offsets=window_token_offsets, char_start=char_start[token_pos], char_end=char_end[token_pos],
+                    token_offsets=window_token_offsets, char_start=window_char_start, char_end=window_char_end,
                     max_context=max_context, questions=questions, contexts=list(qa.contexts), format=qa.format,
                     with_negative=qa.with_negative,
-                    sentence_ids=token_sentence_ids(qa.contexts, np.repeat(ctx, length), char_start[token_pos]))
+                    sentence_ids=token_sentence_ids(qa.contexts, np.repeat(ctx.astype(np.int32), length),
+                                                    window_char_start))
     stats = {
         "format": qa.format,
         "contexts": len(qa.contexts),

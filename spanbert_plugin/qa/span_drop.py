@@ -38,6 +38,9 @@ def sentence_starts(text: str) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
+_TOKENS_A_CHUNK = 1 << 22
+
+
 def token_sentence_ids(contexts, token_context: np.ndarray, char_start: np.ndarray) -> np.ndarray:
     """Sentence index, within its context, of every token given its context index and character start.
 
@@ -49,9 +52,14 @@ def token_sentence_ids(contexts, token_context: np.ndarray, char_start: np.ndarr
     counts = np.array([len(s) for s in starts], dtype=np.int64)
     base = np.concatenate([[0], np.cumsum([len(text) + 1 for text in contexts], dtype=np.int64)[:-1]])
     axis = np.concatenate([s + b for s, b in zip(starts, base)]) if starts else np.zeros(0, np.int64)
-    token_context = np.asarray(token_context, dtype=np.int64)
-    sentence = np.searchsorted(axis, np.asarray(char_start, np.int64) + base[token_context], side="right") - 1
-    return (sentence - (np.cumsum(counts) - counts)[token_context]).astype(np.int64)
+    first_sentence = np.cumsum(counts) - counts
+    sentence = np.empty(len(char_start), dtype=np.int32)
+    for lo in range(0, len(sentence), _TOKENS_A_CHUNK):  # a split's windows hold tens of millions of tokens
+        context = np.asarray(token_context[lo:lo + _TOKENS_A_CHUNK], dtype=np.int64)
+        found = np.searchsorted(axis, np.asarray(char_start[lo:lo + _TOKENS_A_CHUNK], np.int64) + base[context],
+                                side="right") - 1
+        sentence[lo:lo + _TOKENS_A_CHUNK] = found - first_sentence[context]
+    return sentence
 
 
 def passage_sentence_ids(qa) -> np.ndarray:
