@@ -116,6 +116,27 @@ def test_validation_resamples_until_supporting_spans_survive():
         assert (src[np.asarray(item["supporting"])] == original[[12, 30]]).all()
 
 
+@pytest.mark.parametrize("gamma", [None, 1.0, 0.3])
+def test_required_spans_give_the_rejection_samplers_distribution(gamma):
+    """Conditioning on the supporting spans' survival equals drawing again until they survive (unbounded), in the
+    distribution of the number of other spans kept: chi-square over 20,000 draws each (critical value at p = 0.001).
+    It gave up after 10 tries before and kept everything (at p = 0.5, gamma = 1 on 3 of 20 spans, 5.6% of draws)."""
+    n, required, p = 20, np.array([2, 9, 15]), 0.5
+    rng = np.random.default_rng(0)
+    conditioned = [int(sample_keep_mask(n, p, gamma, rng, required=required).sum()) for _ in range(20000)]
+    rejected = []
+    while len(rejected) < 20000:
+        keep = sample_keep_mask(n, p, gamma, rng)
+        if keep[required].all():
+            rejected.append(int(keep.sum()))
+    a, b = np.bincount(conditioned, minlength=n + 1), np.bincount(rejected, minlength=n + 1)
+    cells = (a + b) >= 10
+    expected = (a + b)[cells] / 2
+    statistic = (((a[cells] - expected) ** 2 + (b[cells] - expected) ** 2) / expected).sum()
+    assert statistic < stats.chi2.ppf(0.999, cells.sum() - 1), (statistic, a, b)
+    assert all(sample_keep_mask(n, p, gamma, rng, required=required)[required].all() for _ in range(200))
+
+
 def test_segmentation_units():
     tokens = np.array([0, 5, 6, 9, 7, 9, 8, 0])
     droppable = np.array([0, 1, 1, 1, 1, 1, 1, 0], dtype=bool)

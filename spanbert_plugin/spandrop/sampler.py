@@ -30,20 +30,29 @@ def check_span_drop_args(p, gamma=None):
         raise UsageError(f"--span-drop-gamma must be > 0 (or unset for Bernoulli SpanDrop), got {gamma}")
 
 
-def sample_keep_mask(num_spans: int, p: float, gamma: Optional[float], rng: np.random.Generator, protected=None) -> np.ndarray:
+def sample_keep_mask(num_spans: int, p: float, gamma: Optional[float], rng: np.random.Generator, protected=None,
+                     required=None) -> np.ndarray:
     """Which of ``num_spans`` spans to keep: SpanDrop(p) if gamma is None, else Beta-SpanDrop(p, gamma).
 
     Beta-SpanDrop draws one drop rate pi ~ Beta(gamma, gamma (1 - p) / p) per
     call, then drops each span independently with probability pi; the expected
     drop rate is p either way. ``protected`` span indices are always kept.
+    ``required`` span indices are kept too, and the draw is the one conditioned on
+    their survival, exactly what drawing again until they all survive gives (rejection
+    sampling): SpanDrop's spans are independent, so the others are drawn as before;
+    under Beta-SpanDrop, m required spans that are not protected all survive with
+    probability (1 - pi)^m, so pi comes from its posterior Beta(gamma, gamma (1 - p) / p + m).
     """
     check_span_drop_args(p, gamma)
+    protected = np.zeros(0, np.int64) if protected is None else np.asarray(protected, dtype=np.int64)
+    required = np.zeros(0, np.int64) if required is None else np.asarray(required, dtype=np.int64)
     drop_rate = p
     if gamma is not None and p > 0:
-        drop_rate = rng.beta(gamma, gamma * (1 - p) / p)
+        at_risk = len(np.setdiff1d(required, protected))
+        drop_rate = rng.beta(gamma, gamma * (1 - p) / p + at_risk)
     keep = rng.random(num_spans) >= drop_rate
-    if protected is not None:
-        keep[np.asarray(protected, dtype=np.int64)] = True
+    keep[protected] = True
+    keep[required] = True
     return keep
 
 
@@ -76,14 +85,13 @@ class SpanDropDataset(BaseWrapperDataset):
     (positions into ``source``, remapped after removal; their spans are always
     kept so they never point at removed tokens) and ``supporting`` (positions of
     supporting evidence: protected with ``protect_supporting``, or required to
-    survive with ``require_supporting``: resample up to ``max_retries`` times,
-    then return the untouched example).
+    survive with ``require_supporting``: the draw conditioned on their survival,
+    as rejection sampling would give it, ``sample_keep_mask``).
     """
 
     def __init__(self, dataset, p: float, gamma: Optional[float] = None, unit: str = "token", mode: str = "drop",
                  mask_index: Optional[int] = None, chunk_size: int = 1, separator: Optional[int] = None,
-                 protect_supporting: bool = False, require_supporting: bool = False, max_retries: int = 10,
-                 seed: int = 1):
+                 protect_supporting: bool = False, require_supporting: bool = False, seed: int = 1):
         super().__init__(dataset)
         check_span_drop_args(p, gamma)
         if unit not in UNITS:
@@ -99,7 +107,7 @@ class SpanDropDataset(BaseWrapperDataset):
         self.p, self.gamma, self.unit, self.mode = p, gamma, unit, mode
         self.mask_index, self.chunk_size, self.separator = mask_index, chunk_size, separator
         self.protect_supporting, self.require_supporting = protect_supporting, require_supporting
-        self.max_retries, self.seed, self.epoch = max_retries, seed, 0
+        self.seed, self.epoch = seed, 0
         self.item_random = ItemRandom()
 
     @property
@@ -138,12 +146,8 @@ class SpanDropDataset(BaseWrapperDataset):
         protected = protected[protected >= 0]
 
         rng = self.item_random(seed, epoch, index)
-        for _ in range(self.max_retries if self.require_supporting else 1):
-            keep = sample_keep_mask(num_spans, self.p, self.gamma, rng, protected)
-            if not self.require_supporting or keep[supporting].all():
-                break
-        else:
-            return item  # no sample kept every supporting span: the untouched example
+        keep = sample_keep_mask(num_spans, self.p, self.gamma, rng, protected,
+                                required=supporting if self.require_supporting else None)
         token_keep = fixed | keep[np.maximum(span_ids, 0)]
         if self.mode == "mask":
             masked = source.copy()
@@ -191,7 +195,8 @@ class SpanDropOptions(SpanDropSampling):
     # the units find_animals' items can be cut into (separator and explicit need items carrying them)
     span_drop_unit: ChoiceEnum(("token", "chunk")) = field(default="token", metadata={"help": "span unit: token or chunk"})
     span_drop_require_supporting: bool = field(
-        default=False, metadata={"help": "resample (up to 10 times) until every supporting span survives"}
+        default=False, metadata={"help": "SpanDrop conditioned on every supporting span surviving (what resampling "
+                                 "until they do gives)"}
     )
 
 
