@@ -95,6 +95,23 @@ def test_span_objective_is_minus_pseudo_label_cross_entropy():
     torch.testing.assert_close(pseudo_label_span_objective(start, end), expected)
 
 
+def test_regression_objective_is_minus_the_loss():
+    """The authors' STS-B code ranks attention entries by the negated gradient of the loss; the plain loss (before)
+    picked the opposite entries as candidates."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.classification.criterion import SentenceClassificationCriterion
+
+    task = SimpleNamespace(cfg=SimpleNamespace(classification_head_name="sentence_classification_head"),
+                           regression=True, num_classes=1)
+    criterion = SentenceClassificationCriterion(None, task)
+    outputs = torch.tensor([[0.5], [2.0], [-1.0]])
+    sample = {"net_input": {}, "target": torch.tensor([1.0, 1.5, 0.0]), "ntokens": 9}
+    model = lambda **inputs: (outputs, None)  # noqa: E731 - the head's outputs, whatever the inputs
+    loss = criterion(model, sample)[0]
+    assert loss == pytest.approx(0.25 + 0.25 + 1.0) and criterion.ad_drop_objective(model, sample) == -loss
+
+
 def test_candidates_are_top_p_of_real_keys_and_drops_about_p_times_q():
     lengths = [40, 33, 17, 5, 28, 40, 1, 12] * 4
     B, heads, T = len(lengths), 4, 40

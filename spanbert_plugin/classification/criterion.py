@@ -51,9 +51,11 @@ class SentenceClassificationCriterion(FairseqCriterion):
             self.register_buffer("one", torch.ones(1, dtype=torch.long), persistent=False)
 
     def ad_drop_objective(self, model, sample):
-        """AD-DROP attribution scalar: the summed logits of the predicted classes; for regression the loss."""
+        """AD-DROP attribution scalar: the summed logits of the predicted classes; for regression minus the real loss
+        (the authors' STS-B code ranks attention entries by the negated gradient of the loss: high attribution
+        supports the prediction, as a logit's gradient does)."""
         if self.regression:
-            return self(model, sample)[0]
+            return -self(model, sample)[0]
         return pseudo_label_logit_sum(classification_logits(model, sample, self.head_name))
 
     def forward(self, model, sample, reduce=True):
