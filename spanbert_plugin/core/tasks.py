@@ -34,7 +34,6 @@ class OneDictionaryTask:
         super().__init__(cfg, **kwargs)
         self.flops_log = FlopsLog(getattr(cfg, "peak_tflops", 0.0) or 0.0)
         self._dataset_forms = {}  # split -> {training: dataset}: see keep_dataset
-        self._evaluation_twin = {}  # a split's training form -> its evaluation form
 
     def forward_precision(self, model):
         """The context of a training or validation forward pass: bfloat16 autocast with ``--bf16-autocast``."""
@@ -103,10 +102,15 @@ class OneDictionaryTask:
         then for training, and its validation would read the training form. A training form keeps the evaluation
         form of its split as its twin, which ``get_batch_iterator`` gives every iterator but the training one.
         """
-        forms = self._dataset_forms.setdefault(split, {})
-        forms[training] = dataset
+        self._dataset_forms.setdefault(split, {})[training] = dataset
         self.datasets[split] = dataset
-        self._evaluation_twin = {both[True]: both[False] for both in self._dataset_forms.values() if len(both) == 2}
+
+    def _evaluation_form(self, dataset):
+        """The evaluation form of the split whose training form ``dataset`` is, else ``dataset`` itself."""
+        for forms in self._dataset_forms.values():
+            if forms.get(True) is dataset:
+                return forms.get(False, dataset)
+        return dataset
 
     def get_batch_iterator(self, dataset, *args, **kwargs):
         """FairseqTask's, with persistent DataLoader workers only for an iterator fairseq keeps for reuse.
@@ -122,7 +126,7 @@ class OneDictionaryTask:
         ``torch._dynamo``, imported by ``--compile``, frees what the workers need before they are stopped.
         """
         if "update_epoch_batch_itr" not in kwargs:
-            dataset = self._evaluation_twin.get(dataset, dataset)
+            dataset = self._evaluation_form(dataset)
         clean_exit.install()
         iterator = super().get_batch_iterator(dataset, *args, **kwargs)
         if self.dataset_to_epoch_iter.get(dataset) is not iterator:

@@ -19,9 +19,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from .span_drop import token_sentence_ids
-from ..core.progress import progress_bar
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, is_json_integer, parse_json, read_text
+from ..core.progress import progress_bar
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, warn_if_vocabulary_does_not_fit, write_json, write_token_items,
 )
