@@ -17,6 +17,7 @@ setup(
             "spanbert-prepare=spanbert_plugin.cli.prepare:main",
             "spanbert-export-hf=spanbert_plugin.cli.export_hf:main",
             "spanbert-import-hf=spanbert_plugin.cli.import_hf:main",
+            "spanbert-average-checkpoints=spanbert_plugin.cli.average_checkpoints:main",
             "spanbert-findanimals=spanbert_plugin.cli.findanimals:main",
             "spanbert-prepare-qa=spanbert_plugin.cli.prepare_qa:main",
             "spanbert-predict-qa=spanbert_plugin.cli.predict_qa:main",

@@ -1,0 +1,121 @@
+"""spanbert-average-checkpoints: fairseq's checkpoint averaging on checkpoints that carry the vocabulary record."""
+import os
+
+import pytest
+import torch
+
+from conftest import bin_path, run_cli
+from test_pretrain import TINY
+
+PROG = "spanbert-average-checkpoints"
+
+
+@pytest.fixture(scope="module")
+def run_folder(corpus_files, wordpiece_vocab, tmp_path_factory):
+    """A 3-epoch pre-training run that keeps every epoch's checkpoint and one every 2 updates."""
+    from spanbert_plugin.cli.prepare import main as prepare
+
+    root = tmp_path_factory.mktemp("averaging")
+    documents = open(corpus_files[0], encoding="utf-8").read().split("\n\n")[:6]
+    (root / "train.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    data = str(root / "data")
+    assert prepare(["--train", str(root / "train.txt"), "--valid", corpus_files[1], "--destdir", data,
+                    "--tokenizer", "wordpiece", "--wordpiece-vocab", wordpiece_vocab]) == 0
+    options = [o for o in TINY if o != "--no-epoch-checkpoints"]
+    run_cli([bin_path("fairseq-train"), data, *options, "--max-epoch", "3", "--save-interval-updates", "2",
+             "--save-dir", str(root / "ck")])
+    return root / "ck"
+
+
+def average(*args):
+    return run_cli([bin_path(PROG), *map(str, args)], check=False)
+
+
+def weights(path):
+    return torch.load(path, weights_only=True)["model"]
+
+
+def test_the_last_epochs_are_averaged_and_the_records_kept(run_folder, tmp_path):
+    out = tmp_path / "averaged.pt"
+    proc = average("--inputs", run_folder, "--num-epoch-checkpoints", "2", "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    newest, older = weights(run_folder / "checkpoint3.pt"), weights(run_folder / "checkpoint2.pt")
+    got = torch.load(out, weights_only=True)
+    floats = 0
+    for key, value in got["model"].items():
+        if newest[key].is_floating_point():
+            floats += 1
+            assert value.dtype == newest[key].dtype
+            torch.testing.assert_close(value, (newest[key] + older[key]) / 2, rtol=0, atol=1e-7)
+        else:  # the vocabulary record and other integer buffers, as they were
+            assert torch.equal(value, newest[key]) and value.dtype == newest[key].dtype, key
+    assert floats > 10 and "vocabulary.symbol_hashes" in got["model"]
+    assert not torch.equal(newest["lm_head.dense.weight"], older["lm_head.dense.weight"])
+    # everything else is the newest checkpoint's, and the result loads where fairseq's checkpoints do
+    state3 = torch.load(run_folder / "checkpoint3.pt", weights_only=True)
+    assert got["cfg"] == state3["cfg"] and got["extra_state"]["train_iterator"] == state3["extra_state"]["train_iterator"]
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    hub = SpanBertModel.from_pretrained(str(tmp_path), "averaged.pt")
+    torch.testing.assert_close(hub.model.state_dict()["lm_head.dense.weight"],
+                               got["model"]["lm_head.dense.weight"], rtol=0, atol=0)
+    assert len(hub.fill_mask("The <mask> is here", topk=2)) == 2
+    assert sorted(os.listdir(tmp_path)) == ["averaged.pt"]  # no temporary file left
+
+
+def test_update_checkpoints_up_to_a_bound_and_explicit_inputs(run_folder, tmp_path):
+    updates = sorted(int(n.split("_")[2][:-3]) for n in os.listdir(run_folder) if n.count("_") == 2)
+    assert len(updates) >= 3, os.listdir(run_folder)
+    bound = updates[-2]
+    picked = sorted((n for n in os.listdir(run_folder) if n.count("_") == 2 and int(n.split("_")[2][:-3]) <= bound),
+                    key=lambda n: -int(n.split("_")[2][:-3]))[:2]
+    proc = average("--inputs", run_folder, "--num-update-checkpoints", "2", "--checkpoint-upper-bound", bound,
+                   "--output", tmp_path / "by_update.pt")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{run_folder / picked[0]}, {run_folder / picked[1]}" in proc.stdout
+    proc = average("--inputs", *(run_folder / n for n in picked), "--output", tmp_path / "explicit.pt")
+    assert proc.returncode == 0, proc.stderr
+    by_update, explicit = weights(tmp_path / "by_update.pt"), weights(tmp_path / "explicit.pt")
+    assert by_update.keys() == explicit.keys() and all(torch.equal(by_update[k], explicit[k]) for k in by_update)
+
+
+def one_line_error(proc, *expected):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith(f"{PROG}: error: "), proc.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+
+
+def test_bad_inputs_are_one_line_and_write_nothing(run_folder, tmp_path):
+    last, prev = run_folder / "checkpoint3.pt", run_folder / "checkpoint2.pt"
+    # a checkpoint over another vocabulary: its hashes differ
+    state = torch.load(prev, weights_only=True)
+    state["model"]["vocabulary.symbol_hashes"][5] += 1
+    torch.save(state, tmp_path / "other_vocab.pt")
+    one_line_error(average("--inputs", last, tmp_path / "other_vocab.pt", "--output", tmp_path / "a.pt"),
+                   "other_vocab.pt: its vocabulary.symbol_hashes differs")
+    # another model: a weight missing, a shape changed
+    del state["model"]["lm_head.bias"]
+    torch.save(state, tmp_path / "fewer.pt")
+    one_line_error(average("--inputs", last, tmp_path / "fewer.pt", "--output", tmp_path / "a.pt"),
+                   "fewer.pt: another model: it lacks lm_head.bias")
+    (tmp_path / "damaged.pt").write_bytes(last.read_bytes()[:4000])
+    one_line_error(average("--inputs", last, tmp_path / "damaged.pt", "--output", tmp_path / "a.pt"),
+                   "damaged.pt: truncated or damaged checkpoint")
+    one_line_error(average("--inputs", last, tmp_path / "absent.pt", "--output", tmp_path / "a.pt"),
+                   "absent.pt: no such file")
+    one_line_error(average("--inputs", last, run_folder / ".." / run_folder.name / "checkpoint3.pt",
+                           "--output", tmp_path / "a.pt"), "named twice")
+    one_line_error(average("--inputs", run_folder, "--num-epoch-checkpoints", "4", "--output", tmp_path / "a.pt"),
+                   "3 checkpointE.pt checkpoints there, --num-epoch-checkpoints asks for 4")
+    one_line_error(average("--inputs", last, "--num-epoch-checkpoints", "1", "--output", tmp_path / "a.pt"),
+                   "not a folder")
+    one_line_error(average("--inputs", last, prev, "--output", tmp_path / "no" / "a.pt"), "does not exist")
+    assert not (tmp_path / "a.pt").exists()
+    # an existing file is never replaced
+    (tmp_path / "mine.pt").write_bytes(b"the user's file")
+    one_line_error(average("--inputs", last, prev, "--output", tmp_path / "mine.pt"), "mine.pt: exists")
+    assert (tmp_path / "mine.pt").read_bytes() == b"the user's file"
+    proc = average("--inputs", last, "--checkpoint-upper-bound", "2", "--output", tmp_path / "a.pt")
+    assert proc.returncode == 2 and "--checkpoint-upper-bound needs" in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["damaged.pt", "fewer.pt", "mine.pt", "other_vocab.pt"]
