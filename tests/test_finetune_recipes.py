@@ -4,6 +4,7 @@ Every recipe runs for two updates through ``fairseq-hydra-train`` from an import
 non-default shape (1 layer, hidden 48, 3 heads, FFN 96, 128 positions), with no size option anywhere.
 """
 import glob
+import json
 import os
 
 import pytest
@@ -55,6 +56,16 @@ def make_family_data(imported, tmp_path_factory):
     synthetic_qa(d / "qa_valid.json", 16, 2)
     prepare_qa({"train": str(d / "qa_train.json"), "valid": str(d / "qa_valid.json")}, imported, str(d / "qa"),
                QAConfig(64, 16, 12))
+    for split in ("train", "valid"):  # SQuAD 2.0: every third question unanswerable
+        squad = json.loads((d / f"qa_{split}.json").read_text(encoding="utf-8"))
+        squad["version"] = "v2.0"
+        for i, paragraph in enumerate(squad["data"][0]["paragraphs"]):
+            for qa in paragraph["qas"]:
+                qa["is_impossible"] = i % 3 == 0
+                qa["answers"] = [] if i % 3 == 0 else qa["answers"]
+        (d / f"qa2_{split}.json").write_text(json.dumps(squad), encoding="utf-8")
+    prepare_qa({"train": str(d / "qa2_train.json"), "valid": str(d / "qa2_valid.json")}, imported, str(d / "qa2"),
+               QAConfig(64, 16, 12))
     synthetic_re(d / "re_train.json", 40, 3)
     synthetic_re(d / "re_valid.json", 16, 4)
     assert prepare_re.main(["--train", str(d / "re_train.json"), "--valid", str(d / "re_valid.json"), "--tokenizer-from",
@@ -75,7 +86,7 @@ def make_family_data(imported, tmp_path_factory):
                                "--valid", write_jsonl(d / "coref_valid.jsonl", synthetic_documents(3, 2)),
                                "--tokenizer-from", imported, "--destdir", str(d / "coref"),
                                "--max-segment-length", "48"]) == 0
-    return {name: str(d / name) for name in ("qa", "re", "cls", "reg", "coref")}
+    return {name: str(d / name) for name in ("qa", "qa2", "re", "cls", "reg", "coref")}
 
 
 def test_every_task_has_a_recipe():
@@ -101,7 +112,9 @@ def _family(cfg, name):
     task = cfg["task"]["_name"]
     if task == "sentence_classification":
         return "reg" if name == "glue_stsb" else "cls"
-    return {"extractive_qa": "qa", "relation_extraction": "re", "coreference": "coref"}[task]
+    if task == "extractive_qa":
+        return "qa2" if name == "squad2" else "qa"
+    return {"relation_extraction": "re", "coreference": "coref"}[task]
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: os.path.basename(p))
@@ -209,3 +222,27 @@ def test_starting_checkpoint_follows_fairseq(tmp_path):
     assert starting_checkpoint(cfg) == str(tmp_path / "run" / "checkpoint_last.pt")  # a resumed run
     assert starting_checkpoint({**cfg, "restore_file": finetune, "finetune_from_model": None}) == finetune
     assert starting_checkpoint({**cfg, "save_dir": str(tmp_path / "new"), "finetune_from_model": None}) is None
+
+
+def test_a_best_checkpoint_metric_validation_does_not_log_is_one_line(imported, family_data, tmp_path):
+    """fairseq reads stats[--best-checkpoint-metric] after the first validation: a KeyError traceback there."""
+    proc = run_cli(_train(family_data["cls"], os.path.join(imported, "model.pt"), tmp_path / "ck",
+                          "--best-checkpoint-metric", "acuracy", "--maximize-best-checkpoint-metric"), check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and lines[-1].startswith("error: --best-checkpoint-metric acuracy: the validation "
+                                                         "logged no acuracy (it logged: "), proc.stderr[-2000:]
+    assert " accuracy, " in lines[-1] and " mcc" in lines[-1]
+    assert "Traceback" not in proc.stderr
+
+
+def test_squad2_recipe_on_validation_without_unanswerable_questions_stops_before_training(imported, family_data,
+                                                                                           tmp_path):
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
+                    "--config-name", "squad2", f"task.data={family_data['qa']}",
+                    f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
+                    f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "dataset.num_workers=0",
+                    "dataset.batch_size=8", "common.log_interval=1"], check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and ("error: --best-checkpoint-metric best_f1: validation split 'valid' of "
+                                     f"{family_data['qa']} has no unanswerable question") in out, out[-2000:]
+    assert "train_inner" not in out and "Traceback" not in out and not (tmp_path / "ck" / "checkpoint_last.pt").exists()

@@ -171,6 +171,12 @@ class OneDictionaryTask:
         warn_if_validating_between_saves(self.cfg)
         super().begin_epoch(epoch, model)
 
+    def post_validate(self, model, stats, agg):
+        """fairseq-train calls it after each validation, then reads ``stats[--best-checkpoint-metric]``: a metric the
+        validation did not log is one line here, not a KeyError traceback (on the first validation: later ones
+        read the metric before this call)."""
+        refuse_a_best_checkpoint_metric_not_logged(self.cfg, stats)
+
 
 def compile_for_training(model, task_cfg, run) -> None:
     """``--compile``: the model compiles its transformer layers (``SpanBertModel.compile_layers``), padding batches
@@ -228,6 +234,14 @@ def warn_if_validating_between_saves(cfg) -> None:
             f"{problem}: checkpoint_best.pt (--best-checkpoint-metric {metric}) is chosen only among the validations "
             "that coincide with a save, so it may not be the best validated model"
         )
+
+
+def refuse_a_best_checkpoint_metric_not_logged(cfg, stats) -> None:
+    checkpoint = run_section(cfg, "checkpoint")
+    metric = checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
+    if metric and metric not in stats:
+        logged = ", ".join(sorted(k for k in stats if k not in ("num_updates",) and not k.startswith("best_")))
+        raise UsageError(f"--best-checkpoint-metric {metric}: the validation logged no {metric} (it logged: {logged})")
 
 
 def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_files=("dict.txt",)) -> str:

@@ -40,6 +40,10 @@ def qa_logits(model, sample):
     return start.float().masked_fill(padding, fill), end.float().masked_fill(padding, fill)
 
 
+# logged where the validation split has unanswerable questions (SQuAD 2.0 rules)
+UNANSWERABLE_METRICS = ("has_ans_f1", "no_ans_f1", "best_f1", "best_f1_thresh")
+
+
 @register_criterion("extractive_qa", dataclass=ExtractiveQACriterionConfig)
 class ExtractiveQACriterion(FairseqCriterion):
     """Span extraction: start/end cross-entropy; exact SQuAD metrics at validation."""
@@ -80,7 +84,7 @@ class ExtractiveQACriterion(FairseqCriterion):
         if records:
             with_negative = any(log.get("qa_with_negative", 0) for log in logging_outputs)
             log_sum_to_this_validation("_qa_records", sum(torch.as_tensor(r, dtype=torch.float64).cpu() for r in records))
-            keys = ["em", "f1"] + (["has_ans_f1", "no_ans_f1", "best_f1", "best_f1_thresh"] if with_negative else [])
+            keys = ["em", "f1"] + (list(UNANSWERABLE_METRICS) if with_negative else [])
             for key in keys:
                 metrics.log_derived(key, lambda meters, key=key: _summary_value(meters, key, with_negative))
 

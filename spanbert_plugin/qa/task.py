@@ -22,8 +22,10 @@ from ..spandrop.finetune import span_dropper
 from .dataset import ExtractiveQADataset
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
+from ..core.run_config import run_section
 from ..core.tasks import OneDictionaryTask, missing_split_error, prepared_data_folder
 from .windows import QASplit
+from .criterion import UNANSWERABLE_METRICS
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
@@ -91,6 +93,24 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
             dataset = QASpanDropDataset(dataset, dropper, self.cfg.span_drop_protect_question_overlap)
         self.keep_dataset(split, dataset, is_train)
         logger.info(f"{prefix}: {qa.num_questions} questions, {qa.num_windows} windows ({qa.format})")
+
+    def begin_epoch(self, epoch, model):
+        """Training only: SQuAD 2.0's metrics as --best-checkpoint-metric need unanswerable questions to validate on
+        (refused now, not after the first epoch of training)."""
+        super().begin_epoch(epoch, model)
+        self._refuse_unanswerable_metric_without_unanswerable_questions()
+
+    def _refuse_unanswerable_metric_without_unanswerable_questions(self) -> None:
+        dataset, checkpoint = run_section(self.cfg, "dataset"), run_section(self.cfg, "checkpoint")
+        metric = checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
+        if metric not in UNANSWERABLE_METRICS or dataset is None or dataset.get("disable_validation"):
+            return
+        for split in str(dataset.get("valid_subset") or "valid").split(","):
+            if os.path.isfile(os.path.join(self.cfg.data, split + ".windows.npz")) and not self.qa_split(split).with_negative:
+                raise UsageError(
+                    f"--best-checkpoint-metric {metric}: validation split {split!r} of {self.cfg.data} has no "
+                    "unanswerable question, so it logs em and f1 only (SQuAD 1.1 rules); choose f1, or a SQuAD 2.0 "
+                    "validation split")
 
     def max_positions(self):
         return int(self.qa_config.get("max_seq_length", 512))
