@@ -246,3 +246,31 @@ def test_squad2_recipe_on_validation_without_unanswerable_questions_stops_before
     assert proc.returncode == 1 and ("error: --best-checkpoint-metric best_f1: validation split 'valid' of "
                                      f"{family_data['qa']} has no unanswerable question") in out, out[-2000:]
     assert "train_inner" not in out and "Traceback" not in out and not (tmp_path / "ck" / "checkpoint_last.pt").exists()
+
+
+def test_coreference_recipes_train_under_fp16(imported, family_data, tmp_path):
+    """The recipes' note "on a GPU add common.fp16=true": fairseq's fp16 optimizer keeps the composite optimizer's
+    parameter groups only with per-parameter fp32 copies, which the recipes ask for (fp16 runs on a CPU here)."""
+    overrides = [f"task.data={family_data['coref']}", f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
+                 f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "common.fp16=true",
+                 "optimization.max_update=2", "dataset.num_workers=0", "common.log_interval=1", "task.coref_ffnn_size=32"]
+    for name in ("litbank", "coref"):
+        assert recipe(os.path.join(ROOT, "configs", "finetune", f"{name}.yaml"))["common"]["fp16_no_flatten_grads"]
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
+                    "--config-name", "litbank", *overrides])
+    assert "loss_scale=" in proc.stdout + proc.stderr and "lr_coref_head=" in proc.stdout + proc.stderr
+
+
+def test_flat_fp16_copies_of_grouped_parameters_are_one_line():
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.precision import refuse_flat_fp16_copies_of_grouped_parameters
+
+    def run(**common):
+        return OmegaConf.create({"common": {"fp16": True, **common}, "optimizer": {"_name": "composite"},
+                                 "task": {"_name": "coreference"}}).task
+
+    with pytest.raises(UsageError, match=r"^--fp16 with the composite optimizer needs --fp16-no-flatten-grads"):
+        refuse_flat_fp16_copies_of_grouped_parameters(run())
+    refuse_flat_fp16_copies_of_grouped_parameters(run(fp16_no_flatten_grads=True))
+    refuse_flat_fp16_copies_of_grouped_parameters(run(memory_efficient_fp16=True))
+    refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False))

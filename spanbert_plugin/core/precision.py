@@ -101,6 +101,18 @@ def refuse_half_precision_a_cpu_cannot_run(cfg) -> None:
                          "weights on CUDA), or use --bf16-autocast or --memory-efficient-fp16")
 
 
+def refuse_flat_fp16_copies_of_grouped_parameters(cfg) -> None:
+    """fairseq's ``--fp16`` copies every weight into one flat fp32 tensor, which carries no ``param_group``: the
+    ``composite`` optimizer (coreference's two learning rates) then stops in an assertion. One line instead."""
+    common, optimizer = run_section(cfg, "common"), run_section(cfg, "optimizer")
+    if common is None or optimizer is None or optimizer.get("_name") != "composite":
+        return
+    if common.get("fp16") and not common.get("memory_efficient_fp16") and not common.get("fp16_no_flatten_grads"):
+        raise UsageError("--fp16 with the composite optimizer needs --fp16-no-flatten-grads "
+                         "(hydra: common.fp16_no_flatten_grads=true): fairseq's flat fp32 copy of the weights "
+                         "loses their parameter groups")
+
+
 def forward_precision(cfg, model):
     """The context a forward pass runs in: bfloat16 autocast on the model's device with ``--bf16-autocast``."""
     if not bf16_autocast_enabled(cfg):

@@ -13,8 +13,8 @@ from .errors import UsageError
 from .run_config import run_section
 from .fp16_copies import use_multi_tensor_copies
 from .model_flops import FlopsLog, encoder_training_flops
-from .precision import (check_bf16_autocast, enable_tf32, forward_precision, refuse_half_precision_a_cpu_cannot_run,
-                        run_precision)
+from .precision import (check_bf16_autocast, enable_tf32, forward_precision, refuse_flat_fp16_copies_of_grouped_parameters,
+                        refuse_half_precision_a_cpu_cannot_run, run_precision)
 
 
 class OneDictionaryTask:
@@ -150,6 +150,7 @@ class OneDictionaryTask:
             # a training run only: loading a checkpoint a GPU trained under --fp16 or --amp, to validate, predict or
             # export on a CPU, trains nothing (the saved run config still says fp16)
             refuse_half_precision_a_cpu_cannot_run(self.cfg)
+            refuse_flat_fp16_copies_of_grouped_parameters(self.cfg)
         run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
         if not from_checkpoint:
             from .checkpoint_loading import run_starting_checkpoint, take_shape_from_checkpoint
