@@ -140,6 +140,9 @@ def test_recipe_runs_two_updates_from_a_checkpoint_of_another_shape(path, import
     assert saved["model"]["encoder.embeddings.word_embeddings.weight"].shape == (len(VOCAB), SHAPE["encoder_embed_dim"])
     metric = cfg["checkpoint"]["best_checkpoint_metric"]
     assert f"| {metric} " in proc.stdout + proc.stderr  # the recipe's model-selection metric is logged
+    if cfg["optimizer"]["_name"] == "torch_adamw":  # biases and LayerNorm weights without weight decay, as BertAdam
+        decays = sorted(g["weight_decay"] for g in saved["last_optimizer_state"]["param_groups"])
+        assert decays == [0.0, cfg["optimizer"]["weight_decay"]] and cfg["common"]["fp16_no_flatten_grads"]
 
 
 # ------------------------------------------------------------------ fairseq-train: --arch spanbert_base and sizes
@@ -246,6 +249,19 @@ def test_squad2_recipe_on_validation_without_unanswerable_questions_stops_before
     assert proc.returncode == 1 and ("error: --best-checkpoint-metric best_f1: validation split 'valid' of "
                                      f"{family_data['qa']} has no unanswerable question") in out, out[-2000:]
     assert "train_inner" not in out and "Traceback" not in out and not (tmp_path / "ck" / "checkpoint_last.pt").exists()
+
+
+def test_a_recipe_with_the_decay_exemption_trains_under_fp16(imported, family_data, tmp_path):
+    """torch_adamw's exemption needs per-parameter fp32 copies under fp16, which the recipes ask for."""
+    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
+                    "--config-name", "glue_sst2", f"task.data={family_data['cls']}",
+                    f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
+                    f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "common.fp16=true",
+                    "optimization.max_update=2", "dataset.num_workers=0", "common.log_interval=1",
+                    "dataset.batch_size=8", "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2"])
+    assert "loss_scale=" in proc.stdout + proc.stderr
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert sorted(g["weight_decay"] for g in saved["last_optimizer_state"]["param_groups"]) == [0.0, 0.01]
 
 
 def test_coreference_recipes_train_under_fp16(imported, family_data, tmp_path):

@@ -1,10 +1,12 @@
 """``--optimizer torch_adamw``: torch's multi-tensor AdamW with fairseq's adam options."""
+import pytest
 import torch
 from fairseq import utils as fairseq_utils
 from omegaconf import OmegaConf
 
 import spanbert_plugin.registry  # noqa: F401  (registers the optimizer)
 from conftest import bin_path, run_cli
+from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.core.torch_adamw import TorchAdamW, TorchAdamWConfig
 
 TINY_PRETRAIN = ["--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
@@ -172,3 +174,45 @@ def test_the_gradient_factor_is_applied_once_with_the_clipping_or_before_the_ste
     ours.multiply_grads(0.5)
     ours.zero_grad()
     assert ours._grad_factor is None
+
+
+def test_biases_and_norms_can_be_left_out_of_weight_decay():
+    """--no-weight-decay-on-biases-and-norms: transformers' Trainer's grouping (its decay names: every weight but
+    the biases and LayerNorm weights), which for BERT layers is the parameters of one dimension."""
+    from transformers import BertConfig, BertModel
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    bert = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32))
+    decayed_by_trainer = {n for n in get_parameter_names(bert, [torch.nn.LayerNorm]) if "bias" not in n}
+    cfg = _config()
+    cfg.no_weight_decay_on_biases_and_norms = True
+    optimizer = TorchAdamW(cfg, list(bert.parameters()))
+    names = {id(p): n for n, p in bert.named_parameters()}
+    decayed = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0.1 for p in g["params"]}
+    exempt = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0.0 for p in g["params"]}
+    assert decayed == decayed_by_trainer and exempt == set(names.values()) - decayed_by_trainer and exempt
+    # one step: a vector with zero gradient stays, a matrix with zero gradient decays by lr x wd
+    for p in bert.parameters():
+        p.grad = torch.zeros_like(p)
+    before = {n: p.detach().clone() for n, p in bert.named_parameters()}
+    optimizer.step()
+    for n, p in bert.named_parameters():
+        expected = before[n] * (1 - 0.01 * 0.1) if n in decayed else before[n]
+        torch.testing.assert_close(p.detach(), expected, rtol=0, atol=1e-7)
+    # a resumed optimizer keeps the exemption (fairseq sets every group's options from the command line)
+    restored = TorchAdamW(cfg, list(bert.parameters()))
+    restored.load_state_dict(optimizer.state_dict(), optimizer.optimizer_config)
+    assert sorted(g["weight_decay"] for g in restored.param_groups) == [0.0, 0.1]
+    # a state saved with one group cannot be resumed with two: one line naming the option
+    single = TorchAdamW(_config(), list(bert.parameters()))
+    with pytest.raises(UsageError, match="--no-weight-decay-on-biases-and-norms changed since it was saved"):
+        restored.load_state_dict(single.state_dict(), single.optimizer_config)
+
+
+def test_leaving_biases_and_norms_out_needs_per_parameter_fp16_copies():
+    cfg = _config()
+    cfg.no_weight_decay_on_biases_and_norms = True
+    flat = torch.nn.Parameter(torch.zeros(100))  # what fairseq's --fp16 hands the optimizer: every weight in one
+    with pytest.raises(UsageError, match="add --fp16-no-flatten-grads"):
+        TorchAdamW(cfg, [flat])

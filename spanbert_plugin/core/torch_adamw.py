@@ -23,11 +23,39 @@ from omegaconf import II, OmegaConf
 from .errors import UsageError
 
 
+DECAY_EXEMPT = "decay_exempt"  # marks a parameter group that --no-weight-decay-on-biases-and-norms exempts
+
+
+def _without_decay_on_one_dimension(params) -> list:
+    """Parameter groups split in two: parameters of two or more dimensions keep the group's weight decay, those of
+    one (biases and LayerNorm weights in BERT models: transformers' Trainer's and BERT's exemptions) get none."""
+    plain = [t for t in params if not isinstance(t, dict)]
+    groups = ([{"params": plain}] if plain else []) + [
+        {**group, "params": [group["params"]] if torch.is_tensor(group["params"]) else list(group["params"])}
+        for group in params if isinstance(group, dict)]
+    tensors = [t for group in groups for t in group["params"]]
+    if len(tensors) == 1 and tensors[0].dim() == 1:
+        raise UsageError("--no-weight-decay-on-biases-and-norms: the optimizer was given one flat tensor (fairseq's "
+                         "--fp16 copies every weight into one): add --fp16-no-flatten-grads")
+    split = []
+    for group in groups:
+        matrices = [t for t in group["params"] if t.dim() >= 2]
+        vectors = [t for t in group["params"] if t.dim() < 2]
+        if matrices:
+            split.append({**group, "params": matrices})
+        if vectors:
+            split.append({**group, "params": vectors, "weight_decay": 0.0, DECAY_EXEMPT: True})
+    return split
+
+
 @dataclass
 class TorchAdamWConfig(FairseqDataclass):
     adam_betas: Any = field(default=(0.9, 0.999), metadata={"help": "betas for Adam optimizer"})
     adam_eps: float = field(default=1e-8, metadata={"help": "epsilon for Adam optimizer"})
     weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay (as AdamW)"})
+    no_weight_decay_on_biases_and_norms: bool = field(
+        default=False, metadata={"help": "no weight decay on parameters of one dimension (biases, LayerNorm "
+                                         "weights), as transformers' Trainer and BERT's optimizer leave them out"})
     lr: List[float] = II("optimization.lr")
 
 
@@ -46,6 +74,8 @@ class TorchAdamW(FairseqOptimizer):
         # fused: one kernel reads and writes each parameter and moment once (CUDA and CPU); foreach elsewhere
         fusable = bool(tensors) and all(t.device.type in ("cuda", "cpu") and t.is_floating_point() for t in tensors)
         kernel = {"fused": True} if fusable else {"foreach": True}
+        if cfg.no_weight_decay_on_biases_and_norms:
+            params = _without_decay_on_one_dimension(params)
         self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **kernel)
         self._grad_factor = None  # multiply_grads' factor, not yet applied
 
@@ -63,6 +93,21 @@ class TorchAdamW(FairseqOptimizer):
     @property
     def supports_flat_params(self):
         return True
+
+    def load_state_dict(self, state_dict, optimizer_overrides=None):
+        """fairseq's, which then sets every group's options to ``optimizer_config``: the groups exempt from weight
+        decay keep 0."""
+        try:
+            super().load_state_dict(state_dict, optimizer_overrides)
+        except ValueError as err:
+            if "parameter group" not in str(err):
+                raise
+            raise UsageError(f"the checkpoint's optimizer state has other parameter groups ({err}); "
+                             "--no-weight-decay-on-biases-and-norms changed since it was saved: resume with "
+                             "--reset-optimizer, or as it was saved") from None
+        for group in self.param_groups:
+            if group.get(DECAY_EXEMPT):
+                group["weight_decay"] = 0.0
 
     def multiply_grads(self, c):
         """Multiplies the gradients by a number ``c`` when they are next used: fairseq's trainer calls this right
