@@ -227,6 +227,15 @@ def test_starting_checkpoint_follows_fairseq(tmp_path):
     assert starting_checkpoint({**cfg, "save_dir": str(tmp_path / "new"), "finetune_from_model": None}) is None
 
 
+def run_recipe(name, data, imported, save_dir, *overrides, check=True):
+    """fairseq-hydra-train of recipe ``name`` on ``data`` from the imported checkpoint, on the CPU, logging each update."""
+    return run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
+                    "--config-name", name, f"task.data={data}",
+                    f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
+                    f"checkpoint.save_dir={save_dir}", "common.cpu=true", "dataset.num_workers=0",
+                    "common.log_interval=1", *overrides], check=check)
+
+
 def test_a_best_checkpoint_metric_validation_does_not_log_is_one_line(imported, family_data, tmp_path):
     """fairseq reads stats[--best-checkpoint-metric] after the first validation: a KeyError traceback there."""
     proc = run_cli(_train(family_data["cls"], os.path.join(imported, "model.pt"), tmp_path / "ck",
@@ -240,11 +249,7 @@ def test_a_best_checkpoint_metric_validation_does_not_log_is_one_line(imported, 
 
 def test_squad2_recipe_on_validation_without_unanswerable_questions_stops_before_training(imported, family_data,
                                                                                            tmp_path):
-    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
-                    "--config-name", "squad2", f"task.data={family_data['qa']}",
-                    f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
-                    f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "dataset.num_workers=0",
-                    "dataset.batch_size=8", "common.log_interval=1"], check=False)
+    proc = run_recipe("squad2", family_data["qa"], imported, tmp_path / "ck", "dataset.batch_size=8", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and ("error: --best-checkpoint-metric best_f1: validation split 'valid' of "
                                      f"{family_data['qa']} has no unanswerable question") in out, out[-2000:]
@@ -253,12 +258,9 @@ def test_squad2_recipe_on_validation_without_unanswerable_questions_stops_before
 
 def test_a_recipe_with_the_decay_exemption_trains_under_fp16(imported, family_data, tmp_path):
     """torch_adamw's exemption needs per-parameter fp32 copies under fp16, which the recipes ask for."""
-    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
-                    "--config-name", "glue_sst2", f"task.data={family_data['cls']}",
-                    f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
-                    f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "common.fp16=true",
-                    "optimization.max_update=2", "dataset.num_workers=0", "common.log_interval=1",
-                    "dataset.batch_size=8", "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2"])
+    proc = run_recipe("glue_sst2", family_data["cls"], imported, tmp_path / "ck", "common.fp16=true",
+                      "optimization.max_update=2", "dataset.batch_size=8", "lr_scheduler.warmup_updates=1",
+                      "lr_scheduler.total_num_update=2")
     assert "loss_scale=" in proc.stdout + proc.stderr
     saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert sorted(g["weight_decay"] for g in saved["last_optimizer_state"]["param_groups"]) == [0.0, 0.01]
@@ -267,15 +269,11 @@ def test_a_recipe_with_the_decay_exemption_trains_under_fp16(imported, family_da
 def test_coreference_recipes_train_under_fp16(imported, family_data, tmp_path):
     """The recipes' note "on a GPU add common.fp16=true": fairseq's fp16 optimizer keeps the composite optimizer's
     parameter groups only with per-parameter fp32 copies, which the recipes ask for (fp16 runs on a CPU here)."""
-    overrides = [f"task.data={family_data['coref']}", f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
-                 f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "common.fp16=true",
-                 "optimization.max_update=2", "dataset.num_workers=0", "common.log_interval=1", "task.coref_ffnn_size=32"]
     for name in ("litbank", "coref"):
         assert recipe(os.path.join(ROOT, "configs", "finetune", f"{name}.yaml"))["common"]["fp16_no_flatten_grads"]
-    proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
-                    "--config-name", "litbank", *overrides])
+    proc = run_recipe("litbank", family_data["coref"], imported, tmp_path / "ck", "common.fp16=true",
+                      "optimization.max_update=2", "task.coref_ffnn_size=32")
     assert "loss_scale=" in proc.stdout + proc.stderr and "lr_coref_head=" in proc.stdout + proc.stderr
-
 
 def test_flat_fp16_copies_of_grouped_parameters_are_one_line():
     from spanbert_plugin.core.errors import UsageError
