@@ -399,6 +399,45 @@ def test_resume_with_workers_equals_the_uninterrupted_run(folders, tmp_path, tas
     _resume_equals_whole_run([bin_path("fairseq-train"), *data, *RESUME_RUN, *RESUME_TASKS[task]], tmp_path)
 
 
+def test_resume_without_span_drop_equals_the_uninterrupted_run(folders, family_data, tmp_path):  # noqa: F811
+    """Training splits order their examples anew each epoch (classification's length ties, coreference's
+    documents): fairseq must make each epoch's batches anew, or an uninterrupted run keeps epoch 1's while a run
+    resumed in epoch 2 makes epoch 2's."""
+    from conftest import bin_path
+
+    def without(options, *flags):
+        kept = list(options)
+        for flag in flags:
+            del kept[kept.index(flag):kept.index(flag) + 2]
+        return kept
+
+    plain = without(RESUME_RUN, "--span-drop-p", "--num-workers") + ["--num-workers", "0"]
+    _resume_equals_whole_run([bin_path("fairseq-train"), folders["cls"], *plain, *RESUME_TASKS["cls"][:6]],
+                             tmp_path / "cls")
+    coref = without(plain, "--batch-size") + ["--batch-size", "1"]
+    _resume_equals_whole_run([bin_path("fairseq-train"), family_data["coref"], *coref, "--task", "coreference",
+                              "--criterion", "coreference", "--coref-ffnn-size", "32"], tmp_path / "coref")
+
+
+def test_validating_the_training_split_leaves_its_masks_alone(spm_data, tmp_path):
+    """Validation sets its dataset's epoch to 1: on the object training reads, the batches fetched after a
+    validation in epoch 2 were masked as epoch 1's. With a validation on the training split mid-epoch, training
+    must reach the weights of a run without validation."""
+    from conftest import bin_path, run_cli
+
+    train = [bin_path("fairseq-train"), spm_data, "--user-dir", "user_dir", "--task", "spanbert_pretraining",
+             "--criterion", "span_bert", "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32",
+             "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--tokens-per-sample", "64",
+             "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--num-workers", "0", "--seed", "3",
+             "--max-epoch", "2", "--no-epoch-checkpoints", "--train-subset", "valid"]
+    run_cli([*train, "--disable-validation", "--save-dir", str(tmp_path / "plain")])
+    run_cli([*train, "--valid-subset", "valid", "--validate-interval-updates", "25", "--save-interval-updates", "25",
+             "--save-dir", str(tmp_path / "validated")])
+    plain, validated = _weights(tmp_path / "plain" / "checkpoint_last.pt"), _weights(tmp_path / "validated" / "checkpoint_last.pt")
+    different = [k for k in plain if not torch.equal(plain[k], validated[k])]
+    assert not different, different[:5]
+
+
 def test_pretraining_resume_with_workers_equals_the_uninterrupted_run(spm_data, tmp_path):
     """Span masks in epoch 2 come from (seed, 2, index) in the workers too, as in a run resumed there."""
     from conftest import bin_path

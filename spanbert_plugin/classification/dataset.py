@@ -44,6 +44,12 @@ class ClassificationDataset(SizedDataset):
         super().set_epoch(epoch)
         self.epoch = epoch
 
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        """A training split orders its ties anew each epoch (below), so its batches are made anew each epoch: fairseq
+        would otherwise keep epoch 1's, and a run resumed in a later epoch would make that epoch's instead."""
+        return not self.shuffle
+
     def ordered_indices(self):
         """By length, as fairseq's sentence_prediction batches (few pad tokens; fairseq shuffles the batches);
         ties in a fresh seeded random order each training epoch."""

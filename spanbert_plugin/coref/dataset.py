@@ -54,7 +54,9 @@ class CorefDataset(FairseqDataset):
 
     @property
     def can_reuse_epoch_itr_across_epochs(self):
-        return self.span_drop is None and not self.max_segments  # both draw anew every epoch
+        """SpanDrop and the training window draw anew every epoch, and a shuffled split's order is the epoch's:
+        fairseq would otherwise keep epoch 1's batches, and a run resumed in a later epoch would make that epoch's."""
+        return self.span_drop is None and not self.max_segments and not self.shuffle
 
     def ordered_indices(self):
         if self.shuffle:

@@ -296,7 +296,10 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         order_epoch = epoch if len(folders) > 1 else 1
         with data_utils.numpy_seed(self.cfg.seed + order_epoch):
             shuffle = np.random.permutation(len(dataset))
-        self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, blocks.sizes])
+        # a split trained and validated on gets one object each: validation sets its dataset's epoch to 1, which
+        # would mask the training batches fetched after it as epoch 1's
+        self.keep_dataset(split, SortDataset(dataset, sort_order=[shuffle, blocks.sizes]),
+                          self.loads_training_form(split, kwargs))
 
     def _unit_spans(self, split_path, blocks, num_documents):
         """index -> the block's annotated spans, for --mask-scheme named_entity/noun_phrase; None for the others."""
