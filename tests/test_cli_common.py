@@ -1,5 +1,6 @@
 """The console commands' shared wrapper (errors, interruptions, logging) and the predict commands' shared options."""
 import logging
+import re
 import signal
 import warnings
 
@@ -194,3 +195,28 @@ def test_progress_outside_a_terminal_is_a_line_per_redraw_and_nothing_for_a_shor
     for _ in progress.progress_bar(range(3), desc="encode"):
         pass
     assert log.getvalue() == ""
+
+
+def test_a_heartbeat_writes_a_line_per_period_while_the_block_runs(monkeypatch):
+    """For a step that cannot count its progress (sentencepiece's training): a line each period, none after."""
+    import io
+
+    from spanbert_plugin.core import progress
+
+    class Periods:
+        """stop.wait(): two periods pass, then the block has ended."""
+        answers = [False, False, True]
+
+        def wait(self, seconds):
+            return self.answers.pop(0)
+
+        def set(self):
+            pass
+
+    log = io.StringIO()
+    monkeypatch.setattr(progress.sys, "stderr", log)
+    with progress.heartbeat("spanbert-prepare: training the sentencepiece model", stop=Periods()):
+        pass
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2 and all(re.fullmatch(r"spanbert-prepare: training the sentencepiece model: \d+ s elapsed",
+                                                line) for line in lines), lines

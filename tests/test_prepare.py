@@ -274,3 +274,45 @@ def test_an_unknown_character_does_not_start_a_word(spm_data):
     assert int(np.sum(enc.word_starts)) == len(text.split())
     assert not SentencePieceTokenizer.is_word_start_piece("<unk>")
     assert all(SentencePieceTokenizer.is_word_start_piece(p) for p in ("<s>", "</s>", "<mask>", "\u2581a"))
+
+
+def test_each_file_must_hold_text_and_documents_without_tokens_are_counted_apart(tmp_path, wordpiece_vocab, capsys):
+    """Among good files, a blank one or a compressed file of nothing is a one-line error naming it (it used to add
+    nothing, silently); a document the tokenizer keeps nothing of is not stored, and counted apart."""
+    import gzip
+
+    good = tmp_path / "good.txt"
+    good.write_text("one document here.\n\nanother document there.\n", encoding="utf-8")
+    (tmp_path / "blank.txt").write_text("\n\n   \n\t\n", encoding="utf-8")
+    with gzip.open(tmp_path / "nothing.txt.gz", "wb"):
+        pass
+    for bad in ("blank.txt", "nothing.txt.gz"):
+        assert cli_main(["--train", str(good), str(tmp_path / bad), "--wordpiece-vocab", wordpiece_vocab,
+                         "--destdir", str(tmp_path / "out")]) == 1
+        assert capsys.readouterr().err.strip() == f"spanbert-prepare: error: {tmp_path / bad}: no non-blank line"
+        assert not (tmp_path / "out").exists()
+    (tmp_path / "control.txt").write_bytes(b"\x00\x01\x02\n\x03\x07\n")  # valid UTF-8, yet no token
+    assert cli_main(["--train", str(good), str(tmp_path / "control.txt"), str(good), "--wordpiece-vocab",
+                     wordpiece_vocab, "--valid", str(good), "--destdir", str(tmp_path / "out")]) == 0
+    stats = json.load(open(tmp_path / "out" / "prepare_stats.json"))
+    assert stats["train"]["documents"] == 4 and stats["train"]["documents_without_tokens"] == 1
+    _, train = _load_docs(str(tmp_path / "out"), "train")
+    assert len(train) == 4 and min(train.sizes) > 0
+
+
+def test_hidden_folders_are_skipped_and_a_pattern_may_name_folders(tmp_path, wordpiece_vocab):
+    corpus = tmp_path / "corpus"
+    (corpus / ".ipynb_checkpoints").mkdir(parents=True)
+    (corpus / "part").mkdir()
+    (corpus / "a.txt").write_text("the first book.\n", encoding="utf-8")
+    (corpus / "part" / "b.txt").write_text("the second book.\n", encoding="utf-8")
+    (corpus / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("the first book.\n", encoding="utf-8")
+    (corpus / ".hidden.txt").write_text("not read\n", encoding="utf-8")
+    from spanbert_plugin.pretraining.prepare import expand_inputs
+
+    expected = [str(corpus / "a.txt"), str(corpus / "part" / "b.txt")]
+    assert expand_inputs([str(corpus)], "--train") == expected
+    assert expand_inputs([str(tmp_path / "corp*")], "--train") == expected  # a pattern matching the folder
+    (tmp_path / "empty_folder").mkdir()
+    with pytest.raises(PrepareError, match="the folders this pattern matches hold no files"):
+        expand_inputs([str(tmp_path / "empty_fold*")], "--train")

@@ -36,7 +36,7 @@ from typing import Iterator, List
 
 import numpy as np
 
-from ..core.progress import progress_bar
+from ..core.progress import heartbeat, progress_bar
 from ..core.errors import UsageError
 from ..core.file_utils import FolderReadWhole, atomic_directory, check_destination
 from ..core.tokenization import (
@@ -141,20 +141,18 @@ def expand_inputs(specs, flag):
     files = []
     for spec in specs:
         if os.path.isdir(spec):
-            found = sorted(
-                os.path.join(root, name)
-                for root, dirs, names in os.walk(spec)
-                for name in names
-                if not name.startswith(".")
-            )
+            found = _files_under(spec)
             if not found:
                 raise PrepareError(f"{flag} {spec}: folder holds no files")
         elif os.path.lexists(spec) or not glob.has_magic(spec):
             found = [spec]
         else:
-            found = sorted(glob.glob(spec, recursive=True))
-            if not found:
+            matched = sorted(glob.glob(spec, recursive=True))
+            if not matched:
                 raise PrepareError(f"{flag} {spec}: no file matches this pattern")
+            found = [path for match in matched for path in (_files_under(match) if os.path.isdir(match) else [match])]
+            if not found:
+                raise PrepareError(f"{flag} {spec}: the folders this pattern matches hold no files")
         for path in found:
             if not os.path.exists(path):
                 raise PrepareError(f"{path}: no such file")
@@ -164,6 +162,15 @@ def expand_inputs(specs, flag):
                 raise PrepareError(f"{path}: file is empty")
         files.extend(found)
     return files
+
+
+def _files_under(folder):
+    """Every file under ``folder``, sorted; hidden files and hidden folders (.git, .ipynb_checkpoints) skipped."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found.extend(os.path.join(root, name) for name in names if not name.startswith("."))
+    return sorted(found)
 
 
 def _open_binary(path):
@@ -215,13 +222,13 @@ class CorpusReader:
 
     def __iter__(self) -> Iterator[List[str]]:
         self.empty_documents = 0
-        any_text = False
         for path in self.files:
+            any_text = False
             for document in self._file_documents(path):
                 any_text = True
                 yield document
-        if not any_text:
-            raise PrepareError(f"{', '.join(self.files)}: no non-blank line")
+            if not any_text:  # blank lines only, or a compressed file of nothing
+                raise PrepareError(f"{path}: no non-blank line")
 
     def _file_documents(self, path):
         whole_file = self.document_per_file or self.join_wrapped_lines
@@ -268,12 +275,14 @@ def build_tokenizer(args, workdir, reader):
     shown = ", ".join(reader.files)
     text_file = os.path.join(workdir, SPM_TRAINING_TEXT)
     num_documents = 0
-    with open(text_file, "w", encoding="utf-8") as out:
+    with open(text_file, "w", encoding="utf-8") as out, progress_bar(desc="read", unit="doc") as bar:
         for document in reader:
             out.write("\n".join(document) + "\n")
             num_documents += 1
+            bar.update(1)
     try:
-        return _train_sentencepiece(args, workdir, text_file, shown), num_documents
+        with heartbeat(f"{COMMAND}: training the sentencepiece model"):
+            return _train_sentencepiece(args, workdir, text_file, shown), num_documents
     except TokenizerError as err:
         raise TokenizerError(str(err).replace(text_file, shown)) from None
     finally:
@@ -420,12 +429,15 @@ class SplitWriter:
             for kind in span_kinds
         }
         self.counts = np.zeros(vocab_size, dtype=np.int64)
-        self.documents = self.tokens = self.lines = 0
+        self.documents = self.tokens = self.lines = self.documents_without_tokens = 0
         self.spans = {kind: 0 for kind in span_kinds}
 
     def add(self, tokens, spans, num_lines):
         import torch
 
+        if not len(tokens):  # only characters the tokenizer drops (control characters, say): skipped, and counted
+            self.documents_without_tokens += 1
+            return
         self.builder.add_item(torch.from_numpy(tokens.astype(np.int64)))
         self.counts += np.bincount(tokens, minlength=len(self.counts))[: len(self.counts)]
         self.documents += 1
@@ -474,24 +486,19 @@ def check_nothing_changed_while_read(stats, counted, train_files, valid_files):
     """A corpus read twice (counted, then encoded) must give the same documents both times, and each split one at
     least: a file emptied or rewritten meanwhile would otherwise leave a folder training cannot use."""
     named = lambda files: files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)"  # noqa: E731
-    read = stats["train"]["documents"] + (0 if valid_files else stats["valid"]["documents"])
+    read = sum(stats[split]["documents"] + stats[split]["documents_without_tokens"]
+               for split in (("train",) if valid_files else ("train", "valid")))
     if counted is not None and read != counted:
         raise PrepareError(f"--train {named(train_files)}: changed while it was read ({counted} documents counted, "
                            f"{read} encoded); prepare again once it is complete")
     for split, files in (("train", train_files), ("valid", valid_files or train_files)):
+        if not stats[split]["documents"] and stats[split]["documents_without_tokens"]:
+            raise PrepareError(f"--{split if valid_files else 'train'} {named(files)}: the {split} split's "
+                               f"{stats[split]['documents_without_tokens']} documents hold no token the tokenizer "
+                               "keeps; nothing written")
         if not stats[split]["documents"]:
             raise PrepareError(f"--{split if valid_files else 'train'} {named(files)}: no {split} document was read "
                                "(the input was emptied while it was read?); nothing written")
-
-
-def check_every_split_has_tokens(stats, train_files, valid_files):
-    """Documents of only characters the tokenizer drops (control characters, say) give a split of no token, which
-    training cannot read: refused here, where the input can be named."""
-    named = lambda files: files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)"  # noqa: E731
-    for split, files in (("train", train_files), ("valid", valid_files or train_files)):
-        if stats[split]["documents"] and not stats[split]["tokens"]:
-            raise PrepareError(f"--{split if valid_files else 'train'} {named(files)}: the {split} split's "
-                               f"{stats[split]['documents']} documents hold no token the tokenizer keeps; nothing written")
 
 
 def _import_in_background(module):
@@ -535,7 +542,7 @@ def prepare(args):
         tokenizer, num_train = build_tokenizer(args, workdir, train_reader)
         tokenizer.save(workdir)
         if valid_reader is None and num_train is None:
-            num_train = sum(1 for _ in train_reader)  # a counting pass: the last documents are held out
+            num_train = sum(1 for _ in progress_bar(train_reader, desc="count", unit="doc"))  # the last are held out
         n_valid = 0 if valid_reader else held_out_count(num_train, ", ".join(train_files), args.valid_fraction)
         vocab_size = len(tokenizer.vocab) + (tokenizer.special_symbols()["mask"] is None)
         kinds = SPAN_KINDS if annotator is not None else ()
@@ -566,12 +573,12 @@ def prepare(args):
                 "lines": writer.lines,
                 "tokens": writer.tokens,
                 "empty_documents_skipped": empty,
+                "documents_without_tokens": writer.documents_without_tokens,
                 "unk_tokens": int(writer.counts[unk]),
             }
             if annotator is not None:
                 stats[split]["annotations"] = dict(writer.spans)
         check_nothing_changed_while_read(stats, num_train if valid_reader is None else None, train_files, valid_files)
-        check_every_split_has_tokens(stats, train_files, valid_files)
         if annotator is not None:
             stats["annotator"] = annotator.describe()
         fit.tokens = sum(stats[split]["tokens"] for split in ("train", "valid"))
