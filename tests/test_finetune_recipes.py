@@ -288,3 +288,41 @@ def test_flat_fp16_copies_of_grouped_parameters_are_one_line():
     refuse_flat_fp16_copies_of_grouped_parameters(run(fp16_no_flatten_grads=True))
     refuse_flat_fp16_copies_of_grouped_parameters(run(memory_efficient_fp16=True))
     refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False))
+
+
+def test_squad2_predicts_with_the_threshold_of_its_best_validation(imported, family_data, tmp_path):
+    """The released code answers SQuAD 2.0's test set at the null threshold best on dev: the checkpoint keeps the
+    threshold its validation found, and spanbert-predict-qa --null-threshold-from-validation uses it."""
+    import re
+
+    proc = run_recipe("squad2", family_data["qa2"], imported, tmp_path / "ck", "optimization.max_update=2",
+                      "dataset.batch_size=8", "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2",
+                      "common.log_format=json")
+    logged = [json.loads(m.group(1)) for m in re.finditer(r"\[valid\]\[INFO\] - (\{.*\})", proc.stdout + proc.stderr)]
+    predicted = run_cli([bin_path("spanbert-predict-qa"), "--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"),
+                         "--out", str(tmp_path / "pred"), "--null-threshold-from-validation", "--cpu"])
+    used = float(re.search(r"null threshold (\S+), the best of the validation", predicted.stderr).group(1))
+    scores = json.loads((tmp_path / "pred" / "eval.json").read_text())
+    # the same model on the same split: prediction's search finds the threshold validation found and logged
+    assert used == scores["best_f1_thresh"] == pytest.approx(float(logged[-1]["valid_best_f1_thresh"]), abs=1e-3)
+    assert scores["best_f1"] == pytest.approx(float(logged[-1]["valid_best_f1"]), abs=1e-3)
+    # the stored value is the one used: a checkpoint holding another answers as --null-threshold with it
+    state = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    odds = json.loads((tmp_path / "pred" / "null_odds.json").read_text()).values()
+    moved = max(odds) + 1 if max(odds) > used else min(odds) - 1  # every question answered, or none: not as before
+    state["task_state"]["validated_null_threshold"] = moved
+    torch.save(state, tmp_path / "ck" / "moved.pt")
+    for out, option in (("pred_stored", ["--null-threshold-from-validation"]),
+                        ("pred_given", [f"--null-threshold={moved!r}"])):
+        run_cli([bin_path("spanbert-predict-qa"), "--checkpoint", str(tmp_path / "ck" / "moved.pt"), "--out",
+                 str(tmp_path / out), "--cpu", *option])
+    assert ((tmp_path / "pred_stored" / "predictions.json").read_text()
+            == (tmp_path / "pred_given" / "predictions.json").read_text())
+    assert (tmp_path / "pred_stored" / "predictions.json").read_text() != (tmp_path / "pred" / "predictions.json").read_text()
+    # a checkpoint validated without unanswerable questions holds none: one line
+    run_recipe("squad1", family_data["qa"], imported, tmp_path / "ck1", "optimization.max_update=2",
+               "dataset.batch_size=8", "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2")
+    refused = run_cli([bin_path("spanbert-predict-qa"), "--checkpoint", str(tmp_path / "ck1" / "checkpoint_last.pt"),
+                       "--out", str(tmp_path / "pred1"), "--null-threshold-from-validation", "--cpu"], check=False)
+    assert refused.returncode == 1 and "holds no validated threshold" in refused.stderr
+    assert not (tmp_path / "pred1").exists()

@@ -19,9 +19,13 @@ def get_parser():
     )
     add_predict_arguments(parser, PROG, "extractive_qa", "spanbert-prepare-qa", "valid", unit="windows")
     # unset: the checkpoint's criterion settings, so that predictions score as validation logged them
-    parser.add_argument("--null-threshold", type=float,
-                        help="SQuAD 2.0: answer '' when null score minus best span score exceeds this (default: the "
-                        "checkpoint's --null-threshold, else 0)")
+    threshold = parser.add_mutually_exclusive_group()
+    threshold.add_argument("--null-threshold", type=float,
+                           help="SQuAD 2.0: answer '' when null score minus best span score exceeds this (default: "
+                           "the checkpoint's --null-threshold, else 0)")
+    threshold.add_argument("--null-threshold-from-validation", action="store_true",
+                           help="SQuAD 2.0: the threshold best on the validation before the checkpoint was saved "
+                           "(its best_f1_thresh), as SpanBERT's code answers the test set")
     parser.add_argument("--n-best", type=int, help="best start/end positions per window and answers kept (default: "
                         "the checkpoint's --n-best, else 20)")
     parser.add_argument("--max-answer-length", type=int, help="longest answer, in tokens (default: the checkpoint's "
@@ -48,7 +52,8 @@ def main(argv=None):
         raise UsageError("--fp32-recheck-margin: only with --bf16 (without it every window is computed in fp32)")
     from ..qa.predict import predict_split  # imports torch and fairseq: after parsing, so --help is quick
 
-    options = dict(n_best=args.n_best, max_answer_length=args.max_answer_length, null_threshold=args.null_threshold)
+    options = dict(n_best=args.n_best, max_answer_length=args.max_answer_length, null_threshold=args.null_threshold,
+                   null_threshold_from_validation=args.null_threshold_from_validation)
     with model_precision(args):
         scores = predict_split(args.checkpoint, args.data, args.split, args.out, options, args.force,
                                args.batch_size, args.max_tokens, args.cpu, args.fp32_recheck_margin)

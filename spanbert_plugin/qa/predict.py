@@ -13,6 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from ..core.finetune_io import load_finetuned_checkpoint, predict_split_outputs
 from .scoring import answer_options_of, rules_of
@@ -98,8 +99,17 @@ def predict_split(checkpoint, data, split, out, options: Optional[dict] = None, 
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, cfg = load_qa_checkpoint(checkpoint, data, cpu)
     qa = task.qa_split(split)
-    given_threshold = (options or {}).get("null_threshold") is not None
-    options = answer_options_of(cfg, **(options or {}))
+    options = dict(options or {})
+    if options.pop("null_threshold_from_validation", False):
+        options["null_threshold"] = task.validated_null_threshold()
+        if options["null_threshold"] is None:
+            raise UsageError(f"--null-threshold-from-validation: {checkpoint} holds no validated threshold (saved "
+                             "before a validation with unanswerable questions, or by an older version); give "
+                             "--null-threshold")
+        print(f"{COMMAND}: null threshold {options['null_threshold']:g}, the best of the validation before "
+              f"{checkpoint} was saved", file=sys.stderr)
+    given_threshold = options.get("null_threshold") is not None
+    options = answer_options_of(cfg, **options)
     if given_threshold and not qa.with_negative:
         print(f"{COMMAND}: warning: --null-threshold has no effect: split {split!r} has no unanswerable question "
               "(SQuAD 1.1 rules; every question gets a span)", file=sys.stderr)

@@ -29,6 +29,9 @@ from .criterion import UNANSWERABLE_METRICS
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
+
+# the task state's key (saved in checkpoints) for the last validation's best null threshold
+VALIDATED_NULL_THRESHOLD = "validated_null_threshold"
 QA_CONFIG = "qa_config.json"
 
 
@@ -111,6 +114,23 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
                     f"--best-checkpoint-metric {metric}: validation split {split!r} of {self.cfg.data} has no "
                     "unanswerable question, so it logs em and f1 only (SQuAD 1.1 rules); choose f1, or a SQuAD 2.0 "
                     "validation split")
+
+    def begin_valid_epoch(self, epoch, model):
+        super().begin_valid_epoch(epoch, model)
+        self._subsets_validated = 0
+
+    def post_validate(self, model, stats, agg):
+        """After each validation subset; the first is the one fairseq selects checkpoints on: its best null threshold
+        (SQuAD 2.0) is kept in the task's state, which every checkpoint saved after it holds
+        (``spanbert-predict-qa --null-threshold-from-validation``)."""
+        super().post_validate(model, stats, agg)
+        self._subsets_validated = getattr(self, "_subsets_validated", 0) + 1
+        if self._subsets_validated == 1 and "best_f1_thresh" in stats:
+            self.state.merge_state_dict({VALIDATED_NULL_THRESHOLD: float(stats["best_f1_thresh"])})
+
+    def validated_null_threshold(self):
+        """The best null threshold of the validation before the loaded checkpoint was saved, or None."""
+        return self.state.state_dict.get(VALIDATED_NULL_THRESHOLD)
 
     def max_positions(self):
         return int(self.qa_config.get("max_seq_length", 512))
