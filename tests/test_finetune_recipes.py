@@ -326,3 +326,13 @@ def test_squad2_predicts_with_the_threshold_of_its_best_validation(imported, fam
                        "--out", str(tmp_path / "pred1"), "--null-threshold-from-validation", "--cpu"], check=False)
     assert refused.returncode == 1 and "holds no validated threshold" in refused.stderr
     assert not (tmp_path / "pred1").exists()
+
+
+def test_the_unlogged_metric_error_lists_every_logged_metric():
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.tasks import refuse_a_best_checkpoint_metric_not_logged
+
+    task = OmegaConf.create({"checkpoint": {"best_checkpoint_metric": "best_F1"}, "task": {"_name": "extractive_qa"}}).task
+    stats = {"loss": 1.0, "em": 1.0, "f1": 2.0, "best_f1": 3.0, "best_f1_thresh": 0.0, "num_updates": 4}
+    with pytest.raises(UsageError, match=r"logged no best_F1 \(it logged: best_f1, best_f1_thresh, em, f1, loss\)$"):
+        refuse_a_best_checkpoint_metric_not_logged(task, stats)

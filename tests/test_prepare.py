@@ -313,6 +313,22 @@ def test_hidden_folders_are_skipped_and_a_pattern_may_name_folders(tmp_path, wor
     expected = [str(corpus / "a.txt"), str(corpus / "part" / "b.txt")]
     assert expand_inputs([str(corpus)], "--train") == expected
     assert expand_inputs([str(tmp_path / "corp*")], "--train") == expected  # a pattern matching the folder
+    for recursive in ("**", "**/*"):  # '**' matches folders and the files under them: each file once
+        assert expand_inputs([str(corpus / recursive)], "--train") == expected
     (tmp_path / "empty_folder").mkdir()
     with pytest.raises(PrepareError, match="the folders this pattern matches hold no files"):
         expand_inputs([str(tmp_path / "empty_fold*")], "--train")
+
+
+def test_a_pattern_matching_a_folder_that_holds_the_destination_is_refused(tmp_path, capsys, caplog):
+    """A folder a pattern matches is read whole: a destination inside it would be read as text by the next run."""
+    from spanbert_plugin.pretraining.prepare import check_patterns_miss_destination, expand_inputs
+
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("text.\n", encoding="utf-8")
+    with pytest.raises(PrepareError, match=r"the pattern .*corpus/\* matches the folder .*corpus/out, which is read whole"):
+        check_patterns_miss_destination([str(tmp_path / "corpus" / "*")], str(tmp_path / "corpus" / "out" / "data"))
+    check_patterns_miss_destination([str(tmp_path / "corpus" / "*.txt")], str(tmp_path / "corpus" / "out"))
+    # the same file named twice is read twice, and said so
+    files = expand_inputs([str(tmp_path / "corpus" / "a.txt"), str(tmp_path / "corpus")], "--train")
+    assert files == [str(tmp_path / "corpus" / "a.txt")] * 2 and "named twice" in caplog.text

@@ -116,7 +116,7 @@ def test_patterns_that_would_read_the_output_and_those_that_would_not():
 
     for pattern, destination in (("corp/*/*.txt", "corp/out"), ("corp/**", "corp/a/b/out"), ("*/*.idx", "out"),
                                  ("corp/o?t/*", "corp/out")):
-        with pytest.raises(PrepareError, match="matches its output"):
+        with pytest.raises(PrepareError, match="matches its output|which is read whole"):
             check_patterns_miss_destination([pattern], destination)
     for pattern, destination in (("corp/*.txt", "corp/out"), ("corp/*/*.gz", "corp/out"), ("corp/*/*.txt", "elsewhere"),
                                  ("corp/*/*/*.txt", "corp/out")):

@@ -241,7 +241,7 @@ def refuse_a_best_checkpoint_metric_not_logged(cfg, stats) -> None:
     checkpoint = run_section(cfg, "checkpoint")
     metric = checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
     if metric and metric not in stats:
-        logged = ", ".join(sorted(k for k in stats if k not in ("num_updates",) and not k.startswith("best_")))
+        logged = ", ".join(sorted(k for k in stats if k not in ("num_updates", f"best_{metric}")))
         raise UsageError(f"--best-checkpoint-metric {metric}: the validation logged no {metric} (it logged: {logged})")
 
 

@@ -123,6 +123,13 @@ def check_patterns_miss_destination(specs, destination: str) -> None:
     for spec in specs:
         if os.path.lexists(spec) or not glob.has_magic(spec):
             continue
+        # a folder the pattern matches is read whole: the destination or a folder above it too
+        above = parts(destination)
+        holding = [os.sep.join(above[:k]) for k in range(2, len(above) + 1) if _pattern_matches(parts(spec), above[:k])]
+        if holding:
+            raise PrepareError(f"--destdir {destination}: the pattern {spec} matches the folder {holding[0]}, which "
+                               "is read whole, output included, by a later run with that pattern; choose a "
+                               "destination outside what the pattern matches")
         matched = [name for name in OUTPUT_NAMES if _pattern_matches(parts(spec), parts(os.path.join(destination, name)))]
         if matched:
             raise PrepareError(f"--destdir {destination}: the pattern {spec} matches its output ({matched[0]}), "
@@ -138,7 +145,7 @@ def expand_inputs(specs, flag):
     regular file (a pipe: the text is read twice), is a one-line error.
     """
     specs = [specs] if isinstance(specs, str) else list(specs)
-    files = []
+    files, named_by = [], {}
     for spec in specs:
         if os.path.isdir(spec):
             found = _files_under(spec)
@@ -150,7 +157,9 @@ def expand_inputs(specs, flag):
             matched = sorted(glob.glob(spec, recursive=True))
             if not matched:
                 raise PrepareError(f"{flag} {spec}: no file matches this pattern")
-            found = [path for match in matched for path in (_files_under(match) if os.path.isdir(match) else [match])]
+            # '**' matches a folder and the files under it: each file once
+            found = list(dict.fromkeys(
+                path for match in matched for path in (_files_under(match) if os.path.isdir(match) else [match])))
             if not found:
                 raise PrepareError(f"{flag} {spec}: the folders this pattern matches hold no files")
         for path in found:
@@ -160,6 +169,11 @@ def expand_inputs(specs, flag):
                 raise PrepareError(f"{path}: not a regular file (the text is read twice, so pipes cannot be used)")
             if os.path.getsize(path) == 0:
                 raise PrepareError(f"{path}: file is empty")
+        for path in found:
+            key = os.path.realpath(path)
+            if key in named_by:  # on purpose (a corpus weighted up) or by overlapping paths: said, and read again
+                logger.warning(f"{path}: named twice ({named_by[key]} and {spec}): its documents are read twice")
+            named_by[key] = spec
         files.extend(found)
     return files
 
