@@ -29,6 +29,10 @@ from .core import checkpoint_saving  # noqa: E402
 
 checkpoint_saving.install()  # a failed checkpoint save (a full disk) leaves no .tmp and is one line
 
+from .core import ema_records  # noqa: E402
+
+ema_records.install()  # --store-ema copies the vocabulary record instead of failing to average it
+
 from .core import launchers  # noqa: E402
 
 launchers.install()  # torchrun and srun: the launcher's ranks, and never several runs that each train alone
