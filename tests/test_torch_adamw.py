@@ -216,3 +216,18 @@ def test_leaving_biases_and_norms_out_needs_per_parameter_fp16_copies():
     flat = torch.nn.Parameter(torch.zeros(100))  # what fairseq's --fp16 hands the optimizer: every weight in one
     with pytest.raises(UsageError, match="add --fp16-no-flatten-grads"):
         TorchAdamW(cfg, [flat])
+
+
+def test_parameter_groups_given_as_iterators_keep_their_parameters():
+    model = _toy_model(3)
+
+    def groups():
+        return [{"params": model[0].parameters()}, {"params": model[2].weight}, {"params": iter([model[2].bias])}]
+
+    optimizer = TorchAdamW(_config(), groups())
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == 4
+    cfg = _config()
+    cfg.no_weight_decay_on_biases_and_norms = True
+    split = TorchAdamW(cfg, groups())
+    assert sorted((len(g["params"]), g["weight_decay"]) for g in split.param_groups) == [(1, 0.0), (1, 0.0), (1, 0.1),
+                                                                                          (1, 0.1)]

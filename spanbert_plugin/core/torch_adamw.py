@@ -30,9 +30,7 @@ def _without_decay_on_one_dimension(params) -> list:
     """Parameter groups split in two: parameters of two or more dimensions keep the group's weight decay, those of
     one (biases and LayerNorm weights in BERT models: transformers' Trainer's and BERT's exemptions) get none."""
     plain = [t for t in params if not isinstance(t, dict)]
-    groups = ([{"params": plain}] if plain else []) + [
-        {**group, "params": [group["params"]] if torch.is_tensor(group["params"]) else list(group["params"])}
-        for group in params if isinstance(group, dict)]
+    groups = ([{"params": plain}] if plain else []) + [group for group in params if isinstance(group, dict)]
     tensors = [t for group in groups for t in group["params"]]
     if len(tensors) == 1 and tensors[0].dim() == 1:
         raise UsageError("--no-weight-decay-on-biases-and-norms: the optimizer was given one flat tensor (fairseq's "
@@ -66,7 +64,9 @@ class TorchAdamW(FairseqOptimizer):
 
     def __init__(self, cfg: TorchAdamWConfig, params):
         super().__init__(cfg)
-        params = list(params)
+        # a group's "params" may be one tensor or any iterable (read once here, so kept as a list)
+        params = [{**group, "params": [group["params"]] if torch.is_tensor(group["params"]) else list(group["params"])}
+                  if isinstance(group, dict) else group for group in params]
         tensors = [t for group in params for t in (group["params"] if isinstance(group, dict) else [group])]
         if any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors):  # only memory-efficient modes pass these
             raise UsageError("--optimizer torch_adamw: the parameters are 16-bit (--memory-efficient-fp16/-bf16); "
