@@ -419,10 +419,15 @@ def fairseq_argv(workload, data, imported, args, variant):
                    str(heads), "--encoder-ffn-embed-dim", str(ffn)]
     if args.device == "cpu":
         common.append("--cpu")
+    # the fine-tuning recipes: no weight decay on biases and LayerNorm weights, so per-tensor fp32 master weights
+    finetuning_recipe = workload in ("sst2", "squad") and optimizer == "torch_adamw"
+    if finetuning_recipe:
+        common.append("--no-weight-decay-on-biases-and-norms")
     if args.precision == "bf16":
         common.append("--bf16-autocast")
     elif args.precision == "fp16":  # a CPU's fp16 keeps per-tensor fp32 master weights (on a GPU's path: below)
-        common += ["--fp16", *(["--fp16-no-flatten-grads"] if args.device == "cpu" and not args.gpu_path else [])]
+        per_tensor = finetuning_recipe or (args.device == "cpu" and not args.gpu_path)
+        common += ["--fp16", *(["--fp16-no-flatten-grads"] if per_tensor else [])]
     if args.tf32:
         common.append("--tf32")
     if variant == COMPILED:  # lengths padded to multiples of 8: few shapes, little padding on short sentences
@@ -582,6 +587,17 @@ def _hf_inputs(sample, workload, pad, device):
     return hf
 
 
+def trainer_parameter_groups(model, weight_decay):
+    """transformers.Trainer's groups: weight decay on every parameter but biases and LayerNorm weights."""
+    from transformers.pytorch_utils import ALL_LAYERNORM_LAYERS
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    decayed = {n for n in get_parameter_names(model, ALL_LAYERNORM_LAYERS) if "bias" not in n}
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [{"params": [p for n, p in named if n in decayed], "weight_decay": weight_decay},
+            {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0}]
+
+
 def transformers_child(spec):
     """The transformers loop on fairseq's batches of the same data and seed."""
     import torch
@@ -591,7 +607,7 @@ def transformers_child(spec):
     if spec["tf32"] and device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # Trainer(tf32=True)
     model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+    optimizer = torch.optim.AdamW(trainer_parameter_groups(model, 0.01), lr=1e-4, betas=(0.9, 0.999), eps=1e-6,
                                   fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 10))
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec["precision"])
