@@ -159,3 +159,33 @@ def test_cpu_without_native_bfloat16_is_warned_about(native, monkeypatch, caplog
         precision.check_bf16_autocast(run.task)
     warned = [r.getMessage() for r in caplog.records if "without native bfloat16" in r.getMessage()]
     assert len(warned) == (0 if native else 1)
+
+
+def test_the_training_forward_stays_in_bfloat16_where_the_model_and_amp_share_a_device(monkeypatch):
+    """On a GPU the task's bf16 autocast and fairseq's AMP autocast are both CUDA contexts: an AMP context entered
+    with enabled=False inside the bf16 one switched it off, and --bf16-autocast trained in fp32 there. Every
+    autocast is made a CPU one here, so the two share a device as on a GPU."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.core.precision import forward_precision
+    from spanbert_plugin.core.tasks import OneDictionaryTask
+
+    real = torch.autocast
+    monkeypatch.setattr(torch, "autocast", lambda device_type, **options: real("cpu", **options))
+
+    class Model(torch.nn.Linear):
+        def set_num_updates(self, num_updates):
+            pass
+
+    seen = []
+
+    def criterion(model, sample):
+        out = model(sample)
+        seen.append(out.dtype)
+        return out.float().sum(), 1, {}
+
+    task = SimpleNamespace(forward_precision=lambda model: forward_precision(SimpleNamespace(bf16_autocast=True), model),
+                           flops_log=SimpleNamespace(prepared_for=lambda model: True, layer_parameters=None))
+    optimizer = SimpleNamespace(backward=lambda loss: loss.backward())
+    OneDictionaryTask.train_step(task, torch.randn(3, 8), Model(8, 4), criterion, optimizer, update_num=1)
+    assert seen == [torch.bfloat16]

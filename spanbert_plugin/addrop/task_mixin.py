@@ -26,6 +26,7 @@ from omegaconf import II
 
 from ..core.errors import UsageError
 from ..core.metrics import log_mean, total
+from ..core.precision import amp_autocast
 from .attribution import ATTRIBUTIONS, drop_counts, drop_masks, mask_generator
 
 
@@ -133,7 +134,7 @@ class ADDropMixin:
         """Whether this epoch's training steps use AD-DROP."""
         return self.ad_drop_enabled and is_ad_drop_epoch(self.ad_drop_epoch, self.cfg.ad_drop_every_epoch)
 
-    def ad_drop_masks(self, sample, model, criterion, update_num, autocast=False):
+    def ad_drop_masks(self, sample, model, criterion, update_num, optimizer=None):
         """{layer: B x heads x T x T drop mask} for ``sample``, reproducible from (seed, epoch, update, micro-batch)."""
         layers = self.selected_layers(model)
         update, seen = self._micro_batch
@@ -147,7 +148,7 @@ class ADDropMixin:
             first_pass = dict(sample, net_input=dict(sample["net_input"], attention_probs_out=probs))
             while hasattr(model, "module"):  # outside DDP: this pass must not start a gradient all-reduce
                 model = model.module
-            with torch.autocast(device_type=tokens.device.type, enabled=autocast), self.forward_precision(model):
+            with amp_autocast(optimizer), self.forward_precision(model):
                 with torch.set_grad_enabled(attribution == "gradient"):
                     objective = criterion.ad_drop_objective(model, first_pass)
             if attribution == "gradient":
@@ -162,12 +163,10 @@ class ADDropMixin:
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if not self.ad_drop_enabled:
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
-        from fairseq.optim.amp_optimizer import AMPOptimizer
-
         masks = {}
         if self.ad_drop_active():
             model.train()
-            masks = self.ad_drop_masks(sample, model, criterion, update_num, autocast=isinstance(optimizer, AMPOptimizer))
+            masks = self.ad_drop_masks(sample, model, criterion, update_num, optimizer)
             sample = dict(sample, net_input=dict(sample["net_input"], attention_drop_masks=masks))
         loss, sample_size, logging_output = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
         padding = sample["net_input"]["src_tokens"].eq(model.encoder.padding_idx)

@@ -113,6 +113,16 @@ def refuse_flat_fp16_copies_of_grouped_parameters(cfg) -> None:
                          "loses their parameter groups")
 
 
+def amp_autocast(optimizer):
+    """fairseq's ``--amp`` forward pass: CUDA autocast where the optimizer is fairseq's AMP one, else nothing.
+
+    Never an autocast with ``enabled=False``: around ``forward_precision``'s CUDA bfloat16 autocast it would switch
+    that off (the inner of two contexts of one device type wins), and ``--bf16-autocast`` would train in fp32."""
+    from fairseq.optim.amp_optimizer import AMPOptimizer
+
+    return torch.autocast(device_type="cuda") if isinstance(optimizer, AMPOptimizer) else contextlib.nullcontext()
+
+
 def forward_precision(cfg, model):
     """The context a forward pass runs in: bfloat16 autocast on the model's device with ``--bf16-autocast``."""
     if not bf16_autocast_enabled(cfg):

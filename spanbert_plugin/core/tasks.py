@@ -13,8 +13,9 @@ from .errors import UsageError
 from .run_config import run_section
 from .fp16_copies import use_multi_tensor_copies
 from .model_flops import FlopsLog, encoder_training_flops
-from .precision import (check_bf16_autocast, enable_tf32, forward_precision, refuse_flat_fp16_copies_of_grouped_parameters,
-                        refuse_half_precision_a_cpu_cannot_run, run_precision)
+from .precision import (amp_autocast, check_bf16_autocast, enable_tf32, forward_precision,
+                        refuse_flat_fp16_copies_of_grouped_parameters, refuse_half_precision_a_cpu_cannot_run,
+                        run_precision)
 
 
 class OneDictionaryTask:
@@ -42,14 +43,11 @@ class OneDictionaryTask:
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         """FairseqTask.train_step with the forward pass under ``forward_precision``; backward outside it. fairseq's
         ``--fp16`` optimizer copies gradients and weights by multi-tensor operators (``core.fp16_copies``)."""
-        from fairseq.optim.amp_optimizer import AMPOptimizer
-
         use_multi_tensor_copies(optimizer)
         model.train()
         model.set_num_updates(update_num)
-        with torch.autograd.profiler.record_function("forward"), self.forward_precision(model):
-            with torch.autocast(device_type="cuda", enabled=isinstance(optimizer, AMPOptimizer)):
-                loss, sample_size, logging_output = criterion(model, sample)
+        with torch.autograd.profiler.record_function("forward"), amp_autocast(optimizer), self.forward_precision(model):
+            loss, sample_size, logging_output = criterion(model, sample)
         if ignore_grad:
             loss *= 0
         with torch.autograd.profiler.record_function("backward"):
