@@ -21,6 +21,10 @@ from .core import loss_scaler_state  # noqa: E402
 
 loss_scaler_state.install()  # fp16/amp checkpoints keep the whole loss-scaler state (exact resume)
 
+from .core import amp_scaler  # noqa: E402
+
+amp_scaler.install()  # --amp unscales the gradients once, from --amp-init-scale
+
 from .core import clean_exit  # noqa: E402
 
 clean_exit.install()  # a run stopped mid-epoch exits 0, not with an abort from fairseq's prefetch thread
