@@ -276,6 +276,16 @@ def test_model_flops_of_an_update_against_a_hand_count(spm_data):
     assert task.training_flops(model, sample, logged) == expected + 6 * (4 * mlm_head + 3 * sbo_head)
 
 
+@pytest.mark.parametrize("name, expected", [
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", "L40"),
+    ("Tesla V100-SXM2-16GB", "V100"), ("NVIDIA RTX A1000 Laptop GPU", None), ("NVIDIA GeForce RTX 4090", None)])
+def test_the_peak_table_matches_device_names_as_whole_words(name, expected):
+    """A substring match took an L40S for an L4 and an RTX A1000 for an A100: a wrong mfu, without a word."""
+    table = dict(model_flops.PEAK_TFLOPS)
+    assert model_flops.peaks_of_device_name(name) is (table[expected] if expected else None)
+
+
 def test_training_logs_tflops_and_with_a_peak_mfu(spm_data, tmp_path):
     proc = run_cli([bin_path("fairseq-train"), spm_data, "--user-dir", "user_dir", *PRETRAIN, "--max-update", "3",
                     "--log-format", "json", "--log-interval", "1", "--no-save", "--disable-validation",

@@ -16,13 +16,15 @@ counting costs the device nothing. fairseq logs the figure as it logs ``wps``: F
 last log over the wall time.
 """
 import logging
+import re
 
 import torch
 
 logger = logging.getLogger(__name__)
 
 # Dense (no sparsity) tensor-core peaks in TFLOP/s by the vendor's data sheets: half (fp16/bf16), tf32, fp32.
-# Matched against torch.cuda.get_device_name(), first match wins (PCIe before the SXM default).
+# Matched against torch.cuda.get_device_name() as whole words ("L4" is not "L40S", "A100" not "RTX A1000"),
+# first match wins (PCIe before the SXM default).
 PEAK_TFLOPS = (
     ("H100 PCIe", {"half": 756.0, "tf32": 378.0, "fp32": 51.2}),
     ("H100 NVL", {"half": 835.0, "tf32": 418.0, "fp32": 60.0}),
@@ -30,6 +32,8 @@ PEAK_TFLOPS = (
     ("H200", {"half": 989.4, "tf32": 494.7, "fp32": 66.9}),
     ("A100", {"half": 312.0, "tf32": 156.0, "fp32": 19.5}),
     ("A10G", {"half": 70.0, "tf32": 35.0, "fp32": 31.2}),
+    ("L40S", {"half": 362.0, "tf32": 183.0, "fp32": 91.6}),
+    ("L40", {"half": 181.0, "tf32": 90.5, "fp32": 90.5}),
     ("L4", {"half": 121.0, "tf32": 60.0, "fp32": 30.3}),
     ("V100", {"half": 125.0, "tf32": None, "fp32": 15.7}),
 )
@@ -56,10 +60,15 @@ def device_peak_tflops(device, precision):
     """The dense peak of ``device`` for ``precision`` ('half', 'tf32' or 'fp32'), or None when not in the table."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    peaks = peaks_of_device_name(torch.cuda.get_device_name(device))
+    return peaks.get(precision) if peaks else None
+
+
+def peaks_of_device_name(name: str):
+    """The table's entry for a CUDA device name, or None: the first key found in ``name`` as whole words."""
     for key, peaks in PEAK_TFLOPS:
-        if key in name:
-            return peaks.get(precision)
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name):
+            return peaks
     return None
 
 
