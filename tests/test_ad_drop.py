@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import bin_path, run_cli
 from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.addrop.attribution import (candidate_counts, candidate_mask, drop_mask, drop_masks, mask_generator,
-                                                pseudo_label_logit_sum, pseudo_label_span_objective)
+                                                pseudo_label_logit_sum, pseudo_label_span_objective, row_candidates)
 from spanbert_plugin.model.layers import additive_drop_mask
 from spanbert_plugin.addrop.task_mixin import check_ad_drop_options, is_ad_drop_epoch, parse_layers
 from test_pretrain import assert_resume_is_exact, deterministic, train_logs
@@ -429,3 +429,18 @@ def test_classification_and_relation_runs_with_ad_drop(wordpiece_data, tmp_path)
 
 def _valid_records_of(output):
     return [json.loads(line.split("| valid | ", 1)[1]) for line in output.splitlines() if "| valid | " in line]
+
+
+def test_the_masks_of_several_layers_read_the_host_once():
+    """The candidates per row are the same in every layer: their largest is read on the host once per batch (one
+    device sync per update on a GPU), not once per layer."""
+    padding = torch.zeros(2, 6, dtype=torch.bool)
+    padding[1, 4:] = True
+    attributions = {layer: torch.randn(2, 2, 6, 6, generator=torch.Generator().manual_seed(layer)) for layer in range(3)}
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        masks = drop_masks(attributions, padding, 0.5, 0.5, mask_generator("cpu", 1, 1, 1))
+    reads = sum(event.count for event in profile.key_averages() if event.key == "aten::_local_scalar_dense")
+    assert reads == 1 and len(masks) == 3
+    for layer, attribution in attributions.items():  # the same candidates as each layer computed alone
+        assert torch.equal(candidate_mask(attribution, padding, 0.5),
+                           candidate_mask(attribution, padding, 0.5, row_candidates(padding, 0.5)))

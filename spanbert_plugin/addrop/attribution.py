@@ -28,10 +28,10 @@ def candidate_counts(real_keys: torch.Tensor, p: float) -> torch.Tensor:
     return torch.ceil(real_keys.double() * p - 1e-9).clamp_(min=0).long()
 
 
-def candidate_mask(attribution: torch.Tensor, key_padding_mask: torch.Tensor, p: float) -> torch.Tensor:
-    """B x heads x T x T bool: the ``ceil(p * n)`` real keys of highest attribution in every row."""
-    counts = candidate_counts((~key_padding_mask).sum(-1), p)  # B
-    most = int(counts.max()) if counts.numel() else 0
+def candidate_mask(attribution: torch.Tensor, key_padding_mask: torch.Tensor, p: float, counts=None) -> torch.Tensor:
+    """B x heads x T x T bool: the ``ceil(p * n)`` real keys of highest attribution in every row (``counts``: those
+    numbers and their largest, as :func:`row_candidates` gives them, when the caller has them already)."""
+    counts, most = counts or row_candidates(key_padding_mask, p)
     candidates = torch.zeros(attribution.shape, dtype=torch.bool, device=attribution.device)
     if most == 0:
         return candidates
@@ -40,6 +40,12 @@ def candidate_mask(attribution: torch.Tensor, key_padding_mask: torch.Tensor, p:
     top = scores.topk(most, dim=-1).indices  # B x heads x T x most, by decreasing attribution
     within = torch.arange(most, device=top.device) < counts.to(top.device)[:, None, None, None]
     return candidates.scatter_(-1, top, within.expand_as(top))
+
+
+def row_candidates(key_padding_mask: torch.Tensor, p: float):
+    """(candidates per example, their largest): the largest is read on the host, once per batch."""
+    counts = candidate_counts((~key_padding_mask).sum(-1), p)  # B
+    return counts, int(counts.max()) if counts.numel() else 0
 
 
 def drop_mask(candidates: torch.Tensor, q: float, generator: torch.Generator) -> torch.Tensor:
@@ -66,11 +72,12 @@ def drop_masks(
 ) -> Dict[int, torch.Tensor]:
     """{layer: drop mask}. An attribution of ``None`` means random attribution (the RD baseline) of ``shape``."""
     masks = {}
+    counts = row_candidates(key_padding_mask, p)  # the same rows in every layer: one host read per batch
     for layer in sorted(attributions):
         attribution = attributions[layer]
         if attribution is None:
             attribution = torch.rand(shape, generator=generator, device=key_padding_mask.device)
-        masks[layer] = drop_mask(candidate_mask(attribution, key_padding_mask, p), q, generator)
+        masks[layer] = drop_mask(candidate_mask(attribution, key_padding_mask, p, counts), q, generator)
     return masks
 
 
