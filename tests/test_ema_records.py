@@ -27,3 +27,24 @@ def test_store_ema_trains_resumes_and_copies_the_records(spm_data, tmp_path, fp3
     assert moved  # an average of the updates' weights, not a copy of the last
     resumed = run_cli([*train, "--max-update", "3"])
     assert "loaded checkpoint" in (resumed.stdout + resumed.stderr).lower()
+
+
+def test_store_ema_starts_from_a_checkpoint_without_one(imported, family_data, tmp_path):
+    """--finetune-from-model, and a resume of a run saved without an EMA: fairseq deleted the checkpoint's model,
+    then read it to start the EMA (KeyError: 'model'). The EMA starts from that model now."""
+    import os
+
+    train = [bin_path("fairseq-train"), family_data["cls"], "--user-dir", "user_dir", "--task", "sentence_classification",
+             "--criterion", "sentence_classification", "--arch", "spanbert_base", "--batch-size", "8",
+             "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--num-workers", "0", "--no-epoch-checkpoints",
+             "--disable-validation"]
+    start = os.path.join(imported, "model.pt")
+    run_cli([*train, "--finetune-from-model", start, "--store-ema", "--ema-decay", "0.5", "--max-update", "2",
+             "--save-dir", str(tmp_path / "finetuned")])
+    ema = torch.load(tmp_path / "finetuned" / "checkpoint_last.pt", map_location="cpu", weights_only=True)["extra_state"]["ema"]
+    assert ema["vocabulary.symbol_hashes"].dtype == torch.int64
+    run_cli([*train, "--finetune-from-model", start, "--max-update", "2", "--save-dir", str(tmp_path / "plain")])
+    resumed = run_cli([*train, "--store-ema", "--max-update", "3", "--save-dir", str(tmp_path / "plain")])
+    assert "holds no EMA: the EMA starts from its model" in resumed.stdout + resumed.stderr
+    state = torch.load(tmp_path / "plain" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    assert state["optimizer_history"][-1]["num_updates"] == 3 and "ema" in state["extra_state"]

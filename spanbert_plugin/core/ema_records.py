@@ -4,25 +4,33 @@ fairseq's EMA decays every entry of the model's state dict (``ema_param.mul_(dec
 which fairseq's trainer never sets: the vocabulary record's int64 hashes stop the first update with "result type
 Float can't be cast to the desired output type Long". Integer and boolean entries are records, not weights, and a
 mean of them means nothing: here they join ``skip_keys``, so the EMA model copies them from the trained one.
+
+A run with ``--store-ema`` that starts from a checkpoint without an EMA (``--finetune-from-model``, or a resume of a
+run saved without it) stopped with ``KeyError: 'model'``: fairseq's ``Trainer.load_checkpoint`` deletes
+``state["model"]`` after loading it, then reads it again to start the EMA from it. The checkpoint's model is handed
+to that load as its EMA instead, which starts the EMA from the same weights.
+
 Installed only over the code it was written against (``FAIRSEQ_SOURCE_SHA256``; a test fails on another).
 """
 import functools
 import logging
 
 import torch
+from fairseq import checkpoint_utils
 from fairseq.models.ema.ema import EMA
+from fairseq.trainer import Trainer
 
 from .source_hash import source_sha256
 
 logger = logging.getLogger(__name__)
 
-# sha256 of EMA.__init__ and EMA._step_internal (fairseq-fixed 0.12.3.1)
-FAIRSEQ_SOURCE_SHA256 = "76a9353dd578613626b98bd192688b8257cafb338588d907899518fbced53a29"
+# sha256 of EMA.__init__, EMA._step_internal and Trainer.load_checkpoint (fairseq-fixed 0.12.3.1)
+FAIRSEQ_SOURCE_SHA256 = "6eb368f5a6250d19e77ce0aa2acb7d8c31bbfda9284149ad4a22e0ab8762b900"
 
 
 def fairseq_source_sha256() -> str:
-    return source_sha256(EMA.__init__.__wrapped__ if hasattr(EMA.__init__, "__wrapped__") else EMA.__init__,
-                         EMA._step_internal)
+    return source_sha256(*(getattr(code, "__wrapped__", code) for code in
+                           (EMA.__init__, EMA._step_internal, Trainer.load_checkpoint)))
 
 
 def record_keys(model) -> set:
@@ -45,3 +53,28 @@ def install() -> None:
 
     __init__.spanbert = True
     EMA.__init__ = __init__
+    Trainer.load_checkpoint = _ema_from_the_checkpoints_model(Trainer.load_checkpoint)
+
+
+def _ema_from_the_checkpoints_model(load_checkpoint):
+    @functools.wraps(load_checkpoint)
+    def load_checkpoint_with_an_ema(self, filename, *args, **kwargs):
+        if not self.cfg.ema.store_ema:
+            return load_checkpoint(self, filename, *args, **kwargs)
+        read = checkpoint_utils.load_checkpoint_to_cpu
+
+        def read_with_an_ema(path, *read_args, **read_kwargs):
+            state = read(path, *read_args, **read_kwargs)
+            extra = state.get("extra_state")
+            if isinstance(extra, dict) and "ema" not in extra and "model" in state:
+                logger.info(f"{path} holds no EMA: the EMA starts from its model")
+                extra["ema"] = state["model"]
+            return state
+
+        checkpoint_utils.load_checkpoint_to_cpu = read_with_an_ema
+        try:
+            return load_checkpoint(self, filename, *args, **kwargs)
+        finally:
+            checkpoint_utils.load_checkpoint_to_cpu = read
+
+    return load_checkpoint_with_an_ema
