@@ -51,6 +51,7 @@ update_seeding.install(lambda fairseq_task: isinstance(fairseq_task, OneDictiona
 
 # Registered components (models, tasks, criteria, hub methods), one feature per line.
 from .core import torch_adamw  # noqa: F401,E402  (--optimizer torch_adamw)
+from .core import composite_clip_per_group  # noqa: F401,E402  (optimizer: composite_clip_per_group)
 from .model import spanbert  # noqa: F401,E402
 from .pretraining import criterion, span_masked_lm, task  # noqa: F401,E402,F811  (span_masked_lm: deprecated alias)
 from .qa import answer, criterion, task  # noqa: F401,E402,F811

@@ -99,8 +99,8 @@ def test_every_task_has_a_recipe():
 def test_recipe_schedule_is_ten_percent_warm_up_and_names_no_size(path):
     """Warm-up is a tenth of the schedule, the schedule covers max_epoch; the shape is left to the checkpoint."""
     cfg = recipe(path)
-    schedulers = ([g["lr_scheduler"] for g in cfg["optimizer"]["groups"].values()] if cfg["optimizer"]["_name"] ==
-                  "composite" else [cfg["lr_scheduler"]])
+    schedulers = ([g["lr_scheduler"] for g in cfg["optimizer"]["groups"].values()] if cfg["optimizer"]["_name"] in
+                  ("composite", "composite_clip_per_group") else [cfg["lr_scheduler"]])
     assert schedulers[0]["warmup_updates"] == round(schedulers[0]["total_num_update"] / 10)
     assert schedulers[0]["total_num_update"] % cfg["optimization"]["max_epoch"] == 0  # whole epochs of updates
     assert not set(SHAPE) & set(cfg["model"]), cfg["model"]
@@ -125,7 +125,7 @@ def test_recipe_runs_two_updates_from_a_checkpoint_of_another_shape(path, import
                  f"checkpoint.finetune_from_model={os.path.join(imported, 'model.pt')}",
                  f"checkpoint.save_dir={tmp_path / 'ck'}", "common.cpu=true", "optimization.max_update=2",
                  "dataset.num_workers=0", "common.log_interval=1"]
-    if cfg["optimizer"]["_name"] == "composite":
+    if cfg["optimizer"]["_name"] in ("composite", "composite_clip_per_group"):
         overrides += ["task.coref_ffnn_size=32"] + [f"optimizer.groups.{g}.lr_scheduler.{k}={v}" for g in
                                                     cfg["optimizer"]["groups"] for k, v in
                                                     (("warmup_updates", 0), ("total_num_update", 2))]
@@ -271,9 +271,10 @@ def test_coreference_recipes_train_under_fp16(imported, family_data, tmp_path):
     parameter groups only with per-parameter fp32 copies, which the recipes ask for (fp16 runs on a CPU here)."""
     for name in ("litbank", "coref"):
         assert recipe(os.path.join(ROOT, "configs", "finetune", f"{name}.yaml"))["common"]["fp16_no_flatten_grads"]
-    proc = run_recipe("litbank", family_data["coref"], imported, tmp_path / "ck", "common.fp16=true",
-                      "optimization.max_update=2", "task.coref_ffnn_size=32")
-    assert "loss_scale=" in proc.stdout + proc.stderr and "lr_coref_head=" in proc.stdout + proc.stderr
+    for name in ("litbank", "coref"):  # coref's optimizer clips each group alone, after fp16's unscaling
+        proc = run_recipe(name, family_data["coref"], imported, tmp_path / name, "common.fp16=true",
+                          "optimization.max_update=2", "task.coref_ffnn_size=32")
+        assert "loss_scale=" in proc.stdout + proc.stderr and "lr_coref_head=" in proc.stdout + proc.stderr
 
 def test_flat_fp16_copies_of_grouped_parameters_are_one_line():
     from spanbert_plugin.core.errors import UsageError

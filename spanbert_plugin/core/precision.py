@@ -105,7 +105,7 @@ def refuse_flat_fp16_copies_of_grouped_parameters(cfg) -> None:
     """fairseq's ``--fp16`` copies every weight into one flat fp32 tensor, which carries no ``param_group``: the
     ``composite`` optimizer (coreference's two learning rates) then stops in an assertion. One line instead."""
     common, optimizer = run_section(cfg, "common"), run_section(cfg, "optimizer")
-    if common is None or optimizer is None or optimizer.get("_name") != "composite":
+    if common is None or optimizer is None or optimizer.get("_name") not in ("composite", "composite_clip_per_group"):
         return
     if common.get("fp16") and not common.get("memory_efficient_fp16") and not common.get("fp16_no_flatten_grads"):
         raise UsageError("--fp16 with the composite optimizer needs --fp16-no-flatten-grads "

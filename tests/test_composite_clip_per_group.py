@@ -1,0 +1,43 @@
+"""optimizer composite_clip_per_group: each parameter group's gradients clipped alone, as c2f-coref clips."""
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import spanbert_plugin.registry  # noqa: F401  (registers the optimizer)
+from spanbert_plugin.core.composite_clip_per_group import CompositeClipPerGroup
+
+
+def _sgd_group(lr=1.0):
+    return {"lr_float": lr, "optimizer": {"_name": "sgd", "momentum": 0.0, "weight_decay": 0.0, "lr": [lr]},
+            "lr_scheduler": {"_name": "fixed", "force_anneal": None, "lr_shrink": 0.1, "warmup_updates": 0, "lr": [lr]}}
+
+
+def _optimizer(clip, params):
+    from fairseq.optim import build_optimizer
+
+    return build_optimizer(OmegaConf.create({"_name": "composite_clip_per_group", "clip_norm_per_group": clip,
+                                             "dynamic_groups": False,
+                                             "groups": {"default": _sgd_group(), "coref_head": _sgd_group()}}), params)
+
+
+@pytest.mark.parametrize("clip", [1.0, 0.0])
+def test_each_group_is_clipped_alone(clip):
+    """Plain SGD at lr 1 moves each weight by its (clipped) gradient: a large head gradient clips the head alone,
+    where fairseq's --clip-norm would have shrunk the encoder's small one too."""
+    encoder, head = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(4))
+    head.param_group = "coref_head"
+    optimizer = _optimizer(clip, [encoder, head])
+    assert isinstance(optimizer, CompositeClipPerGroup)
+    encoder.grad, head.grad = torch.full((3,), 0.1), torch.full((4,), 5.0)
+    optimizer.step()
+    torch.testing.assert_close(encoder.detach(), torch.full((3,), -0.1))
+    expected_head = torch.full((4,), -0.5 if clip else -5.0)  # norm 10 clipped to 1 (1e-6 of slack), or left
+    torch.testing.assert_close(head.detach(), expected_head, rtol=1e-5, atol=1e-6)
+
+
+def test_the_coref_recipe_clips_per_group_only():
+    from conftest import ROOT
+
+    recipe = OmegaConf.load(f"{ROOT}/configs/finetune/coref.yaml")
+    assert recipe.optimizer._name == "composite_clip_per_group" and recipe.optimizer.clip_norm_per_group == 1.0
+    assert recipe.optimization.clip_norm == 0
