@@ -51,3 +51,13 @@ def test_the_optimizer_steps_on_the_true_gradients():
         reference.grad = grad
         adamw.step()
     torch.testing.assert_close(weight.detach(), reference.detach(), rtol=0, atol=1e-6)
+
+
+def test_a_resumed_scaler_grows_at_the_command_lines_interval():
+    """The checkpoint's scaler state (scale, counters) is resumed, its growth interval is the command line's: one
+    saved with fairseq's interval (--amp-init-scale) followed it before."""
+    saved = _amp([torch.nn.Parameter(torch.zeros(3))])
+    saved.scaler.set_growth_interval(128)  # what fairseq made of --amp-scale-window
+    resumed = _amp([torch.nn.Parameter(torch.zeros(3))], "--amp-scale-window", "50")
+    resumed.load_state_dict(saved.state_dict())
+    assert resumed.scaler.get_growth_interval() == 50 and resumed.scaler.get_scale() == saved.scaler.get_scale()

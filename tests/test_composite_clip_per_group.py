@@ -41,3 +41,15 @@ def test_the_coref_recipe_clips_per_group_only():
     recipe = OmegaConf.load(f"{ROOT}/configs/finetune/coref.yaml")
     assert recipe.optimizer._name == "composite_clip_per_group" and recipe.optimizer.clip_norm_per_group == 1.0
     assert recipe.optimization.clip_norm == 0
+
+
+def test_sixteen_bit_gradients_are_clipped_by_their_fp32_norm():
+    """--memory-efficient-fp16 hands the groups 16-bit gradients: a norm past 65,504 overflowed in fp16, and the
+    clip factor 0 zeroed the group's gradients instead of clipping them."""
+    from spanbert_plugin.core.composite_clip_per_group import clip_group
+
+    weight = torch.nn.Parameter(torch.zeros(4, dtype=torch.float16))
+    weight.grad = torch.full((4,), 50000.0, dtype=torch.float16)  # norm 100,000
+    clip_group([weight], 1.0)
+    assert weight.grad.dtype == torch.float16
+    torch.testing.assert_close(weight.grad.float().norm(), torch.tensor(1.0), rtol=1e-3, atol=0)

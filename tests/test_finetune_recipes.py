@@ -287,6 +287,8 @@ def test_flat_fp16_copies_of_grouped_parameters_are_one_line():
     with pytest.raises(UsageError, match=r"^--fp16 with the composite optimizer needs --fp16-no-flatten-grads"):
         refuse_flat_fp16_copies_of_grouped_parameters(run())
     refuse_flat_fp16_copies_of_grouped_parameters(run(fp16_no_flatten_grads=True))
+    with pytest.raises(UsageError, match=r"^--amp does not work with the composite optimizer"):
+        refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False, amp=True))
     refuse_flat_fp16_copies_of_grouped_parameters(run(memory_efficient_fp16=True))
     refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False))
 
@@ -337,3 +339,15 @@ def test_the_unlogged_metric_error_lists_every_logged_metric():
     stats = {"loss": 1.0, "em": 1.0, "f1": 2.0, "best_f1": 3.0, "best_f1_thresh": 0.0, "num_updates": 4}
     with pytest.raises(UsageError, match=r"logged no best_F1 \(it logged: best_f1, best_f1_thresh, em, f1, loss\)$"):
         refuse_a_best_checkpoint_metric_not_logged(task, stats)
+
+
+def test_resuming_with_another_optimizer_is_one_line(imported, family_data, tmp_path):
+    """fairseq asserts that a resumed run's optimizer is the checkpoint's (a traceback): one line naming the fix."""
+    train = _train(family_data["cls"], os.path.join(imported, "model.pt"), tmp_path / "ck")
+    run_cli(train)
+    other = ["torch_adamw" if option == "adam" else option for option in train] + ["--max-update", "3"]
+    proc = run_cli(other, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and lines[-1].startswith(f"error: resuming from {tmp_path / 'ck'}: Optimizer does not "
+                                                         "match; please reset the optimizer (--reset-optimizer)")
+    assert "Traceback" not in proc.stderr

@@ -8,7 +8,9 @@ Two defects of fairseq 0.12's code, corrected here:
   loss scale a second time: the optimizer saw them 128 times too small at the start, and smaller as the scale
   grew, until ``eps`` outweighed them. Here ``clip_grad_norm`` unscales through the object ``step`` uses.
 * The scaler started at ``--fp16-init-scale`` and, with ``--amp-scale-window``, grew every ``--amp-init-scale``
-  updates: it takes ``--amp-init-scale`` and ``--amp-scale-window`` (2,000 when unset, PyTorch's default).
+  updates: it takes ``--amp-init-scale`` and ``--amp-scale-window`` (2,000 when unset, PyTorch's default). A
+  resumed run keeps the checkpoint's scale and counters (``core.loss_scaler_state``) but its own growth interval,
+  so a checkpoint saved with fairseq's interval, or another ``--amp-scale-window``, follows the command line.
 
 Installed only over the code it was written against (``FAIRSEQ_SOURCE_SHA256``; a test fails on another).
 """
@@ -42,8 +44,18 @@ def __init__(self, cfg, params, fp32_optimizer, **kwargs):
     params = list(params)
     _ORIGINAL["__init__"](self, cfg, params, fp32_optimizer, **kwargs)
     window = getattr(cfg.common, "amp_scale_window", None)
+    self._growth_interval = window if window is not None else 2000
     self._grad_scaler = torch.amp.GradScaler(_device_type(params), init_scale=cfg.common.amp_init_scale,
-                                             growth_interval=window if window is not None else 2000)
+                                             growth_interval=self._growth_interval)
+
+
+def _growth_interval_of_the_command_line(load_state_dict):
+    def load_state_dict_keeping_the_interval(self, state_dict, optimizer_overrides=None):
+        load_state_dict(self, state_dict, optimizer_overrides)
+        if self._grad_scaler.is_enabled():
+            self._grad_scaler.set_growth_interval(self._growth_interval)
+
+    return load_state_dict_keeping_the_interval
 
 
 def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
@@ -67,4 +79,5 @@ def install() -> None:
         logger.warning("fairseq's AMPOptimizer is not the code the plugin was written against: --amp is left as it is")
         return
     AMPOptimizer.__init__, AMPOptimizer.clip_grad_norm = __init__, clip_grad_norm
+    AMPOptimizer.load_state_dict = _growth_interval_of_the_command_line(AMPOptimizer.load_state_dict)
     AMPOptimizer._spanbert_scaler = True

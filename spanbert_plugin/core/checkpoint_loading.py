@@ -127,6 +127,11 @@ def _resume_hint(load_checkpoint):
     def load_checkpoint_with_hint(cfg, trainer, **kwargs):
         try:
             return load_checkpoint(cfg, trainer, **kwargs)
+        except AssertionError as err:
+            # fairseq's Trainer asserts that a resumed optimizer and criterion are the checkpoint's: one line
+            if not str(err).startswith(("Optimizer does not match", "Criterion does not match")):
+                raise
+            raise UsageError(f"resuming from {cfg.save_dir}: {err}; or train in a new --save-dir") from None
         except CheckpointError as err:
             if cfg.finetune_from_model and os.path.abspath(err.path) == os.path.abspath(cfg.finetune_from_model):
                 raise

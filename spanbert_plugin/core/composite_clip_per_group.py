@@ -3,9 +3,10 @@
 c2f-coref (SpanBERT's coreference) clips the encoder's gradients and the coreference head's to global norm 1.0
 each (``tf.clip_by_global_norm`` per group); fairseq's ``--clip-norm`` clips all of them together, so a large head
 gradient shrinks the encoder's update. Here every group's gradients are clipped to ``clip_norm_per_group`` right
-before its optimizer steps, once fairseq's loss scaling and averaging are undone (under ``--fp16``, ``--amp`` and
-in fp32 alike); leave ``optimization.clip_norm`` at 0 to clip per group only (the logged ``gnorm`` stays the norm
-of all gradients, before clipping).
+before its optimizer steps, once fairseq's loss scaling and averaging are undone (under ``--fp16``, bf16 and in
+fp32 alike; fairseq's ``--amp`` does not work with composite optimizers, refused in one line); leave
+``optimization.clip_norm`` at 0 to clip per group only (the logged ``gnorm`` stays the norm of all gradients,
+before clipping).
 """
 from dataclasses import dataclass, field
 
@@ -42,5 +43,7 @@ def clip_group(params, max_norm: float) -> None:
     """Scale the gradients of ``params`` by min(1, max_norm / (their L2 norm + 1e-6)): fairseq's rule, per group."""
     grads = [p.grad for p in params if p.grad is not None]
     if grads:
-        norm = torch.nn.utils.get_total_norm(grads, foreach=all(g.device.type in ("cuda", "cpu") for g in grads))
+        # in fp32, as fairseq's clip: a 16-bit norm overflows past 65,504 and would zero the gradients instead
+        grads32 = [g.float() if g.dtype != torch.float32 else g for g in grads]
+        norm = torch.nn.utils.get_total_norm(grads32, foreach=all(g.device.type in ("cuda", "cpu") for g in grads32))
         torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp_(max=1.0))

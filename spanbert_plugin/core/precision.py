@@ -103,10 +103,15 @@ def refuse_half_precision_a_cpu_cannot_run(cfg) -> None:
 
 def refuse_flat_fp16_copies_of_grouped_parameters(cfg) -> None:
     """fairseq's ``--fp16`` copies every weight into one flat fp32 tensor, which carries no ``param_group``: the
-    ``composite`` optimizer (coreference's two learning rates) then stops in an assertion. One line instead."""
+    ``composite`` optimizer (coreference's two learning rates) then stops in an assertion. fairseq's ``--amp``
+    wrapper reaches the optimizer's ``param_groups``, which the composite one does not have (an AttributeError at the
+    first update). One line for each instead."""
     common, optimizer = run_section(cfg, "common"), run_section(cfg, "optimizer")
     if common is None or optimizer is None or optimizer.get("_name") not in ("composite", "composite_clip_per_group"):
         return
+    if common.get("amp"):
+        raise UsageError(f"--amp does not work with the {optimizer.get('_name')} optimizer (fairseq's AMP wrapper "
+                         "cannot reach its groups): use --fp16 (hydra: common.fp16=true)")
     if common.get("fp16") and not common.get("memory_efficient_fp16") and not common.get("fp16_no_flatten_grads"):
         raise UsageError("--fp16 with the composite optimizer needs --fp16-no-flatten-grads "
                          "(hydra: common.fp16_no_flatten_grads=true): fairseq's flat fp32 copy of the weights "
