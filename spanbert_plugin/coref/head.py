@@ -319,16 +319,12 @@ class CorefHead(nn.Module):
             g_columns = g if earlier is None else torch.cat([earlier.g[round_].to(g.dtype), g])
             as_span, as_antecedent = self._pair_projections(g)
             as_antecedent = as_antecedent if earlier is None else self._pair_projections(g_columns)[1]
-            rows = (g, as_span, antecedents, valid, mention_scores, index, speaker, segment)
-            if coarse is None or not self._coarse_scores_once:
-                coarse, scores = _chunked(
-                    lambda g_rows, s, a, v, m, i, sp, se, g_all=g_columns, t=as_antecedent: self._pair_scores(
-                        g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre), k, pair_chunk, *rows)
-            else:  # the first round's coarse scores, from the embeddings before refinement (c2f-coref)
-                _, scores = _chunked(
-                    lambda g_rows, s, a, v, m, i, sp, se, c, g_all=g_columns, t=as_antecedent: self._pair_scores(
-                        g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre, coarse=c), k, pair_chunk, *rows,
-                    coarse)
+            # after the first round, its coarse scores (from the embeddings before refinement, as c2f-coref)
+            kept = (coarse,) if coarse is not None and self._coarse_scores_once else ()
+            coarse, scores = _chunked(
+                lambda g_rows, s, a, v, m, i, sp, se, *c, g_all=g_columns, t=as_antecedent: self._pair_scores(
+                    g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre, coarse=c[0] if c else None),
+                k, pair_chunk, g, as_span, antecedents, valid, mention_scores, index, speaker, segment, *kept)
             if round_ == self.depth:
                 break
             # higher order: g_i <- f * g_i + (1 - f) * E[g_antecedent], the dummy standing for g_i itself
