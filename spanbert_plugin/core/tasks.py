@@ -222,11 +222,10 @@ def warn_if_validating_between_saves(cfg) -> None:
     global _warned_about_unsaved_validations
     if _warned_about_unsaved_validations:
         return
-    dataset, checkpoint = run_section(cfg, "dataset"), run_section(cfg, "checkpoint")
-    metric = checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
+    dataset, metric = run_section(cfg, "dataset"), best_checkpoint_metric(cfg)
     if not metric or dataset is None:
         return
-    problem = validations_between_saves(dataset, checkpoint)
+    problem = validations_between_saves(dataset, run_section(cfg, "checkpoint"))
     if problem:
         _warned_about_unsaved_validations = True
         logging.getLogger(__name__).warning(
@@ -235,9 +234,14 @@ def warn_if_validating_between_saves(cfg) -> None:
         )
 
 
-def refuse_a_best_checkpoint_metric_not_logged(cfg, stats) -> None:
+def best_checkpoint_metric(cfg):
+    """The run's --best-checkpoint-metric (None for a config built outside a run)."""
     checkpoint = run_section(cfg, "checkpoint")
-    metric = checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
+    return checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
+
+
+def refuse_a_best_checkpoint_metric_not_logged(cfg, stats) -> None:
+    metric = best_checkpoint_metric(cfg)
     if metric and metric not in stats:
         logged = ", ".join(sorted(k for k in stats if k not in ("num_updates", f"best_{metric}")))
         raise UsageError(f"--best-checkpoint-metric {metric}: the validation logged no {metric} (it logged: {logged})")

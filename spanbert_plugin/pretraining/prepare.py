@@ -169,7 +169,6 @@ def expand_inputs(specs, flag):
                 raise PrepareError(f"{path}: not a regular file (the text is read twice, so pipes cannot be used)")
             if os.path.getsize(path) == 0:
                 raise PrepareError(f"{path}: file is empty")
-        for path in found:
             key = os.path.realpath(path)
             if key in named_by:  # on purpose (a corpus weighted up) or by overlapping paths: said, and read again
                 logger.warning(f"{path}: named twice ({named_by[key]} and {spec}): its documents are read twice")

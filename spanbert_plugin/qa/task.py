@@ -23,7 +23,7 @@ from .dataset import ExtractiveQADataset
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.run_config import run_section
-from ..core.tasks import OneDictionaryTask, missing_split_error, prepared_data_folder
+from ..core.tasks import OneDictionaryTask, best_checkpoint_metric, missing_split_error, prepared_data_folder
 from .windows import QASplit
 from .criterion import UNANSWERABLE_METRICS
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
@@ -104,8 +104,7 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
         self._refuse_unanswerable_metric_without_unanswerable_questions()
 
     def _refuse_unanswerable_metric_without_unanswerable_questions(self) -> None:
-        dataset, checkpoint = run_section(self.cfg, "dataset"), run_section(self.cfg, "checkpoint")
-        metric = checkpoint.get("best_checkpoint_metric") if checkpoint is not None else None
+        dataset, metric = run_section(self.cfg, "dataset"), best_checkpoint_metric(self.cfg)
         if metric not in UNANSWERABLE_METRICS or dataset is None or dataset.get("disable_validation"):
             return
         for split in str(dataset.get("valid_subset") or "valid").split(","):
