@@ -28,10 +28,10 @@ def candidate_counts(real_keys: torch.Tensor, p: float) -> torch.Tensor:
     return torch.ceil(real_keys.double() * p - 1e-9).clamp_(min=0).long()
 
 
-def candidate_mask(attribution: torch.Tensor, key_padding_mask: torch.Tensor, p: float, counts=None) -> torch.Tensor:
-    """B x heads x T x T bool: the ``ceil(p * n)`` real keys of highest attribution in every row (``counts``: those
+def candidate_mask(attribution: torch.Tensor, key_padding_mask: torch.Tensor, p: float, rows=None) -> torch.Tensor:
+    """B x heads x T x T bool: the ``ceil(p * n)`` real keys of highest attribution in every row (``rows``: those
     numbers and their largest, as :func:`row_candidates` gives them, when the caller has them already)."""
-    counts, most = counts or row_candidates(key_padding_mask, p)
+    counts, most = rows or row_candidates(key_padding_mask, p)
     candidates = torch.zeros(attribution.shape, dtype=torch.bool, device=attribution.device)
     if most == 0:
         return candidates
@@ -72,12 +72,12 @@ def drop_masks(
 ) -> Dict[int, torch.Tensor]:
     """{layer: drop mask}. An attribution of ``None`` means random attribution (the RD baseline) of ``shape``."""
     masks = {}
-    counts = row_candidates(key_padding_mask, p)  # the same rows in every layer: one host read per batch
+    rows = row_candidates(key_padding_mask, p)  # the same rows in every layer: one host read per batch
     for layer in sorted(attributions):
         attribution = attributions[layer]
         if attribution is None:
             attribution = torch.rand(shape, generator=generator, device=key_padding_mask.device)
-        masks[layer] = drop_mask(candidate_mask(attribution, key_padding_mask, p, counts), q, generator)
+        masks[layer] = drop_mask(candidate_mask(attribution, key_padding_mask, p, rows), q, generator)
     return masks
 
 
