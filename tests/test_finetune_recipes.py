@@ -322,6 +322,16 @@ def test_squad2_predicts_with_the_threshold_of_its_best_validation(imported, fam
     assert ((tmp_path / "pred_stored" / "predictions.json").read_text()
             == (tmp_path / "pred_given" / "predictions.json").read_text())
     assert (tmp_path / "pred_stored" / "predictions.json").read_text() != (tmp_path / "pred" / "predictions.json").read_text()
+    # hub.answer's first answer is spanbert-predict-qa's at the threshold given, or at validation's when asked
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "ck"), "moved.pt")
+    split = hub.task.qa_split("valid")
+    for out, threshold in (("pred", {"null_threshold": used}), ("pred_stored", {"null_threshold": "validation"})):
+        written = json.loads((tmp_path / out / "predictions.json").read_text())
+        for question in split.questions[:6]:
+            answers = hub.answer(question["question"], split.contexts[question["context_index"]], topk=2, **threshold)
+            assert answers[0]["text"] == written[question["id"]], (out, question["id"])
     # a checkpoint validated without unanswerable questions holds none: one line
     run_recipe("squad1", family_data["qa"], imported, tmp_path / "ck1", "optimization.max_update=2",
                "dataset.batch_size=8", "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2")

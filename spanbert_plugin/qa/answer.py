@@ -15,11 +15,12 @@ DEFAULT_WINDOWS = QAConfig(max_seq_length=384, doc_stride=128, max_query_length=
 @torch.no_grad()
 def answer_question(model, tokenizer, dictionary, question: str, context: str, topk: int = 1,
                     config: Optional[QAConfig] = None, with_negative: bool = False, n_best: int = 20,
-                    max_answer_length: int = 30) -> List[dict]:
+                    max_answer_length: int = 30, null_threshold: float = 0.0) -> List[dict]:
     """The ``topk`` best answers: dicts with ``text``, character ``start``/``end``, ``score`` and ``probability``.
 
     ``score`` is the start plus end logit; with ``with_negative`` (a SQuAD 2.0 model) the empty answer
-    (start = end = -1) competes with its null score.
+    (start = end = -1) competes with its null score less ``null_threshold``, so that it comes first exactly when
+    ``spanbert-predict-qa`` at that threshold predicts no answer.
     """
     if not isinstance(question, str) or not question.strip():
         raise ValueError("answer() needs a non-empty question")
@@ -47,12 +48,15 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
     start = start.float().masked_fill(padding, fill).cpu().numpy()
     end = end.float().masked_fill(padding, fill).cpu().numpy()
     result = postprocess(split, np.arange(len(lengths)), start, end, n_best=max(n_best, topk),
-                         max_answer_length=max_answer_length)
-    return [
+                         max_answer_length=max_answer_length, null_threshold=null_threshold)
+    answers = [
         {"text": e["text"], "start": e["start"], "end": e["end"],
          "score": float(e["start_logit"] + e["end_logit"]), "probability": float(e["probability"])}
-        for e in result.nbest["0"][:topk]
+        for e in result.nbest["0"]
     ]
+    if with_negative:  # a tie goes to the span, as the prediction's strict null_odds > threshold has it
+        answers.sort(key=lambda a: (-(a["score"] - null_threshold) if a["start"] < 0 else -a["score"], a["start"] < 0))
+    return answers[:topk]
 
 
 def _fitting_config(max_positions: int) -> QAConfig:
@@ -65,8 +69,9 @@ def _fitting_config(max_positions: int) -> QAConfig:
 
 @register_hub_feature("answer")
 def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
-    """``hub.answer``: the checkpoint's window settings, ``n_best`` and ``max_answer_length`` (when it was fine-tuned
-    with extractive_qa) unless given."""
+    """``hub.answer``: the checkpoint's window settings, ``n_best``, ``max_answer_length`` and ``null_threshold``
+    (when it was fine-tuned with extractive_qa) unless given; ``null_threshold="validation"`` takes the best
+    threshold of the validation before the checkpoint was saved, as ``--null-threshold-from-validation`` does."""
     if getattr(hub.model, "qa_outputs", None) is None:
         raise ValueError("this checkpoint has no QA head; fine-tune it with --task extractive_qa first")
     qa_config = getattr(hub.task, "qa_config", None)
@@ -75,6 +80,13 @@ def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
     stored = answer_options_of(hub.cfg)  # the checkpoint's criterion settings, as validation used them
     kwargs.setdefault("n_best", stored.n_best)
     kwargs.setdefault("max_answer_length", stored.max_answer_length)
+    kwargs.setdefault("null_threshold", stored.null_threshold)
+    if kwargs["null_threshold"] == "validation":
+        validated = getattr(hub.task, "validated_null_threshold", lambda: None)()
+        if validated is None:
+            raise ValueError("null_threshold='validation': this checkpoint holds no validated threshold (saved before "
+                             "a validation with unanswerable questions, or by an older version); give a number")
+        kwargs["null_threshold"] = validated
     if "with_negative" not in kwargs and hasattr(hub.task, "qa_split"):
         try:
             kwargs["with_negative"] = hub.task.qa_split("valid").with_negative
