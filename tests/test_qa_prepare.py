@@ -292,6 +292,37 @@ def test_mrqa_gz_gives_the_same_windows_as_squad(wordpiece_data, tmp_path):
     assert (a.split.start_positions > 0).sum() >= len(squad.questions)
 
 
+def test_mrqa_detected_texts_match_their_spans_up_to_normalisation(tmp_path):
+    """MRQA's detected_answers[].text is "<normalized answer string>" (its README): TriviaQA's spans carry aliases
+    such as "dr no" for "Dr. No", and run_mrqa.py trains on the earliest span whatever its text. Such questions were
+    left out of training as not matching; a span that is an MRQA marker, or another text, still is no label."""
+    context = ("[DOC] [TLE] Dr. No (film) [PAR] Dr. No is a 1962 spy film with Sean Connery. Its author lived at "
+               "St. Margaret's Bay. Doc Holliday is not in it.")
+
+    def span(text, occurrence=0):
+        at = -1
+        for _ in range(occurrence + 1):
+            at = context.index(text, at + 1)
+        return [at, at + len(text) - 1]
+
+    questions = {"film": ("dr no", [span("Dr. No", 1), span("Dr. No")]), "actor": ("sean connery", [span("Sean Connery")]),
+                 "home": ("st margaret s bay", [span("St. Margaret's Bay")]), "doc": ("doc", [span("[DOC]"), span("Doc")]),
+                 "wrong": ("perth", [span("Sean Connery")])}
+    qas = [{"qid": qid, "question": f"What is {qid}?", "answers": [text],
+            "detected_answers": [{"text": text, "char_spans": spans}]} for qid, (text, spans) in questions.items()]
+    path = tmp_path / "trivia.jsonl"
+    path.write_text(json.dumps({"header": {"dataset": "TriviaQA-web"}}) + "\n"
+                    + json.dumps({"context": context, "qas": qas}) + "\n", encoding="utf-8")
+    qa = read_qa_file(str(path))
+    labels = {q["id"]: context[s:e] if s >= 0 else None
+              for q, s, e in zip(qa.questions, qa.answer_start.tolist(), qa.answer_end.tolist())}
+    assert labels == {"film": "Dr. No", "actor": "Sean Connery", "home": "St. Margaret's Bay", "doc": "Doc",
+                      "wrong": None}
+    assert [m.split(": ", 2)[2] for m in qa.mismatches] == [
+        "answer 'doc' does not match the context at character 0 (found '[DOC]')",
+        "answer 'perth' does not match the context at character 63 (found 'Sean Connery')"]
+
+
 def test_questions_without_answers_and_without_the_flag_are_unanswerable(wordpiece_data, tmp_path, capsys):
     """The official v2.0 script never reads is_impossible: empty answers are NoAns. Such a file (a converted SQuAD 2.0,
     say) was refused; it now reads as with the flag, with a warning that counts them."""

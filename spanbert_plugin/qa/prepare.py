@@ -12,6 +12,7 @@ everything after tokenization is numpy over flat arrays.
 """
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -237,6 +238,29 @@ def _is_detected_answer(d) -> bool:
             and all(isinstance(s, list) and len(s) == 2 and all(is_json_integer(v) for v in s) for s in d["char_spans"]))
 
 
+# MRQA's markers of titles, documents and paragraphs (and a separator): a span that is one of them is no answer,
+# though "[DOC]" normalises to "doc"
+_MRQA_MARKER = re.compile(r"\s*\[(?:DOC|TLE|PAR|SEP)\]\s*")
+
+
+def _squashed(text: str) -> str:
+    """``text`` lower-cased, without articles, punctuation or spaces: equal for an MRQA detected answer's text
+    (normalised, as TriviaQA's normaliser writes it: "st margaret s bay", "dr no") and the context it points at
+    ("St. Margaret's Bay", "Dr. No")."""
+    words = re.sub(r"[^\w\s]|_", " ", text.lower()).split()
+    return "".join(w for w in words if w not in ("a", "an", "the"))
+
+
+def _mrqa_candidate(context: str, start: int, end: int, text: str):
+    """``_candidate`` for a detected span, whose ``text`` is normalised: the span matches when the context there
+    equals it up to that normalisation."""
+    start, end, text, same = _candidate(context, start, end, text, True)
+    if not same and 0 <= start <= end <= len(context):
+        found = context[start:end]
+        same = not _MRQA_MARKER.fullmatch(found) and _squashed(found) == _squashed(text) != ""
+    return start, end, text, same
+
+
 def _read_mrqa(path: str, records) -> QAFile:
     collector = _Collector(path)
     for i, (line_no, record) in enumerate(records):
@@ -262,8 +286,8 @@ def _read_mrqa(path: str, records) -> QAFile:
             for d in detected:
                 if not _is_detected_answer(d):
                     raise UsageError(f"{where}: detected_answers need 'text' and 'char_spans' [[start, end], ...]")
-                spans.extend(_candidate(context, start, last + 1, d["text"], True) for start, last in d["char_spans"])
-            # SpanBERT trains on the earliest detected span; MRQA spans may differ from the gold text in case
+                spans.extend(_mrqa_candidate(context, start, last + 1, d["text"]) for start, last in d["char_spans"])
+            # SpanBERT trains on the earliest detected span
             spans.sort(key=lambda s: (s[0], s[1]))
             collector.add(qid, qa, where, c, answers or [d["text"] for d in detected], False, spans)
     return collector.result("mrqa", False)
