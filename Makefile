@@ -31,8 +31,12 @@ $(STAMP): setup.py requirements.txt Makefile
 	@echo "note: fairseq-fixed declares torchaudio, left out on purpose (unused; it would replace the pinned torch): pip's report about it is not shown"
 	$(BIN)/pip install --quiet -r requirements.txt $(PIP_FILTER)
 	$(BIN)/pip install --quiet --no-build-isolation --no-deps -e .
-	# the recipes say user_dir: user_dir; run from another folder, fairseq looks for it beside its own package
-	ln -sfn "$(CURDIR)/user_dir" "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/user_dir"
+	# the recipes say user_dir: user_dir; run from another folder, fairseq looks for it beside its own package.
+	# Hydra finds plugins by walking the folders of hydra_plugins, which an editable install does not give it: the
+	# plugin's (fairseq-hydra-train loads it before it sets up the distributed world) is linked there too
+	purelib="$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && \
+	ln -sfn "$(CURDIR)/user_dir" "$$purelib/user_dir" && mkdir -p "$$purelib/hydra_plugins" && \
+	ln -sfn "$(CURDIR)/hydra_plugins/spanbert_plugin" "$$purelib/hydra_plugins/spanbert_plugin"
 	$(BIN)/python -c "import torch, fairseq, spanbert_plugin; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 

@@ -1,11 +1,13 @@
 """spanbert_plugin: a fairseq --user-dir plugin for SpanBERT and span-aware fine-tuning."""
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 
 setup(
     name="spanbert_plugin",
     version="0.1.0",
     description="SpanBERT pre-training, SpanDrop and HuggingFace interop as a fairseq plugin",
-    packages=find_packages(include=["spanbert_plugin", "spanbert_plugin.*"]),
+    # hydra_plugins (a namespace package shared with other Hydra plugins): fairseq-hydra-train loads it at start-up
+    packages=find_packages(include=["spanbert_plugin", "spanbert_plugin.*"])
+    + find_namespace_packages(include=["hydra_plugins.*"]),
     python_requires=">=3.10",
     # torch and fairseq-fixed are installed by `make install` (torch pinned,
     # fairseq built against it without build isolation); see README.

@@ -91,6 +91,75 @@ def test_a_slurm_task_that_would_train_alone_or_cannot_meet_the_others_is_refuse
     assert str(raised.value) == expected
 
 
+@pytest.fixture
+def gpu_node(slurm_task, monkeypatch):
+    """The Slurm step of the docs' example on GPUs: 2 nodes x 8 tasks, this one task 9 (the second of node 1), with
+    ``--gpus-per-task 1`` (Slurm shows each task its own GPU, as device 0); the CUDA calls are stand-ins."""
+    import torch
+
+    for key, value in {"SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "16", "SLURM_NTASKS_PER_NODE": "8",
+                       "SLURM_STEP_NUM_NODES": "2", "SLURM_PROCID": "9", "SLURM_LOCALID": "1"}.items():
+        monkeypatch.setenv(key, value)
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    return chosen
+
+
+def test_a_slurm_task_per_gpu_gets_its_rank_and_the_gpu_it_sees(gpu_node, monkeypatch):
+    """fairseq's own Slurm inference set the device of SLURM_LOCALID: on the tasks of a node past the first, a device
+    Slurm does not show them (CUDA's invalid device ordinal) while the first tasks waited at the rendezvous."""
+    import torch
+
+    from spanbert_plugin.core.launchers import adopt_launcher_world
+
+    cfg = _distributed_cfg("--distributed-world-size", "16", "--distributed-port", "12345")
+    cfg.distributed_backend = "nccl"
+    assert adopt_launcher_world(cfg)
+    assert (cfg.distributed_init_method, cfg.distributed_world_size, cfg.distributed_rank, cfg.device_id,
+            cfg.distributed_no_spawn, gpu_node) == ("tcp://node-a:12345", 16, 9, 0, True, [0])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)  # without the binding a task sees the node's GPUs
+    cfg = _distributed_cfg("--distributed-world-size", "16", "--distributed-port", "12345")
+    cfg.distributed_backend = "nccl"
+    assert adopt_launcher_world(cfg) and cfg.device_id == 1
+    with pytest.raises(UsageError, match=r"^slurm started 16 processes: pass --distributed-port PORT"):
+        adopt_launcher_world(_distributed_cfg("--distributed-world-size", "16"))
+    # one task per node: fairseq starts a process per GPU of it, its own inference runs
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    assert not adopt_launcher_world(_distributed_cfg("--distributed-world-size", "16", "--distributed-port", "12345"))
+
+
+TORCHRUN_WORKER = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                   "TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_RESTART_COUNT": "0"}
+
+
+@pytest.mark.parametrize("change, init_method", [
+    ({}, None),  # refused
+    ({"TORCHELASTIC_MAX_RESTARTS": "0"}, "torchelastic-attempt://"),
+    ({"GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "2"}, "torchelastic-attempt://"),  # one machine: one count
+    ({"TORCHELASTIC_USE_AGENT_STORE": "False"}, "env://"),  # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: a store a round
+])
+def test_restarts_on_several_machines_sharing_the_agents_store_are_refused(change, init_method):
+    """Only the agent whose worker failed counts a restart: the other machines' workers would key the restart's
+    rendezvous under another count and wait for good (seen with two agents, c10d, --max-restarts 1)."""
+    from spanbert_plugin.core.launchers import adopt_launcher_world
+
+    cfg = _distributed_cfg("--distributed-world-size", "2", "--distributed-backend", "gloo")
+    environ = {**TORCHRUN_WORKER, **change}
+    if init_method is None:
+        with pytest.raises(UsageError) as raised:
+            adopt_launcher_world(cfg, environ)
+        assert str(raised.value) == (
+            "torchrun --max-restarts 1 on several machines: set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 on every "
+            "machine (with the agent's shared store a restart's workers on different machines never meet; "
+            "docs/distributed.md#restarts)")
+    else:
+        assert adopt_launcher_world(cfg, environ) and cfg.distributed_init_method == init_method
+
+
 def test_outside_a_launcher_fairseqs_inference_runs(monkeypatch):
     for key in [k for k in os.environ if k.startswith(("SLURM_", "WORLD_SIZE", "RANK", "MASTER_", "LOCAL_RANK"))]:
         monkeypatch.delenv(key)
@@ -111,6 +180,13 @@ def _losses(output):
 
     return [float(json.loads(line[line.index("{"):])["loss"]) for line in output.splitlines()
             if "| train_inner |" in line]
+
+
+def _losses_by_update(output):
+    import json
+
+    records = [json.loads(line[line.index("{"):]) for line in output.splitlines() if "| train_inner |" in line]
+    return {int(record["num_updates"]): float(record["loss"]) for record in records}
 
 
 # measured here with both backends: the same losses and bit-identical weights after 3 updates (largest difference
@@ -177,11 +253,14 @@ def test_fine_tuning_under_torchrun_trains_the_model_of_one_process(spm_data, co
     assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
 
 
-def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, one_process, tmp_path):
+def test_two_machines_under_torchrun_train_the_model_of_one_process_through_a_restart(spm_data, one_process, tmp_path):
     """Two torchrun agents, one per "machine" (--nnodes 2 --node-rank R, a c10d rendezvous on this machine), one
-    process each: the run of one process with --update-freq 2 (same losses, same weights)."""
+    process each, --max-restarts 1 with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 as docs/distributed.md says: rank 0's
+    worker kills itself as update 3 begins, both machines start their workers again, they meet and resume from
+    checkpoint_last.pt, and end with the run of one process with --update-freq 2 (same losses, same weights)."""
     import socket
 
+    marker = tmp_path / "killed.txt"
     # A free port for the rendezvous, kept bound (SO_REUSEADDR, not listening) until the agents end: no other
     # process can bind it, nor take it as a connection's local port, while the store's server (SO_REUSEADDR too)
     # still can.
@@ -189,15 +268,17 @@ def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, on
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
         agents = []
         try:
             for rank in (0, 1):
                 agents.append(subprocess.Popen(
                     [bin_path("torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
                      "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-machines",
-                     served_script(bin_path("fairseq-train")), spm_data, *TINY, "--save-dir", str(tmp_path / "two"),
-                     "--distributed-world-size", "2", "--ddp-backend", "legacy_ddp", *SAME],
+                     "--max-restarts", "1",
+                     served_script(os.path.join(ROOT, "tests", "fairseq_train_killed_once.py")), str(marker), "2",
+                     spm_data, *TINY, "--save-dir", str(tmp_path / "two"), "--distributed-world-size", "2",
+                     "--ddp-backend", "legacy_ddp", "--save-interval-updates", "1", *SAME],
                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             outputs = [agent.communicate(timeout=300)[0] for agent in agents]
         finally:  # a timeout (or a failed start) leaves no agent behind
@@ -205,9 +286,13 @@ def test_two_machines_under_torchrun_train_the_model_of_one_process(spm_data, on
                 if agent.poll() is None:
                     agent.kill()
                     agent.wait()
+    output = "".join(outputs)
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(output[-3000:] for output in outputs)
+    assert marker.read_text().startswith("killed at update 2")
+    assert re.search(r"Loaded checkpoint \S+ \(epoch 1 @ 2 updates\)", output)  # the restarted workers resumed
     alone_output, alone_dir = one_process
-    assert _losses("".join(outputs)) == _losses(alone_output)
+    # rank 0 logs, and may run on the other machine after the restart: the losses by update
+    assert _losses_by_update(output) == _losses_by_update(alone_output)
     one, both = _final_weights(alone_dir), _final_weights(tmp_path / "two")
     assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
 
@@ -232,6 +317,37 @@ def test_an_elastic_restart_resumes_to_the_model_of_an_uninterrupted_run(spm_dat
     assert _losses(output) == _losses(alone_output)
     one, both = _final_weights(alone_dir), _final_weights(tmp_path / "two")
     assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
+
+
+def test_fairseq_hydra_train_under_torchrun_trains_one_run_of_two_ranks(spm_data, tmp_path):
+    """fairseq-hydra-train sets up the distributed world before it imports common.user_dir: the plugin's launcher
+    handling comes in through hydra_plugins/ instead (torchrun's world on CPUs was fairseq's ZeroDivisionError, and
+    without the world size two runs each trained alone). New processes, not forks of the tests' command server,
+    which has the plugin loaded already."""
+    recipe = [bin_path("fairseq-hydra-train"), "--config-dir", "configs/pretrain", "--config-name", "tiny_cpu",
+              f"task.data={spm_data}", f"checkpoint.save_dir={tmp_path / 'two'}", "optimization.max_update=2",
+              "dataset.batch_size=4", "common.log_interval=1", "common.log_format=json",
+              "distributed_training.distributed_backend=gloo"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    run = subprocess.run([bin_path("torchrun"), "--standalone", "--nproc-per-node", "2", *recipe,
+                          "distributed_training.distributed_world_size=2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert "distributed init (rank 1): torchelastic-attempt://" in output
+    assert [record["bsz"] for record in _train_records(output)] == ["8", "8"]  # one run of 2 ranks x 4 blocks
+    alone = subprocess.run(recipe, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env=dict(env, WORLD_SIZE="2", RANK="1", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+                                    MASTER_PORT="29500"))
+    assert alone.returncode == 1 and alone.stderr.splitlines()[-1] == (
+        "error: torchrun started 2 processes, but fairseq would train alone in each (a whole run each, all writing "
+        "the same --save-dir): pass distributed_training.distributed_world_size=2")
+
+
+def _train_records(output):
+    import json
+
+    return [json.loads(line[line.index("{"):]) for line in output.splitlines() if "[train_inner]" in line]
 
 
 def test_a_world_larger_than_the_gpus_without_a_launcher_is_one_line(monkeypatch):

@@ -9,15 +9,19 @@ also hands a CPU model a CUDA device index. The plugin, through two wrappers ins
 
 * refuses, in one line and before anything is written, a process that a launcher started among several while
   fairseq would train alone, naming the option to pass;
-* takes the world size, the rank and the local rank (the GPU) from torchrun's environment, and on CPUs Slurm's
-  ranks with the init method fairseq would use (the first host of the step's node list, ``--distributed-port``);
+* takes the world size, the rank and the local rank (the GPU) from torchrun's environment, and Slurm's ranks
+  with the init method fairseq would use (the first host of the step's node list, ``--distributed-port``) on
+  CPUs and wherever a step runs several tasks per node: with ``--gpus-per-task 1`` Slurm shows each task one
+  GPU, device 0, where fairseq sets the device of ``SLURM_LOCALID`` (invalid past the first task of a node);
+* refuses ``torchrun --max-restarts`` on several machines sharing the agent's store (below);
 * builds PyTorch's DDP (``--ddp-backend pytorch_ddp``, fairseq's default) for a CPU model without a device.
 
-On GPUs under Slurm, fairseq's own inference runs unchanged.
+With one Slurm task per node on GPUs, fairseq's own inference runs unchanged (it starts a process per GPU).
 """
 import logging
 import os
 import subprocess
+import sys
 import warnings
 from collections import namedtuple
 
@@ -66,34 +70,65 @@ def adopt_launcher_world(cfg, environ=None) -> bool:
     if cfg.distributed_init_method is not None or cfg.tpu or world is None or world.size <= 1:
         return False
     if cfg.distributed_world_size == 1:
-        port = " --distributed-port PORT (the same free port on every task)" if world.launcher == "slurm" else ""
+        port = (f" {_option('--distributed-port', 'PORT')} (the same free port on every task)"
+                if world.launcher == "slurm" else "")
         raise UsageError(f"{world.launcher} started {world.size} processes, but fairseq would train alone in each (a "
-                         f"whole run each, all writing the same --save-dir): pass --distributed-world-size "
-                         f"{world.size}{port}")
+                         f"whole run each, all writing the same --save-dir): pass "
+                         f"{_option('--distributed-world-size', world.size)}{port}")
     cuda = torch.cuda.is_available()
     if not cuda and cfg.distributed_backend == "nccl":
-        raise UsageError("training on CPUs in several processes needs --distributed-backend gloo (NCCL is for GPUs)")
+        raise UsageError(f"training on CPUs in several processes needs {_option('--distributed-backend', 'gloo')} "
+                         "(NCCL is for GPUs)")
     if world.launcher == "slurm":
-        if cuda:
+        if cuda and world.size == _slurm_nodes(environ):  # one task per node: fairseq starts one process per GPU
             return False
         if cfg.distributed_port <= 0:
-            raise UsageError(f"slurm started {world.size} processes: pass --distributed-port PORT (the same free port "
-                             "on every task) for their rendezvous")
+            raise UsageError(f"slurm started {world.size} processes: pass {_option('--distributed-port', 'PORT')} (the "
+                             "same free port on every task) for their rendezvous")
         cfg.distributed_init_method = f"tcp://{_slurm_first_host(environ)}:{cfg.distributed_port}"
     else:
         # torchrun's agent keeps one store (and MASTER_PORT) across the restarts of --max-restarts: under plain env://
         # the restarted workers read the dead ones' gloo addresses from it and cannot connect
         restarts = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        refuse_restarts_that_cannot_meet(environ)
         cfg.distributed_init_method = f"{ATTEMPT_SCHEME}://" if restarts else "env://"
     if cfg.distributed_world_size != world.size:
         logger.info(f"--distributed-world-size {cfg.distributed_world_size}: {world.launcher} started {world.size} "
                     f"processes; training with {world.size}")
     cfg.distributed_world_size, cfg.distributed_rank = world.size, world.rank
-    cfg.device_id = world.local_rank if cuda else 0
+    # a task Slurm binds to its own GPUs sees them from 0 whatever its local rank
+    cfg.device_id = world.local_rank % torch.cuda.device_count() if cuda else 0
     cfg.distributed_no_spawn = True  # the launcher started every process
     if cuda:
         torch.cuda.set_device(cfg.device_id)
     return True
+
+
+def _option(flag: str, value) -> str:
+    """A distributed-training option as the running command takes it: ``--flag value``, or under
+    fairseq-hydra-train ``distributed_training.flag=value``."""
+    hydra_config = sys.modules.get("hydra.core.hydra_config")
+    if hydra_config is not None and hydra_config.HydraConfig.initialized():
+        return f"distributed_training.{flag.lstrip('-').replace('-', '_')}={value}"
+    return f"{flag} {value}"
+
+
+def _slurm_nodes(environ) -> int:
+    return int(environ.get("SLURM_STEP_NUM_NODES") or environ.get("SLURM_NNODES") or 1)
+
+
+def refuse_restarts_that_cannot_meet(environ) -> None:
+    """``torchrun --max-restarts`` on several machines whose workers share the agent's store: only the agent whose
+    worker failed counts the restart (``TORCHELASTIC_RESTART_COUNT``); the others restart for the group's change
+    with the old count, so the machines' workers would wait under different prefixes of the store, for good.
+    Without the shared store (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``) every restart gets a store of its own."""
+    restarts = int(environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    machines_share_the_store = (environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+                                and int(environ.get("GROUP_WORLD_SIZE", "1")) > 1)  # agents, one per machine
+    if restarts > 0 and machines_share_the_store:
+        raise UsageError(f"torchrun --max-restarts {restarts} on several machines: set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+                         "on every machine (with the agent's shared store a restart's workers on different machines "
+                         "never meet; docs/distributed.md#restarts)")
 
 
 def _cpu_ddp(args, model, process_group, device):
