@@ -553,6 +553,73 @@ def test_glue_test_files_of_their_own_layout(wordpiece_data, tmp_path):
     assert np.load(out / "test.labels.npy").tolist() == [-1]
 
 
+def test_qqp_rows_split_by_a_line_break_are_skipped_when_asked(wordpiece_data, tmp_path, capsys):
+    """GLUE's QQP train.tsv and dev.tsv hold questions with a line break, which split their row in two lines of too
+    few fields: run_glue.py skips them (its count, 363,846, is without them); the plugin refused the file.
+    --skip-malformed-rows drops them from train and valid with a warning and a count, never from the test file."""
+    header = "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+    good = ["1\t1\t2\tHow do I cook rice?\tWhat is the way to cook rice?\t1",
+            "2\t3\t4\tWhy is the sky blue?\tWho won the cup?\t0",
+            "3\t5\t6\tWhat is a prime?\tHow do I learn Go?\t0"]
+    split = ["4\t7\t8\tWas Muhammad a real", "\thistorical figure?\t0"]  # lines 3 and 4
+    (tmp_path / "train.tsv").write_text(header + "\n".join([good[0], *split, *good[1:]]) + "\n", encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text(header + "\n".join(good) + "\n", encoding="utf-8")
+    (tmp_path / "test.tsv").write_text("id\tquestion1\tquestion2\n0\tA?\tB?\n1\tC?\n", encoding="utf-8")
+    args = ["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "dev.tsv"), "--tokenizer-from",
+            wordpiece_data, "--text-columns", "question1,question2", "--label-column", "is_duplicate"]
+    assert prepare_main([*args, "--destdir", str(tmp_path / "refused")]) == 1
+    assert capsys.readouterr().err.strip().endswith(
+        "train.tsv:3: 4 fields, expected 6 (--skip-malformed-rows drops such rows from train and valid)")
+    assert prepare_main([*args, "--destdir", str(tmp_path / "out"), "--skip-malformed-rows"]) == 0
+    assert "train.tsv: skipped 2 row(s) without 6 fields (lines 3, 4)" in capsys.readouterr().err
+    stats = json.load(open(tmp_path / "out" / "prepare_stats.json"))
+    assert (stats["train"]["malformed_rows_skipped"], stats["valid"]["malformed_rows_skipped"]) == (2, 0)
+    assert np.load(tmp_path / "out" / "train.labels.npy").tolist() == [1, 0, 0]
+    assert prepare_main([*args, "--destdir", str(tmp_path / "with_test"), "--skip-malformed-rows", "--test",
+                         str(tmp_path / "test.tsv"), "--test-text-columns", "question1,question2"]) == 1
+    assert re.search(r"test\.tsv:3: 2 fields, expected 3", capsys.readouterr().err)  # test rows keep GLUE's index
+
+
+def test_mnli_matched_mismatched_and_diagnostic_sets_in_one_folder(wordpiece_data, tmp_path):
+    """MNLI is scored on dev_matched and dev_mismatched, and a GLUE submission holds MNLI-m, MNLI-mm and AX (the
+    diagnostic set, predicted by the MNLI model): several --valid and --test files are the splits valid, valid_1 and
+    test, test_1, test_2 (a second --test kept only the last before)."""
+    header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label\n"
+
+    def labelled(rows):
+        return header + "".join(f"{i}\t1\t1n\tfiction\t{a}\t{b}\t{y}\t{y}\n" for i, (a, b, y) in enumerate(rows))
+
+    rows = [("A man sleeps .", "Someone rests .", "entailment"), ("A dog runs .", "A cat sits .", "contradiction"),
+            ("It rains .", "It may snow .", "neutral")]
+    (tmp_path / "train.tsv").write_text(labelled(rows), encoding="utf-8")
+    (tmp_path / "dev_matched.tsv").write_text(labelled(rows[:2]), encoding="utf-8")
+    (tmp_path / "dev_mismatched.tsv").write_text(labelled(rows[1:]), encoding="utf-8")
+    test_header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\n"
+    (tmp_path / "test_matched.tsv").write_text(test_header + "0\t2\t2n\tfiction\tA b .\tC d .\n", encoding="utf-8")
+    (tmp_path / "test_mismatched.tsv").write_text(test_header + "0\t3\t3n\tletters\tE f .\tG h .\n"
+                                                  "1\t4\t4n\tletters\tI j .\tK l .\n", encoding="utf-8")
+    (tmp_path / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tM n .\tO p .\n", encoding="utf-8")
+    out = tmp_path / "mnli"
+    assert prepare_main(["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "dev_matched.tsv"),
+                         str(tmp_path / "dev_mismatched.tsv"), "--test", str(tmp_path / "test_matched.tsv"),
+                         str(tmp_path / "test_mismatched.tsv"), "--test", str(tmp_path / "diagnostic.tsv"),
+                         "--tokenizer-from", wordpiece_data, "--destdir", str(out),
+                         "--text-columns", "sentence1,sentence2", "--label-column", "gold_label"]) == 0
+    meta = json.load(open(out / "classification.json"))
+    assert {split: (os.path.basename(m["source"]), m["examples"], m["labelled"]) for split, m in meta["splits"].items()} == {
+        "train": ("train.tsv", 3, True), "valid": ("dev_matched.tsv", 2, True), "valid_1": ("dev_mismatched.tsv", 2, True),
+        "test": ("test_matched.tsv", 1, False), "test_1": ("test_mismatched.tsv", 2, False),
+        "test_2": ("diagnostic.tsv", 1, False)}
+    assert meta["labels"] == ["contradiction", "entailment", "neutral"]  # run_glue.py's MNLI order
+    assert np.load(out / "valid_1.labels.npy").tolist() == [0, 2]
+    # fairseq-train validates on both (a split named valid1 stopped it: its .npy files looked like other subsets)
+    trained = run_cli([bin_path("fairseq-train"), str(out), "--user-dir", "user_dir", "--task", "sentence_classification",
+                       "--criterion", "sentence_classification", "--arch", "spanbert_tiny", "--optimizer", "adam",
+                       "--lr", "1e-4", "--batch-size", "2", "--max-update", "1", "--cpu", "--num-workers", "0",
+                       "--save-dir", str(tmp_path / "ck"), "--no-save", "--valid-subset", "valid,valid_1"])
+    assert all(f"valid on '{split}' subset" in trained.stdout + trained.stderr for split in ("valid", "valid_1"))
+
+
 @pytest.mark.parametrize("regression", [False, True])
 def test_a_test_split_exported_by_hf_datasets_with_label_minus_one_is_unlabelled(regression, wordpiece_data, tmp_path,
                                                                                  capsys):

@@ -24,7 +24,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class Table:
     labels: Optional[List[str]]  # None: the file has no label column (unlabelled test split)
     ids: Optional[List[str]]
     lines: List[int]  # line number of each row, for error messages
+    skipped_lines: List[int] = field(default_factory=list)  # rows of another field count (--skip-malformed-rows)
 
     def __len__(self):
         return len(self.lines)
@@ -79,6 +80,7 @@ class ReadOptions:
     id_column: Optional[Column] = None
     file_format: str = "auto"
     header: str = "auto"  # auto: a header line iff some column is given by name
+    skip_malformed: bool = False  # drop rows of another field count (QQP's split lines), as run_glue.py does
     by_name: bool = field(init=False)
 
     def __post_init__(self):
@@ -153,14 +155,21 @@ def _read_delimited(path: str, text: str, kind: str, options: ReadOptions, label
             raise UsageError(f"{path}: --label-column {options.label_column} is the column {label_index} that "
                              "--text-columns also reads; the model would read the answer in its input")
     id_index = index_of(options.id_column, "--id-column") if options.id_column is not None else None
-    for line, row in materialised:
-        if len(row) != width:
-            raise UsageError(f"{path}:{line}: {len(row)} fields, expected {width}")
+    malformed = [line for line, row in materialised if len(row) != width]
+    if malformed and options.skip_malformed:
+        print(f"{COMMAND}: warning: {path}: skipped {len(malformed)} row(s) without {width} fields (lines "
+              f"{', '.join(map(str, malformed[:5]))}{' ...' if len(malformed) > 5 else ''}), as run_glue.py skips them",
+              file=sys.stderr)
+        materialised = [(line, row) for line, row in materialised if len(row) == width]
+    elif malformed:
+        line = malformed[0]
+        raise UsageError(f"{path}:{line}: {len(dict(materialised)[line])} fields, expected {width} "
+                         "(--skip-malformed-rows drops such rows from train and valid)")
     lines = [line for line, _ in materialised]
     texts = [[row[i] for _, row in materialised] for i in text_index]
     labels = None if label_index is None else [row[label_index].strip() for _, row in materialised]
     ids = None if id_index is None else [row[id_index] for _, row in materialised]
-    return Table(path, texts, labels, ids, lines)
+    return Table(path, texts, labels, ids, lines, malformed if options.skip_malformed else [])
 
 
 def _column_exists(column: Column, header, width: int) -> bool:
@@ -346,34 +355,46 @@ def _label_counts(labels: np.ndarray, label_list: Optional[List[str]]) -> dict:
     return {label: int(c) for label, c in zip(label_list, counts)}
 
 
-def prepare_classification(train: str, valid: str, options: PrepareOptions, test: Optional[str] = None,
+def numbered_splits(name: str, files) -> List[Tuple[str, str]]:
+    """(split, file) of one or several files of a kind: ``name``, then ``name_1``, ``name_2``, ... (not fairseq's
+    ``valid1``: fairseq-train takes a file ``valid1.labels.npy`` for a validation subset ``valid1.labels`` left
+    out of ``--valid-subset``, and stops)."""
+    files = [files] if isinstance(files, str) else list(files or [])
+    return [(name if i == 0 else f"{name}_{i}", path) for i, path in enumerate(files)]
+
+
+def prepare_classification(train: str, valid, options: PrepareOptions, test=None,
                            test_read: Optional[ReadOptions] = None) -> dict:
     """Write the prepared folder ``options.destdir``; return its statistics. UsageError on bad input.
 
-    ``test_read``: the test file's own columns and header (GLUE's test files have another layout than train and
-    dev, and no labels); by default the test file is read as the others, its label column optional."""
+    ``valid`` and ``test``: a file or a list of files, the splits ``valid``, ``valid_1``, ... and ``test``,
+    ``test_1``, ... (MNLI's matched and mismatched sets, its diagnostic set). ``test_read``: the test files' own
+    columns and header (GLUE's test files have another layout than train and dev, and no labels); by default a test
+    file is read as the others, its label column optional."""
+    valid_splits, test_splits = numbered_splits("valid", valid), numbered_splits("test", test)
     pair = len(options.read.text_columns) == 2
     if len(options.read.text_columns) not in (1, 2):
         raise UsageError(f"--text-columns: expected one or two columns, got {len(options.read.text_columns)}")
     if options.max_seq_length < (4 if pair else 3):
         raise UsageError(f"--max-seq-length {options.max_seq_length}: too short for any text "
                          f"(at least {4 if pair else 3} for {'pairs' if pair else 'single texts'})")
-    inputs = [p for p in (train, valid, test, options.tokenizer_from) if p]
+    inputs = [train, *(path for _, path in valid_splits + test_splits), options.tokenizer_from]
     check_destination(options.destdir, COMMAND, inputs, options.force)
     tokenizer, dictionary = load_tokenizer_folder(options.tokenizer_from)
-    tables = {"train": read_table(train, options.read), "valid": read_table(valid, options.read)}
-    if test:
-        test_read = test_read or options.read
-        if len(test_read.text_columns) != len(options.read.text_columns):
-            raise UsageError(f"--test-text-columns: {len(test_read.text_columns)} column(s), but --text-columns "
-                             f"gives {len(options.read.text_columns)}; a test file has the same texts as the others")
-        tables["test"] = read_table(test, test_read, label_required=False)
+    tables = {"train": read_table(train, options.read)}
+    tables.update((split, read_table(path, options.read)) for split, path in valid_splits)
+    test_read = test_read or options.read
+    if test_splits and len(test_read.text_columns) != len(options.read.text_columns):
+        raise UsageError(f"--test-text-columns: {len(test_read.text_columns)} column(s), but --text-columns "
+                         f"gives {len(options.read.text_columns)}; a test file has the same texts as the others")
+    tables.update((split, read_table(path, test_read, label_required=False)) for split, path in test_splits)
     label_list = None if options.regression else label_order(tables["train"].labels)
-    if test and _marked_unlabelled(tables["test"].labels, label_list):
-        # HuggingFace datasets export a test split without labels as label -1
-        print(f"{COMMAND}: warning: {test}: every label is -1 (how HuggingFace datasets mark a split without "
-              "labels): read as unlabelled", file=sys.stderr)
-        tables["test"] = replace(tables["test"], labels=None)
+    for split, path in test_splits:
+        if _marked_unlabelled(tables[split].labels, label_list):
+            # HuggingFace datasets export a test split without labels as label -1
+            print(f"{COMMAND}: warning: {path}: every label is -1 (how HuggingFace datasets mark a split without "
+                  "labels): read as unlabelled", file=sys.stderr)
+            tables[split] = replace(tables[split], labels=None)
     labels = {split: encode_labels(table, label_list, train) for split, table in tables.items()}
     meta = {
         "format_version": 1,
@@ -402,10 +423,11 @@ def prepare_classification(train: str, valid: str, options: PrepareOptions, test
                     json.dump(table.ids, f, ensure_ascii=False)
             labelled = table.labels is not None
             meta["splits"][split] = {"source": os.path.abspath(table.path), "examples": len(table), "labelled": labelled}
-            stats[split] = {**features.stats, "labels": _label_counts(labels[split], label_list) if labelled else None}
+            stats[split] = {**features.stats, "labels": _label_counts(labels[split], label_list) if labelled else None,
+                            "malformed_rows_skipped": len(table.skipped_lines)}
         write_json(os.path.join(work, META_FILE), meta)
         write_json(os.path.join(work, STATS_FILE), stats)
-    warn_if_vocabulary_does_not_fit(tokenizer, [p for p in (train, valid, test) if p])
+    warn_if_vocabulary_does_not_fit(tokenizer, inputs[:-1])
     return stats
 
 

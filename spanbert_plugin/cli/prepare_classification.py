@@ -20,8 +20,11 @@ def get_parser():
         "with token types 0/1, for fairseq-train --task sentence_classification.",
     )
     parser.add_argument("--train", required=True, help="training file (TSV, CSV or JSON Lines); defines the labels")
-    parser.add_argument("--valid", required=True, help="validation file, same columns")
-    parser.add_argument("--test", help="optional extra split 'test'; its label column may be absent")
+    parser.add_argument("--valid", required=True, nargs="+", action="extend", metavar="FILE",
+                        help="validation file, same columns; several are the splits valid, valid_1, ... (MNLI's "
+                             "dev_matched and dev_mismatched: fairseq-train --valid-subset valid,valid_1)")
+    parser.add_argument("--test", nargs="+", action="extend", metavar="FILE",
+                        help="optional test file(s), the splits test, test_1, ...; a label column may be absent")
     parser.add_argument("--tokenizer-from", required=True,
                         help="spanbert-prepare or spanbert-import-hf folder (dict.txt + tokenizer) of the checkpoint to fine-tune")
     parser.add_argument("--destdir", required=True, help="output folder")
@@ -38,11 +41,14 @@ def get_parser():
                              "TSV is read without quoting, as GLUE needs")
     parser.add_argument("--header", choices=["auto", "yes", "no"], default="auto",
                         help="is the first line a header? auto: yes when a column is given by name (TSV/CSV)")
+    parser.add_argument("--skip-malformed-rows", action="store_true",
+                        help="drop --train/--valid rows whose field count differs from the header's, with a warning "
+                             "(GLUE's QQP: a question holding a line break); never the --test file")
     parser.add_argument("--test-text-columns",
-                        help="the --test file's own text columns, when its layout differs from train and dev (GLUE's "
-                             "test files: an index column first, no label); the test file is then read without labels")
+                        help="the --test files' own text columns, when their layout differs from train and dev (GLUE's "
+                             "test files: an index column first, no label); the test files are then read without labels")
     parser.add_argument("--test-header", choices=["auto", "yes", "no"],
-                        help="is the --test file's first line a header? (default: as --header; with --test-text-columns, auto)")
+                        help="is a --test file's first line a header? (default: as --header; with --test-text-columns, auto)")
     return parser
 
 
@@ -58,15 +64,18 @@ def main(argv=None):
         id_column=parse_columns(args.id_column, "--id-column", most=1)[0] if args.id_column else None,
         file_format=args.format,
         header=args.header,
+        skip_malformed=args.skip_malformed_rows,
     )
     test_read = None
     if (args.test_text_columns or args.test_header) and not args.test:
-        raise UsageError("--test-text-columns and --test-header describe the --test file; give --test")
+        raise UsageError("--test-text-columns and --test-header describe the --test files; give --test")
     if args.test_text_columns:
         test_read = ReadOptions(text_columns=parse_columns(args.test_text_columns, "--test-text-columns"),
                                 label_column=None, file_format=args.format, header=args.test_header or "auto")
     elif args.test_header:
-        test_read = dataclasses.replace(read, header=args.test_header)
+        test_read = dataclasses.replace(read, header=args.test_header, skip_malformed=False)
+    elif args.test:
+        test_read = dataclasses.replace(read, skip_malformed=False)  # test rows stay aligned with GLUE's index
     options = PrepareOptions(args.tokenizer_from, args.destdir, read, args.regression, args.max_seq_length, args.force)
     stats = prepare_classification(args.train, args.valid, options, args.test, test_read)
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))
