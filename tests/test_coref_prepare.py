@@ -10,7 +10,7 @@ from conftest import needs_shared_data, shared_path
 from spanbert_plugin.cli.prepare_coref import main as prepare_main
 from spanbert_plugin.coref.conll import read_split
 from spanbert_plugin.coref.dataset import CorefDataset
-from spanbert_plugin.coref.prepare import load_coref_meta, load_split_arrays
+from spanbert_plugin.coref.prepare import load_coref_meta, load_documents, load_split_arrays
 from spanbert_plugin.core.finetune_io import load_tokenizer_folder
 
 LITBANK = "litbank"
@@ -196,16 +196,12 @@ def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
         ({"a.conll": "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n"},
          "a.conll: no '#begin document (NAME); part N' line, so not CoNLL-2012, and not JSON lines "
          "(first line: '-DOCSTART- -X- -X- O'); a CoNLL-2003"),
-        (
-            {"a.jsonl": '{"doc_key": "d", "sentences": [["x", "y", "z", "w"]], "clusters": [[[0, 0], [2, 2]], '
-                        '[[0, 0], [3, 3]]]}\n'},
-            "a.jsonl:1: span [0, 0] (word indices) is in two clusters of document d",
-        ),
-        (
-            {"a.conll": "#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (3)|(9)\nd 0 1 v _ _ _ _ _ _ _ _ (3)\n"
-                        "\n#end document\n"},
-            "a.conll:1: span [0, 0] (word indices) is in two clusters of document (d); part 0;",
-        ),
+        # SpanBERT's minimize.py output: [CLS]/[SEP] segments of subtokens, clusters in subtoken positions
+        ({"a.jsonl": '{"doc_key": "nw/d_0", "sentences": [["[CLS]", "sum", "##mer", "[SEP]"]], "clusters": [], '
+                     '"subtoken_map": [0, 0, 0, 0]}\n'},
+         "a.jsonl:1: this is SpanBERT's subtoken-level file"),
+        ({"a.jsonl": '{"doc_key": "nw/d_0", "sentences": [["[CLS]", "sum", "##mer", "[SEP]"]], "clusters": []}\n'},
+         "a.jsonl:1: this is SpanBERT's subtoken-level file"),
     ],
 )
 def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, files, message):
@@ -218,6 +214,35 @@ def test_bad_input_one_line_nothing_written(wordpiece_data, tmp_path, capsys, fi
     assert len(err.splitlines()) == 1 and message in err, err
     assert not dest.exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-tmp")]
+
+
+def test_clusters_sharing_a_span_are_merged_as_minimize_py_does(wordpiece_data, tmp_path, capsys):
+    """A span in two clusters of a key: the reference scorer warns ("Repeated mention in the key") and scores on,
+    and SpanBERT's minimize.py merges the two clusters; the whole split was refused."""
+    conll = ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ (3)|(9)\nd 0 1 v _ _ _ _ _ _ _ _ (3)\n"
+             "d 0 2 u _ _ _ _ _ _ _ _ (9)\nd 0 3 t _ _ _ _ _ _ _ _ (5)\nd 0 4 s _ _ _ _ _ _ _ _ (5)\n\n#end document\n")
+    jsonl = json.dumps({"doc_key": "e", "sentences": [["w", "v", "u", "t", "s"]],
+                        "clusters": [[[0, 0], [1, 1]], [[0, 0], [2, 2]], [[3, 3], [4, 4]]]}) + "\n"
+    for name, text, key in (("a.conll", conll, "(d); part 0"), ("a.jsonl", jsonl, "e")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        dest = tmp_path / f"out_{name}"
+        assert prepare(["--train", str(tmp_path / name), "--tokenizer-from", wordpiece_data, "--destdir", str(dest)]) == 0
+        assert f"1 cluster(s) of document {key} share a span with another and were merged" in capsys.readouterr().err
+        [doc] = read_split(str(tmp_path / name), "--train")
+        assert doc.clusters == [[(0, 0), (1, 1), (2, 2)], [(3, 3), (4, 4)]]
+
+
+def test_ontonotes_json_lines_keys_are_written_as_the_official_key_files_name_them(wordpiece_data, tmp_path):
+    """e2e-coref's JSON lines key a part "bc/cctv/00/cctv_0000_1"; the CoNLL files written for scoring named it so,
+    and the reference scorer matched none of its documents against the official key file's
+    "(bc/cctv/00/cctv_0000); part 001" (recall 0, no error)."""
+    records = [{"doc_key": "bc/cctv/00/cctv_0000_1", "sentences": [["Hi", "there"]], "clusters": []},
+               {"doc_key": "my_story_2", "sentences": [["Hi"]], "clusters": []}]
+    dest = tmp_path / "out"
+    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", records), "--tokenizer-from", wordpiece_data,
+                    "--destdir", str(dest)]) == 0
+    assert [doc["lines"][0] for doc in load_documents(str(dest), "train")] == [
+        "#begin document (bc/cctv/00/cctv_0000); part 001", "#begin document (my_story_2); part 000"]
 
 
 def test_byte_order_marks_are_dropped_from_conll_and_list_files(wordpiece_data, tmp_path):

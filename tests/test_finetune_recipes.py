@@ -276,6 +276,18 @@ def test_coreference_recipes_train_under_fp16(imported, family_data, tmp_path):
                           "optimization.max_update=2", "task.coref_ffnn_size=32")
         assert "loss_scale=" in proc.stdout + proc.stderr and "lr_coref_head=" in proc.stdout + proc.stderr
 
+def test_the_ontonotes_recipe_states_its_singleton_convention(imported, family_data, tmp_path):
+    """c2f-coref trains OntoNotes without a mention loss and never predicts a singleton; the task reads both from the
+    training data when not told, and one one-mention chain there (the family data has them) switched the recipe
+    to LitBank's: the coref recipe states them."""
+    proc = run_recipe("coref", family_data["coref"], imported, tmp_path / "ck", "optimization.max_update=1",
+                      "task.coref_ffnn_size=32")
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)["cfg"]["task"]
+    assert (saved["mention_loss_weight"], saved["no_singletons"], saved["scoring_convention"]) == (
+        0.0, True, "without_singletons"), proc.stderr[-2000:]
+    assert json.load(open(os.path.join(family_data["coref"], "prepare_stats.json")))["train"]["singletons"] > 0
+
+
 def test_flat_fp16_copies_of_grouped_parameters_are_one_line():
     from spanbert_plugin.core.errors import UsageError
     from spanbert_plugin.core.precision import refuse_flat_fp16_copies_of_grouped_parameters

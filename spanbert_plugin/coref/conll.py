@@ -15,6 +15,7 @@ Every document keeps its CoNLL lines (synthesised for JSON lines), so a
 prediction can be written as the input with the last column replaced.
 """
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..core.file_utils import is_json_integer, parse_json, read_text
+
+logger = logging.getLogger(__name__)
 
 Span = Tuple[int, int]
 # OntoNotes genres (the first path element of its document names); anything else is "other"
@@ -127,20 +130,37 @@ class _ConllDocumentBuilder:
             raise UsageError(f"{self.path}:{self.begin_line}: empty document {self.doc_key} (no token lines)")
         self.lines.append(line)
         clusters = sorted((sorted(set(spans)) for spans in self.clusters.values()), key=lambda c: c[0])
-        check_one_cluster_per_span(clusters, self.doc_key, f"{self.path}:{self.begin_line}")
+        clusters = merge_clusters_sharing_a_span(clusters, self.doc_key, f"{self.path}:{self.begin_line}")
         return CorefDocument(self.doc_key, self.words, np.asarray(self.sentence_ids, dtype=np.int64), self.speakers,
                              clusters, f"{self.path}:{self.begin_line}", self.lines,
                              np.asarray(self.token_lines, dtype=np.int64))
 
 
-def check_one_cluster_per_span(clusters: Sequence[Sequence[Span]], doc_key: str, where: str) -> None:
-    """UsageError for a span that two clusters share (the reference scorer refuses such files)."""
-    cluster_of: Dict[Span, int] = {}
+def merge_clusters_sharing_a_span(clusters: Sequence[Sequence[Span]], doc_key: str, where: str) -> List[List[Span]]:
+    """Clusters that share a span merged into one, as SpanBERT's and e2e-coref's minimize.py do (the reference
+    scorer reads such a key, warning "Repeated mention in the key"); a warning names the document."""
+    parent = list(range(len(clusters)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: Dict[Span, int] = {}
     for index, cluster in enumerate(clusters):
         for span in cluster:
-            if cluster_of.setdefault(span, index) != index:
-                raise UsageError(f"{where}: span [{span[0]}, {span[1]}] (word indices) is in two clusters of document "
-                                 f"{doc_key}; a mention belongs to one cluster, as the reference scorer requires")
+            j = owner.setdefault(span, index)
+            if j != index:
+                parent[find(index)] = find(j)
+    groups: Dict[int, set] = {}
+    for index, cluster in enumerate(clusters):
+        groups.setdefault(find(index), set()).update(cluster)
+    if len(groups) == len(clusters):
+        return [list(c) for c in clusters]
+    logger.warning(f"{where}: {len(clusters) - len(groups)} cluster(s) of document {doc_key} share a span with "
+                   "another and were merged into it (as SpanBERT's minimize.py does)")
+    return sorted((sorted(g) for g in groups.values()), key=lambda c: c[0])
 
 
 def read_conll(path: str, text: str) -> List[CorefDocument]:
@@ -188,7 +208,10 @@ def _synthesised_lines(doc_key: str, sentences: Sequence[Sequence[str]], speaker
             else:
                 marks[start].append(f"({cluster_id}")
                 marks[end].append(f"{cluster_id})")
-    lines, token_lines, word = [f"#begin document ({doc_key}); part 000"], [], 0
+    onto = re.match(r"^((?:bc|bn|mz|nw|pt|tc|wb)/.+)_(\d+)$", doc_key)  # e2e-coref's get_doc_key: "{doc}_{int(part)}"
+    header = (f"#begin document ({onto.group(1)}); part {int(onto.group(2)):03d}" if onto
+              else f"#begin document ({doc_key}); part 000")
+    lines, token_lines, word = [header], [], 0
     for s, sentence in enumerate(sentences):
         for i, w in enumerate(sentence):
             speaker = speakers[s][i] if speakers else "-"
@@ -229,6 +252,10 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
         if not isinstance(record, dict) or "doc_key" not in record or "sentences" not in record:
             raise UsageError(f"{where}: a JSON-lines document needs doc_key and sentences")
         sentences = record["sentences"]
+        if "subtoken_map" in record or (_is_text_grid(sentences) and sentences and sentences[0][:1] == ["[CLS]"]):
+            raise UsageError(f"{where}: this is SpanBERT's subtoken-level file (minimize.py's *.384.jsonlines: "
+                             "[CLS]/[SEP] segments, subtoken clusters); give the CoNLL-2012 *.v4_gold_conll files "
+                             "or word-level c2f/e2e-coref JSON lines")
         if not _is_text_grid(sentences):
             raise UsageError(f"{where}: sentences must be a list of lists of strings (the words)")
         words = [w for s in sentences for w in s]
@@ -262,7 +289,7 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
             if spans:
                 clusters.append(sorted(set(spans)))
         clusters.sort(key=lambda c: c[0])
-        check_one_cluster_per_span(clusters, doc_key, where)
+        clusters = merge_clusters_sharing_a_span(clusters, doc_key, where)
         sentence_ids = np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])
         lines, token_lines = _synthesised_lines(doc_key, sentences, speakers, clusters)
         documents.append(CorefDocument(doc_key, words, sentence_ids,
