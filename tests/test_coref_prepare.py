@@ -232,6 +232,17 @@ def test_clusters_sharing_a_span_are_merged_as_minimize_py_does(wordpiece_data, 
         assert doc.clusters == [[(0, 0), (1, 1), (2, 2)], [(3, 3), (4, 4)]]
 
 
+def test_ontonotes_escaped_marks_are_read_as_the_marks(tmp_path):
+    """OntoNotes' "/." and "/?" are "." and "?" to the tokenizer, as SpanBERT's minimize.py feeds them; the lines
+    written back keep them as the key file has them."""
+    conll = ("#begin document (tc/ch/00/ch_0001); part 000\n"
+             + "".join(f"tc/ch/00/ch_0001 0 {i} {w} _ _ _ _ _ A _ -\n" for i, w in enumerate(["Yes", "/.", "Why", "/?"]))
+             + "\n#end document\n")
+    (tmp_path / "a.conll").write_text(conll, encoding="utf-8")
+    [doc] = read_split(str(tmp_path / "a.conll"), "--train")
+    assert doc.words == ["Yes", ".", "Why", "?"] and doc.lines[2].split()[3] == "/."
+
+
 def test_ontonotes_json_lines_keys_are_written_as_the_official_key_files_name_them(wordpiece_data, tmp_path):
     """e2e-coref's JSON lines key a part "bc/cctv/00/cctv_0000_1"; the CoNLL files written for scoring named it so,
     and the reference scorer matched none of its documents against the official key file's

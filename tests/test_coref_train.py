@@ -473,8 +473,10 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
 
     predicted = read_conll("valid.conll", open(os.path.join(out, "valid.conll")).read())
     records = [json.loads(line) for line in open(os.path.join(out, "clusters.jsonl"))]
-    # JSON-lines documents are written as "#begin document (KEY); part 000"
-    assert [d.doc_key for d in predicted] == [f"({r['doc_key']}); part 000" for r in records]
+    # JSON-lines documents keyed as e2e-coref keys OntoNotes parts ("nw/syn2_0") are written as the key file names
+    # them: "#begin document (nw/syn2); part 000"
+    parts = [r["doc_key"].rsplit("_", 1) for r in records]
+    assert [d.doc_key for d in predicted] == [f"({name}); part {int(part):03d}" for name, part in parts]
     for doc, record in zip(predicted, records):
         assert sorted(doc.clusters) == sorted(sorted(tuple(s) for s in c) for c in record["clusters"])
     # hub.coref on the raw text of a document gives the same clusters (character spans of the same words)
@@ -492,6 +494,13 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
     )
     assert as_words == sorted(sorted(tuple(s) for s in c) for c in records[0]["clusters"])
     assert all(text[m["start"] : m["end"]] == m["text"] for c in clusters for m in c)
+    # raw text is resolved under a genre the head trained: the documents' (nw), not "other", whose row never trained
+    assert hub.task.state.state_dict["trained_genres"] == ["nw"] and hub.task.raw_text_genre() == "nw"
+    assert hub.coref(text, genre="nw") == clusters
+    from spanbert_plugin.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^genre 'news': expected one of bc, bn, mz, nw, pt, tc, wb, other$"):
+        hub.coref(text, genre="news")
     # HuggingFace export (encoder + coref_head.safetensors) and import give a checkpoint with the same head
     hf, imported = str(tmp_path / "hf"), str(tmp_path / "imported")
     proc = run_cli(
@@ -529,6 +538,7 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
     assert not os.path.exists(tmp_path / "none")
     run_cli([bin_path("spanbert-import-hf"), "--hf", hf, "--out", imported])
     again = SpanBertModel.from_pretrained(imported, "model.pt")
+    assert again.task.raw_text_genre() == "nw"  # the export records the genres trained
     assert again.coref(text) == clusters
     sample = words_sample(
         hub.tokenizer,
@@ -611,6 +621,19 @@ def test_validation_over_two_gloo_workers_equals_prediction(synthetic_data, tmp_
         assert float(best[f"valid_{key}"]) == pytest.approx(value, abs=1e-3), key
 
 
+@pytest.mark.parametrize("trained, genre", [(None, "other"), (["other"], "other"), (["bc", "nw", "other"], "other"),
+                                            (["bc", "nw", "tc"], "nw"), (["bc", "tc"], "bc")])
+def test_raw_text_is_resolved_under_a_genre_the_head_trained(trained, genre):
+    """An OntoNotes checkpoint never trains the "other" genre embedding that raw text (no document name) got; a
+    checkpoint that does not say (saved before) keeps "other"."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref.task import CoreferenceTask
+
+    state = SimpleNamespace(state_dict={} if trained is None else {"trained_genres": trained})
+    assert CoreferenceTask.raw_text_genre(SimpleNamespace(state=state)) == genre
+
+
 def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
     """coref_config.json records how the checkpoint predicts, long documents included, and the import's task takes
     those settings back (an import then predicts the clusters the checkpoint predicts)."""
@@ -622,7 +645,8 @@ def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
                     exact_prediction_max_words=500, max_antecedent_distance=2, entity_cache_size=1,
                     max_training_segments=2)
     task = SimpleNamespace(cfg=SimpleNamespace(**{name: 1 for name in HEAD_OPTIONS}, **settings),
-                           meta={"max_segment_length": 24, "max_span_width": 5, "genres": ["nw"]})
+                           meta={"max_segment_length": 24, "max_span_width": 5, "genres": ["nw"]},
+                           state=SimpleNamespace(state_dict={"trained_genres": ["bc", "nw"]}))
     model = SimpleNamespace(coref_head=torch.nn.Linear(2, 2), cfg=SimpleNamespace(encoder_embed_dim=8))
     write_coref_head(model, task, str(tmp_path))
     args = coref_task_arguments(read_coref_config(str(tmp_path)))
@@ -631,6 +655,9 @@ def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
     assert given["--max-training-segments"] == "2"  # the segment distances the head was trained on
     assert (given["--exact-prediction-max-words"], given["--max-antecedent-distance"],
             given["--entity-cache-size"]) == ("500", "2", "1")
+    from spanbert_plugin.coref.hf_head import coref_task_state
+
+    assert coref_task_state(read_coref_config(str(tmp_path))) == {"trained_genres": ["bc", "nw"]}
 
 
 def test_a_word_cut_by_a_segment_end_is_no_candidate_span():

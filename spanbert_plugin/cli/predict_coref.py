@@ -2,6 +2,7 @@
 import argparse
 import sys
 
+from ..coref.conll import GENRES
 from ..coref.prediction_modes import DEFAULT_ENTITY_CACHE_SIZE, DEFAULT_MAX_ANTECEDENT_DISTANCE, PREDICTION_MODES
 from . import predict_command
 
@@ -38,6 +39,9 @@ def add_coref_arguments(parser):
     parser.add_argument("--join-wrapped-lines", action="store_true",
                         help="with --text: lines are wrapped inside paragraphs (as in Project Gutenberg's files), so "
                         "only blank lines end a sentence besides . ! ?")
+    parser.add_argument("--genre", choices=GENRES,
+                        help="with --text: the OntoNotes genre to predict under (default: other, or for a checkpoint "
+                        "trained without it, nw or another genre it trained)")
     parser.add_argument("--coref-prediction", choices=PREDICTION_MODES,
                         help="exact, bounded (block by block in bounded memory) or auto: bounded past the "
                         "checkpoint's --exact-prediction-max-words (default: the checkpoint's, auto)")

@@ -105,7 +105,7 @@ class _ConllDocumentBuilder:
         word = len(self.words)
         self.token_lines.append(len(self.lines))
         self.lines.append(line)
-        self.words.append(columns[3].strip())
+        self.words.append(_unescaped(columns[3].strip()))
         self.sentence_ids.append(self.sentence)
         self.speakers.append(columns[9].strip() if len(columns) >= 11 else "-")
         singles, opens, closes = _coref_field(columns[-1].strip(), where)
@@ -134,6 +134,12 @@ class _ConllDocumentBuilder:
         return CorefDocument(self.doc_key, self.words, np.asarray(self.sentence_ids, dtype=np.int64), self.speakers,
                              clusters, f"{self.path}:{self.begin_line}", self.lines,
                              np.asarray(self.token_lines, dtype=np.int64))
+
+
+def _unescaped(word: str) -> str:
+    """OntoNotes writes a sentence's final "." and "?" as "/." and "/?" in some documents; SpanBERT's minimize.py
+    (normalize_word) reads them as the marks (the key file keeps them)."""
+    return word[1:] if word in ("/.", "/?") else word
 
 
 def merge_clusters_sharing_a_span(clusters: Sequence[Sequence[Span]], doc_key: str, where: str) -> List[List[Span]]:

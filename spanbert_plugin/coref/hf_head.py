@@ -21,6 +21,7 @@ from .conll import GENRES
 from .head import CorefHead, keep_coarse_scores_of_a_head_saved_before
 from .predict import words_sample
 from .prepare import META_FILE
+from .task import TRAINED_GENRES
 
 COREF_WEIGHTS, COREF_CONFIG = "coref_head.safetensors", "coref_config.json"
 HEAD_OPTIONS = ("max_span_width", "top_span_ratio", "max_top_antecedents", "coref_depth", "coref_ffnn_size",
@@ -43,7 +44,8 @@ def write_coref_head(model, task, directory: str) -> None:
         "task_options": {name: getattr(task.cfg, name) for name in HEAD_OPTIONS},
         "data": {key: task.meta[key] for key in ("max_segment_length", "max_span_width", "genres")},
         # the segment distances the head was trained on (capped at this less one; 0: no cap)
-        "training": {"max_training_segments": int(task.cfg.max_training_segments)},
+        "training": {"max_training_segments": int(task.cfg.max_training_segments),
+                     "trained_genres": task.state.state_dict.get(TRAINED_GENRES)},
         # how the checkpoint predicts: an import predicts the same clusters
         "prediction": {"no_singletons": bool(task.cfg.no_singletons),
                        "singleton_threshold": float(task.cfg.singleton_threshold),
@@ -84,6 +86,12 @@ def coref_task_arguments(config: dict) -> list:
 def training_segments(config: dict) -> int:
     """The exported head's training window in segments (0 for exports that do not say: no cap, as they scored)."""
     return int((config.get("training") or {}).get("max_training_segments", 0))
+
+
+def coref_task_state(config: dict) -> dict:
+    """What the import's task state records: the genres the exported head was trained on, when the export says."""
+    genres = (config.get("training") or {}).get("trained_genres")
+    return {TRAINED_GENRES: list(genres)} if isinstance(genres, list) else {}
 
 
 def write_coref_meta(config: dict, directory: str) -> None:

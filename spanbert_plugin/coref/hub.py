@@ -6,9 +6,11 @@ from .predict import resolve_text
 
 
 @register_hub_feature("coref")
-def hub_coref(hub, text: str):
-    """Clusters of ``text``, each a list of ``{text, start, end}`` (character offsets, end exclusive)."""
+def hub_coref(hub, text: str, genre=None):
+    """Clusters of ``text``, each a list of ``{text, start, end}`` (character offsets, end exclusive); ``genre``: an
+    OntoNotes genre (bc bn mz nw pt tc wb) or ``other``, by default one the checkpoint trained
+    (``raw_text_genre``)."""
     if getattr(hub.model, "coref_head", None) is None:
         raise ValueError("this checkpoint has no coreference head; fine-tune it with --task coreference first")
     with torch.no_grad():
-        return resolve_text(hub.model, hub.task, hub.tokenizer, text)
+        return resolve_text(hub.model, hub.task, hub.tokenizer, text, genre=genre)

@@ -23,7 +23,7 @@ from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, read_text
 from ..core.finetune_io import load_finetuned_checkpoint
 from ..core.tokenization import load_tokenizer
-from .conll import CorefDocument, with_coref_column
+from .conll import GENRES, CorefDocument, with_coref_column
 from .criterion import coref_outputs, gold_clusters
 from .dataset import collate_document
 from .head import predicted_clusters
@@ -151,7 +151,7 @@ def refuse_thresholds_without_singletons(task, singleton_threshold, singleton_th
 def predict_split(checkpoint, data, split, out, force=False, batch_size=None, max_tokens=None, cpu=False,
                   no_singletons=None, singleton_threshold=None, scoring_convention=None,
                   singleton_threshold_sweep=None, text=None, join_wrapped_lines=False, coref_prediction=None,
-                  max_antecedent_distance=None, entity_cache_size=None) -> dict:
+                  max_antecedent_distance=None, entity_cache_size=None, genre=None) -> dict:
     """Write ``<split>.conll``, ``<split>.gold.conll``, ``clusters.jsonl`` and ``eval.json`` to ``out``, and with
     ``singleton_threshold_sweep`` (thresholds) ``singleton_thresholds.json``: {threshold: eval.json's scores at it}.
     With ``text`` (a raw text file), ``predict_text`` instead.
@@ -168,10 +168,11 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
                             ("--scoring-convention", scoring_convention)):
             if given:
                 raise UsageError(f"{flag} concerns a prepared split (its scores); it has no effect with --text")
-        return predict_text(checkpoint, text, out, force, cpu, join_wrapped_lines, data, options)
+        return predict_text(checkpoint, text, out, force, cpu, join_wrapped_lines, data, options, genre)
     split = split or "test"
-    if join_wrapped_lines:
-        raise UsageError("--join-wrapped-lines applies to --text only")
+    for flag, given in (("--join-wrapped-lines", join_wrapped_lines), ("--genre", genre)):
+        if given:  # a prepared document's genre comes from its name
+            raise UsageError(f"{flag} applies to --text only")
     for threshold in singleton_threshold_sweep or ():
         if not 0 < threshold < 1:
             raise UsageError(f"--singleton-threshold-sweep: every threshold must be in (0, 1), got {threshold:g}")
@@ -233,10 +234,12 @@ def split_words(text: str, line_breaks: str = "space"):
     return words, [(m.start(), m.end()) for m in matches], sentence_ids
 
 
-def words_sample(tokenizer, dictionary, meta: dict, words: List[str], sentence_ids: np.ndarray) -> dict:
+def words_sample(tokenizer, dictionary, meta: dict, words: List[str], sentence_ids: np.ndarray,
+                 genre: str = "other") -> dict:
     """The collated batch of one document given as words and sentence ids (segmented as the prepared data)."""
     encoder = DocumentEncoder(tokenizer, dictionary, meta["max_segment_length"], meta["max_span_width"])
-    doc = CorefDocument("text", words, np.asarray(sentence_ids, dtype=np.int64), ["-"] * len(words), [], "text")
+    doc = CorefDocument(f"{genre}/text", words, np.asarray(sentence_ids, dtype=np.int64), ["-"] * len(words), [],
+                        "text")
     enc = encoder.encode(doc, tokenizer.encode_ids(words), Counter())
     item = {**enc, "id": 0, "num_words": len(words),
             "token_segment": np.repeat(np.arange(len(enc["segment_lengths"])), enc["segment_lengths"])}
@@ -244,14 +247,17 @@ def words_sample(tokenizer, dictionary, meta: dict, words: List[str], sentence_i
 
 
 def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "space", notice=logger.info,
-                 progress=None, split=None) -> List[List[dict]]:
+                 progress=None, split=None, genre: Optional[str] = None) -> List[List[dict]]:
     """Clusters of raw text: each a list of {text, start, end} (character offsets, end exclusive); long texts
     in bounded memory (``document_clusters``). ``split``: ``split_words(text, line_breaks)`` when the caller has
-    it already."""
+    it already; ``genre``: an OntoNotes genre or ``other`` (default: ``task.raw_text_genre()``)."""
+    genre = genre or task.raw_text_genre()
+    if genre not in GENRES:
+        raise UsageError(f"genre {genre!r}: expected one of {', '.join(GENRES)}")
     words, offsets, sentence_ids = split if split is not None else split_words(text, line_breaks)
     if not words:
         return []
-    sample = words_sample(tokenizer, task.dictionary, task.meta, words, sentence_ids)
+    sample = words_sample(tokenizer, task.dictionary, task.meta, words, sentence_ids, genre)
     clusters = document_clusters(model, task, _to_device(sample, next(model.parameters()).device),
                                  task.singleton_threshold, notice, progress)
     return [[{"text": text[offsets[s][0]:offsets[e][1]], "start": offsets[s][0], "end": offsets[e][1]}
@@ -268,9 +274,13 @@ def read_input_text(path: str) -> str:
 
 
 def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False, cpu: bool = False,
-                 join_wrapped_lines: bool = False, data: Optional[str] = None, options: Optional[dict] = None) -> dict:
+                 join_wrapped_lines: bool = False, data: Optional[str] = None, options: Optional[dict] = None,
+                 genre: Optional[str] = None) -> dict:
     """Write ``clusters.jsonl`` (one cluster a line, by first mention: {"id", "mentions": [{text, start, end}]},
-    character offsets into the text as read, end exclusive) and ``summary.json`` to ``out``."""
+    character offsets into the text as read, end exclusive) and ``summary.json`` to ``out``; ``genre``: the
+    OntoNotes genre to predict under (default: the checkpoint's ``raw_text_genre``)."""
+    if genre is not None and genre not in GENRES:
+        raise UsageError(f"--genre {genre}: expected one of {', '.join(GENRES)}")
     text = read_input_text(text_path)
     check_destination(out, COMMAND, [checkpoint, text_path], force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
@@ -281,11 +291,13 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     line_breaks = "paragraph" if join_wrapped_lines else "sentence"
     split = split_words(text, line_breaks)
     words = len(split[0])
+    genre = genre or task.raw_text_genre()
     with progress_bar(total=words, unit="word", unit_scale=True, desc=COMMAND) as bar, torch.no_grad():
         clusters = resolve_text(model, task, tokenizer, text, line_breaks,
-                                lambda line: tqdm.write(f"{COMMAND}: {line}", file=sys.stderr), bar.update, split)
+                                lambda line: tqdm.write(f"{COMMAND}: {line}", file=sys.stderr), bar.update, split,
+                                genre)
     clusters.sort(key=lambda mentions: (mentions[0]["start"], mentions[0]["end"]))
-    summary = {"text": text_path, "characters": len(text), "words": words, "clusters": len(clusters),
+    summary = {"text": text_path, "characters": len(text), "words": words, "genre": genre, "clusters": len(clusters),
                "mentions": sum(len(c) for c in clusters),
                "prediction": "bounded" if predicts_bounded(task.cfg, words) else "exact",
                "seconds": round(time.perf_counter() - started, 1)}

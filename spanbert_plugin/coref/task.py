@@ -29,6 +29,8 @@ from .metrics import CONVENTIONS
 from .prepare import COMMAND, data_has_singletons, load_coref_meta
 
 logger = logging.getLogger(__name__)
+# the task state's key (saved in checkpoints) for the genres of the training documents
+TRAINED_GENRES = "trained_genres"
 
 
 @dataclass
@@ -176,7 +178,18 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
             raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: no such file (split {split!r} was not "
                              f"prepared in {self.cfg.data})") from None
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} documents")
+        if is_train:  # saved with every checkpoint: raw text is predicted under a genre whose embedding trained
+            self.state.merge_state_dict({TRAINED_GENRES: [GENRES[g] for g in sorted(set(dataset.a["doc_genre"].tolist()))]})
         self.keep_dataset(split, dataset, is_train)
+
+    def raw_text_genre(self) -> str:
+        """The genre raw text is predicted under: ``other`` (LitBank, any data of unknown genre) when training saw
+        it or the checkpoint does not say; else newswire, as SpanBERT's example, or the first genre trained (an
+        OntoNotes checkpoint never trains the ``other`` row: its embedding would stay as initialised)."""
+        trained = self.state.state_dict.get(TRAINED_GENRES)
+        if not trained or "other" in trained:
+            return "other"
+        return "nw" if "nw" in trained else trained[0]
 
     def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, max_positions=None,
                            ignore_invalid_inputs=False, required_batch_size_multiple=1, **kwargs):

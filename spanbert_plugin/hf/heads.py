@@ -224,6 +224,12 @@ def _compare_coref(hub, directory, features, hidden):
     return compare_coref_head(hub, directory)
 
 
+def _coref_task_state(config):
+    from ..coref.hf_head import coref_task_state
+
+    return coref_task_state(config)
+
+
 def _coref_config(directory):
     from ..coref.hf_head import read_coref_config
 
@@ -234,7 +240,7 @@ COREF = SideHead(
     name="coreference head", weights_file="coref_head.safetensors", config_file="coref_config.json",
     present=lambda model: getattr(model, "coref_head", None) is not None, write=_write_coref, compare=_compare_coref,
     model_arguments=lambda config, directory: [], restore=_restore_coref, task_arguments=_coref_task_arguments,
-    validate=_coref_config,
+    validate=_coref_config, task_state=_coref_task_state,
 )
 
 SIDE_HEADS = (SBO, RELATION, COREF)

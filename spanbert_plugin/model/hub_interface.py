@@ -201,13 +201,14 @@ class SpanBertHubInterface(nn.Module):
         logits, _ = self.model(tokens, segment_labels=segment_labels, classification_head_name=head)
         return logits if return_logits or logits.size(-1) == 1 else F.log_softmax(logits, dim=-1)
 
-    def coref(self, text: str):
+    def coref(self, text: str, genre=None):
         """Coreference clusters of raw text, each a list of ``{text, start, end}`` (character offsets, end exclusive).
 
         Words are runs of letters/digits or single punctuation marks; a sentence ends after . ! or ?; the text is
-        cut into segments as ``spanbert-prepare-coref`` does with the checkpoint's settings.
+        cut into segments as ``spanbert-prepare-coref`` does with the checkpoint's settings. ``genre``: an OntoNotes
+        genre or ``other`` (default: one the checkpoint was trained on).
         """
-        return self._feature("coref")(self, text)
+        return self._feature("coref")(self, text, genre)
 
     def answer(self, question: str, context: str, topk: int = 1, **kwargs):
         """Extractive QA: the ``topk`` answers (text, character start/end, score, probability).
