@@ -229,9 +229,13 @@ def test_two_processes_train_the_model_one_process_trains_with_update_freq_two(s
 
 
 
-def test_fine_tuning_under_torchrun_trains_the_model_of_one_process(spm_data, corpus_files, tmp_path):
+@pytest.mark.parametrize("regulariser", [[], ["--ad-drop-p", "0.3", "--ad-drop-q", "1", "--ad-drop-every-epoch"]],
+                         ids=["plain", "ad_drop"])
+def test_fine_tuning_under_torchrun_trains_the_model_of_one_process(spm_data, corpus_files, tmp_path, regulariser):
     """A fine-tuning task (sentence classification) under torchrun with fairseq's default DDP backend: two
-    processes train the losses and weights of one process with --update-freq 2, as pre-training does above."""
+    processes train the losses and weights of one process with --update-freq 2, as pre-training does above; so
+    with AD-DROP, whose attribution pass runs the DDP-wrapped model a second time (--ad-drop-q 1 drops every
+    candidate: no random draw that ranks and one process would make differently)."""
     from test_classification import TINY_CLS, _corpus_examples, _write_jsonl
 
     from spanbert_plugin.cli.prepare_classification import main as prepare_main
@@ -242,12 +246,14 @@ def test_fine_tuning_under_torchrun_trains_the_model_of_one_process(spm_data, co
                          "--tokenizer-from", spm_data, "--destdir", cls, "--text-columns", "text", "--label-column",
                          "label", "--max-seq-length", "48"]) == 0
     options = [*TINY_CLS, "--batch-size", "4", "--lr", "1e-3", "--log-interval", "1", "--disable-validation",
-               "--pooler-dropout", "0", "--distributed-backend", "gloo", *SAME]
+               "--pooler-dropout", "0", "--distributed-backend", "gloo", *regulariser, *SAME]
     alone = run_cli([bin_path("fairseq-train"), cls, *options, "--save-dir", str(tmp_path / "one"), "--update-freq", "2"])
     two = torchrun(cls, tmp_path / "two", "--distributed-world-size", "2", options=options)
     output = two.stdout + two.stderr
     assert two.returncode == 0, output[-3000:]
     assert len(_losses(output)) == 3 and _losses(output) == _losses(alone.stdout + alone.stderr)
+    if regulariser:  # AD-DROP dropped attention entries at every update
+        assert '"ad_drop_rate"' in output and '"ad_drop_rate": "0"' not in output
     one, both = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
     assert one.keys() == both.keys()
     assert max(float((one[k].float() - both[k].float()).abs().max()) for k in one) < WEIGHT_TOLERANCE
