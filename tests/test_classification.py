@@ -578,6 +578,21 @@ def test_qqp_rows_split_by_a_line_break_are_skipped_when_asked(wordpiece_data, t
     assert prepare_main([*args, "--destdir", str(tmp_path / "with_test"), "--skip-malformed-rows", "--test",
                          str(tmp_path / "test.tsv"), "--test-text-columns", "question1,question2"]) == 1
     assert re.search(r"test\.tsv:3: 2 fields, expected 3", capsys.readouterr().err)  # test rows keep GLUE's index
+    # a split left without rows is one line; without a header the usual width counts, not the first row's
+    (tmp_path / "broken.tsv").write_text(header + "\n".join(split) + "\n", encoding="utf-8")
+    assert prepare_main([*args[:2], "--valid", str(tmp_path / "broken.tsv"), *args[4:], "--destdir",
+                         str(tmp_path / "empty"), "--skip-malformed-rows"]) == 1
+    assert capsys.readouterr().err.strip().endswith("broken.tsv: every data row has another number of fields than the "
+                                                    "header's 6 (--skip-malformed-rows would leave none)")
+    rows = "".join(f"{line}\n" for line in [*split, *good])  # no header: its first line is a split one
+    (tmp_path / "plain.tsv").write_text(rows, encoding="utf-8")
+    assert prepare_main(["--train", str(tmp_path / "plain.tsv"), "--valid", str(tmp_path / "plain.tsv"),
+                         "--tokenizer-from", wordpiece_data, "--text-columns", "3,4", "--label-column", "5",
+                         "--destdir", str(tmp_path / "plain"), "--skip-malformed-rows"]) == 0
+    assert np.load(tmp_path / "plain" / "train.labels.npy").tolist() == [1, 0, 0]
+    assert prepare_main([*args[:2], "--valid", str(tmp_path / "dev.tsv"), str(tmp_path / "dev.tsv"), *args[4:],
+                         "--destdir", str(tmp_path / "twice")]) == 1
+    assert capsys.readouterr().err.strip().endswith("dev.tsv: given twice (each file is a split of its own)")
 
 
 def test_mnli_matched_mismatched_and_diagnostic_sets_in_one_folder(wordpiece_data, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import needs_shared_data, shared_path
 from spanbert_plugin.cli.prepare_coref import main as prepare_main
-from spanbert_plugin.coref.conll import read_split
+from spanbert_plugin.coref.conll import read_conll, read_split
 from spanbert_plugin.coref.dataset import CorefDataset
 from spanbert_plugin.coref.prepare import load_coref_meta, load_documents, load_split_arrays
 from spanbert_plugin.core.finetune_io import load_tokenizer_folder
@@ -230,6 +230,9 @@ def test_clusters_sharing_a_span_are_merged_as_minimize_py_does(wordpiece_data, 
         assert f"1 cluster(s) of document {key} share a span with another and were merged" in capsys.readouterr().err
         [doc] = read_split(str(tmp_path / name), "--train")
         assert doc.clusters == [[(0, 0), (1, 1), (2, 2)], [(3, 3), (4, 4)]]
+        # the gold lines written for the scorer hold the merged clusters, as eval.json scores them
+        [again] = read_conll("gold.conll", "\n".join(doc.lines) + "\n")
+        assert again.clusters == doc.clusters and "were merged" not in capsys.readouterr().err
 
 
 def test_ontonotes_escaped_marks_are_read_as_the_marks(tmp_path):
@@ -248,12 +251,15 @@ def test_ontonotes_json_lines_keys_are_written_as_the_official_key_files_name_th
     and the reference scorer matched none of its documents against the official key file's
     "(bc/cctv/00/cctv_0000); part 001" (recall 0, no error)."""
     records = [{"doc_key": "bc/cctv/00/cctv_0000_1", "sentences": [["Hi", "there"]], "clusters": []},
-               {"doc_key": "my_story_2", "sentences": [["Hi"]], "clusters": []}]
+               {"doc_key": "my_story_2", "sentences": [["Hi"]], "clusters": []},
+               {"doc_key": "nw/wsj/00/wsj_0012", "sentences": [["Hi"]], "clusters": []},  # a name without a part
+               {"doc_key": "nw/foo_bar_12", "sentences": [["Hi"]], "clusters": []}]
     dest = tmp_path / "out"
     assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", records), "--tokenizer-from", wordpiece_data,
                     "--destdir", str(dest)]) == 0
     assert [doc["lines"][0] for doc in load_documents(str(dest), "train")] == [
-        "#begin document (bc/cctv/00/cctv_0000); part 001", "#begin document (my_story_2); part 000"]
+        "#begin document (bc/cctv/00/cctv_0000); part 001", "#begin document (my_story_2); part 000",
+        "#begin document (nw/wsj/00/wsj_0012); part 000", "#begin document (nw/foo_bar_12); part 000"]
 
 
 def test_byte_order_marks_are_dropped_from_conll_and_list_files(wordpiece_data, tmp_path):

@@ -402,7 +402,7 @@ def _valid_records(output):
     return [json.loads(line.split("| valid | ", 1)[1]) for line in output.splitlines() if "| valid | " in line]
 
 
-def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_path):
+def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_path, monkeypatch):
     """Pre-train 1 update, fine-tune coreference from it, keep the best conll_f1; prediction and the hub agree."""
     pre = str(tmp_path / "pre")
     run_cli(
@@ -473,10 +473,8 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
 
     predicted = read_conll("valid.conll", open(os.path.join(out, "valid.conll")).read())
     records = [json.loads(line) for line in open(os.path.join(out, "clusters.jsonl"))]
-    # JSON-lines documents keyed as e2e-coref keys OntoNotes parts ("nw/syn2_0") are written as the key file names
-    # them: "#begin document (nw/syn2); part 000"
-    parts = [r["doc_key"].rsplit("_", 1) for r in records]
-    assert [d.doc_key for d in predicted] == [f"({name}); part {int(part):03d}" for name, part in parts]
+    # JSON-lines documents are written as "#begin document (KEY); part 000"
+    assert [d.doc_key for d in predicted] == [f"({r['doc_key']}); part 000" for r in records]
     for doc, record in zip(predicted, records):
         assert sorted(doc.clusters) == sorted(sorted(tuple(s) for s in c) for c in record["clusters"])
     # hub.coref on the raw text of a document gives the same clusters (character spans of the same words)
@@ -497,6 +495,15 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
     # raw text is resolved under a genre the head trained: the documents' (nw), not "other", whose row never trained
     assert hub.task.state.state_dict["trained_genres"] == ["nw"] and hub.task.raw_text_genre() == "nw"
     assert hub.coref(text, genre="nw") == clusters
+    import spanbert_plugin.coref.predict as coref_predict
+    from spanbert_plugin.coref.conll import genre_index
+
+    samples, make_sample = [], coref_predict.words_sample
+    monkeypatch.setattr(coref_predict, "words_sample", lambda *a, **k: samples.append(make_sample(*a, **k)) or samples[-1])
+    hub.coref(text)
+    hub.coref(text, genre="bc")
+    assert [s["coref"]["genre"].item() for s in samples] == [genre_index("nw"), genre_index("bc")]
+    monkeypatch.undo()
     from spanbert_plugin.core.errors import UsageError
 
     with pytest.raises(UsageError, match=r"^genre 'news': expected one of bc, bn, mz, nw, pt, tc, wb, other$"):

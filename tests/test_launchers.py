@@ -125,6 +125,12 @@ def test_a_slurm_task_per_gpu_gets_its_rank_and_the_gpu_it_sees(gpu_node, monkey
     assert adopt_launcher_world(cfg) and cfg.device_id == 1
     with pytest.raises(UsageError, match=r"^slurm started 16 processes: pass --distributed-port PORT"):
         adopt_launcher_world(_distributed_cfg("--distributed-world-size", "16"))
+    # more tasks on a node than the GPUs its tasks see: one line, not two ranks sharing a GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(UsageError, match=r"^slurm: local rank 5, but this process sees 2 GPU\(s\): start at most one "
+                                         r"process per GPU \(--ntasks-per-node\)$"):
+        monkeypatch.setenv("SLURM_LOCALID", "5")
+        adopt_launcher_world(_distributed_cfg("--distributed-world-size", "16", "--distributed-port", "12345"))
     # one task per node: fairseq starts a process per GPU of it, its own inference runs
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
     monkeypatch.setenv("SLURM_PROCID", "1")
@@ -342,12 +348,15 @@ def test_fairseq_hydra_train_under_torchrun_trains_one_run_of_two_ranks(spm_data
     assert run.returncode == 0, output[-3000:]
     assert "distributed init (rank 1): torchelastic-attempt://" in output
     assert [record["bsz"] for record in _train_records(output)] == ["8", "8"]  # one run of 2 ranks x 4 blocks
-    alone = subprocess.run(recipe, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env=dict(env, WORLD_SIZE="2", RANK="1", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
-                                    MASTER_PORT="29500"))
-    assert alone.returncode == 1 and alone.stderr.splitlines()[-1] == (
-        "error: torchrun started 2 processes, but fairseq would train alone in each (a whole run each, all writing "
-        "the same --save-dir): pass distributed_training.distributed_world_size=2")
+    import sys
+
+    for command in (recipe, [sys.executable, "-m", "fairseq_cli.hydra_train", *recipe[1:]]):  # the module run too
+        alone = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                               env=dict(env, WORLD_SIZE="2", RANK="1", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+                                        MASTER_PORT="29500"))
+        assert alone.returncode == 1 and alone.stderr.splitlines()[-1] == (
+            "error: torchrun started 2 processes, but fairseq would train alone in each (a whole run each, all "
+            "writing the same --save-dir): pass distributed_training.distributed_world_size=2"), alone.stderr[-2000:]
 
 
 def _train_records(output):

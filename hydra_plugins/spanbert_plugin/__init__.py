@@ -4,7 +4,16 @@ defines none. ``fairseq-hydra-train`` works out the distributed world (fairseq's
 installed here, as ``fairseq-train`` has them through ``--user-dir`` before its ``call_main``."""
 import sys
 
-if "fairseq_cli.hydra_train" in sys.modules:  # fairseq-hydra-train only, not every hydra application
+HYDRA_TRAIN = "fairseq_cli.hydra_train"
+
+
+def _in_fairseq_hydra_train() -> bool:
+    """fairseq-hydra-train's console script imports it; ``python -m fairseq_cli.hydra_train`` runs it as __main__."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return HYDRA_TRAIN in sys.modules or getattr(main_spec, "name", None) == HYDRA_TRAIN
+
+
+if _in_fairseq_hydra_train():  # not in every hydra application
     from spanbert_plugin.core import launchers
     from spanbert_plugin.core.errors import install_excepthook
 

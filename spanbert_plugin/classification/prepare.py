@@ -23,6 +23,7 @@ import io
 import json
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -142,7 +143,12 @@ def _read_delimited(path: str, text: str, kind: str, options: ReadOptions, label
         if not rows:
             raise UsageError(f"{path}: no data rows after the header line")
     materialised = rows
-    width = len(header) if header is not None else len(materialised[0][1])
+    if header is not None:
+        width = len(header)
+    elif options.skip_malformed:  # the rows' usual width: the first row may be one of those to skip
+        width = Counter(len(row) for _, row in materialised).most_common(1)[0][0]
+    else:
+        width = len(materialised[0][1])
 
     def index_of(column, flag):
         return _column_index(path, column, header, width, flag)
@@ -161,6 +167,9 @@ def _read_delimited(path: str, text: str, kind: str, options: ReadOptions, label
               f"{', '.join(map(str, malformed[:5]))}{' ...' if len(malformed) > 5 else ''}), as run_glue.py skips them",
               file=sys.stderr)
         materialised = [(line, row) for line, row in materialised if len(row) == width]
+        if not materialised:
+            raise UsageError(f"{path}: every data row has another number of fields than the header's {width} "
+                             "(--skip-malformed-rows would leave none)")
     elif malformed:
         line = malformed[0]
         raise UsageError(f"{path}:{line}: {len(dict(materialised)[line])} fields, expected {width} "
@@ -358,8 +367,11 @@ def _label_counts(labels: np.ndarray, label_list: Optional[List[str]]) -> dict:
 def numbered_splits(name: str, files) -> List[Tuple[str, str]]:
     """(split, file) of one or several files of a kind: ``name``, then ``name_1``, ``name_2``, ... (not fairseq's
     ``valid1``: fairseq-train takes a file ``valid1.labels.npy`` for a validation subset ``valid1.labels`` left
-    out of ``--valid-subset``, and stops)."""
+    out of ``--valid-subset``, and stops). A file given twice is refused."""
     files = [files] if isinstance(files, str) else list(files or [])
+    for i, path in enumerate(files):
+        if os.path.abspath(path) in map(os.path.abspath, files[:i]):
+            raise UsageError(f"--{name} {path}: given twice (each file is a split of its own)")
     return [(name if i == 0 else f"{name}_{i}", path) for i, path in enumerate(files)]
 
 
@@ -383,7 +395,7 @@ def prepare_classification(train: str, valid, options: PrepareOptions, test=None
     tokenizer, dictionary = load_tokenizer_folder(options.tokenizer_from)
     tables = {"train": read_table(train, options.read)}
     tables.update((split, read_table(path, options.read)) for split, path in valid_splits)
-    test_read = test_read or options.read
+    test_read = replace(test_read or options.read, skip_malformed=False)  # test rows stay aligned with their index
     if test_splits and len(test_read.text_columns) != len(options.read.text_columns):
         raise UsageError(f"--test-text-columns: {len(test_read.text_columns)} column(s), but --text-columns "
                          f"gives {len(options.read.text_columns)}; a test file has the same texts as the others")

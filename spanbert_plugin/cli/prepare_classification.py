@@ -73,9 +73,7 @@ def main(argv=None):
         test_read = ReadOptions(text_columns=parse_columns(args.test_text_columns, "--test-text-columns"),
                                 label_column=None, file_format=args.format, header=args.test_header or "auto")
     elif args.test_header:
-        test_read = dataclasses.replace(read, header=args.test_header, skip_malformed=False)
-    elif args.test:
-        test_read = dataclasses.replace(read, skip_malformed=False)  # test rows stay aligned with GLUE's index
+        test_read = dataclasses.replace(read, header=args.test_header)
     options = PrepareOptions(args.tokenizer_from, args.destdir, read, args.regression, args.max_seq_length, args.force)
     stats = prepare_classification(args.train, args.valid, options, args.test, test_read)
     print(f"{PROG}: wrote {args.destdir}: " + json.dumps(stats))

@@ -96,12 +96,24 @@ def adopt_launcher_world(cfg, environ=None) -> bool:
         logger.info(f"--distributed-world-size {cfg.distributed_world_size}: {world.launcher} started {world.size} "
                     f"processes; training with {world.size}")
     cfg.distributed_world_size, cfg.distributed_rank = world.size, world.rank
-    # a task Slurm binds to its own GPUs sees them from 0 whatever its local rank
-    cfg.device_id = world.local_rank % torch.cuda.device_count() if cuda else 0
+    cfg.device_id = _device_of(world) if cuda else 0
     cfg.distributed_no_spawn = True  # the launcher started every process
     if cuda:
         torch.cuda.set_device(cfg.device_id)
     return True
+
+
+def _device_of(world) -> int:
+    """The GPU of a process: its local rank, or the one GPU a Slurm task bound to its own (``--gpus-per-task 1``)
+    sees; never a GPU another process of the machine has."""
+    visible = torch.cuda.device_count()
+    if world.local_rank < visible:
+        return world.local_rank
+    if world.launcher == "slurm" and visible == 1:
+        return 0
+    per_node = "--ntasks-per-node" if world.launcher == "slurm" else "--nproc-per-node"
+    raise UsageError(f"{world.launcher}: local rank {world.local_rank}, but this process sees {visible} GPU(s): start "
+                     f"at most one process per GPU ({per_node})")
 
 
 def _option(flag: str, value) -> str:

@@ -129,11 +129,14 @@ class _ConllDocumentBuilder:
         if not self.words:
             raise UsageError(f"{self.path}:{self.begin_line}: empty document {self.doc_key} (no token lines)")
         self.lines.append(line)
-        clusters = sorted((sorted(set(spans)) for spans in self.clusters.values()), key=lambda c: c[0])
-        clusters = merge_clusters_sharing_a_span(clusters, self.doc_key, f"{self.path}:{self.begin_line}")
-        return CorefDocument(self.doc_key, self.words, np.asarray(self.sentence_ids, dtype=np.int64), self.speakers,
-                             clusters, f"{self.path}:{self.begin_line}", self.lines,
-                             np.asarray(self.token_lines, dtype=np.int64))
+        read = sorted((sorted(set(spans)) for spans in self.clusters.values()), key=lambda c: c[0])
+        clusters = merge_clusters_sharing_a_span(read, self.doc_key, f"{self.path}:{self.begin_line}")
+        doc = CorefDocument(self.doc_key, self.words, np.asarray(self.sentence_ids, dtype=np.int64), self.speakers,
+                            clusters, f"{self.path}:{self.begin_line}", self.lines,
+                            np.asarray(self.token_lines, dtype=np.int64))
+        if len(clusters) < len(read):  # the gold file written for the scorer holds the clusters scored
+            doc.lines = with_coref_column(doc, clusters)
+        return doc
 
 
 def _unescaped(word: str) -> str:
@@ -214,7 +217,8 @@ def _synthesised_lines(doc_key: str, sentences: Sequence[Sequence[str]], speaker
             else:
                 marks[start].append(f"({cluster_id}")
                 marks[end].append(f"{cluster_id})")
-    onto = re.match(r"^((?:bc|bn|mz|nw|pt|tc|wb)/.+)_(\d+)$", doc_key)  # e2e-coref's get_doc_key: "{doc}_{int(part)}"
+    # e2e-coref's get_doc_key, "{name}_{int(part)}", of an OntoNotes name (genre/source/NN/source_NNNN)
+    onto = re.match(r"^((?:bc|bn|mz|nw|pt|tc|wb)/[^/]+/\d+/[^/]+_\d{4})_(\d+)$", doc_key)
     header = (f"#begin document ({onto.group(1)}); part {int(onto.group(2)):03d}" if onto
               else f"#begin document ({doc_key}); part 000")
     lines, token_lines, word = [header], [], 0
@@ -264,7 +268,7 @@ def read_jsonlines(path: str, text: str) -> List[CorefDocument]:
                              "or word-level c2f/e2e-coref JSON lines")
         if not _is_text_grid(sentences):
             raise UsageError(f"{where}: sentences must be a list of lists of strings (the words)")
-        words = [w for s in sentences for w in s]
+        words = [_unescaped(w) for s in sentences for w in s]
         doc_key = str(record["doc_key"])
         _check_conll_field(doc_key, "doc_key", where)
         for word in words:

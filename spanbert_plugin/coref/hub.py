@@ -8,8 +8,8 @@ from .predict import resolve_text
 @register_hub_feature("coref")
 def hub_coref(hub, text: str, genre=None):
     """Clusters of ``text``, each a list of ``{text, start, end}`` (character offsets, end exclusive); ``genre``: an
-    OntoNotes genre (bc bn mz nw pt tc wb) or ``other``, by default one the checkpoint trained
-    (``raw_text_genre``)."""
+    OntoNotes genre (bc bn mz nw pt tc wb) or ``other``, by default ``task.raw_text_genre()`` (one the checkpoint
+    trained; ``other`` for a checkpoint that does not record its genres)."""
     if getattr(hub.model, "coref_head", None) is None:
         raise ValueError("this checkpoint has no coreference head; fine-tune it with --task coreference first")
     with torch.no_grad():

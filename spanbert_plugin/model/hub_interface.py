@@ -206,7 +206,7 @@ class SpanBertHubInterface(nn.Module):
 
         Words are runs of letters/digits or single punctuation marks; a sentence ends after . ! or ?; the text is
         cut into segments as ``spanbert-prepare-coref`` does with the checkpoint's settings. ``genre``: an OntoNotes
-        genre or ``other`` (default: one the checkpoint was trained on).
+        genre or ``other`` (default: one the checkpoint trained, ``other`` where it does not record them).
         """
         return self._feature("coref")(self, text, genre)
 
