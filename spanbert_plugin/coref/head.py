@@ -217,8 +217,8 @@ class CorefHead(nn.Module):
         logits = attention_logits[positions].masked_fill(~inside, float("-inf"))
         weights = torch.softmax(logits.float(), dim=1).to(features.dtype)
         head = torch.einsum("nw,nwh->nh", weights, features[positions])
-        g = torch.cat([features[starts], features[ends], head, self.width_embedding(widths)], dim=-1)
-        return self.dropout(g)
+        # c2f-coref drops out the width embedding only (the coarse and pair scorers drop out their own inputs)
+        return torch.cat([features[starts], features[ends], head, self.dropout(self.width_embedding(widths))], dim=-1)
 
     def _scored_spans(self, features, attention_logits, starts, ends):
         g = self.span_embeddings(features, attention_logits, starts, ends)
@@ -236,20 +236,26 @@ class CorefHead(nn.Module):
             allowed &= near | columns.always[None, :]
         return allowed
 
-    def _coarse_candidates(self, g, mention_scores, index, word, columns: "SpanColumns", g_columns, K: int,
-                           max_distance: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _coarse_inputs(self, g, g_columns):
+        """c2f-coref's fast antecedent score is m_i + m_j + dropout(W g_i) . dropout(g_j) + the distance prior (from
+        a dropped-out distance embedding): those three, drawn once, so that choosing the K candidates and scoring
+        them see the same dropout."""
+        prior = self.distance_prior(self.dropout(self.distance_prior_embedding.weight)).squeeze(-1)
+        return self.dropout(self.coarse_bilinear(g)), self.dropout(g_columns), prior
+
+    def _coarse_candidates(self, coarse_rows, mention_scores, index, word, columns: "SpanColumns", coarse_columns,
+                           prior, K: int, max_distance: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
         """Indices (rows x K) of each row's K best allowed columns by coarse score, chosen chunk by chunk, and
         whether each is allowed at all (fewer than K allowed columns leave disallowed ones in the top K)."""
         n_columns = columns.index.numel()
         chunk = max(1, CHUNK_ELEMENTS // max(n_columns, 1))
-        prior = self.distance_prior(self.distance_prior_embedding.weight).squeeze(-1)
         chosen, valid = [], []
         with torch.no_grad():
-            for start in range(0, g.size(0), chunk):
+            for start in range(0, coarse_rows.size(0), chunk):
                 rows = slice(start, start + chunk)
                 distance = (index[rows, None] - columns.index[None, :]).clamp(min=0)
                 scores = (mention_scores[rows, None] + columns.mention_scores[None, :]
-                          + self.coarse_bilinear(g[rows]) @ g_columns.t()
+                          + coarse_rows[rows] @ coarse_columns.t()
                           + prior[bucket_distance(distance)])
                 allowed = self._allowed(index[rows], word[rows] if word is not None else None, columns, max_distance)
                 best = scores.masked_fill(~allowed, float("-inf")).topk(K, dim=1)
@@ -267,18 +273,20 @@ class CorefHead(nn.Module):
         return F.linear(g, first.weight[:, :D], first.bias), F.linear(g, first.weight[:, D:2 * D])
 
     def _pair_scores(self, g_rows, as_span, g_columns, as_antecedent, antecedents, valid, mention_scores, index,
-                     speaker, segment, columns: "SpanColumns", genre, coarse=None):
+                     speaker, segment, columns: "SpanColumns", genre, coarse=None, coarse_inputs=None):
         """(coarse scores, coarse + fine scores) (rows x K) of the rows' antecedents (column indices); the latter
         -inf where not ``valid``.
 
         ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of the columns' embeddings;
-        ``coarse``: the rows' coarse scores from an earlier round (computed from these embeddings when None)."""
+        ``coarse``: the rows' coarse scores from an earlier round, or else ``coarse_inputs``, the rows' part of
+        ``_coarse_inputs`` (rows, all columns, prior) they are computed from."""
         g_ant = g_columns[antecedents]
         distance = bucket_distance((index[:, None] - columns.index[antecedents]).clamp(min=0))
         if coarse is None:
+            coarse_rows, coarse_columns, prior = coarse_inputs
             coarse = (mention_scores[:, None] + columns.mention_scores[antecedents]
-                      + torch.einsum("rkd,rd->rk", g_ant, self.coarse_bilinear(g_rows).to(g_ant.dtype))
-                      + self.distance_prior(self.distance_prior_embedding(distance)).squeeze(-1))
+                      + torch.einsum("rkd,rd->rk", coarse_columns[antecedents], coarse_rows.to(coarse_columns.dtype))
+                      + prior[distance])
         same_speaker = (speaker[:, None] == columns.speaker[antecedents]).long()
         segments_apart = (segment[:, None] - columns.segment[antecedents]).clamp(min=0, max=self.max_segment_distance)
         segment_distance = bucket_distance(segments_apart)
@@ -310,8 +318,9 @@ class CorefHead(nn.Module):
         columns = these if earlier is None else earlier.followed_by(these)
         K = max(1, min(self.max_top_antecedents, columns.index.numel() - 1))
         g_columns = g if earlier is None else torch.cat([earlier.g[0].to(g.dtype), g])
-        antecedents, valid = self._coarse_candidates(g, mention_scores, index, word, columns, g_columns, K,
-                                                     max_distance)
+        coarse_rows, coarse_columns, prior = self._coarse_inputs(g, g_columns)
+        antecedents, valid = self._coarse_candidates(coarse_rows, mention_scores, index, word, columns, coarse_columns,
+                                                     prior, K, max_distance)
         pair_chunk = max(1, CHUNK_ELEMENTS // (K * self.span_dim))
         rounds, coarse = [], None
         for round_ in range(self.depth + 1):
@@ -319,11 +328,18 @@ class CorefHead(nn.Module):
             g_columns = g if earlier is None else torch.cat([earlier.g[round_].to(g.dtype), g])
             as_span, as_antecedent = self._pair_projections(g)
             as_antecedent = as_antecedent if earlier is None else self._pair_projections(g_columns)[1]
-            # after the first round, its coarse scores (from the embeddings before refinement, as c2f-coref)
-            kept = (coarse,) if coarse is not None and self._coarse_scores_once else ()
+            # after the first round, its coarse scores (from the embeddings before refinement, as c2f-coref); a head
+            # saved before that computes them from each round's embeddings
+            if coarse is not None and self._coarse_scores_once:
+                kept, prior_inputs = (coarse,), None
+            else:
+                if round_ > 0:
+                    coarse_rows, coarse_columns, prior = self._coarse_inputs(g, g_columns)
+                kept, prior_inputs = (coarse_rows,), (coarse_columns, prior)
             coarse, scores = _chunked(
-                lambda g_rows, s, a, v, m, i, sp, se, *c, g_all=g_columns, t=as_antecedent: self._pair_scores(
-                    g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre, coarse=c[0] if c else None),
+                lambda g_rows, s, a, v, m, i, sp, se, c, g_all=g_columns, t=as_antecedent, rest=prior_inputs:
+                self._pair_scores(g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre,
+                                  coarse=c if rest is None else None, coarse_inputs=None if rest is None else (c, *rest)),
                 k, pair_chunk, g, as_span, antecedents, valid, mention_scores, index, speaker, segment, *kept)
             if round_ == self.depth:
                 break
