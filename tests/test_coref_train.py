@@ -186,9 +186,9 @@ def test_split_pair_scorer_equals_the_concatenated_pair_features():
     def split():
         as_span, as_antecedent = head._pair_projections(g)
         columns = SpanColumns([g], mention_scores, rows, speaker, segment, rows, torch.zeros(k, dtype=torch.bool))
-        return head._pair_scores(g, as_span, g, as_antecedent, antecedents, antecedents < rows[:, None],
-                                 mention_scores, rows, speaker, segment, columns, genre,
-                                 coarse_inputs=head._coarse_inputs(g, g))[1]
+        coarse = head._chosen_coarse(*head._coarse_inputs(g, g), antecedents, mention_scores, rows, columns)
+        return head._pair_scores(g, as_span, g, as_antecedent, antecedents, antecedents < rows[:, None], rows, speaker,
+                                 segment, columns, genre, coarse)
 
     results = []
     for fn in (concatenated, split):

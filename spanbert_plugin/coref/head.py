@@ -272,21 +272,23 @@ class CorefHead(nn.Module):
         D = self.span_dim
         return F.linear(g, first.weight[:, :D], first.bias), F.linear(g, first.weight[:, D:2 * D])
 
-    def _pair_scores(self, g_rows, as_span, g_columns, as_antecedent, antecedents, valid, mention_scores, index,
-                     speaker, segment, columns: "SpanColumns", genre, coarse=None, coarse_inputs=None):
-        """(coarse scores, coarse + fine scores) (rows x K) of the rows' antecedents (column indices); the latter
-        -inf where not ``valid``.
+    @staticmethod
+    def _chosen_coarse(coarse_rows, coarse_columns, prior, antecedents, mention_scores, index,
+                       columns: "SpanColumns"):
+        """The coarse scores (rows x K) of the rows' chosen antecedents (column indices), from ``_coarse_inputs``."""
+        distance = bucket_distance((index[:, None] - columns.index[antecedents]).clamp(min=0))
+        return (mention_scores[:, None] + columns.mention_scores[antecedents]
+                + torch.einsum("rkd,rd->rk", coarse_columns[antecedents], coarse_rows.to(coarse_columns.dtype))
+                + prior[distance])
 
-        ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of the columns' embeddings;
-        ``coarse``: the rows' coarse scores from an earlier round, or else ``coarse_inputs``, the rows' part of
-        ``_coarse_inputs`` (rows, all columns, prior) they are computed from."""
+    def _pair_scores(self, g_rows, as_span, g_columns, as_antecedent, antecedents, valid, index, speaker, segment,
+                     columns: "SpanColumns", genre, coarse):
+        """The coarse + fine scores (rows x K) of the rows' antecedents (column indices), -inf where not ``valid``.
+
+        ``as_span``/``as_antecedent``: ``_pair_projections`` of the rows' and of the columns' embeddings; ``coarse``:
+        the rows' coarse scores (``_chosen_coarse``)."""
         g_ant = g_columns[antecedents]
         distance = bucket_distance((index[:, None] - columns.index[antecedents]).clamp(min=0))
-        if coarse is None:
-            coarse_rows, coarse_columns, prior = coarse_inputs
-            coarse = (mention_scores[:, None] + columns.mention_scores[antecedents]
-                      + torch.einsum("rkd,rd->rk", coarse_columns[antecedents], coarse_rows.to(coarse_columns.dtype))
-                      + prior[distance])
         same_speaker = (speaker[:, None] == columns.speaker[antecedents]).long()
         segments_apart = (segment[:, None] - columns.segment[antecedents]).clamp(min=0, max=self.max_segment_distance)
         segment_distance = bucket_distance(segments_apart)
@@ -301,7 +303,7 @@ class CorefHead(nn.Module):
                   + F.linear(g_rows[:, None, :] * g_ant, first.weight[:, 2 * D:3 * D])
                   + F.linear(features, first.weight[:, 3 * D:]))
         fine = self.pair_scorer[1:](hidden).squeeze(-1)  # ReLU, dropout, output layer
-        return coarse, (coarse + fine).float().masked_fill(~valid, float("-inf"))
+        return (coarse + fine).float().masked_fill(~valid, float("-inf"))
 
     def rank_antecedents(self, g, mention_scores, index, speaker, segment, genre, word=None,
                          earlier: Optional["SpanColumns"] = None, max_distance: Optional[int] = None):
@@ -328,19 +330,18 @@ class CorefHead(nn.Module):
             g_columns = g if earlier is None else torch.cat([earlier.g[round_].to(g.dtype), g])
             as_span, as_antecedent = self._pair_projections(g)
             as_antecedent = as_antecedent if earlier is None else self._pair_projections(g_columns)[1]
-            # after the first round, its coarse scores (from the embeddings before refinement, as c2f-coref); a head
-            # saved before that computes them from each round's embeddings
-            if coarse is not None and self._coarse_scores_once:
-                kept, prior_inputs = (coarse,), None
-            else:
+            # the first round's coarse scores (from the embeddings before refinement, as c2f-coref) serve every
+            # round; a head saved before that computes them from each round's embeddings
+            if coarse is None or not self._coarse_scores_once:
                 if round_ > 0:
                     coarse_rows, coarse_columns, prior = self._coarse_inputs(g, g_columns)
-                kept, prior_inputs = (coarse_rows,), (coarse_columns, prior)
-            coarse, scores = _chunked(
-                lambda g_rows, s, a, v, m, i, sp, se, c, g_all=g_columns, t=as_antecedent, rest=prior_inputs:
-                self._pair_scores(g_rows, s, g_all, t, a, v, m, i, sp, se, columns, genre,
-                                  coarse=c if rest is None else None, coarse_inputs=None if rest is None else (c, *rest)),
-                k, pair_chunk, g, as_span, antecedents, valid, mention_scores, index, speaker, segment, *kept)
+                coarse = _chunked(
+                    lambda r, a, m, i, t=coarse_columns, p=prior: self._chosen_coarse(r, t, p, a, m, i, columns),
+                    k, pair_chunk, coarse_rows, antecedents, mention_scores, index)
+            scores = _chunked(
+                lambda g_rows, s, a, v, i, sp, se, c, g_all=g_columns, t=as_antecedent: self._pair_scores(
+                    g_rows, s, g_all, t, a, v, i, sp, se, columns, genre, c),
+                k, pair_chunk, g, as_span, antecedents, valid, index, speaker, segment, coarse)
             if round_ == self.depth:
                 break
             # higher order: g_i <- f * g_i + (1 - f) * E[g_antecedent], the dummy standing for g_i itself
