@@ -196,6 +196,11 @@ def test_long_sentence_and_long_word_are_cut(wordpiece_data, tmp_path):
         ({"a.conll": "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n"},
          "a.conll: no '#begin document (NAME); part N' line, so not CoNLL-2012, and not JSON lines "
          "(first line: '-DOCSTART- -X- -X- O'); a CoNLL-2003"),
+        # e2e-coref's key of part 1, twice: both would be written "(bc/cctv/00/cctv_0000); part 001"
+        ({"a.jsonl": '{"doc_key": "bc/cctv/00/cctv_0000_1", "sentences": [["x"]]}\n'
+                     '{"doc_key": "bc/cctv/00/cctv_0000_01", "sentences": [["y"]]}\n'},
+         "a.jsonl:2: document bc/cctv/00/cctv_0000_01 is written as '#begin document (bc/cctv/00/cctv_0000); part 001', "
+         "as the document at"),
         # SpanBERT's minimize.py output: [CLS]/[SEP] segments of subtokens, clusters in subtoken positions
         ({"a.jsonl": '{"doc_key": "nw/d_0", "sentences": [["[CLS]", "sum", "##mer", "[SEP]"]], "clusters": [], '
                      '"subtoken_map": [0, 0, 0, 0]}\n'},

@@ -371,13 +371,18 @@ def expand_inputs(spec: str, flag: str) -> List[str]:
 
 
 def read_split(spec: str, flag: str) -> List[CorefDocument]:
-    """Documents of every file of an input option; duplicate document keys are an error."""
-    documents, seen = [], {}
+    """Documents of every file of an input option; duplicate document keys are an error, and so are two documents
+    written under one "#begin document" line (the reference scorer would read them as one)."""
+    documents, seen, written = [], {}, {}
     for path in expand_inputs(spec, flag):
         for doc in read_documents(path):
             if doc.doc_key in seen:
                 raise UsageError(f"{doc.source}: duplicate document {doc.doc_key} (first at {seen[doc.doc_key]})")
-            seen[doc.doc_key] = doc.source
+            header = doc.lines[0] if doc.lines else doc.doc_key
+            if header in written:
+                raise UsageError(f"{doc.source}: document {doc.doc_key} is written as {header!r}, as the document at "
+                                 f"{written[header]} is (the reference scorer would read them as one)")
+            seen[doc.doc_key], written[header] = doc.source, doc.source
             documents.append(doc)
     return documents
 
