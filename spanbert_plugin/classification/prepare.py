@@ -66,7 +66,7 @@ class Table:
     labels: Optional[List[str]]  # None: the file has no label column (unlabelled test split)
     ids: Optional[List[str]]
     lines: List[int]  # line number of each row, for error messages
-    skipped_lines: List[int] = field(default_factory=list)  # rows of another field count (--skip-malformed-rows)
+    malformed_rows_skipped: int = 0  # rows of another field count (--skip-malformed-rows)
 
     def __len__(self):
         return len(self.lines)
@@ -171,14 +171,14 @@ def _read_delimited(path: str, text: str, kind: str, options: ReadOptions, label
             raise UsageError(f"{path}: every data row has another number of fields than the header's {width} "
                              "(--skip-malformed-rows would leave none)")
     elif malformed:
-        line = malformed[0]
-        raise UsageError(f"{path}:{line}: {len(dict(materialised)[line])} fields, expected {width} "
+        line, row = next((line, row) for line, row in materialised if len(row) != width)
+        raise UsageError(f"{path}:{line}: {len(row)} fields, expected {width} "
                          "(--skip-malformed-rows drops such rows from train and valid)")
     lines = [line for line, _ in materialised]
     texts = [[row[i] for _, row in materialised] for i in text_index]
     labels = None if label_index is None else [row[label_index].strip() for _, row in materialised]
     ids = None if id_index is None else [row[id_index] for _, row in materialised]
-    return Table(path, texts, labels, ids, lines, malformed if options.skip_malformed else [])
+    return Table(path, texts, labels, ids, lines, len(malformed) if options.skip_malformed else 0)
 
 
 def _column_exists(column: Column, header, width: int) -> bool:
@@ -436,7 +436,7 @@ def prepare_classification(train: str, valid, options: PrepareOptions, test=None
             labelled = table.labels is not None
             meta["splits"][split] = {"source": os.path.abspath(table.path), "examples": len(table), "labelled": labelled}
             stats[split] = {**features.stats, "labels": _label_counts(labels[split], label_list) if labelled else None,
-                            "malformed_rows_skipped": len(table.skipped_lines)}
+                            "malformed_rows_skipped": table.malformed_rows_skipped}
         write_json(os.path.join(work, META_FILE), meta)
         write_json(os.path.join(work, STATS_FILE), stats)
     warn_if_vocabulary_does_not_fit(tokenizer, inputs[:-1])

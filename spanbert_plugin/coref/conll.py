@@ -148,28 +148,17 @@ def _unescaped(word: str) -> str:
 def merge_clusters_sharing_a_span(clusters: Sequence[Sequence[Span]], doc_key: str, where: str) -> List[List[Span]]:
     """Clusters that share a span merged into one, as SpanBERT's and e2e-coref's minimize.py do (the reference
     scorer reads such a key, warning "Repeated mention in the key"); a warning names the document."""
-    parent = list(range(len(clusters)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    owner: Dict[Span, int] = {}
-    for index, cluster in enumerate(clusters):
-        for span in cluster:
-            j = owner.setdefault(span, index)
-            if j != index:
-                parent[find(index)] = find(j)
-    groups: Dict[int, set] = {}
-    for index, cluster in enumerate(clusters):
-        groups.setdefault(find(index), set()).update(cluster)
-    if len(groups) == len(clusters):
-        return [list(c) for c in clusters]
-    logger.warning(f"{where}: {len(clusters) - len(groups)} cluster(s) of document {doc_key} share a span with "
+    if sum(map(len, clusters)) == len({span for cluster in clusters for span in cluster}):
+        return [list(c) for c in clusters]  # no span in two clusters: the usual case
+    merged: List[set] = []
+    for cluster in map(set, clusters):
+        for other in [m for m in merged if m & cluster]:  # every earlier cluster it joins, merged transitively
+            cluster |= other
+            merged.remove(other)
+        merged.append(cluster)
+    logger.warning(f"{where}: {len(clusters) - len(merged)} cluster(s) of document {doc_key} share a span with "
                    "another and were merged into it (as SpanBERT's minimize.py does)")
-    return sorted((sorted(g) for g in groups.values()), key=lambda c: c[0])
+    return sorted((sorted(c) for c in merged), key=lambda c: c[0])
 
 
 def read_conll(path: str, text: str) -> List[CorefDocument]:

@@ -279,8 +279,6 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     """Write ``clusters.jsonl`` (one cluster a line, by first mention: {"id", "mentions": [{text, start, end}]},
     character offsets into the text as read, end exclusive) and ``summary.json`` to ``out``; ``genre``: the
     OntoNotes genre to predict under (default: the checkpoint's ``raw_text_genre``)."""
-    if genre is not None and genre not in GENRES:
-        raise UsageError(f"--genre {genre}: expected one of {', '.join(GENRES)}")
     text = read_input_text(text_path)
     check_destination(out, COMMAND, [checkpoint, text_path], force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
