@@ -303,6 +303,68 @@ def test_qa_folder_without_valid_split_names_the_fix(tmp_path, wordpiece_data):
         task.load_dataset("valid")
 
 
+
+# ----------------------------------------------------------------------------- a damaged prepared folder
+
+
+def cut_in_half(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def damaged_arrays(tmp_path, name):
+    import numpy as np
+
+    if name.endswith(".npz"):
+        np.savez(tmp_path / name, labels=np.arange(50), entity_positions=np.zeros((50, 2), dtype=np.int64))
+    else:
+        np.save(tmp_path / name, np.arange(50))
+    cut_in_half(tmp_path / name)
+    from spanbert_plugin.core.file_utils import load_arrays
+
+    return lambda: load_arrays(str(tmp_path / name))
+
+
+def damaged_token_items(tmp_path, name):
+    from spanbert_plugin.core.datasets import load_token_items
+    from spanbert_plugin.core.finetune_io import write_token_items
+
+    write_token_items([[5, 6, 7], [8, 9], [10]], str(tmp_path / "valid"), vocab_size=100)
+    assert len(load_token_items(str(tmp_path / "valid"), None, "valid")) == 3  # intact, it loads
+    cut_in_half(tmp_path / name)
+    return lambda: load_token_items(str(tmp_path / "valid"), None, "valid")
+
+
+def damaged_prepared_json(tmp_path, name):
+    from spanbert_plugin.core.finetune_io import read_prepared_json
+
+    (tmp_path / name).write_text('{"labels": ["a", "b"], "regre', encoding="utf-8")
+    return lambda: read_prepared_json(str(tmp_path), name, "spanbert-prepare-classification")
+
+
+def damaged_qa_config(tmp_path, name):
+    import spanbert_plugin.registry  # noqa: F401  (the extractive_qa task)
+    from spanbert_plugin.qa.task import ExtractiveQAConfig, ExtractiveQATask
+
+    (tmp_path / "dict.txt").write_text("", encoding="utf-8")
+    (tmp_path / name).write_text('{"max_seq_length": 3', encoding="utf-8")
+    return lambda: ExtractiveQATask.setup_task(ExtractiveQAConfig(data=str(tmp_path)))
+
+
+@pytest.mark.parametrize("make, name, expected", [
+    (damaged_arrays, "valid.labels.npy", "damaged or truncated"),
+    (damaged_arrays, "valid.npz", r"damaged or truncated \(File is not a zip file\)"),
+    (damaged_token_items, "valid.idx", r"damaged or truncated \(\d+ bytes where its header gives \d+\)"),
+    (damaged_token_items, "valid.bin", r"damaged or truncated \(\d+ bytes where valid.idx gives \d+\)"),
+    (damaged_prepared_json, "classification.json", ":1: not valid JSON"),
+    (damaged_qa_config, "qa_config.json", ":1: not valid JSON"),
+])
+def test_a_damaged_file_of_a_prepared_folder_is_one_line(tmp_path, make, name, expected):
+    """A prepared folder copied in part (a full disk, a cut transfer) names the damaged file, not a traceback."""
+    load = make(tmp_path, name)
+    with pytest.raises(UsageError, match=re.escape(str(tmp_path / name)) + ".*" + expected):
+        load()
+
 # ----------------------------------------------------------------------------- signals: the whole command, children too
 
 # spanbert-findanimals with each fairseq-train run replaced by a child that writes its pid, then waits forever

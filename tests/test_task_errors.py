@@ -187,9 +187,11 @@ def test_find_animals_bad_animals():
 
 def test_an_empty_split_file_is_one_line(spm_data, tmp_path):
     """A split of no token (an empty .bin, which fairseq cannot map) is named in one line, not a traceback."""
+    from spanbert_plugin.core.finetune_io import write_token_items
+
     data = tmp_path / "emptied"
     shutil.copytree(spm_data, data)
-    (data / "valid.bin").write_bytes(b"")
+    write_token_items([[]], str(data / "valid"), vocab_size=1000)  # one document of no token
     _, task = pretraining(str(data))
     with pytest.raises(UsageError, match=r"valid\.bin: empty, split 'valid' holds no tokens"):
         task.load_dataset("valid")

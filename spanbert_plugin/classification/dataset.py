@@ -6,6 +6,7 @@ import torch
 from fairseq.data import data_utils
 
 from ..core.errors import UsageError
+from ..core.file_utils import load_arrays
 from ..core.datasets import SizedDataset
 from ..core.datasets import every_example_batched, load_token_items
 
@@ -30,7 +31,7 @@ class ClassificationDataset(SizedDataset):
             if not os.path.isfile(prefix + suffix):
                 raise UsageError(f"{prefix + suffix}: no such file (split {split!r} of a spanbert-prepare-classification folder)")
         tokens = load_token_items(prefix, dictionary, split)
-        return cls(tokens, np.load(prefix + ".segment_a.npy"), np.load(prefix + ".labels.npy"),
+        return cls(tokens, load_arrays(prefix + ".segment_a.npy"), load_arrays(prefix + ".labels.npy"),
                    dictionary.pad(), shuffle, seed)
 
     def __len__(self):

@@ -14,7 +14,7 @@ import torch
 
 from ..core.errors import UsageError
 from .metrics import classification_metrics, confusion_matrix, regression_metrics
-from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
+from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs, read_json
 from ..core.finetune_io import load_finetuned_checkpoint, predict_split_outputs
 
 COMMAND = "spanbert-predict-classification"
@@ -95,10 +95,7 @@ def predict_split(checkpoint: str, data: Optional[str], split: str, out: str, fo
     dataset = task.dataset(split)
     folder = cfg.task.data.split(os.pathsep)[0]
     ids_path = os.path.join(folder, f"{split}.ids.json")
-    ids = None
-    if os.path.isfile(ids_path):
-        with open(ids_path, encoding="utf-8") as f:
-            ids = json.load(f)
+    ids = read_json(ids_path) if os.path.isfile(ids_path) else None
     scores = {"split": split, **split_metrics(task, outputs, dataset.labels)}
     records = list(prediction_records(task, outputs, dataset.labels, ids))
     with atomic_directory(out, COMMAND, inputs + [folder], force, "--out") as work:

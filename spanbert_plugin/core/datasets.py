@@ -1,16 +1,58 @@
 """Dataset building blocks every feature shares: precomputed sizes, per-item random generators keyed by
 (seed, epoch, index), and batching that never drops an example."""
+import itertools
 import os
+import struct
 
 import numpy as np
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
+from fairseq.data.indexed_dataset import MMapIndexedDataset, _code_to_dtype
 
 from .errors import UsageError
+from .file_utils import damaged_file_error
+
+# fairseq's MMapIndexedDataset.Index: magic, version 1, token dtype code, item count; then the item sizes (int32)
+# and their byte offsets in the .bin (int64)
+_INDEX_HEADER = struct.Struct("<9sQBQ")
+_INDEX_BYTES_PER_ITEM = 4 + 8
+
+
+def check_token_item_files(prefix: str) -> None:
+    """UsageError naming ``prefix``.idx or .bin when the index does not parse or the .bin is not the size it gives.
+
+    fairseq maps both files as they are: a cut-short .idx fails with numpy's "buffer is smaller than requested
+    size" (and a second error from its ``__del__``), a cut-short .bin only when a missing item is read, mid-run."""
+    index_path, data_path = prefix + ".idx", prefix + ".bin"
+    try:
+        with open(index_path, "rb") as f:
+            header = f.read(_INDEX_HEADER.size)
+            if len(header) < _INDEX_HEADER.size:
+                raise damaged_file_error(index_path, f"{len(header)} bytes, shorter than a fairseq index's header")
+            magic, version, dtype_code, count = _INDEX_HEADER.unpack(header)
+            if magic != MMapIndexedDataset.Index._HDR_MAGIC or version != 1 or dtype_code not in _code_to_dtype:
+                raise damaged_file_error(index_path, "not a fairseq memory-mapped index")
+            index_bytes, expected = os.fstat(f.fileno()).st_size, _INDEX_HEADER.size + count * _INDEX_BYTES_PER_ITEM
+            if index_bytes != expected:
+                raise damaged_file_error(index_path, f"{index_bytes} bytes where its header gives {expected}")
+            sizes = np.fromfile(f, dtype=np.int32, count=count)
+        data_bytes = os.path.getsize(data_path)
+    except OSError as err:
+        raise damaged_file_error(err.filename or index_path, err.strerror) from None
+    expected = int(sizes.sum(dtype=np.int64)) * np.dtype(_code_to_dtype[dtype_code]).itemsize
+    if data_bytes != expected:
+        raise damaged_file_error(data_path, f"{data_bytes} bytes where {os.path.basename(index_path)} gives {expected}")
 
 
 def load_token_items(prefix: str, dictionary, split: str, combine: bool = False):
-    """fairseq's memory-mapped dataset of a prepared split (None where its files are missing); an empty ``.bin``,
-    which fairseq cannot map, is a UsageError naming it."""
+    """fairseq's memory-mapped dataset of a prepared split (None where its files are missing); a damaged pair of
+    files (:func:`check_token_item_files`) or an empty ``.bin``, which fairseq cannot map, is a UsageError naming it."""
+    for k in itertools.count():  # the files fairseq reads: with ``combine``, also prefix1, prefix2, ...
+        prefix_k = prefix + (str(k) if k > 0 else "")
+        if not MMapIndexedDataset.exists(prefix_k):
+            break
+        check_token_item_files(prefix_k)
+        if not combine:
+            break
     if os.path.isfile(prefix + ".bin") and os.path.getsize(prefix + ".bin") == 0:
         raise UsageError(f"{prefix}.bin: empty, split {split!r} holds no tokens; prepare it again from examples")
     return data_utils.load_indexed_dataset(prefix, dictionary, "mmap", combine=combine)

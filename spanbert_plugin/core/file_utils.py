@@ -27,6 +27,7 @@ import stat
 import sys
 import tempfile
 import threading
+import zipfile
 import zlib
 from contextlib import contextmanager
 from typing import Iterable, List, Optional
@@ -464,3 +465,30 @@ def read_json(path: str, flag: str = ""):
         return parse_json(read_text(path, flag), shown)
     except json.JSONDecodeError as err:
         raise UsageError(f"{shown}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno})") from None
+
+
+# what reading a cut-short or overwritten binary file raises: numpy's EOF and header errors are ValueErrors, an .npz
+# is a zip archive, and a compressed member that ends early is a zlib error
+_DAMAGED_FILE_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+def damaged_file_error(path: str, reason) -> UsageError:
+    """The one-line error for a file of a prepared folder that cannot be read back."""
+    return UsageError(f"{path}: damaged or truncated ({reason}); copy it again or prepare the folder again")
+
+
+def load_arrays(path: str):
+    """The array of a prepared ``.npy`` file, or the arrays of an ``.npz`` file (name -> array, all read now, so a
+    damaged member shows here); UsageError naming the file when it is missing, damaged or truncated."""
+    import numpy as np
+
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            return loaded
+        with loaded:
+            return {name: loaded[name] for name in loaded.files}
+    except _DAMAGED_FILE_ERRORS as err:
+        raise damaged_file_error(path, err) from None

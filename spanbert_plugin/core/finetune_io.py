@@ -11,6 +11,7 @@ import shutil
 from typing import Callable, Optional, Tuple, Union
 
 from .errors import UsageError
+from .file_utils import read_json
 from .tokenization import META_FILE, SPM_FILE, WORDPIECE_FILE, SpanTokenizer, TokenizerError, load_tokenizer
 
 TOKENIZER_FILES = ("dict.txt", META_FILE, SPM_FILE, WORDPIECE_FILE)
@@ -64,15 +65,10 @@ def write_json(path: str, value) -> None:
 
 def read_prepared_json(folder: str, name: str, command: str) -> dict:
     """``name`` of a folder written by ``command``; UsageError when the folder is not such an output."""
-    import json
-
-    from .errors import UsageError
-
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file; {folder} is not a {command} folder")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(path)
 
 
 def write_token_items(items, prefix: str, vocab_size: int) -> None:

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination
+from ..core.file_utils import atomic_directory, check_destination, load_arrays
 from ..core.progress import progress_bar
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
@@ -264,5 +264,4 @@ def load_split_arrays(folder: str, split: str) -> Optional[Dict[str, np.ndarray]
     path = os.path.join(folder, split + ".npz")
     if not os.path.isfile(path):
         raise FileNotFoundError(path)
-    with np.load(path) as arrays:
-        return {key: arrays[key] for key in arrays.files}
+    return load_arrays(path)

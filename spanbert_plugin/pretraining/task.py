@@ -25,7 +25,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
-from ..core.datasets import load_token_items
+from ..core.datasets import check_token_item_files, load_token_items
 from ..core.dictionary import SpanBertDictionary
 from .document_blocks import DocumentBlockDataset
 from .span_masked_dataset import SpanMaskedDataset
@@ -309,6 +309,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         path = span_file(split_path, kind)
         if not MMapIndexedDataset.exists(path):
             raise _missing_annotations(path, kind, self.cfg.mask_scheme)
+        check_token_item_files(path)
         spans = MMapIndexedDataset(path)
         if len(spans) != num_documents:
             raise UsageError(f"{path}.bin: {len(spans)} annotated documents for {num_documents} documents; prepare the folder again")

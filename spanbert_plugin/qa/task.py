@@ -7,7 +7,6 @@ Training windows are shuffled each epoch; evaluation batches hold whole
 questions so that validation EM/F1 are computed over whole questions, exactly
 as ``spanbert-predict-qa`` computes them.
 """
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from .span_drop import QASpanDropConfig, QASpanDropDataset
 from ..spandrop.finetune import span_dropper
 from .dataset import ExtractiveQADataset
 from ..core.errors import UsageError
+from ..core.file_utils import read_json
 from ..core.precision import SharedTrainingConfig
 from ..core.run_config import run_section
 from ..core.tasks import OneDictionaryTask, best_checkpoint_metric, missing_split_error, prepared_data_folder
@@ -56,8 +56,7 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
     @classmethod
     def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs):
         data = prepared_data_folder(cfg, "extractive_qa", "spanbert-prepare-qa", (QA_CONFIG, "dict.txt"))
-        with open(os.path.join(data, QA_CONFIG)) as f:
-            qa_config = json.load(f)
+        qa_config = read_json(os.path.join(data, QA_CONFIG))
         return cls(cfg, SpanBertDictionary.load(os.path.join(data, "dict.txt")), qa_config)
 
     def build_model(self, cfg, from_checkpoint=False):

@@ -23,6 +23,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..core.file_utils import load_arrays, read_json
+
 ARRAYS = ("question_index", "start_positions", "end_positions", "passage_offset",
           "token_offsets", "char_start", "char_end", "max_context")
 OPTIONAL_ARRAYS = ("sentence_ids",)  # absent from folders prepared before they existed
@@ -92,9 +94,9 @@ class QASplit:
         prefix = os.path.join(folder, split)
         if not os.path.isfile(prefix + ".windows.npz"):
             raise FileNotFoundError(f"{prefix}.windows.npz: no such file (not a spanbert-prepare-qa split {split!r})")
-        with np.load(prefix + ".windows.npz") as arrays:
-            values = {name: arrays[name] for name in ARRAYS}
-            values.update({name: arrays[name] for name in OPTIONAL_ARRAYS if name in arrays.files})
+        arrays = load_arrays(prefix + ".windows.npz")
+        values = {name: arrays[name] for name in ARRAYS}
+        values.update({name: arrays[name] for name in OPTIONAL_ARRAYS if name in arrays})
         for name in PER_TOKEN_ARRAYS:
             if name in values:
                 values[name] = values[name].astype(np.int64)
@@ -102,7 +104,6 @@ class QASplit:
             questions = [json.loads(line) for line in f]
         with open(prefix + ".contexts.jsonl", encoding="utf-8") as f:
             contexts = [json.loads(line) for line in f]
-        with open(prefix + ".meta.json") as f:
-            meta = json.load(f)
+        meta = read_json(prefix + ".meta.json")
         return cls(**values, questions=questions, contexts=contexts, format=meta["format"],
                    with_negative=bool(meta["with_negative"]))

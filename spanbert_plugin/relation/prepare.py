@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination, is_json_integer, parse_json, read_text
+from ..core.file_utils import atomic_directory, check_destination, is_json_integer, load_arrays, parse_json, read_text
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
     write_token_items,
@@ -343,8 +343,8 @@ def load_split_arrays(folder: str, split: str):
     prefix = os.path.join(folder, split)
     if not os.path.isfile(prefix + ".npz"):
         raise UsageError(f"{prefix}.npz: no such file (split {split!r} was not prepared in {folder})")
-    with np.load(prefix + ".npz") as arrays:
-        labels, positions = arrays["labels"], arrays["entity_positions"]
+    arrays = load_arrays(prefix + ".npz")
+    labels, positions = arrays["labels"], arrays["entity_positions"]
     with open(prefix + ".examples.jsonl", encoding="utf-8") as f:
         examples = [json.loads(line) for line in f]
     return labels, positions, examples
@@ -352,5 +352,4 @@ def load_split_arrays(folder: str, split: str):
 
 def load_region_ends(folder: str, split: str) -> Optional[np.ndarray]:
     """``entity_region_ends`` [N, 2] of a prepared split; None for a folder prepared before they were stored."""
-    with np.load(os.path.join(folder, split) + ".npz") as arrays:
-        return arrays["entity_region_ends"] if "entity_region_ends" in arrays.files else None
+    return load_arrays(os.path.join(folder, split) + ".npz").get("entity_region_ends")
