@@ -10,7 +10,8 @@ import pytest
 
 from conftest import bin_path, require_shared_data, run_cli, shared_path
 from spanbert_plugin.cli.prepare_qa import main
-from spanbert_plugin.qa.prepare import QAConfig, featurize, load_tokenizer, read_qa_file
+from spanbert_plugin.core.finetune_io import load_tokenizer_folder
+from spanbert_plugin.qa.prepare import QAConfig, featurize, read_qa_file
 from spanbert_plugin.qa.windows import QASplit
 
 BERT_VOCAB = shared_path("bert_uncased_vocab", "vocab.txt")
@@ -151,7 +152,7 @@ def squad_file(tmp_path_factory):
 
 @pytest.mark.parametrize("which", ["wordpiece_data", "spm_data", "bert_uncased"])
 def test_windows_labels_and_flags_match_reference(which, request, squad_file):
-    tokenizer, dictionary = load_tokenizer(request.getfixturevalue(which))
+    tokenizer, dictionary = load_tokenizer_folder(request.getfixturevalue(which))
     qa = read_qa_file(squad_file)
     features = featurize(qa, tokenizer, dictionary.bos_index, dictionary.eos_index, CONFIG, training=False)
     split, tokens, window_offsets = features.split, features.tokens, features.window_offsets
@@ -274,7 +275,7 @@ def test_prepared_folder_stats_and_warnings(wordpiece_data, tmp_path, capsys):
 
 def test_mrqa_gz_gives_the_same_windows_as_squad(wordpiece_data, tmp_path):
     paragraphs = generated_examples(seed=3, impossible=False)
-    tokenizer, dictionary = load_tokenizer(wordpiece_data)
+    tokenizer, dictionary = load_tokenizer_folder(wordpiece_data)
     results = []
     for path in (write_squad(tmp_path / "a.json", paragraphs, version="1.1"),
                  write_mrqa(tmp_path / "a.jsonl.gz", paragraphs),
@@ -335,7 +336,7 @@ def test_questions_without_answers_and_without_the_flag_are_unanswerable(wordpie
                 qa.pop("plausible_answers", None)
                 count += 1
     paragraphs_of = {"flagged": flagged, "unflagged": unflagged}
-    tokenizer, dictionary = load_tokenizer(wordpiece_data)
+    tokenizer, dictionary = load_tokenizer_folder(wordpiece_data)
     read = {}
     for name, paragraphs in paragraphs_of.items():
         qa = read_qa_file(write_squad(tmp_path / f"{name}.json", paragraphs, version="1.1"))
@@ -469,7 +470,7 @@ def windows_by_definition(tokenizer_folder, path, config):
     """Windows of a SQuAD file counted from the definition alone: a passage of n tokens beside a question of
     q tokens (cut to max_query_length) holds c = max_seq_length - q - 3 tokens per window, windows start
     every doc_stride tokens and the one reaching the passage end is the last: 1 + ceil(max(0, n - c) / stride)."""
-    tokenizer, _ = load_tokenizer(tokenizer_folder)
+    tokenizer, _ = load_tokenizer_folder(tokenizer_folder)
     with open(path, encoding="utf-8") as f:
         data = json.load(f)["data"]
     total = 0

@@ -17,7 +17,7 @@ import torch
 
 from conftest import ROOT
 from spanbert_plugin.cli import export_hf, predict_classification, predict_qa, predict_re
-from spanbert_plugin.cli import prepare_qa, prepare_re
+from spanbert_plugin.cli import prepare_classification, prepare_coref, prepare_qa, prepare_re
 from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.core.file_utils import MANIFEST, OutputError, check_destination, checkpoint_inputs, parse_json, read_text
 
@@ -283,6 +283,40 @@ def test_damaged_tokenizer_meta_is_one_line(tmp_path, wordpiece_data, capsys, mo
     one_line_error(capsys, "spanbert-prepare-qa", "spanbert_tokenizer.json:1: not valid JSON")
     assert not (tmp_path / "out").exists()
 
+
+
+def prepare_argv(command, tmp_path):
+    """The arguments of a prepare command over one small valid input file."""
+    if command is prepare_qa:
+        return ["--train", write_text(tmp_path / "train.json", json.dumps(squad([question()])))]
+    if command is prepare_re:
+        path = write_text(tmp_path / "train.json", json.dumps([re_example("a")]))
+        return ["--train", path, "--valid", path]
+    if command is prepare_classification:
+        path = write_text(tmp_path / "train.tsv", "text\tlabel\nok\tpos\n")
+        return ["--train", path, "--valid", path, "--text-columns", "text", "--label-column", "label"]
+    document = {"doc_key": "nw/x_0", "sentences": [["Ada", "met", "Bo", "."]], "clusters": [[[0, 0], [2, 2]]]}
+    return ["--train", write_text(tmp_path / "train.jsonl", json.dumps(document) + "\n")]
+
+
+@pytest.mark.parametrize("command", [prepare_qa, prepare_re, prepare_classification, prepare_coref],
+                         ids=lambda command: command.__name__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("model_bytes, expected", [
+    (None, "spm.model: no such file, though spanbert_tokenizer.json beside it names a sentencepiece tokenizer"),
+    (b"\x0a\x05<unk", "spm.model: cannot load the sentencepiece model (INTERNAL: could not parse ModelProto"),
+], ids=["missing", "truncated"])
+def test_a_missing_or_truncated_sentencepiece_model_is_one_line(tmp_path, capsys, monkeypatch, command, model_bytes,
+                                                               expected):
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    (tokenizer / "spanbert_tokenizer.json").write_text('{"type": "sentencepiece"}', encoding="utf-8")
+    (tokenizer / "dict.txt").write_text("", encoding="utf-8")
+    if model_bytes is not None:
+        (tokenizer / "spm.model").write_bytes(model_bytes)
+    monkeypatch.chdir(tmp_path)
+    assert command.main(prepare_argv(command, tmp_path) + ["--tokenizer-from", str(tokenizer), "--destdir", "out"]) == 1
+    one_line_error(capsys, "spanbert-" + command.__name__.rsplit(".", 1)[-1].replace("_", "-"), expected)
+    assert not (tmp_path / "out").exists()
 
 def test_qa_folder_without_valid_split_names_the_fix(tmp_path, wordpiece_data):
     from fairseq import options, tasks

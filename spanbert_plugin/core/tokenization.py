@@ -426,6 +426,19 @@ def _write_meta(directory, meta):
         json.dump(meta, f, indent=2)
 
 
+def _load_sentencepiece(model_file: str) -> "SentencePieceTokenizer":
+    """The folder's sentencepiece model; TokenizerError naming it when it is missing or cannot be read (sentencepiece
+    raises a RuntimeError for both)."""
+    if not os.path.isfile(model_file):
+        raise TokenizerError(f"{model_file}: no such file, though {META_FILE} beside it names a sentencepiece "
+                             "tokenizer; copy it from the spanbert-prepare output")
+    try:
+        return SentencePieceTokenizer(model_file)
+    except (RuntimeError, OSError) as err:
+        raise TokenizerError(f"{model_file}: cannot load the sentencepiece model ({str(err).strip()}); copy it again "
+                             "from the spanbert-prepare output") from None
+
+
 def load_tokenizer(directory: str) -> SpanTokenizer:
     """Load the tokenizer that ``spanbert-prepare`` saved in ``directory``."""
     meta_path = os.path.join(directory, META_FILE)
@@ -438,7 +451,7 @@ def load_tokenizer(directory: str) -> SpanTokenizer:
     if not isinstance(meta, dict):
         raise TokenizerError(f"{meta_path}: expected a JSON object with the tokenizer's type")
     if meta.get("type") == SentencePieceTokenizer.kind:
-        return SentencePieceTokenizer(os.path.join(directory, SPM_FILE))
+        return _load_sentencepiece(os.path.join(directory, SPM_FILE))
     if meta.get("type") == WordPieceTokenizer.kind:
         return WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False),
                                   meta.get("strip_accents"))

@@ -26,7 +26,7 @@ from ..core.progress import progress_bar
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, warn_if_vocabulary_does_not_fit, write_json, write_token_items,
 )
-from ..core.tokenization import TokenizerError, WordPieceTokenizer
+from ..core.tokenization import WordPieceTokenizer
 from .windows import QASplit
 
 COMMAND = "spanbert-prepare-qa"
@@ -555,16 +555,6 @@ def warn_problems(qa: QAFile, features: "Features", training: bool) -> None:
           f"usable answer {outcome}. First: {shown}")
 
 
-def load_tokenizer(folder: str):
-    """(tokenizer, dictionary) of ``--tokenizer-from``; UsageError when its files are missing or broken."""
-    try:
-        return load_tokenizer_folder(folder)
-    except TokenizerError as err:
-        raise UsageError(str(err)) from None
-    except (OSError, RuntimeError) as err:  # e.g. sentencepiece: spm.model missing or unreadable
-        raise UsageError(f"--tokenizer-from {folder}: cannot load the tokenizer ({str(err).strip()})") from None
-
-
 def prepare_qa(inputs: Dict[str, str], tokenizer_from: str, destdir: str, config: QAConfig,
                force: bool = False, strict: bool = False) -> dict:
     """Write a spanbert-prepare-qa folder from ``{split: file}``; return the stats; UsageError on bad input."""
@@ -574,7 +564,7 @@ def prepare_qa(inputs: Dict[str, str], tokenizer_from: str, destdir: str, config
         raise UsageError("give --train FILE and/or --valid FILE")
     read_paths = list(inputs.values()) + [tokenizer_from]
     check_destination(destdir, COMMAND, read_paths, force, "--destdir")
-    tokenizer, dictionary = load_tokenizer(tokenizer_from)
+    tokenizer, dictionary = load_tokenizer_folder(tokenizer_from)
     files = {split: read_qa_file(path) for split, path in inputs.items()}
     if strict:
         for qa in files.values():
