@@ -451,7 +451,7 @@ def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
 
 
 def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_path):
-    rows = [("first text", "10"), ("second text", "2"), ("third text", "1"), ("fourth text", "2")]
+    rows = [("first text", "10"), ("second text", "2"), ("third text", "1"), ("fourth text", "2"), ("fifth text", "10")]
     body = "".join(f"{t}\t{y}\n" for t, y in rows)
     (tmp_path / "plain.tsv").write_text(body, encoding="utf-8")
     (tmp_path / "named.tsv").write_text("sentence\tlabel\n" + body, encoding="utf-8")
@@ -465,11 +465,11 @@ def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_p
         return meta["labels"], np.load(dest / "train.labels.npy").tolist()
 
     # all labels integers: 1 < 2 < 10 (as strings "10" would sort before "2"); the second label is positive
-    assert prepare("plain.tsv", "no") == (["1", "2", "10"], [2, 1, 0, 1])
+    assert prepare("plain.tsv", "no") == (["1", "2", "10"], [2, 1, 0, 1, 2])
     assert prepare("plain.tsv", "auto") == prepare("plain.tsv", "no")  # columns by index: no header line
-    assert prepare("named.tsv", "yes") == (["1", "2", "10"], [2, 1, 0, 1])  # the first line is skipped
+    assert prepare("named.tsv", "yes") == (["1", "2", "10"], [2, 1, 0, 1, 2])  # the first line is skipped
     # --header no reads that line as data: "label" is a label, so the labels sort as strings
-    assert prepare("named.tsv", "no") == (["1", "10", "2", "label"], [3, 1, 2, 0, 2])
+    assert prepare("named.tsv", "no") == (["1", "10", "2", "label"], [3, 1, 2, 0, 2, 1])
 
 
 BAD_INPUTS = {
@@ -486,6 +486,9 @@ BAD_INPUTS = {
                      r"valid\.tsv:3: label '2' does not occur in the training file"),
     "empty label": ("sentence\tlabel\na\t0\nb\t \n", "sentence\tlabel\nb\t1\n", ["sentence", "label"],
                     r"train\.tsv:3: empty label"),
+    "header line read as a row": ("sentence\tlabel\na\t0\nb\t1\n", "sentence\tlabel\nb\t1\n", ["0", "1"],
+                                  r"train\.tsv:1: label 'label' occurs in no other row of the training and validation "
+                                  r"files: a header line\? Pass --header yes"),
     "regression non-number": ("sentence\tlabel\na\t0.5\nb\tx\n", "sentence\tlabel\nb\t1\n", ["sentence", "label", "--regression"],
                               r"train\.tsv:3: --regression needs a number"),
 }
@@ -588,7 +591,7 @@ def test_qqp_rows_split_by_a_line_break_are_skipped_when_asked(wordpiece_data, t
     (tmp_path / "plain.tsv").write_text(rows, encoding="utf-8")
     assert prepare_main(["--train", str(tmp_path / "plain.tsv"), "--valid", str(tmp_path / "plain.tsv"),
                          "--tokenizer-from", wordpiece_data, "--text-columns", "3,4", "--label-column", "5",
-                         "--destdir", str(tmp_path / "plain"), "--skip-malformed-rows"]) == 0
+                         "--destdir", str(tmp_path / "plain"), "--skip-malformed-rows", "--header", "no"]) == 0
     assert np.load(tmp_path / "plain" / "train.labels.npy").tolist() == [1, 0, 0]
     assert prepare_main([*args[:2], "--valid", str(tmp_path / "dev.tsv"), str(tmp_path / "dev.tsv"), *args[4:],
                          "--destdir", str(tmp_path / "twice")]) == 1

@@ -234,6 +234,24 @@ def read_table(path: str, options: ReadOptions, label_required: bool = True) -> 
     return _read_delimited(path, text, kind, options, label_required)
 
 
+def refuse_a_header_read_as_a_row(tables: Sequence[Table], read: ReadOptions) -> None:
+    """UsageError for a first row whose label occurs in no other row of ``tables`` (training and validation).
+
+    With ``--header auto`` and every column given by index, the first line is data; a GLUE file's header line would
+    then make its column name ('label') a class. Every file's first row is left out of the comparison: each of
+    GLUE's train and dev files starts with that same line.
+    """
+    if read.header != "auto" or read.by_name:
+        return
+    labelled = [table for table in tables if table.labels]
+    later_labels = {label for table in labelled for label in table.labels[1:]}
+    for table in labelled:
+        if table.labels[0] not in later_labels:
+            raise UsageError(f"{table.path}:{table.lines[0]}: label {table.labels[0]!r} occurs in no other row of the "
+                             "training and validation files: a header line? Pass --header yes to skip each file's "
+                             "first line, or --header no to keep it as data")
+
+
 def label_order(labels: Sequence[str]) -> List[str]:
     """Distinct labels, sorted numerically when all are integers ("0" < "1" < "10"), else as strings."""
     distinct = set(labels)
@@ -395,6 +413,8 @@ def prepare_classification(train: str, valid, options: PrepareOptions, test=None
     tokenizer, dictionary = load_tokenizer_folder(options.tokenizer_from)
     tables = {"train": read_table(train, options.read)}
     tables.update((split, read_table(path, options.read)) for split, path in valid_splits)
+    if not options.regression:
+        refuse_a_header_read_as_a_row(list(tables.values()), options.read)
     test_read = replace(test_read or options.read, skip_malformed=False)  # test rows stay aligned with their index
     if test_splits and len(test_read.text_columns) != len(options.read.text_columns):
         raise UsageError(f"--test-text-columns: {len(test_read.text_columns)} column(s), but --text-columns "
