@@ -116,8 +116,9 @@ def remove_output(out):
 
 
 def record_output(out):
-    """Write the manifest: every file under the demo's own entries (what fairseq wrote into checkpoints/ too)."""
-    from spanbert_plugin.core.file_utils import MANIFEST
+    """Write the manifest: every file under the demo's own entries (what fairseq wrote into checkpoints/ too), with
+    the size and time check_destination compares, so a file changed after the run is kept, not removed."""
+    from spanbert_plugin.core.file_utils import write_manifest
 
     files = []
     for entry in OWN_ENTRIES:
@@ -128,8 +129,7 @@ def record_output(out):
             files += [os.path.relpath(os.path.join(root, n), out) for n in names]
             if not dirs and not names:
                 files.append(os.path.relpath(root, out) + os.sep)
-    with open(os.path.join(out, MANIFEST), "w", encoding="utf-8") as f:
-        json.dump({"command": COMMAND, "files": sorted(files)}, f, indent=2)
+    write_manifest(out, COMMAND, sorted(files))
 
 
 def show_masked_examples(data_dir, n=2, width=60):

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 
+import pytest
 import torch
 
 from conftest import ROOT, driver_env, run_cli, skip_unless_required
@@ -155,10 +156,7 @@ def test_clean_removes_a_demo_output_and_keeps_one_holding_the_users_files(tmp_p
     (out / "checkpoints").mkdir(parents=True)
     (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"weights")
     (out / "summary.json").write_text("{}")
-    spec = importlib.util.spec_from_file_location("demo", os.path.join(ROOT, "scripts", "demo.py"))
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
-    demo.record_output(str(out))
+    demo_script().record_output(str(out))
     (out / "notes.txt").write_text("the user's")
     clean = subprocess.run([*DEMO, "--clean", "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert clean.returncode == 1 and "kept" in clean.stderr and "notes.txt" in clean.stderr
@@ -166,6 +164,34 @@ def test_clean_removes_a_demo_output_and_keeps_one_holding_the_users_files(tmp_p
     (out / "notes.txt").unlink()
     clean = subprocess.run([*DEMO, "--clean", "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert clean.returncode == 0 and not out.exists()
+
+
+def demo_script():
+    """scripts/demo.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("demo", os.path.join(ROOT, "scripts", "demo.py"))
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo
+
+
+def test_a_demo_file_changed_after_the_run_is_kept_by_clean_and_by_the_next_run(tmp_path, capsys):
+    """Training continued in the demo's checkpoints/ rewrites checkpoint_last.pt: neither `make clean` nor the next
+    `make demo` may delete it; the folder is refused in one line naming the file."""
+    demo = demo_script()
+    out = tmp_path / "demo_out"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"weights")
+    (out / "summary.json").write_text("{}")
+    demo.record_output(str(out))
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"weights trained further")
+    with pytest.raises(SystemExit) as clean:
+        demo.remove_output(str(out))
+    assert "checkpoints/checkpoint_last.pt changed since demo wrote it" in str(clean.value)
+    with pytest.raises(SystemExit) as rerun:
+        demo.claim_output(str(out), [])
+    assert "checkpoints/checkpoint_last.pt changed since demo wrote it" in str(rerun.value)
+    assert (out / "checkpoints" / "checkpoint_last.pt").read_bytes() == b"weights trained further"
+    assert (out / "summary.json").exists()
 
 
 # The demo shortened for the suite: TEST_UPDATES updates, the first TEST_HELDOUT_BLOCKS blocks of the held-out text

@@ -91,6 +91,14 @@ def _changed_since_written(folder: str, manifest: dict) -> List[str]:
                   and _stamp(os.path.join(folder, name)) != stamp)
 
 
+def write_manifest(folder: str, command: str, files: List[str]) -> None:
+    """Record in ``folder`` that ``command`` wrote ``files`` (paths relative to it), with each regular file's size and
+    modification time: a file edited after the run is the user's, and --force does not replace it."""
+    stamps = {name: stamp for name in files if (stamp := _stamp(os.path.join(folder, name))) is not None}
+    with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump({"command": command, "files": files, "stamps": stamps}, f, indent=2)
+
+
 def read_manifest(folder: str):
     """The manifest of a folder a spanbert command wrote, or None."""
     path = os.path.join(folder, MANIFEST)
@@ -323,11 +331,7 @@ def atomic_directory(destination: str, command: str, inputs: Iterable[str] = (),
             os.chmod(work, 0o777 & ~_current_umask())  # mkdtemp makes it private; a folder as mkdir makes it
             _pause_for_tests()
             yield work
-            files = [f for f in _listing(work) if f != MANIFEST]
-            # sizes and times: a file edited after the run is the user's, and --force does not replace it
-            stamps = {name: stamp for name in files if (stamp := _stamp(os.path.join(work, name))) is not None}
-            with open(os.path.join(work, MANIFEST), "w", encoding="utf-8") as f:
-                json.dump({"command": command, "files": files, "stamps": stamps}, f, indent=2)
+            write_manifest(work, command, [f for f in _listing(work) if f != MANIFEST])
             with signals_held():
                 check_destination(destination, command, inputs, force, flag)  # nothing changed meanwhile
                 try:
