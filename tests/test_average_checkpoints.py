@@ -119,3 +119,35 @@ def test_bad_inputs_are_one_line_and_write_nothing(run_folder, tmp_path):
     proc = average("--inputs", last, "--checkpoint-upper-bound", "2", "--output", tmp_path / "a.pt")
     assert proc.returncode == 2 and "--checkpoint-upper-bound needs" in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["damaged.pt", "fewer.pt", "mine.pt", "other_vocab.pt"]
+
+
+@pytest.mark.parametrize("inputs, output, expected", [
+    (["run/checkpoint1.pt", "run/checkpoint2.pt"], "mine.pt", "--output mine.pt: exists"),
+    (["run/checkpoint1.pt", "run/checkpoint2.pt"], "absent/a.pt", "its folder"),
+    (["run", "--num-epoch-checkpoints", "2"], "run/checkpoint3.pt", "named like the run's own checkpoints in run"),
+    (["run/checkpoint1.pt", "run/checkpoint2.pt"], "run/checkpoint_3_10.pt", "named like the run's own checkpoints"),
+], ids=["exists", "no folder", "epoch name in the save dir", "update name beside the inputs"])
+def test_the_output_is_checked_before_any_input_is_read(tmp_path, monkeypatch, capsys, inputs, output, expected):
+    """Damaged inputs would be named first if they were read first: the --output refusals come before."""
+    from spanbert_plugin.cli.average_checkpoints import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    for name in ("checkpoint1.pt", "checkpoint2.pt"):
+        (tmp_path / "run" / name).write_text("not a checkpoint")
+    (tmp_path / "mine.pt").write_bytes(b"the user's file")
+    assert main(["--inputs", *inputs, "--output", output]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{PROG}: error: --output {output}: ") and expected in lines[0], lines
+    assert (tmp_path / "mine.pt").read_bytes() == b"the user's file"
+    assert sorted(os.listdir(tmp_path / "run")) == ["checkpoint1.pt", "checkpoint2.pt"]
+
+
+def test_a_checkpoint_name_outside_the_inputs_folder_is_allowed(tmp_path, monkeypatch, capsys):
+    from spanbert_plugin.cli.average_checkpoints import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint1.pt").write_text("not a checkpoint")
+    assert main(["--inputs", "run/checkpoint1.pt", "--output", "checkpoint1.pt"]) == 1
+    assert "run/checkpoint1.pt: a text file, not a PyTorch checkpoint" in capsys.readouterr().err  # the input's turn

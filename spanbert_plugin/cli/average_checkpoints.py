@@ -39,9 +39,12 @@ def main(argv=None):
         parser.error("--checkpoint-upper-bound needs --num-epoch-checkpoints or --num-update-checkpoints")
     if by_number and len(args.inputs) != 1:
         parser.error("with --num-epoch-checkpoints or --num-update-checkpoints, --inputs names one folder")
-    from ..core.checkpoint_averaging import average_checkpoints, last_checkpoints, write_new_checkpoint
+    import os
+
+    from ..core.checkpoint_averaging import average_checkpoints, check_output, last_checkpoints, write_new_checkpoint
 
     inputs = args.inputs
+    check_output(args.output, inputs if by_number else [os.path.dirname(path) or os.curdir for path in inputs])
     if by_number:
         by_update = args.num_update_checkpoints is not None
         count = args.num_update_checkpoints if by_update else args.num_epoch_checkpoints

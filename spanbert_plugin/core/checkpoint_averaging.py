@@ -103,14 +103,35 @@ def average_checkpoints(paths: List[str]) -> dict:
     return {**first, "model": averaged}
 
 
-def write_new_checkpoint(state: dict, output: str) -> None:
-    """Save ``state`` to ``output``, a path that must not exist yet; an interrupted or failed save leaves nothing."""
+def _check_new_file(output: str) -> str:
+    """The folder of ``output``; OutputError when ``output`` exists or its folder does not."""
     if os.path.lexists(output):
         raise OutputError(f"--output {output}: exists; the average is written to a new file only "
                           "(name another, or move that one away)")
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise OutputError(f"--output {output}: its folder {parent} does not exist")
+    return parent
+
+
+def check_output(output: str, input_folders: List[str]) -> None:
+    """OutputError, before any input is read, for an --output that exists, whose folder does not, or that is named
+    like a run's own checkpoints (checkpointE.pt, checkpoint_E_U.pt) in a folder the inputs come from: a later
+    average by number would take it for one of them."""
+    parent = os.path.realpath(_check_new_file(output))
+    name = os.path.basename(output)
+    if not (EPOCH_CHECKPOINT.fullmatch(name) or UPDATE_CHECKPOINT.fullmatch(name)):
+        return
+    for folder in input_folders:
+        if os.path.realpath(folder) == parent:
+            raise OutputError(f"--output {output}: named like the run's own checkpoints in {folder}, so a later "
+                              "--num-epoch-checkpoints or --num-update-checkpoints average would take it as an "
+                              "input; name it otherwise (e.g. checkpoint_average.pt)")
+
+
+def write_new_checkpoint(state: dict, output: str) -> None:
+    """Save ``state`` to ``output``, a path that must not exist yet; an interrupted or failed save leaves nothing."""
+    parent = _check_new_file(output)  # again: it may have appeared while averaging
     try:
         claimed = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # ours from here on
     except FileExistsError:
