@@ -230,6 +230,24 @@ def test_classification_jsonl_errors_are_one_line(tmp_path, text, expected):
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"text": "a"}\n{"text": "b", "label": "pos"}\n', "rows.jsonl:2: has the label key 'label', but line 1 has none"),
+    ('{"text": "a", "label": "pos"}\n\n{"text": "b"}\n', "rows.jsonl:3: no label key 'label', but line 1 has one"),
+])
+def test_a_test_file_labelled_in_some_records_only_is_one_line(tmp_path, text, expected):
+    """A test file's labels are optional: whether it has them is read from every record, not from the first alone
+    (a first record without one dropped every other label silently)."""
+    from spanbert_plugin.classification.prepare import read_table
+
+    with pytest.raises(UsageError, match=re.escape(expected) + "; give every record a label, or none"):
+        read_table(write_text(tmp_path / "rows.jsonl", text), classification_options(), label_required=False)
+    unlabelled = read_table(write_text(tmp_path / "none.jsonl", '{"text": "a"}\n{"text": "b"}\n'),
+                            classification_options(), label_required=False)
+    labelled = read_table(write_text(tmp_path / "all.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", "label": "y"}\n'),
+                          classification_options(), label_required=False)
+    assert (unlabelled.labels, labelled.labels) == (None, ["x", "y"])
+
 def test_label_column_may_not_be_a_text_column(tmp_path):
     from spanbert_plugin.classification.prepare import read_table
 

@@ -204,7 +204,8 @@ def _read_jsonl(path: str, text: str, options: ReadOptions, label_required: bool
             raise UsageError(f"{path}:{line}: expected a JSON object, got {type(record).__name__}")
         records.append(record)
         lines.append(line)
-    with_labels = options.label_column is not None and (label_required or options.label_column in records[0])
+    with_labels = options.label_column is not None and (label_required or _labelled(path, records, lines,
+                                                                                     options.label_column))
 
     def column(key, flag, as_text):
         values = []
@@ -223,6 +224,18 @@ def _read_jsonl(path: str, text: str, options: ReadOptions, label_required: bool
     labels = [v.strip() for v in column(options.label_column, "--label-column", False)] if with_labels else None
     ids = column(options.id_column, "--id-column", False) if options.id_column is not None else None
     return Table(path, texts, labels, ids, lines)
+
+
+def _labelled(path: str, records: List[dict], lines: List[int], key: str) -> bool:
+    """Does every record of a file whose labels are optional (a test file) hold the label ``key``? None does: False;
+    some do: UsageError naming the first record that differs from the file's first."""
+    has_label = [key in record for record in records]
+    if any(has_label) and not all(has_label):
+        line = lines[has_label.index(not has_label[0])]
+        differs = (f"no label key {key!r}, but line {lines[0]} has one" if has_label[0] else
+                   f"has the label key {key!r}, but line {lines[0]} has none")
+        raise UsageError(f"{path}:{line}: {differs}; give every record a label, or none")
+    return all(has_label)
 
 
 def read_table(path: str, options: ReadOptions, label_required: bool = True) -> Table:
