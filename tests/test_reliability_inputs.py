@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from spanbert_plugin.cli import export_hf, predict_classification, predict_qa, predict_re
+from spanbert_plugin.cli import export_hf, predict_classification, predict_coref, predict_qa, predict_re
 from spanbert_plugin.cli import prepare_classification, prepare_coref, prepare_qa, prepare_re
 from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.core.file_utils import MANIFEST, OutputError, check_destination, checkpoint_inputs, parse_json, read_text
@@ -114,6 +114,7 @@ def test_checkpoint_inputs_include_the_data_it_was_trained_on(tmp_path, monkeypa
     (predict_qa.main, "spanbert-predict-qa", "data"),
     (predict_re.main, "spanbert-predict-re", "data/squad"),
     (predict_classification.main, "spanbert-predict-classification", "data/squad"),
+    (predict_coref.main, "spanbert-predict-coref", "data/squad"),
 ])
 def test_default_data_folder_is_an_input(tmp_path, monkeypatch, capsys, main, prog, out):
     """--out may not be or hold the folder the checkpoint was trained on, though --data was not given.
@@ -128,6 +129,18 @@ def test_default_data_folder_is_an_input(tmp_path, monkeypatch, capsys, main, pr
     one_line_error(capsys, prog, "is or holds the input data/squad")
     assert contents(tmp_path / "data" / "squad") == before
 
+
+
+def test_coref_text_prediction_counts_the_default_data_folder_as_an_input(tmp_path, monkeypatch, capsys):
+    """predict-coref --text reads its tokenizer from the checkpoint's data folder: --out may not be that folder."""
+    monkeypatch.chdir(tmp_path)
+    fake_output(tmp_path / "data" / "coref", "spanbert-prepare-coref")
+    ck = fake_checkpoint(tmp_path / "ck" / "checkpoint_last.pt", "data/coref")
+    text = write_text(tmp_path / "story.txt", "Ada met Bo . She smiled .\n")
+    before = contents(tmp_path / "data" / "coref")
+    assert predict_coref.main(["--checkpoint", ck, "--text", text, "--out", "data/coref", "--force"]) == 1
+    one_line_error(capsys, "spanbert-predict-coref", "is or holds the input data/coref")
+    assert contents(tmp_path / "data" / "coref") == before
 
 # ----------------------------------------------------------------------------- malformed inputs: one line each
 

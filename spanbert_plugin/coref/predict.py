@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ..core.progress import progress_bar
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination, read_text
+from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs, read_text
 from ..core.finetune_io import load_finetuned_checkpoint
 from ..core.tokenization import load_tokenizer
 from .conll import GENRES, CorefDocument, with_coref_column
@@ -176,7 +176,7 @@ def predict_split(checkpoint, data, split, out, force=False, batch_size=None, ma
     for threshold in singleton_threshold_sweep or ():
         if not 0 < threshold < 1:
             raise UsageError(f"--singleton-threshold-sweep: every threshold must be in (0, 1), got {threshold:g}")
-    inputs = [checkpoint] + ([data] if data else [])
+    inputs = checkpoint_inputs(checkpoint, data)  # the data folder the checkpoint names counts too
     check_destination(out, COMMAND, inputs, force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
     apply_prediction_options(task, **options)
@@ -280,7 +280,8 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     character offsets into the text as read, end exclusive) and ``summary.json`` to ``out``; ``genre``: the
     OntoNotes genre to predict under (default: the checkpoint's ``raw_text_genre``)."""
     text = read_input_text(text_path)
-    check_destination(out, COMMAND, [checkpoint, text_path], force, "--out")
+    inputs = [*checkpoint_inputs(checkpoint, data), text_path]  # the tokenizer comes from the data folder
+    check_destination(out, COMMAND, inputs, force, "--out")
     model, task, _ = load_finetuned_checkpoint(checkpoint, TASK, data, cpu)
     apply_prediction_options(task, **(options or {}))
     refuse_thresholds_without_singletons(task, (options or {}).get("singleton_threshold"), None)
@@ -299,7 +300,7 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
                "mentions": sum(len(c) for c in clusters),
                "prediction": "bounded" if predicts_bounded(task.cfg, words) else "exact",
                "seconds": round(time.perf_counter() - started, 1)}
-    with atomic_directory(out, COMMAND, [checkpoint, text_path], force, "--out") as work:
+    with atomic_directory(out, COMMAND, inputs, force, "--out") as work:
         with open(os.path.join(work, "clusters.jsonl"), "w", encoding="utf-8") as f:
             for number, mentions in enumerate(clusters):
                 f.write(json.dumps({"id": number, "mentions": mentions}, ensure_ascii=False) + "\n")
