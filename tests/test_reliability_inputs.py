@@ -142,6 +142,26 @@ def test_coref_text_prediction_counts_the_default_data_folder_as_an_input(tmp_pa
     one_line_error(capsys, "spanbert-predict-coref", "is or holds the input data/coref")
     assert contents(tmp_path / "data" / "coref") == before
 
+
+@pytest.mark.parametrize("main, prog, task", [
+    (predict_qa.main, "spanbert-predict-qa", "extractive_qa"),
+    (predict_re.main, "spanbert-predict-re", "relation_extraction"),
+    (predict_classification.main, "spanbert-predict-classification", "sentence_classification"),
+])
+def test_a_recorded_data_folder_that_is_gone_asks_for_data(tmp_path, monkeypatch, capsys, main, prog, task):
+    """The folder a checkpoint was trained on, moved or removed since, is named as gone (not as "not a prepared
+    folder"), with the fix: --data. The checkpoint has no weights: the refusal comes before any model is built."""
+    monkeypatch.chdir(tmp_path)
+    gone = str(tmp_path / "data" / "removed")
+    ck = str(tmp_path / "checkpoint_best.pt")
+    torch.save({"cfg": {"task": {"_name": task, "data": gone}}, "model": {}, "extra_state": {"train_iterator": {}},
+                "optimizer_history": [{"criterion_name": task, "optimizer_name": "adam", "num_updates": 0,
+                                       "lr_scheduler_state": {"best": None}}]}, ck)
+    assert main(["--checkpoint", ck, "--out", "predictions"]) == 1
+    one_line_error(capsys, prog, f"--checkpoint {ck}: the data folder it was trained on, {gone}, no longer exists; "
+                                 "pass --data FOLDER")
+    assert not (tmp_path / "predictions").exists()
+
 # ----------------------------------------------------------------------------- malformed inputs: one line each
 
 

@@ -107,11 +107,23 @@ def load_finetuned_checkpoint(checkpoint: str, task_name: str, data: Optional[st
         if check_data is not None:
             check_data(data, state["cfg"].task.get("data"))
         overwrite_args_by_name(state["cfg"], {"data": os.path.abspath(data)})
+    else:
+        refuse_a_recorded_data_folder_that_is_gone(checkpoint, state["cfg"].task.get("data"))
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
     model = models[0].eval()
     if torch.cuda.is_available() and not cpu:
         model = model.cuda()
     return model, task, cfg
+
+
+def refuse_a_recorded_data_folder_that_is_gone(checkpoint: str, recorded: Optional[str]) -> None:
+    """UsageError when the prepared folder a checkpoint was trained on (its ``task.data``) no longer exists: the task
+    would call it "not a prepared folder", though the fix is to name another with --data."""
+    for folder in (recorded or "").split(os.pathsep):
+        places = [folder] if os.path.isabs(folder) else [folder, os.path.join(os.path.dirname(checkpoint), folder)]
+        if folder and not any(os.path.isdir(place) for place in places):
+            raise UsageError(f"--checkpoint {checkpoint}: the data folder it was trained on, {folder}, no longer "
+                             "exists; pass --data FOLDER (that folder's copy, or another prepared the same way)")
 
 
 def predict_split_outputs(model, task, cfg, split: str, outputs_of: Callable, shape: Union[Tuple[int, ...], Callable],
