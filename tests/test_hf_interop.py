@@ -896,3 +896,26 @@ def test_hub_pairs_of_a_model_with_one_token_type(wordpiece_vocab, corpus_files,
     assert hub.segment_labels(tokens).sum() == 0
     with torch.no_grad():
         assert torch.equal(hub.extract_features(tokens), hub.extract_features(tokens, torch.zeros_like(tokens)[None]))
+
+
+TINY_BERT = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+
+
+def test_import_keeps_the_pooler_for_the_export(wordpiece_vocab, tmp_path):
+    """A BertModel's pooler survives import -> export (pooler_output equal); a model built without it loads it."""
+    from transformers import BertModel
+
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    original = random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertModel", **TINY_BERT)
+    assert "pooler (bert.pooler.dense) kept" in _import(tmp_path / "hf", tmp_path / "imported")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")  # built without it, loads it
+    assert torch.equal(hub.model.pooler.weight, original.pooler.dense.weight)
+    assert "pooler_output" in _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    exported = BertModel.from_pretrained(str(tmp_path / "exported")).eval()
+    tokens = torch.tensor([[2, 10, 11, 12, 3]])
+    with torch.no_grad():
+        theirs, ours = exported(input_ids=tokens).pooler_output, original(input_ids=tokens).pooler_output
+    assert (theirs - ours).abs().max() < 1e-6  # the same weights (an ulp apart: another matrix layout)
+    for key in ("weight", "bias"):
+        assert torch.equal(getattr(exported.pooler.dense, key), getattr(original.pooler.dense, key))

@@ -64,7 +64,7 @@ def test_token_ids_and_offsets_equal_autotokenizer_on_squad_dev(minilm):
 
 
 def test_import_reports_what_it_read_dropped_and_starts_fresh(minilm, imported):
-    """One line each: the tokenizer read from tokenizer.json, the sentence-transformers files, the pooler, the MLM head."""
+    """One line each: the tokenizer read from tokenizer.json, the sentence-transformers files, the pooler kept, the MLM head."""
     out, proc = imported
     assert {"model.pt", "dict.txt", "vocab.txt"} <= set(os.listdir(out))
     lines = proc.stdout.splitlines()
@@ -72,7 +72,7 @@ def test_import_reports_what_it_read_dropped_and_starts_fresh(minilm, imported):
             "written as vocab.txt") in lines
     assert ("sentence-transformers files ignored (the encoder alone is imported): 1_Pooling/, "
             "config_sentence_transformers.json, modules.json, sentence_bert_config.json") in lines
-    assert any(line.startswith("pooler dropped (pooler.dense.bias, pooler.dense.weight)") for line in lines)
+    assert any(line.startswith("pooler (bert.pooler.dense) kept for the export") for line in lines)
     assert proc.stderr.strip().splitlines() == [
         f"spanbert-import-hf: warning: {minilm} has no MLM head (cls.predictions.*): the MLM head starts from fresh "
         "weights (continued pre-training begins with an untrained head; fine-tuning does not use it)"]

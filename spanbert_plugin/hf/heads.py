@@ -25,6 +25,8 @@ NATIVE_NAMES = (
     ("qa_outputs.", "qa_outputs."),
 )
 CLASSIFICATION_NAMES = (("dense.", "bert.pooler.dense."), ("out_proj.", "classifier."))
+# an imported BERT's pooler without classifier (the model's PoolerRecord); a classification head's dense takes its place
+POOLER_NAMES = (("pooler.", "bert.pooler.dense."),)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import torch
 from ..core.user_dir import register_plugin
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from .files import InteropError, read_json, read_weights
-from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, SIDE_HEADS
+from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, POOLER_NAMES, SIDE_HEADS
 
 TOLERANCE = 1e-4
 SAMPLE_TEXT = (
@@ -47,19 +47,24 @@ def _renamed(key, pairs):
 
 
 def to_hf_state_dict(state, classification_head=None):
-    """spanbert state dict -> transformers BERT names: encoder, MLM head, QA head, one classification head."""
+    """spanbert state dict -> transformers BERT names: encoder, MLM head, QA head, one classification head (else the
+    pooler an import kept)."""
     pairs = list(NATIVE_NAMES)
     if classification_head is not None:
         pairs += [(f"classification_heads.{classification_head}.{ours}", theirs) for ours, theirs in CLASSIFICATION_NAMES]
+    else:
+        pairs += list(POOLER_NAMES)
     renamed = ((_renamed(key, pairs), value) for key, value in state.items())
     return {key: value for key, value in renamed if key is not None}
 
 
 def from_hf_state_dict(hf_state):
-    """BERT (HF) names -> spanbert names; unknown keys (NSP, a pooler without classifier) are returned separately."""
+    """BERT (HF) names -> spanbert names; unknown keys (the NSP head) are returned separately."""
     pairs = [(theirs, ours) for ours, theirs in NATIVE_NAMES] + [("cls.predictions.decoder.bias", "lm_head.bias")]
     if "classifier.weight" in hf_state:  # BERT's pooler belongs to the classification head only when there is one
         pairs += [(theirs, f"classification_heads.{IMPORTED_HEAD}.{ours}") for ours, theirs in CLASSIFICATION_NAMES]
+    else:  # kept beside the encoder for the export
+        pairs += [(theirs, ours) for ours, theirs in POOLER_NAMES]
     ours, ignored = {}, []
     for key, value in hf_state.items():
         if key.endswith("position_ids"):
@@ -286,7 +291,7 @@ def compare_outputs(hub, directory, qa=False, classification_head=None, text=SAM
 
 
 def _compare(hub, directory, tokens, inputs, qa, classification_head):
-    from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
+    from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 
     ours = hub.model
     ours.eval()
@@ -298,6 +303,8 @@ def _compare(hub, directory, tokens, inputs, qa, classification_head):
     for side in SIDE_HEADS:
         if side.present(ours):
             diffs.update(side.compare(hub, directory, features, hf_out.hidden_states[-1]))
+    if ours.pooler is not None and classification_head is None:  # the imported pooler was written back
+        diffs["pooler_output"] = _max_diff(ours.pooler(features), _load_checked(BertModel, directory)(**inputs).pooler_output)
     if qa:
         (start, end), _ = ours(tokens, qa=True)
         hf_qa = _load_checked(BertForQuestionAnswering, directory)(**inputs)
@@ -431,10 +438,10 @@ def _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder=False):
                                                             and os.path.isdir(os.path.join(hf_dir, n))))
     if extras:
         notes.append(f"sentence-transformers files ignored (the encoder alone is imported): {', '.join(extras)}")
-    pooler = sorted(k for k in ignored if k.startswith("pooler."))
-    if pooler:
-        notes.append(f"pooler dropped ({', '.join(pooler)}): spanbert has no pooler; a classification head "
-                     "starts its own dense layer fresh")
+    if "pooler.weight" in ours:
+        notes.append("pooler (bert.pooler.dense) kept for the export, which writes it back unless a classification "
+                     "head's own dense layer takes its place; spanbert does not use it (a new classification head "
+                     "starts its dense layer fresh)")
     if untied_decoder:
         warnings.append(f"{hf_dir}: the MLM decoder (cls.predictions.decoder.weight) is not tied to the word embeddings "
                         "(tie_word_embeddings false), and spanbert's is: the MLM head starts from fresh weights "
@@ -518,6 +525,8 @@ def import_hf(hf_dir, out_dir, force=False):
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
         heads, task_state = _register_task_heads(model, ours, config, hf_dir)
+        if "pooler.weight" in ours:
+            model.keep_pooler()
         for side, side_config in side_configs.items():
             side_weights, line = side.restore(model, hf_dir, side_config, config["hidden_size"])
             ours.update(side_weights)

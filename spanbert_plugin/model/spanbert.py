@@ -122,6 +122,23 @@ class VocabularyRecord(nn.Module):
         return bytes(state_dict[prefix + "tokenizer"].tolist()).decode("utf-8", "replace")
 
 
+class PoolerRecord(nn.Module):
+    """An imported BERT's pooler (``bert.pooler.dense``: dense + tanh on the first token), kept so that the export
+    writes it back; spanbert never runs it (a classification head has a dense layer of its own).
+
+    Buffers, not parameters: no training updates it and DDP waits for no gradient of it; checkpoints carry it.
+    """
+
+    def __init__(self, dim, device=None, dtype=None):
+        super().__init__()
+        self.register_buffer("weight", torch.zeros(dim, dim, device=device, dtype=dtype))
+        self.register_buffer("bias", torch.zeros(dim, device=device, dtype=dtype))
+
+    def forward(self, features):
+        """BERT's pooled output of B x T x H features: tanh(dense(first token))."""
+        return torch.tanh(F.linear(features[:, 0], self.weight, self.bias))
+
+
 @register_model("spanbert", dataclass=SpanBertConfig)
 class SpanBertModel(FairseqEncoderModel):
     """SpanBERT: encoder, tied MLM head and SBO head; optional classification, QA, relation and coreference heads."""
@@ -140,6 +157,7 @@ class SpanBertModel(FairseqEncoderModel):
         self.qa_outputs = None  # extractive QA head (start, end), created by register_qa_head
         self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
         self.coref_head = None  # coreference (spanbert_plugin.coref.head.CorefHead), set by register_coref_head
+        self.pooler = None  # an imported BERT's pooler, for the export only (PoolerRecord), set by keep_pooler
         self.apply(lambda m: init_bert_weights(m, cfg.init_std))
         self.vocabulary = VocabularyRecord(encoder.dictionary)
 
@@ -269,6 +287,12 @@ class SpanBertModel(FairseqEncoderModel):
             self.qa_outputs = nn.Linear(self.cfg.encoder_embed_dim, 2)
             init_bert_weights(self.qa_outputs, self.cfg.init_std)
 
+    def keep_pooler(self):
+        """Add the record of an imported BERT's pooler (``PoolerRecord``; the weights come with the checkpoint)."""
+        if self.pooler is None:
+            embed = self.encoder.embeddings.word_embeddings.weight  # a checkpoint may add it after the model moved
+            self.pooler = PoolerRecord(self.cfg.encoder_embed_dim, embed.device, embed.dtype)
+
     def register_relation_head(self, name, num_classes, pooling="cls"):
         """Add (or replace) a relation head: ``cls`` or ``entity_start`` pooling (``RelationHead``)."""
         head = RelationHead(self.cfg.encoder_embed_dim, num_classes, pooling, self.cfg.pooler_dropout)
@@ -360,6 +384,8 @@ class SpanBertModel(FairseqEncoderModel):
         elif coref_keys:  # a coreference checkpoint fine-tuned for another task: its head is not used
             for key in coref_keys:
                 del state_dict[key]
+        if prefix + "pooler.weight" in state_dict:
+            self.keep_pooler()
         if prefix + "qa_outputs.weight" in state_dict:
             self.register_qa_head()
         if self.qa_outputs is not None:
