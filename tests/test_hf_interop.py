@@ -919,3 +919,44 @@ def test_import_keeps_the_pooler_for_the_export(wordpiece_vocab, tmp_path):
     assert (theirs - ours).abs().max() < 1e-6  # the same weights (an ulp apart: another matrix layout)
     for key in ("weight", "bias"):
         assert torch.equal(getattr(exported.pooler.dense, key), getattr(original.pooler.dense, key))
+
+
+@pytest.mark.parametrize("layout", ["tokenizer_config_4x", "tokenizer_json_only"])
+def test_extra_special_tokens_stay_whole_through_import_and_export(layout, wordpiece_vocab, tmp_path):
+    """Entity markers declared special inside the vocabulary: one token each in the import and in the export."""
+    from transformers import AutoTokenizer
+
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    markers = ["[E1]", "[/E1]"]
+    vocab = open(wordpiece_vocab, encoding="utf-8").read().splitlines() + markers
+    if layout == "tokenizer_config_4x":  # vocab.txt and transformers 4.x's tokenizer_config.json
+        folder = _tokenizer_folder(tmp_path, layout, vocab, {"do_lower_case": False,
+                                                             "additional_special_tokens": markers})
+    else:  # tokenizer.json alone: its special added tokens
+        folder = _tokenizer_folder(tmp_path, layout, vocab, {"do_lower_case": False}, (False, False), vocab_txt=False)
+        spec = json.loads((folder / "tokenizer.json").read_text())
+        spec["added_tokens"] += [{"id": vocab.index(m), "content": m, "single_word": False, "lstrip": False,
+                                  "rstrip": False, "normalized": False, "special": True} for m in markers]
+        (folder / "tokenizer.json").write_text(json.dumps(spec))
+    assert "special tokens kept whole (transformers' additional_special_tokens): [E1], [/E1]" in \
+        _import(folder, tmp_path / "imported")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")  # read back from the tokenizer files
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    theirs, exported = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(tmp_path / "exported"))
+    text = "[E1] Ada [/E1] lives in Oslo."
+    ours = hub.encode(text).tolist()
+    assert ours == theirs(text)["input_ids"] == exported(text)["input_ids"]
+    assert ours.count(vocab.index("[E1]")) == ours.count(vocab.index("[/E1]")) == 1
+
+
+def test_special_tokens_beyond_the_vocabulary_are_refused(wordpiece_vocab, tmp_path):
+    """A special token the vocabulary lacks, or a token added after it, is one line naming the file."""
+    vocab = open(wordpiece_vocab, encoding="utf-8").read().splitlines()
+    folder = _tokenizer_folder(tmp_path, "declared", vocab, {"extra_special_tokens": ["[ENT]"]})
+    _import_error(folder, tmp_path / "out", f"{folder / 'tokenizer_config.json'}: special token '[ENT]' is not in")
+    folder = _tokenizer_folder(tmp_path, "added", vocab, tokenizer_json=(False, False), vocab_txt=False)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    spec["added_tokens"].append({"id": len(vocab), "content": "<e1>", "special": False})
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    _import_error(folder, tmp_path / "out", f"added token '<e1>' (id {len(vocab)}) lies beyond the {len(vocab)} WordPiece")

@@ -159,7 +159,7 @@ def test_normalizer_rules_follow_tokenizer_json(tmp_path, lowercase, strip_accen
     ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 5}}, "not 0..4 without gaps"),
     ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}, "added_tokens": []},
      "missing required special tokens [MASK]"),
-    ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}}, "added token '[MASK]' (id 4) is not"),
+    ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}}, "added token '[MASK]' (id 4) lies beyond the 4 WordPiece tokens"),
 ])
 def test_tokenizer_json_it_cannot_reproduce_is_one_line(tmp_path, changes, message):
     from spanbert_plugin.core.tokenization import TokenizerError, WordPieceTokenizer

@@ -266,30 +266,46 @@ class WordPieceTokenizer(SpanTokenizer):
 
     kind = "wordpiece"
 
-    def __init__(self, vocab_file: str, lowercase: bool = False, strip_accents=None):
-        self._build(vocab_file, read_wordpiece_vocab(vocab_file), lowercase, strip_accents)
+    def __init__(self, vocab_file: str, lowercase: bool = False, strip_accents=None, extra_special_tokens=()):
+        self._build(vocab_file, read_wordpiece_vocab(vocab_file), lowercase, strip_accents, extra_special_tokens)
 
-    def _build(self, vocab_file, vocab, lowercase, strip_accents):
-        """``strip_accents`` None follows ``lowercase``, as BERT's normaliser does."""
+    def _build(self, vocab_file, vocab, lowercase, strip_accents, extra_special_tokens=()):
+        """``strip_accents`` None follows ``lowercase``, as BERT's normaliser does. ``extra_special_tokens``
+        (vocabulary tokens such as entity markers in ``[unusedN]`` slots) are kept whole, as transformers'
+        ``additional_special_tokens`` are: matched in the raw text before normalisation."""
         from tokenizers import BertWordPieceTokenizer
 
         self.vocab_file = vocab_file
         self.lowercase = lowercase
         self.strip_accents = lowercase if strip_accents is None else bool(strip_accents)
         self.vocab = vocab
+        self.extra_special_tokens = []
         # built from the checked list, not the file: tokenizers would keep a byte-order mark in token 0
         self.tok = BertWordPieceTokenizer(
             {piece: i for i, piece in enumerate(self.vocab)},
             lowercase=lowercase, strip_accents=self.strip_accents, clean_text=True,
         )
+        self.add_special_tokens(extra_special_tokens)
+
+    def add_special_tokens(self, tokens) -> None:
+        """Keep ``tokens`` (of the vocabulary: no new ids) whole, as transformers' ``additional_special_tokens``."""
+        present = set(self.vocab)
+        outside = [t for t in tokens if t not in present]
+        if outside:
+            raise TokenizerError(f"{self.vocab_file}: has no token {outside[0]!r}, declared a special token")
+        new = [t for t in dict.fromkeys(tokens) if t not in self.extra_special_tokens]
+        self.extra_special_tokens += new
+        self.tok.add_special_tokens(new)
 
     @classmethod
-    def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None) -> "WordPieceTokenizer":
+    def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None, extra_special_tokens=()) \
+            -> "WordPieceTokenizer":
         """The WordPiece tokenizer a HuggingFace ``tokenizer.json`` describes (folders that ship no ``vocab.txt``).
 
         The vocabulary comes from its WordPiece model (ids as stored); lower-casing and
         accent stripping from its ``BertNormalizer`` unless ``lowercase`` is given (a
-        ``tokenizer_config.json``'s settings, which transformers puts over the file's). Anything this class could not
+        ``tokenizer_config.json``'s settings, which transformers puts over the file's). Its special added tokens beyond
+        BERT's five are kept whole, with ``extra_special_tokens`` (declared elsewhere). Anything this class could not
         reproduce exactly (another model or pre-tokenizer, other normaliser options, a
         word-piece prefix other than ``##``, added tokens outside the vocabulary) is a
         TokenizerError naming the file.
@@ -321,13 +337,19 @@ class WordPieceTokenizer(SpanTokenizer):
         vocab = [by_id[i] for i in range(len(by_id))]
         outside = [t for t in spec.get("added_tokens") or [] if by_id.get(t.get("id")) != t.get("content")]
         if outside:
-            raise TokenizerError(f"{path}: added token {outside[0].get('content')!r} (id {outside[0].get('id')}) is not "
-                                 "the WordPiece vocabulary's token of that id")
+            token, index = outside[0].get("content"), outside[0].get("id")
+            if isinstance(index, int) and index >= len(vocab):  # add_tokens + resize_token_embeddings
+                raise TokenizerError(f"{path}: added token {token!r} (id {index}) lies beyond the {len(vocab)} WordPiece "
+                                     "tokens; tokens added after the vocabulary are not imported")
+            raise TokenizerError(f"{path}: added token {token!r} (id {index}) is not the WordPiece vocabulary's token "
+                                 "of that id")
         check_wordpiece_vocab(vocab, path)
         tokenizer = cls.__new__(cls)
         if lowercase is None:
             lowercase, strip_accents = bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents")
-        tokenizer._build(path, vocab, lowercase, strip_accents)
+        special = [t.get("content") for t in spec.get("added_tokens") or [] if t.get("special")
+                   and t.get("content") not in WORDPIECE_REQUIRED]
+        tokenizer._build(path, vocab, lowercase, strip_accents, [*special, *extra_special_tokens])
         return tokenizer
 
     @staticmethod
@@ -366,6 +388,8 @@ class WordPieceTokenizer(SpanTokenizer):
         meta = {"type": self.kind, "lowercase": self.lowercase}
         if self.strip_accents != self.lowercase:  # recorded only where it departs from BERT's rule
             meta["strip_accents"] = self.strip_accents
+        if self.extra_special_tokens:
+            meta["extra_special_tokens"] = self.extra_special_tokens
         _write_meta(directory, meta)
 
 
@@ -453,6 +477,9 @@ def load_tokenizer(directory: str) -> SpanTokenizer:
     if meta.get("type") == SentencePieceTokenizer.kind:
         return _load_sentencepiece(os.path.join(directory, SPM_FILE))
     if meta.get("type") == WordPieceTokenizer.kind:
+        extra = meta.get("extra_special_tokens", [])
+        if not isinstance(extra, list) or not all(isinstance(t, str) for t in extra):
+            raise TokenizerError(f"{meta_path}: extra_special_tokens must be a list of vocabulary tokens, found {extra!r}")
         return WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False),
-                                  meta.get("strip_accents"))
+                                  meta.get("strip_accents"), extra)
     raise TokenizerError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}")

@@ -243,7 +243,7 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
     if tokenizer.kind == "wordpiece":
         hf = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(tokenizer.vocab)},
                                do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.strip_accents,
-                               tokenize_chinese_chars=True)
+                               tokenize_chinese_chars=True, additional_special_tokens=tokenizer.extra_special_tokens)
         tokenizer.save(out_dir)  # vocab.txt too: BERT directories carry it (and import reads it)
         os.remove(os.path.join(out_dir, "spanbert_tokenizer.json"))
     else:
@@ -433,6 +433,9 @@ def _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder=False):
         rules = f"{'lower-cased' if tokenizer.lowercase else 'cased'}, accents {'stripped' if tokenizer.strip_accents else 'kept'}"
         notes.append(f"tokenizer: {len(tokenizer.vocab)} WordPiece tokens read from tokenizer.json ({rules}); "
                      "written as vocab.txt")
+    if getattr(tokenizer, "extra_special_tokens", None):
+        notes.append(f"tokenizer: special tokens kept whole (transformers' additional_special_tokens): "
+                     f"{', '.join(tokenizer.extra_special_tokens)}")
     extras = sorted(n + ("/" if os.path.isdir(os.path.join(hf_dir, n)) else "") for n in os.listdir(hf_dir)
                     if n in SENTENCE_TRANSFORMERS_FILES or (n[:1].isdigit() and "_" in n
                                                             and os.path.isdir(os.path.join(hf_dir, n))))
@@ -599,16 +602,56 @@ def _wordpiece_tokenizer(hf_dir, vocab_path):
         said = bool(tok_cfg["do_lower_case"]), tok_cfg.get("strip_accents")
     elif os.path.isfile(tokenizer_json):
         said = WordPieceTokenizer.normaliser_settings(tokenizer_json)
+    note = None
     if vocab_path.endswith("tokenizer.json"):  # its own normaliser, unless tokenizer_config.json says otherwise
-        return WordPieceTokenizer.from_tokenizer_json(vocab_path, *(said or (None, None))), None
-    if said is not None:
-        return WordPieceTokenizer(vocab_path, *said), None
-    if lowercase_vocabulary(read_wordpiece_vocab(vocab_path)):  # vocab.txt alone
-        return WordPieceTokenizer(vocab_path, lowercase=True), None
-    return WordPieceTokenizer(vocab_path, lowercase=False), (
-        f"{hf_dir}: no do_lower_case in a tokenizer_config.json and {os.path.basename(vocab_path)} is cased: imported "
-        "as a cased tokenizer (transformers lower-cases such a folder unless given do_lower_case=False; the export "
-        "writes the setting)")
+        tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path, *(said or (None, None)))
+    elif said is not None:
+        tokenizer = WordPieceTokenizer(vocab_path, *said)
+    elif lowercase_vocabulary(read_wordpiece_vocab(vocab_path)):  # vocab.txt alone
+        tokenizer = WordPieceTokenizer(vocab_path, lowercase=True)
+    else:
+        tokenizer = WordPieceTokenizer(vocab_path, lowercase=False)
+        note = (f"{hf_dir}: no do_lower_case in a tokenizer_config.json and {os.path.basename(vocab_path)} is cased: "
+                "imported as a cased tokenizer (transformers lower-cases such a folder unless given "
+                "do_lower_case=False; the export writes the setting)")
+    declared = _declared_special_tokens(hf_dir, tok_cfg)
+    present = set(tokenizer.vocab)
+    for token, source in declared.items():
+        if token not in present:
+            raise InteropError(f"{source}: special token {token!r} is not in {vocab_path} (tokens added beyond the "
+                               "vocabulary are not imported)")
+    tokenizer.add_special_tokens(list(declared))
+    return tokenizer, note
+
+
+def _declared_special_tokens(hf_dir, tok_cfg):
+    """{token: the file declaring it} for the special tokens beyond BERT's five that transformers keeps whole:
+    ``additional_special_tokens`` (transformers 4.x; also in ``special_tokens_map.json``) or ``extra_special_tokens``
+    (5.x) of ``tokenizer_config.json``, and a ``tokenizer.json``'s special added tokens."""
+    from ..core.tokenization import WORDPIECE_REQUIRED
+
+    declared = {}
+    map_path = os.path.join(hf_dir, "special_tokens_map.json")
+    sources = [(os.path.join(hf_dir, "tokenizer_config.json"), tok_cfg)]
+    sources += [(map_path, read_json(map_path))] if os.path.isfile(map_path) else []
+    for path, settings in sources:
+        for key in ("additional_special_tokens", "extra_special_tokens"):
+            listed = settings.get(key) or []
+            if isinstance(listed, dict):  # 4.x's named extra tokens: {"name": token}
+                listed = list(listed.values())
+            if not isinstance(listed, list):
+                raise InteropError(f"{path}: {key} must be a list of tokens, found {listed!r}")
+            for token in listed:
+                content = token.get("content") if isinstance(token, dict) else token  # an AddedToken's fields
+                if not isinstance(content, str):
+                    raise InteropError(f"{path}: {key} holds {token!r}, not a token")
+                declared.setdefault(content, path)
+    tokenizer_json = os.path.join(hf_dir, "tokenizer.json")
+    if os.path.isfile(tokenizer_json):
+        for token in read_json(tokenizer_json).get("added_tokens") or []:
+            if isinstance(token, dict) and token.get("special") and isinstance(token.get("content"), str):
+                declared.setdefault(token["content"], tokenizer_json)
+    return {token: path for token, path in declared.items() if token not in WORDPIECE_REQUIRED}
 
 
 def _register_task_heads(model, ours, config, hf_dir):
