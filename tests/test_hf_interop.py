@@ -960,3 +960,35 @@ def test_special_tokens_beyond_the_vocabulary_are_refused(wordpiece_vocab, tmp_p
     spec["added_tokens"].append({"id": len(vocab), "content": "<e1>", "special": False})
     (folder / "tokenizer.json").write_text(json.dumps(spec))
     _import_error(folder, tmp_path / "out", f"added token '<e1>' (id {len(vocab)}) lies beyond the {len(vocab)} WordPiece")
+
+
+@pytest.mark.parametrize("layout", ["config_strip_accents_only", "config_no_chinese_split", "tokenizer_json_no_chinese_split"])
+def test_each_tokenizer_setting_read_as_transformers_reads_it(layout, wordpiece_vocab, tmp_path):
+    """strip_accents without do_lower_case, tokenize_chinese_chars false: the import and the export as transformers."""
+    from transformers import AutoTokenizer
+
+    from spanbert_plugin.cli.import_hf import main as import_main
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    cased = open(wordpiece_vocab, encoding="utf-8").read().splitlines()
+    vocab = list(dict.fromkeys([p if p.startswith("[") else p.lower() for p in cased] + ["東", "京", "##京", "naïve", "naive"]))
+    settings = {"config_strip_accents_only": {"strip_accents": False},
+                "config_no_chinese_split": {"do_lower_case": True, "tokenize_chinese_chars": False},
+                "tokenizer_json_no_chinese_split": {"do_lower_case": True}}[layout]
+    folder = _tokenizer_folder(tmp_path, layout, vocab, settings, (True, None) if "json" in layout else None,
+                               vocab_txt="json" not in layout)
+    if "json" in layout:  # the file's normaliser says it, tokenizer_config.json does not
+        spec = json.loads((folder / "tokenizer.json").read_text())
+        spec["normalizer"]["handle_chinese_chars"] = False
+        (folder / "tokenizer.json").write_text(json.dumps(spec))
+    status, _, err = call(import_main, ["--hf", folder, "--out", tmp_path / "imported"])
+    assert status == 0 and ("tokenizer_config.json does not set tokenize_chinese_chars" in err) == ("json" in layout), err
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    theirs, exported = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(tmp_path / "exported"))
+    text = "東京 Naïve café"
+    assert hub.encode(text).tolist() == exported(text)["input_ids"]
+    if layout != "tokenizer_json_no_chinese_split":  # there transformers puts its default over the file (warned)
+        assert hub.encode(text).tolist() == theirs(text)["input_ids"]
+    split = [hub.dictionary[i] for i in hub.encode(text).tolist()]
+    assert ("##京" in split) == (layout != "config_strip_accents_only") and ("naïve" in split) == (layout == "config_strip_accents_only")

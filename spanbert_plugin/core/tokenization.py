@@ -266,11 +266,14 @@ class WordPieceTokenizer(SpanTokenizer):
 
     kind = "wordpiece"
 
-    def __init__(self, vocab_file: str, lowercase: bool = False, strip_accents=None, extra_special_tokens=()):
-        self._build(vocab_file, read_wordpiece_vocab(vocab_file), lowercase, strip_accents, extra_special_tokens)
+    def __init__(self, vocab_file: str, lowercase: bool = False, strip_accents=None, extra_special_tokens=(),
+                 tokenize_chinese_chars: bool = True):
+        self._build(vocab_file, read_wordpiece_vocab(vocab_file), lowercase, strip_accents, extra_special_tokens,
+                    tokenize_chinese_chars)
 
-    def _build(self, vocab_file, vocab, lowercase, strip_accents, extra_special_tokens=()):
-        """``strip_accents`` None follows ``lowercase``, as BERT's normaliser does. ``extra_special_tokens``
+    def _build(self, vocab_file, vocab, lowercase, strip_accents, extra_special_tokens=(), tokenize_chinese_chars=True):
+        """``strip_accents`` None follows ``lowercase``, as BERT's normaliser does; ``tokenize_chinese_chars`` puts
+        spaces around CJK characters (BERT's ``handle_chinese_chars``), so that each is a word. ``extra_special_tokens``
         (vocabulary tokens such as entity markers in ``[unusedN]`` slots) are kept whole, as transformers'
         ``additional_special_tokens`` are: matched in the raw text before normalisation."""
         from tokenizers import BertWordPieceTokenizer
@@ -278,12 +281,14 @@ class WordPieceTokenizer(SpanTokenizer):
         self.vocab_file = vocab_file
         self.lowercase = lowercase
         self.strip_accents = lowercase if strip_accents is None else bool(strip_accents)
+        self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
         self.vocab = vocab
         self.extra_special_tokens = []
         # built from the checked list, not the file: tokenizers would keep a byte-order mark in token 0
         self.tok = BertWordPieceTokenizer(
             {piece: i for i, piece in enumerate(self.vocab)},
             lowercase=lowercase, strip_accents=self.strip_accents, clean_text=True,
+            handle_chinese_chars=self.tokenize_chinese_chars,
         )
         self.add_special_tokens(extra_special_tokens)
 
@@ -298,16 +303,16 @@ class WordPieceTokenizer(SpanTokenizer):
         self.tok.add_special_tokens(new)
 
     @classmethod
-    def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None, extra_special_tokens=()) \
-            -> "WordPieceTokenizer":
+    def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None, extra_special_tokens=(),
+                            tokenize_chinese_chars=None) -> "WordPieceTokenizer":
         """The WordPiece tokenizer a HuggingFace ``tokenizer.json`` describes (folders that ship no ``vocab.txt``).
 
-        The vocabulary comes from its WordPiece model (ids as stored); lower-casing and
-        accent stripping from its ``BertNormalizer`` unless ``lowercase`` is given (a
-        ``tokenizer_config.json``'s settings, which transformers puts over the file's). Its special added tokens beyond
-        BERT's five are kept whole, with ``extra_special_tokens`` (declared elsewhere). Anything this class could not
-        reproduce exactly (another model or pre-tokenizer, other normaliser options, a
-        word-piece prefix other than ``##``, added tokens outside the vocabulary) is a
+        The vocabulary comes from its WordPiece model (ids as stored); lower-casing and accent stripping from its
+        ``BertNormalizer`` unless ``lowercase`` is given, and CJK handling unless ``tokenize_chinese_chars`` is (a
+        ``tokenizer_config.json``'s settings, which transformers puts over the file's). Its special added tokens
+        beyond BERT's five are kept whole, with ``extra_special_tokens`` (declared elsewhere). Anything this class
+        could not reproduce exactly (another model or pre-tokenizer, other normaliser options, a word-piece prefix
+        other than ``##``, added tokens outside the vocabulary) is a
         TokenizerError naming the file.
         """
         try:
@@ -321,10 +326,9 @@ class WordPieceTokenizer(SpanTokenizer):
         if model.get("continuing_subword_prefix", "##") != "##":
             raise TokenizerError(f"{path}: word-piece prefix {model['continuing_subword_prefix']!r}; BERT's is '##'")
         normalizer, pre_tokenizer = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}
-        if normalizer.get("type") != "BertNormalizer" or not normalizer.get("clean_text", True) \
-                or not normalizer.get("handle_chinese_chars", True):
+        if normalizer.get("type") != "BertNormalizer" or not normalizer.get("clean_text", True):
             raise TokenizerError(f"{path}: normalizer {json.dumps(normalizer)[:120]}; expected BERT's (BertNormalizer "
-                                 "with clean_text and handle_chinese_chars)")
+                                 "with clean_text)")
         if pre_tokenizer.get("type") != "BertPreTokenizer":
             raise TokenizerError(f"{path}: pre_tokenizer {pre_tokenizer.get('type')!r}; expected BertPreTokenizer")
         by_id = {}
@@ -349,19 +353,23 @@ class WordPieceTokenizer(SpanTokenizer):
             lowercase, strip_accents = bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents")
         special = [t.get("content") for t in spec.get("added_tokens") or [] if t.get("special")
                    and t.get("content") not in WORDPIECE_REQUIRED]
-        tokenizer._build(path, vocab, lowercase, strip_accents, [*special, *extra_special_tokens])
+        if tokenize_chinese_chars is None:
+            tokenize_chinese_chars = normalizer.get("handle_chinese_chars", True)
+        tokenizer._build(path, vocab, lowercase, strip_accents, [*special, *extra_special_tokens], tokenize_chinese_chars)
         return tokenizer
 
     @staticmethod
     def normaliser_settings(path: str):
-        """(lowercase, strip_accents) of a ``tokenizer.json``'s ``BertNormalizer``, or None when it has none."""
+        """(lowercase, strip_accents, handle_chinese_chars) of a ``tokenizer.json``'s ``BertNormalizer``, or None when
+        it has none."""
         try:
             normalizer = read_json(path).get("normalizer") or {}
         except (UsageError, AttributeError):
             return None
         if normalizer.get("type") != "BertNormalizer":
             return None
-        return bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents")
+        return (bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents"),
+                bool(normalizer.get("handle_chinese_chars", True)))
 
     @staticmethod
     def is_word_start_piece(piece: str) -> bool:
@@ -388,6 +396,8 @@ class WordPieceTokenizer(SpanTokenizer):
         meta = {"type": self.kind, "lowercase": self.lowercase}
         if self.strip_accents != self.lowercase:  # recorded only where it departs from BERT's rule
             meta["strip_accents"] = self.strip_accents
+        if not self.tokenize_chinese_chars:  # recorded only where it departs from BERT's
+            meta["tokenize_chinese_chars"] = False
         if self.extra_special_tokens:
             meta["extra_special_tokens"] = self.extra_special_tokens
         _write_meta(directory, meta)
@@ -481,5 +491,5 @@ def load_tokenizer(directory: str) -> SpanTokenizer:
         if not isinstance(extra, list) or not all(isinstance(t, str) for t in extra):
             raise TokenizerError(f"{meta_path}: extra_special_tokens must be a list of vocabulary tokens, found {extra!r}")
         return WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False),
-                                  meta.get("strip_accents"), extra)
+                                  meta.get("strip_accents"), extra, meta.get("tokenize_chinese_chars", True))
     raise TokenizerError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}")

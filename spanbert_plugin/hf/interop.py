@@ -243,7 +243,8 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
     if tokenizer.kind == "wordpiece":
         hf = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(tokenizer.vocab)},
                                do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.strip_accents,
-                               tokenize_chinese_chars=True, additional_special_tokens=tokenizer.extra_special_tokens)
+                               tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
+                               additional_special_tokens=tokenizer.extra_special_tokens)
         tokenizer.save(out_dir)  # vocab.txt too: BERT directories carry it (and import reads it)
         os.remove(os.path.join(out_dir, "spanbert_tokenizer.json"))
     else:
@@ -431,6 +432,7 @@ def _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder=False):
                      f"({'lower-cased' if tokenizer.lowercase else 'cased'}); written as spm.model")
     elif tokenizer.vocab_file.endswith("tokenizer.json"):
         rules = f"{'lower-cased' if tokenizer.lowercase else 'cased'}, accents {'stripped' if tokenizer.strip_accents else 'kept'}"
+        rules += "" if tokenizer.tokenize_chinese_chars else ", CJK characters not split"
         notes.append(f"tokenizer: {len(tokenizer.vocab)} WordPiece tokens read from tokenizer.json ({rules}); "
                      "written as vocab.txt")
     if getattr(tokenizer, "extra_special_tokens", None):
@@ -584,36 +586,45 @@ def _appended_tokens(tokenizer_json, first_id):
 
 
 def _wordpiece_tokenizer(hf_dir, vocab_path):
-    """(the folder's WordPiece tokenizer, a warning or None), lower-casing and accents as transformers reads them.
+    """(the folder's WordPiece tokenizer, a warning or None), normalised as transformers reads the folder, where it can.
 
-    transformers takes ``do_lower_case`` and ``strip_accents`` from ``tokenizer_config.json`` over a
-    ``tokenizer.json``'s normaliser. Where the folder says nothing it lower-cases; that is right for an uncased
-    vocabulary, but cased models published without the setting (SpanBERT's, BioBERT's) are lower-cased wrongly
-    there, so a cased vocabulary keeps case here, with a warning.
+    transformers' BertTokenizer (4.x and 5.x) takes ``do_lower_case``, ``strip_accents`` and
+    ``tokenize_chinese_chars`` from ``tokenizer_config.json``, each on its own, and puts its defaults (lower-case,
+    accents stripped with lower-casing, CJK characters split) over a ``tokenizer.json``'s normaliser for any it lacks.
+    Here a missing setting comes from that normaliser, which says what the folder's tokenizer was built with, or for
+    a ``vocab.txt`` alone lower-casing follows the vocabulary: cased models published without the setting (SpanBERT's,
+    BioBERT's) are lower-cased wrongly by transformers. Where this departs from transformers' reading, the warning
+    says so; the export writes every setting, so it tokenizes as imported.
     """
     from ..core.tokenization import WordPieceTokenizer, lowercase_vocabulary, read_wordpiece_vocab
 
     tok_cfg_path = os.path.join(hf_dir, "tokenizer_config.json")
     tok_cfg = read_json(tok_cfg_path) if os.path.isfile(tok_cfg_path) else {}
-    tok_cfg = tok_cfg if isinstance(tok_cfg, dict) else {}
     tokenizer_json = os.path.join(hf_dir, "tokenizer.json")
-    said = None
-    if "do_lower_case" in tok_cfg:
-        said = bool(tok_cfg["do_lower_case"]), tok_cfg.get("strip_accents")
-    elif os.path.isfile(tokenizer_json):
-        said = WordPieceTokenizer.normaliser_settings(tokenizer_json)
-    note = None
-    if vocab_path.endswith("tokenizer.json"):  # its own normaliser, unless tokenizer_config.json says otherwise
-        tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path, *(said or (None, None)))
-    elif said is not None:
-        tokenizer = WordPieceTokenizer(vocab_path, *said)
-    elif lowercase_vocabulary(read_wordpiece_vocab(vocab_path)):  # vocab.txt alone
-        tokenizer = WordPieceTokenizer(vocab_path, lowercase=True)
+    normaliser = WordPieceTokenizer.normaliser_settings(tokenizer_json) if os.path.isfile(tokenizer_json) else None
+    theirs = _bert_settings(tok_cfg, (True, None, True))
+    if normaliser is not None:
+        ours = _bert_settings(tok_cfg, normaliser)
+    elif vocab_path.endswith("tokenizer.json"):  # not BERT's normaliser: from_tokenizer_json refuses it
+        ours = theirs
+    else:  # vocab.txt alone
+        ours = _bert_settings(tok_cfg, (lowercase_vocabulary(read_wordpiece_vocab(vocab_path)), None, True))
+    lowercase, strip_accents, chinese = ours
+    if vocab_path.endswith("tokenizer.json"):
+        tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path, lowercase, strip_accents,
+                                                           tokenize_chinese_chars=chinese)
     else:
-        tokenizer = WordPieceTokenizer(vocab_path, lowercase=False)
+        tokenizer = WordPieceTokenizer(vocab_path, lowercase, strip_accents, tokenize_chinese_chars=chinese)
+    note = None
+    if ours != theirs and normaliser is None:
         note = (f"{hf_dir}: no do_lower_case in a tokenizer_config.json and {os.path.basename(vocab_path)} is cased: "
                 "imported as a cased tokenizer (transformers lower-cases such a folder unless given "
                 "do_lower_case=False; the export writes the setting)")
+    elif ours != theirs:
+        unset = [key for key, mine, its in zip(BERT_TOKENIZER_SETTINGS, ours, theirs) if mine != its]
+        note = (f"{tokenizer_json}: its normaliser ({_describe_settings(ours)}) is kept, but tokenizer_config.json does "
+                f"not set {', '.join(unset)}, so transformers' BertTokenizer would read this folder with its defaults "
+                f"({_describe_settings(theirs)}); the export writes the settings")
     declared = _declared_special_tokens(hf_dir, tok_cfg)
     present = set(tokenizer.vocab)
     for token, source in declared.items():
@@ -622,6 +633,23 @@ def _wordpiece_tokenizer(hf_dir, vocab_path):
                                "vocabulary are not imported)")
     tokenizer.add_special_tokens(list(declared))
     return tokenizer, note
+
+
+BERT_TOKENIZER_SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
+
+
+def _bert_settings(tok_cfg, fallback):
+    """(lowercase, strip_accents, tokenize_chinese_chars): each from ``tokenizer_config.json`` where it says, else from
+    ``fallback``; accent stripping unset (None) follows lower-casing, as in BERT's normaliser."""
+    lowercase, strip_accents, chinese = (tok_cfg[key] if key in tok_cfg else value
+                                         for key, value in zip(BERT_TOKENIZER_SETTINGS, fallback))
+    return bool(lowercase), bool(lowercase) if strip_accents is None else bool(strip_accents), bool(chinese)
+
+
+def _describe_settings(settings):
+    lowercase, strip_accents, chinese = settings
+    return (f"{'lower-cased' if lowercase else 'cased'}, accents {'stripped' if strip_accents else 'kept'}, "
+            f"CJK characters {'split' if chinese else 'not split'}")
 
 
 def _declared_special_tokens(hf_dir, tok_cfg):
