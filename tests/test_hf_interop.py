@@ -992,3 +992,17 @@ def test_each_tokenizer_setting_read_as_transformers_reads_it(layout, wordpiece_
         assert hub.encode(text).tolist() == theirs(text)["input_ids"]
     split = [hub.dictionary[i] for i in hub.encode(text).tolist()]
     assert ("##京" in split) == (layout != "config_strip_accents_only") and ("naïve" in split) == (layout == "config_strip_accents_only")
+
+
+def test_import_keeps_the_tokenizers_model_max_length(wordpiece_vocab, tmp_path):
+    """A tokenizer's model_max_length below the model's positions comes back with the export; the positions cap it."""
+    from transformers import AutoTokenizer
+
+    vocab = open(wordpiece_vocab, encoding="utf-8").read().splitlines()
+    folder = _tokenizer_folder(tmp_path, "short", vocab, {"do_lower_case": False, "model_max_length": 32})
+    _import(folder, tmp_path / "imported")
+    assert json.loads((tmp_path / "imported" / "spanbert_tokenizer.json").read_text())["model_max_length"] == 32
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "exported")).model_max_length == 32
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "model_max_length": "long"}))
+    _import_error(folder, tmp_path / "out", "tokenizer_config.json: model_max_length must be a positive integer, found 'long'")

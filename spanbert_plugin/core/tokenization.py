@@ -100,6 +100,7 @@ class SpanTokenizer:
     kind = ""
     vocab: List[str]
     lowercase = False
+    model_max_length = None  # an imported HuggingFace tokenizer's longest input (its model_max_length), else None
 
     @property
     def fit(self) -> VocabularyFit:
@@ -208,7 +209,7 @@ class SentencePieceTokenizer(SpanTokenizer):
 
         if os.path.abspath(self.model_file) != os.path.abspath(os.path.join(directory, SPM_FILE)):
             shutil.copyfile(self.model_file, os.path.join(directory, SPM_FILE))
-        _write_meta(directory, {"type": self.kind, "lowercase": self.lowercase})
+        _write_meta(directory, {"type": self.kind, "lowercase": self.lowercase}, self.model_max_length)
 
     @staticmethod
     def _normalizer_name(model_file):
@@ -400,7 +401,7 @@ class WordPieceTokenizer(SpanTokenizer):
             meta["tokenize_chinese_chars"] = False
         if self.extra_special_tokens:
             meta["extra_special_tokens"] = self.extra_special_tokens
-        _write_meta(directory, meta)
+        _write_meta(directory, meta, self.model_max_length)
 
 
 _TRAIN_SPM = "import json, sys, sentencepiece as spm; spm.SentencePieceTrainer.train(**json.loads(sys.argv[1]))"
@@ -455,7 +456,9 @@ def check_wordpiece_vocab(vocab: List[str], source: str) -> None:
         seen[piece] = line_no
 
 
-def _write_meta(directory, meta):
+def _write_meta(directory, meta, model_max_length=None):
+    if model_max_length is not None:
+        meta["model_max_length"] = model_max_length
     with open(os.path.join(directory, META_FILE), "w") as f:
         json.dump(meta, f, indent=2)
 
@@ -484,12 +487,18 @@ def load_tokenizer(directory: str) -> SpanTokenizer:
         raise TokenizerError(f"{err} (a damaged {META_FILE}: copy it again from the spanbert-prepare output)") from None
     if not isinstance(meta, dict):
         raise TokenizerError(f"{meta_path}: expected a JSON object with the tokenizer's type")
+    max_length = meta.get("model_max_length")
+    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0):
+        raise TokenizerError(f"{meta_path}: model_max_length must be a positive integer, found {max_length!r}")
     if meta.get("type") == SentencePieceTokenizer.kind:
-        return _load_sentencepiece(os.path.join(directory, SPM_FILE))
-    if meta.get("type") == WordPieceTokenizer.kind:
+        tokenizer = _load_sentencepiece(os.path.join(directory, SPM_FILE))
+    elif meta.get("type") == WordPieceTokenizer.kind:
         extra = meta.get("extra_special_tokens", [])
         if not isinstance(extra, list) or not all(isinstance(t, str) for t in extra):
             raise TokenizerError(f"{meta_path}: extra_special_tokens must be a list of vocabulary tokens, found {extra!r}")
-        return WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False),
-                                  meta.get("strip_accents"), extra, meta.get("tokenize_chinese_chars", True))
-    raise TokenizerError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}")
+        tokenizer = WordPieceTokenizer(os.path.join(directory, WORDPIECE_FILE), meta.get("lowercase", False),
+                                       meta.get("strip_accents"), extra, meta.get("tokenize_chinese_chars", True))
+    else:
+        raise TokenizerError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}")
+    tokenizer.model_max_length = max_length
+    return tokenizer

@@ -264,7 +264,8 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
             unk_token=dictionary.unk_word, pad_token=dictionary.pad_word, mask_token=dictionary.mask_word,
             model_input_names=["input_ids", "token_type_ids", "attention_mask"],
         )
-    hf.model_max_length = max_length  # the model's positions: longer inputs would fail in transformers
+    # the model's positions (longer inputs would fail in transformers), or less where the imported tokenizer said so
+    hf.model_max_length = min(max_length, tokenizer.model_max_length or max_length)
     hf.save_pretrained(out_dir)
     return hf
 
@@ -480,6 +481,7 @@ def import_hf(hf_dir, out_dir, force=False):
             tokenizer, case_note = _wordpiece_tokenizer(hf_dir, vocab_path)
     except TokenizerError as err:
         raise InteropError(str(err)) from None
+    tokenizer.model_max_length = _model_max_length(hf_dir)
     dictionary = SpanBertDictionary.from_tokenizer(tokenizer)  # sentencepiece: its pieces + <mask>
     if tokenizer.kind == "sentencepiece":  # symbols an export appended after <mask> (a relation folder's markers)
         appended = _appended_tokens(vocab_path, len(dictionary))
@@ -573,6 +575,21 @@ def import_hf(hf_dir, out_dir, force=False):
     for warning in warnings:
         logging.getLogger(__name__).warning(warning)
     return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads, "notes": notes}
+
+
+# what transformers writes for a tokenizer without a length of its own (int(1e30)): no length
+UNSET_MAX_LENGTH = 10 ** 29
+
+
+def _model_max_length(hf_dir):
+    """``model_max_length`` of the folder's ``tokenizer_config.json``, or None where it sets none."""
+    path = os.path.join(hf_dir, "tokenizer_config.json")
+    value = read_json(path).get("model_max_length") if os.path.isfile(path) else None
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0 or value != int(value):
+        raise InteropError(f"{path}: model_max_length must be a positive integer, found {value!r}")
+    return int(value) if value < UNSET_MAX_LENGTH else None
 
 
 def _appended_tokens(tokenizer_json, first_id):
