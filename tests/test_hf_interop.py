@@ -1006,3 +1006,17 @@ def test_import_keeps_the_tokenizers_model_max_length(wordpiece_vocab, tmp_path)
     assert AutoTokenizer.from_pretrained(str(tmp_path / "exported")).model_max_length == 32
     (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "model_max_length": "long"}))
     _import_error(folder, tmp_path / "out", "tokenizer_config.json: model_max_length must be a positive integer, found 'long'")
+
+
+def test_import_of_a_token_classifier_keeps_the_encoder(wordpiece_vocab, tmp_path):
+    """A BertForTokenClassification folder: its encoder is imported and its per-token classifier noted as ignored."""
+    from safetensors.torch import load_file
+
+    random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertForTokenClassification", num_labels=5, **TINY_BERT)
+    stdout = _import(tmp_path / "hf", tmp_path / "imported")
+    assert "token classifier ignored (classifier.bias, classifier.weight)" in stdout
+    assert "sentence_classification_head" not in stdout
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    original = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    exported = load_file(str(tmp_path / "exported" / "model.safetensors"))
+    assert all(torch.equal(exported[k], v) for k, v in original.items() if k.startswith("bert.encoder."))

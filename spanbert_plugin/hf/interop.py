@@ -58,10 +58,17 @@ def to_hf_state_dict(state, classification_head=None):
     return {key: value for key, value in renamed if key is not None}
 
 
-def from_hf_state_dict(hf_state):
-    """BERT (HF) names -> spanbert names; unknown keys (the NSP head) are returned separately."""
+def is_sequence_classifier(hf_state, architectures=()):
+    """Is the weights' ``classifier`` BertForSequenceClassification's (on the pooler), not a per-token one?"""
+    if "classifier.weight" not in hf_state or any("TokenClassification" in name for name in architectures):
+        return False
+    return "bert.pooler.dense.weight" in hf_state or any("SequenceClassification" in name for name in architectures)
+
+
+def from_hf_state_dict(hf_state, architectures=()):
+    """BERT (HF) names -> spanbert names; unknown keys (the NSP head, a token classifier) are returned separately."""
     pairs = [(theirs, ours) for ours, theirs in NATIVE_NAMES] + [("cls.predictions.decoder.bias", "lm_head.bias")]
-    if "classifier.weight" in hf_state:  # BERT's pooler belongs to the classification head only when there is one
+    if is_sequence_classifier(hf_state, architectures):  # BERT's pooler belongs to the classification head then
         pairs += [(theirs, f"classification_heads.{IMPORTED_HEAD}.{ours}") for ours, theirs in CLASSIFICATION_NAMES]
     else:  # kept beside the encoder for the export
         pairs += [(theirs, ours) for ours, theirs in POOLER_NAMES]
@@ -444,6 +451,10 @@ def _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder=False):
                                                             and os.path.isdir(os.path.join(hf_dir, n))))
     if extras:
         notes.append(f"sentence-transformers files ignored (the encoder alone is imported): {', '.join(extras)}")
+    token_classifier = sorted(k for k in ignored if k.startswith("classifier."))
+    if token_classifier:
+        notes.append(f"token classifier ignored ({', '.join(token_classifier)}): spanbert has no token-classification "
+                     "head; the encoder is imported")
     if "pooler.weight" in ours:
         notes.append("pooler (bert.pooler.dense) kept for the export, which writes it back unless a classification "
                      "head's own dense layer takes its place; spanbert does not use it (a new classification head "
@@ -490,7 +501,8 @@ def import_hf(hf_dir, out_dir, force=False):
     dictionary_size = len(dictionary)
     if dictionary_size != config["vocab_size"]:
         raise InteropError(f"{vocab_path}: {dictionary_size} tokens, but config.json says vocab_size {config['vocab_size']}")
-    ours, ignored = from_hf_state_dict(weights)
+    architectures = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+    ours, ignored = from_hf_state_dict(weights, [str(name) for name in architectures])
     embed = ours.get("encoder.embeddings.word_embeddings.weight")
     if embed is None:
         raise InteropError(f"{hf_dir}: no embeddings.word_embeddings.weight in the weights")
@@ -568,7 +580,8 @@ def import_hf(hf_dir, out_dir, force=False):
         )
     notes, warnings = _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder)
     warnings += [case_note] if case_note else []
-    if config.get("problem_type") == "multi_label_classification" and "classifier.weight" in weights:
+    classifier = f"classification_heads.{IMPORTED_HEAD}.out_proj.weight" in ours
+    if config.get("problem_type") == "multi_label_classification" and classifier:
         warnings.append(f"{hf_dir}: problem_type multi_label_classification, but spanbert's classification heads are "
                         "single-label (softmax cross-entropy, one class per example): the classifier's weights are "
                         "imported as they are, and fine-tuning, prediction and the export treat it as single-label")
