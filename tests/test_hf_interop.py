@@ -1020,3 +1020,27 @@ def test_import_of_a_token_classifier_keeps_the_encoder(wordpiece_vocab, tmp_pat
     original = load_file(str(tmp_path / "hf" / "model.safetensors"))
     exported = load_file(str(tmp_path / "exported" / "model.safetensors"))
     assert all(torch.equal(exported[k], v) for k, v in original.items() if k.startswith("bert.encoder."))
+
+
+def test_export_of_a_model_with_one_token_type_types_pairs_0(wordpiece_vocab, tmp_path):
+    """type_vocab_size 1: the exported tokenizer gives a pair's second text type 0 (1 would be out of range)."""
+    from transformers import AutoTokenizer, BertModel
+
+    from spanbert_plugin.cli.import_hf import main as import_main
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertModel", type_vocab_size=1, **TINY_BERT)
+    _import(tmp_path / "hf", tmp_path / "imported")
+    _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    config = json.loads((tmp_path / "exported" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # what transformers 4.x and 5.x both load
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "exported"))
+    pair = tokenizer("Where does Ada live?", "Ada lives in Oslo.", return_tensors="pt")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    assert pair["input_ids"][0].tolist() == hub.encode("Where does Ada live?", "Ada lives in Oslo.").tolist()
+    assert pair["token_type_ids"].sum() == 0
+    with torch.no_grad():
+        BertModel.from_pretrained(str(tmp_path / "exported"))(**pair)
+    # and back, without a warning: the generic class reads tokenizer.json as it is
+    status, _, err = call(import_main, ["--hf", tmp_path / "exported", "--out", tmp_path / "again"])
+    assert status == 0 and "warning" not in err, err

@@ -243,10 +243,28 @@ def spm_model_from_unigram_json(path, model_file):
         f.write(proto.SerializeToString())
 
 
-def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
-    """Tokenizer files ``AutoTokenizer`` loads, with ids equal to the fairseq dictionary's."""
+# the class name of a tokenizer read from its tokenizer.json as it is, in transformers 4.x and 5.x alike (5.x writes
+# "TokenizersBackend", which 4.x's AutoTokenizer does not know)
+GENERIC_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+GENERIC_TOKENIZER_CLASSES = (GENERIC_TOKENIZER_CLASS, "TokenizersBackend")
+
+
+def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length, type_vocab_size=2):
+    """Tokenizer files ``AutoTokenizer`` loads, with ids equal to the fairseq dictionary's.
+
+    A pair's token types are BERT's (0 up to the first separator, 1 after), as the fine-tuning tasks give them; a
+    model with one token type gets 0 throughout (type 1 would be out of its embeddings' range). transformers 5.x's
+    ``BertTokenizer`` always types pairs 0/1, so such a WordPiece tokenizer is written as the generic class.
+    """
+    from tokenizers import processors
     from transformers import BertTokenizerFast, PreTrainedTokenizerFast
 
+    bos, eos = dictionary.bos_word, dictionary.eos_word
+    second = 1 if type_vocab_size > 1 else 0
+    pair_types = processors.TemplateProcessing(
+        single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B:{second} {eos}:{second}",
+        special_tokens=[(bos, dictionary.bos()), (eos, dictionary.eos())],
+    )
     if tokenizer.kind == "wordpiece":
         hf = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(tokenizer.vocab)},
                                do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.strip_accents,
@@ -254,26 +272,29 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length):
                                additional_special_tokens=tokenizer.extra_special_tokens)
         tokenizer.save(out_dir)  # vocab.txt too: BERT directories carry it (and import reads it)
         os.remove(os.path.join(out_dir, "spanbert_tokenizer.json"))
+        inner, special = (hf.backend_tokenizer, {"additional_special_tokens": tokenizer.extra_special_tokens}) \
+            if second == 0 else (None, {})
     else:
         inner = unigram_tokenizer_from_spm(tokenizer.model_file)
         # appended in the dictionary's order: <mask>, then any symbols a fine-tuning folder added (entity markers)
         inner.add_special_tokens(list(dictionary.symbols[len(tokenizer.vocab):]))
-        bos, eos = dictionary.bos_word, dictionary.eos_word
-        from tokenizers import processors
-
-        # a pair's token types as the fine-tuning tasks give them (BERT's): 0 up to the first separator, 1 after
-        inner.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B:1 {eos}:1",
-            special_tokens=[(bos, dictionary.bos()), (eos, dictionary.eos())],
-        )
+        special = {"bos_token": bos, "eos_token": eos}
+    if inner is not None:
+        inner.post_processor = pair_types
         hf = PreTrainedTokenizerFast(
-            tokenizer_object=inner, bos_token=bos, eos_token=eos, cls_token=bos, sep_token=eos,
-            unk_token=dictionary.unk_word, pad_token=dictionary.pad_word, mask_token=dictionary.mask_word,
-            model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+            tokenizer_object=inner, cls_token=bos, sep_token=eos, unk_token=dictionary.unk_word,
+            pad_token=dictionary.pad_word, mask_token=dictionary.mask_word,
+            model_input_names=["input_ids", "token_type_ids", "attention_mask"], **special,
         )
     # the model's positions (longer inputs would fail in transformers), or less where the imported tokenizer said so
     hf.model_max_length = min(max_length, tokenizer.model_max_length or max_length)
     hf.save_pretrained(out_dir)
+    if inner is not None:
+        config_path = os.path.join(out_dir, "tokenizer_config.json")
+        config = read_json(config_path)
+        config["tokenizer_class"] = GENERIC_TOKENIZER_CLASS
+        with open(config_path, "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2, ensure_ascii=False)
     return hf
 
 
@@ -367,7 +388,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
     with atomic_directory(out_dir, "spanbert-export-hf", inputs, force, "--out") as work:
         config.save_pretrained(work)
         save_file(weights, os.path.join(work, "model.safetensors"), metadata={"format": "pt"})
-        save_hf_tokenizer(hub.tokenizer, d, work, model.max_positions())
+        save_hf_tokenizer(hub.tokenizer, d, work, model.max_positions(), model.cfg.type_vocab_size)
         for side in SIDE_HEADS:
             if side.present(model):
                 side.write(hub, work)
@@ -624,7 +645,8 @@ def _wordpiece_tokenizer(hf_dir, vocab_path):
     Here a missing setting comes from that normaliser, which says what the folder's tokenizer was built with, or for
     a ``vocab.txt`` alone lower-casing follows the vocabulary: cased models published without the setting (SpanBERT's,
     BioBERT's) are lower-cased wrongly by transformers. Where this departs from transformers' reading, the warning
-    says so; the export writes every setting, so it tokenizes as imported.
+    says so; the export writes every setting, so it tokenizes as imported. A folder whose ``tokenizer_class`` is
+    the generic one is read by transformers from its ``tokenizer.json`` alone, and so here.
     """
     from ..core.tokenization import WordPieceTokenizer, lowercase_vocabulary, read_wordpiece_vocab
 
@@ -639,6 +661,8 @@ def _wordpiece_tokenizer(hf_dir, vocab_path):
         ours = theirs
     else:  # vocab.txt alone
         ours = _bert_settings(tok_cfg, (lowercase_vocabulary(read_wordpiece_vocab(vocab_path)), None, True))
+    if normaliser is not None and tok_cfg.get("tokenizer_class") in GENERIC_TOKENIZER_CLASSES:
+        theirs = ours = _bert_settings({}, normaliser)  # that class reads tokenizer.json as it is
     lowercase, strip_accents, chinese = ours
     if vocab_path.endswith("tokenizer.json"):
         tokenizer = WordPieceTokenizer.from_tokenizer_json(vocab_path, lowercase, strip_accents,
