@@ -1044,3 +1044,18 @@ def test_export_of_a_model_with_one_token_type_types_pairs_0(wordpiece_vocab, tm
     # and back, without a warning: the generic class reads tokenizer.json as it is
     status, _, err = call(import_main, ["--hf", tmp_path / "exported", "--out", tmp_path / "again"])
     assert status == 0 and "warning" not in err, err
+
+
+def test_import_from_a_folder_holding_another_runs_checkpoint(wordpiece_vocab, tmp_path, monkeypatch):
+    """A working folder with checkpoints/checkpoint_last.pt (fairseq's default --save-dir, which most documented
+    commands write) of another shape: the import builds the shape config.json gives, not that run's."""
+    random_hf_bert(tmp_path / "other", wordpiece_vocab, "BertModel", num_hidden_layers=1, **TINY_BERT)
+    _import(tmp_path / "other", tmp_path / "other_imported")
+    (tmp_path / "checkpoints").mkdir()
+    shutil.copy(tmp_path / "other_imported" / "model.pt", tmp_path / "checkpoints" / "checkpoint_last.pt")
+    monkeypatch.chdir(tmp_path)
+    random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertModel", num_hidden_layers=2, **TINY_BERT)
+    _import(tmp_path / "hf", tmp_path / "imported")
+    state = torch.load(tmp_path / "imported" / "model.pt", weights_only=True)
+    assert state["cfg"]["model"]["encoder_layers"] == 2
+    assert "encoder.encoder.layer.1.output.dense.weight" in state["model"]

@@ -563,7 +563,9 @@ def import_hf(hf_dir, out_dir, force=False):
                 cli += side.task_arguments(side_config, hf_dir, work)
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
         task = tasks.setup_task(cfg.task)
-        model = task.build_model(cfg.model)
+        # built as a checkpoint is loaded: of the shape given above, never of a run's checkpoint_last.pt that the
+        # working folder's checkpoints/ (fairseq's default --save-dir) happens to hold
+        model = task.build_model(cfg.model, from_checkpoint=True)
         heads, task_state = _register_task_heads(model, ours, config, hf_dir)
         if "pooler.weight" in ours:
             model.keep_pooler()
