@@ -356,8 +356,9 @@ def test_a_cuda_sync_counts_once_and_the_benchmarks_own_wait_not_at_all():
 
 
 @pytest.mark.parametrize("flags, expected", [
-    (["--fp16"], "--fp16 on a CPU needs --fp16-no-flatten-grads (fairseq keeps its flat fp32 copy of the weights on "
-                 "CUDA), or use --bf16-autocast or --memory-efficient-fp16"),
+    (["--fp16"], "--fp16 on a CPU needs --fp16-no-flatten-grads (hydra: common.fp16_no_flatten_grads=true; fairseq "
+                 "keeps its flat fp32 copy of the weights on CUDA), or use --bf16-autocast or --memory-efficient-fp16, "
+                 "or train in fp32 (hydra: common.fp16=false)"),
     (["--amp"], "--amp needs a CUDA GPU (on a CPU it would train in plain fp32): on a CPU use --bf16-autocast"),
 ])
 def test_half_precision_a_cpu_cannot_run_is_one_line(spm_data, tmp_path, flags, expected):

@@ -97,8 +97,9 @@ def refuse_half_precision_a_cpu_cannot_run(cfg) -> None:
     if common.get("amp"):
         raise UsageError("--amp needs a CUDA GPU (on a CPU it would train in plain fp32): on a CPU use --bf16-autocast")
     if common.get("fp16") and not common.get("memory_efficient_fp16") and not common.get("fp16_no_flatten_grads"):
-        raise UsageError("--fp16 on a CPU needs --fp16-no-flatten-grads (fairseq keeps its flat fp32 copy of the "
-                         "weights on CUDA), or use --bf16-autocast or --memory-efficient-fp16")
+        raise UsageError("--fp16 on a CPU needs --fp16-no-flatten-grads (hydra: common.fp16_no_flatten_grads=true; "
+                         "fairseq keeps its flat fp32 copy of the weights on CUDA), or use --bf16-autocast or "
+                         "--memory-efficient-fp16, or train in fp32 (hydra: common.fp16=false)")
 
 
 def refuse_flat_fp16_copies_of_grouped_parameters(cfg) -> None:
