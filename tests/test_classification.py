@@ -450,8 +450,8 @@ def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
     assert all(o == outputs[0] for o in outputs) and outputs[0][1] == [1, 0, 1]
 
 
-def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_path):
-    rows = [("first text", "10"), ("second text", "2"), ("third text", "1"), ("fourth text", "2"), ("fifth text", "10")]
+def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_path, capsys):
+    rows = [("first text", "10"), ("second text", "2"), ("third text", "1"), ("fourth text", "2")]
     body = "".join(f"{t}\t{y}\n" for t, y in rows)
     (tmp_path / "plain.tsv").write_text(body, encoding="utf-8")
     (tmp_path / "named.tsv").write_text("sentence\tlabel\n" + body, encoding="utf-8")
@@ -465,11 +465,22 @@ def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_p
         return meta["labels"], np.load(dest / "train.labels.npy").tolist()
 
     # all labels integers: 1 < 2 < 10 (as strings "10" would sort before "2"); the second label is positive
-    assert prepare("plain.tsv", "no") == (["1", "2", "10"], [2, 1, 0, 1, 2])
+    assert prepare("plain.tsv", "no") == (["1", "2", "10"], [2, 1, 0, 1])
+    capsys.readouterr()
     assert prepare("plain.tsv", "auto") == prepare("plain.tsv", "no")  # columns by index: no header line
-    assert prepare("named.tsv", "yes") == (["1", "2", "10"], [2, 1, 0, 1, 2])  # the first line is skipped
+    # its first class occurs only there, as a header's label would: a warning, since a rare class may come first
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and warned[0].endswith("plain.tsv:1: label '10' occurs in no other row of the training "
+                                                   "and validation files; if it is a header line, pass --header yes")
+    # a word among numeric labels, once, first: a header line, refused in one line
+    assert prepare_main(["--train", str(tmp_path / "named.tsv"), "--valid", str(tmp_path / "named.tsv"),
+                         "--tokenizer-from", wordpiece_data, "--destdir", str(tmp_path / "refused"), "--text-columns",
+                         "0", "--label-column", "1"]) == 1
+    assert "named.tsv:1: label 'label' occurs in no other row" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    assert prepare("named.tsv", "yes") == (["1", "2", "10"], [2, 1, 0, 1])  # the first line is skipped
     # --header no reads that line as data: "label" is a label, so the labels sort as strings
-    assert prepare("named.tsv", "no") == (["1", "10", "2", "label"], [3, 1, 2, 0, 2, 1])
+    assert prepare("named.tsv", "no") == (["1", "10", "2", "label"], [3, 1, 2, 0, 2])
 
 
 BAD_INPUTS = {
@@ -591,7 +602,7 @@ def test_qqp_rows_split_by_a_line_break_are_skipped_when_asked(wordpiece_data, t
     (tmp_path / "plain.tsv").write_text(rows, encoding="utf-8")
     assert prepare_main(["--train", str(tmp_path / "plain.tsv"), "--valid", str(tmp_path / "plain.tsv"),
                          "--tokenizer-from", wordpiece_data, "--text-columns", "3,4", "--label-column", "5",
-                         "--destdir", str(tmp_path / "plain"), "--skip-malformed-rows", "--header", "no"]) == 0
+                         "--destdir", str(tmp_path / "plain"), "--skip-malformed-rows"]) == 0
     assert np.load(tmp_path / "plain" / "train.labels.npy").tolist() == [1, 0, 0]
     assert prepare_main([*args[:2], "--valid", str(tmp_path / "dev.tsv"), str(tmp_path / "dev.tsv"), *args[4:],
                          "--destdir", str(tmp_path / "twice")]) == 1

@@ -247,22 +247,40 @@ def read_table(path: str, options: ReadOptions, label_required: bool = True) -> 
     return _read_delimited(path, text, kind, options, label_required)
 
 
-def refuse_a_header_read_as_a_row(tables: Sequence[Table], read: ReadOptions) -> None:
-    """UsageError for a first row whose label occurs in no other row of ``tables`` (training and validation).
+def _is_number(label: str) -> bool:
+    try:
+        float(label)
+    except ValueError:
+        return False
+    return True
+
+
+def check_for_a_header_read_as_a_row(tables: Sequence[Table], read: ReadOptions) -> None:
+    """A first row whose label occurs in no other row of ``tables`` (training and validation) may be a header line.
 
     With ``--header auto`` and every column given by index, the first line is data; a GLUE file's header line would
     then make its column name ('label') a class. Every file's first row is left out of the comparison: each of
-    GLUE's train and dev files starts with that same line.
+    GLUE's train and dev files starts with that same line. Refused where the evidence is a header's (two files
+    start with the same row, or the only word among numeric labels), else a warning: a rare class may come first.
     """
     if read.header != "auto" or read.by_name:
         return
     labelled = [table for table in tables if table.labels]
     later_labels = {label for table in labelled for label in table.labels[1:]}
+    first_rows = {os.path.realpath(t.path): (tuple(column[0] for column in t.texts), t.labels[0]) for t in labelled}
+    checked = set()
     for table in labelled:
-        if table.labels[0] not in later_labels:
-            raise UsageError(f"{table.path}:{table.lines[0]}: label {table.labels[0]!r} occurs in no other row of the "
-                             "training and validation files: a header line? Pass --header yes to skip each file's "
-                             "first line, or --header no to keep it as data")
+        first = table.labels[0]
+        if first in later_labels or os.path.realpath(table.path) in checked:
+            continue
+        checked.add(os.path.realpath(table.path))
+        where = f"{table.path}:{table.lines[0]}: label {first!r} occurs in no other row of the training and validation files"
+        header_like = (len(first_rows) > 1 and len(set(first_rows.values())) == 1) or (
+            not _is_number(first) and all(_is_number(label) for label in later_labels))
+        if header_like:
+            raise UsageError(f"{where}: a header line? Pass --header yes to skip each file's first line, or --header "
+                             "no to keep it as data")
+        print(f"{COMMAND}: warning: {where}; if it is a header line, pass --header yes", file=sys.stderr)
 
 
 def label_order(labels: Sequence[str]) -> List[str]:
@@ -427,7 +445,7 @@ def prepare_classification(train: str, valid, options: PrepareOptions, test=None
     tables = {"train": read_table(train, options.read)}
     tables.update((split, read_table(path, options.read)) for split, path in valid_splits)
     if not options.regression:
-        refuse_a_header_read_as_a_row(list(tables.values()), options.read)
+        check_for_a_header_read_as_a_row(list(tables.values()), options.read)
     test_read = replace(test_read or options.read, skip_malformed=False)  # test rows stay aligned with their index
     if test_splits and len(test_read.text_columns) != len(options.read.text_columns):
         raise UsageError(f"--test-text-columns: {len(test_read.text_columns)} column(s), but --text-columns "
