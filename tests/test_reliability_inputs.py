@@ -436,8 +436,40 @@ def damaged_qa_config(tmp_path, name):
     return lambda: ExtractiveQATask.setup_task(ExtractiveQAConfig(data=str(tmp_path)))
 
 
+def flipped_byte_array(tmp_path, name):
+    import numpy as np
+
+    np.save(tmp_path / name, np.arange(50))
+    data = bytearray((tmp_path / name).read_bytes())
+    data[10] ^= 0xFF  # inside the header numpy parses as a Python literal: tokenize's TokenError
+    (tmp_path / name).write_bytes(bytes(data))
+    from spanbert_plugin.core.file_utils import load_arrays
+
+    return lambda: load_arrays(str(tmp_path / name))
+
+
+def damaged_jsonl(tmp_path, name):
+    from spanbert_plugin.coref.prepare import load_documents
+
+    (tmp_path / name).write_text('{"doc_key": "a"}\n{"doc_key": "b"}\n{"doc_k', encoding="utf-8")
+    return lambda: load_documents(str(tmp_path), "valid")
+
+
+def relation_examples_cut_at_a_line_end(tmp_path, name):
+    import numpy as np
+
+    from spanbert_plugin.relation.prepare import load_split_arrays
+
+    np.savez(tmp_path / "valid.npz", labels=np.arange(3), entity_positions=np.zeros((3, 2), dtype=np.int64))
+    (tmp_path / name).write_text('{"id": "a", "relation": "r"}\n{"id": "b", "relation": "r"}\n', encoding="utf-8")
+    return lambda: load_split_arrays(str(tmp_path), "valid")
+
+
 @pytest.mark.parametrize("make, name, expected", [
     (damaged_arrays, "valid.labels.npy", "damaged or truncated"),
+    (flipped_byte_array, "valid.labels.npy", "damaged or truncated"),
+    (damaged_jsonl, "valid.docs.jsonl", r":3: damaged or truncated \(Unterminated string"),
+    (relation_examples_cut_at_a_line_end, "valid.examples.jsonl", r"damaged or truncated \(2 records where the split has 3\)"),
     (damaged_arrays, "valid.npz", r"damaged or truncated \(File is not a zip file\)"),
     (damaged_token_items, "valid.idx", r"damaged or truncated \(\d+ bytes where its header gives \d+\)"),
     (damaged_token_items, "valid.bin", r"damaged or truncated \(\d+ bytes where valid.idx gives \d+\)"),

@@ -27,6 +27,7 @@ import stat
 import sys
 import tempfile
 import threading
+import tokenize
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -471,9 +472,11 @@ def read_json(path: str, flag: str = ""):
         raise UsageError(f"{shown}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno})") from None
 
 
-# what reading a cut-short or overwritten binary file raises: numpy's EOF and header errors are ValueErrors, an .npz
-# is a zip archive, and a compressed member that ends early is a zlib error
-_DAMAGED_FILE_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+# what reading a cut-short or overwritten binary file raises: numpy's EOF and header errors are ValueErrors (a header
+# it parses as Python: SyntaxError or tokenize's TokenError), an .npz is a zip archive (a flipped byte: an unknown zip
+# version is NotImplementedError), and a compressed member that ends early is a zlib error
+_DAMAGED_FILE_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError, NotImplementedError,
+                        zipfile.BadZipFile, zlib.error)
 
 
 def damaged_file_error(path: str, reason) -> UsageError:
@@ -496,3 +499,20 @@ def load_arrays(path: str):
             return {name: loaded[name] for name in loaded.files}
     except _DAMAGED_FILE_ERRORS as err:
         raise damaged_file_error(path, err) from None
+
+
+def read_jsonl(path: str, expected: Optional[int] = None) -> list:
+    """The records of a prepared JSON Lines file; UsageError naming the file (and line) when it is missing, damaged,
+    or holds another number of records than ``expected`` (a copy cut short at a line's end)."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    records = []
+    with open(path, encoding="utf-8", errors="strict") as f:
+        try:
+            for line in f:
+                records.append(json.loads(line))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise damaged_file_error(f"{path}:{len(records) + 1}", err) from None
+    if expected is not None and len(records) != expected:
+        raise damaged_file_error(path, f"{len(records)} records where the split has {expected}")
+    return records

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination, load_arrays
+from ..core.file_utils import atomic_directory, check_destination, load_arrays, read_jsonl
 from ..core.progress import progress_bar
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
@@ -256,8 +256,7 @@ def load_documents(folder: str, split: str) -> List[dict]:
     path = os.path.join(folder, split + ".docs.jsonl")
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file; the folder has no split {split!r}")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
+    return read_jsonl(path)
 
 
 def load_split_arrays(folder: str, split: str) -> Optional[Dict[str, np.ndarray]]:

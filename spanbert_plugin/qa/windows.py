@@ -23,7 +23,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ..core.file_utils import load_arrays, read_json
+from ..core.file_utils import damaged_file_error, load_arrays, read_json, read_jsonl
 
 ARRAYS = ("question_index", "start_positions", "end_positions", "passage_offset",
           "token_offsets", "char_start", "char_end", "max_context")
@@ -100,10 +100,14 @@ class QASplit:
         for name in PER_TOKEN_ARRAYS:
             if name in values:
                 values[name] = values[name].astype(np.int64)
-        with open(prefix + ".questions.jsonl", encoding="utf-8") as f:
-            questions = [json.loads(line) for line in f]
-        with open(prefix + ".contexts.jsonl", encoding="utf-8") as f:
-            contexts = [json.loads(line) for line in f]
+        questions = read_jsonl(prefix + ".questions.jsonl")
+        contexts = read_jsonl(prefix + ".contexts.jsonl")
+        # files cut short at a line's end parse: the windows and questions name what must be there
+        if len(values["question_index"]) and int(values["question_index"].max()) >= len(questions):
+            raise damaged_file_error(prefix + ".questions.jsonl", f"{len(questions)} questions, but the windows name "
+                                     f"question {int(values['question_index'].max())}")
+        if questions and max(q["context_index"] for q in questions) >= len(contexts):
+            raise damaged_file_error(prefix + ".contexts.jsonl", f"{len(contexts)} passages, but the questions name more")
         meta = read_json(prefix + ".meta.json")
         return cls(**values, questions=questions, contexts=contexts, format=meta["format"],
                    with_negative=bool(meta["with_negative"]))

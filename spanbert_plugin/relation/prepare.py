@@ -28,7 +28,9 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination, is_json_integer, load_arrays, parse_json, read_text
+from ..core.file_utils import (
+    atomic_directory, check_destination, is_json_integer, load_arrays, parse_json, read_jsonl, read_text,
+)
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
     write_token_items,
@@ -345,9 +347,7 @@ def load_split_arrays(folder: str, split: str):
         raise UsageError(f"{prefix}.npz: no such file (split {split!r} was not prepared in {folder})")
     arrays = load_arrays(prefix + ".npz")
     labels, positions = arrays["labels"], arrays["entity_positions"]
-    with open(prefix + ".examples.jsonl", encoding="utf-8") as f:
-        examples = [json.loads(line) for line in f]
-    return labels, positions, examples
+    return labels, positions, read_jsonl(prefix + ".examples.jsonl", expected=len(labels))
 
 
 def load_region_ends(folder: str, split: str) -> Optional[np.ndarray]:
