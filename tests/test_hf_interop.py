@@ -1059,3 +1059,87 @@ def test_import_from_a_folder_holding_another_runs_checkpoint(wordpiece_vocab, t
     state = torch.load(tmp_path / "imported" / "model.pt", weights_only=True)
     assert state["cfg"]["model"]["encoder_layers"] == 2
     assert "encoder.encoder.layer.1.output.dense.weight" in state["model"]
+
+
+def _untrained_relation_checkpoint(data, path):
+    """A tiny relation_extraction checkpoint on the prepared folder ``data``, saved as training saves one (no update)."""
+    from fairseq import checkpoint_utils, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    from spanbert_plugin.core.user_dir import register_plugin
+
+    register_plugin()
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--task", "relation_extraction", "--criterion", "relation_extraction", "--arch", "spanbert_tiny",
+        "--encoder-layers", "1", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+        "--encoder-attention-heads", "2", "--max-positions", "64", "--re-pooling", "entity_start", "--cpu"]))
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(0)
+    model = task.build_model(cfg.model)
+    with torch.no_grad():
+        for p in model.relation_heads.parameters():
+            p.normal_(0, 0.3)  # logits of real size, so that equal predictions mean something
+    checkpoint_utils.torch_persistent_save(
+        {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "model": model.state_dict(),
+         "criterion": None, "task_state": task.state_dict(),
+         "optimizer_history": [{"criterion_name": "RelationExtractionCriterion", "optimizer_name": "none",
+                                "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+         "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}}}, str(path))
+
+
+def test_wordpiece_export_carries_markers_appended_after_the_vocabulary(tmp_path, capsys):
+    """A WordPiece vocabulary without [unusedN] slots: the markers appended to the dictionary are in the export's
+    vocab.txt at their ids, kept whole by transformers, and the import gives back the dictionary and the head."""
+    import numpy as np
+    from fairseq.data import data_utils
+    from transformers import AutoTokenizer
+
+    from spanbert_plugin.cli import prepare_re
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.model.spanbert import SpanBertModel
+    from test_relation_extraction import BORN, FOUNDED, UNTYPED, make_tokenizer_folder, write_examples
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "bill", "gates", "was", "born", "in", "seattle", ".",
+             "microsoft", "founded", "by", "(", ")"]
+    examples = write_examples(tmp_path / "train.json", [BORN, FOUNDED, UNTYPED])
+
+    def prepare(tokenizer_folder, dest):
+        assert prepare_re.main(["--train", examples, "--valid", examples, "--tokenizer-from", tokenizer_folder,
+                                "--destdir", str(dest), "--entity-marker", "ner", "--max-seq-length", "32"]) == 0
+        meta = json.loads((dest / "re_meta.json").read_text())
+        dictionary = SpanBertDictionary.load(str(dest / "dict.txt"))
+        items = data_utils.load_indexed_dataset(str(dest / "train"), dictionary, "mmap")
+        positions = torch.tensor(np.load(dest / "train.npz")["entity_positions"])
+        return meta, [items[i] for i in range(len(items))], positions
+
+    meta, items, positions = prepare(make_tokenizer_folder(str(tmp_path / "tok"), vocab), tmp_path / "re")
+    assert len(meta["appended_symbols"]) == 46  # every ner marker, after the 17 tokens
+    _untrained_relation_checkpoint(str(tmp_path / "re"), tmp_path / "re" / "checkpoint_last.pt")
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "re"), "checkpoint_last.pt")
+    symbols = list(hub.task.dictionary.symbols)
+    assert len(symbols) == len(vocab) + 46
+
+    _export(tmp_path / "re" / "checkpoint_last.pt", tmp_path / "hf")
+    assert (tmp_path / "hf" / "vocab.txt").read_text(encoding="utf-8").splitlines() == symbols
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["vocab_size"] == len(symbols)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    subject = meta["markers"]["[SUBJ-PERSON]"]
+    assert theirs("[SUBJ-PERSON] bill gates")["input_ids"] == [2, subject, 5, 6, 3]
+
+    _import(tmp_path / "hf", tmp_path / "imported")
+    again = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    assert list(again.task.dictionary.symbols) == symbols
+    for key, value in hub.model.state_dict().items():
+        if not key.startswith("vocabulary."):
+            assert torch.equal(again.model.state_dict()[key], value), key
+    # preparing the data with the import's tokenizer gives the same inputs, and its head the same predictions
+    capsys.readouterr()
+    meta_again, items_again, positions_again = prepare(str(tmp_path / "imported"), tmp_path / "re_again")
+    assert meta_again["markers"] == meta["markers"] and not meta_again["appended_symbols"]
+    assert [t.tolist() for t in items_again] == [t.tolist() for t in items] and torch.equal(positions_again, positions)
+    tokens = torch.nn.utils.rnn.pad_sequence(items, batch_first=True, padding_value=hub.dictionary.pad())
+    with torch.no_grad():
+        before, _ = hub.model.eval()(tokens, relation_head_name="relation_head", entity_positions=positions)
+        after, _ = again.model.eval()(tokens, relation_head_name="relation_head", entity_positions=positions)
+    assert before.abs().max() > 0.1 and (before - after).abs().max() <= 1e-5

@@ -303,6 +303,17 @@ class WordPieceTokenizer(SpanTokenizer):
         self.extra_special_tokens += new
         self.tok.add_special_tokens(new)
 
+    def with_appended_special_tokens(self, tokens) -> "WordPieceTokenizer":
+        """A copy whose vocabulary continues with ``tokens`` (new ids, in order), each kept whole as a special token:
+        symbols a fine-tuning folder appended to the dictionary, such as entity markers that found no ``[unusedN]``."""
+        vocab = [*self.vocab, *tokens]
+        check_wordpiece_vocab(vocab, self.vocab_file)
+        extended = type(self).__new__(type(self))
+        extended._build(self.vocab_file, vocab, self.lowercase, self.strip_accents,
+                        [*self.extra_special_tokens, *tokens], self.tokenize_chinese_chars)
+        extended.model_max_length = self.model_max_length
+        return extended
+
     @classmethod
     def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None, extra_special_tokens=(),
                             tokenize_chinese_chars=None) -> "WordPieceTokenizer":

@@ -266,6 +266,9 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length, type_vocab_siz
         special_tokens=[(bos, dictionary.bos()), (eos, dictionary.eos())],
     )
     if tokenizer.kind == "wordpiece":
+        appended = list(dictionary.symbols[len(tokenizer.vocab):])
+        if appended:  # entity markers a vocabulary without free [unusedN] slots got after it: written at their ids
+            tokenizer = tokenizer.with_appended_special_tokens(appended)
         hf = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(tokenizer.vocab)},
                                do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.strip_accents,
                                tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
