@@ -939,7 +939,7 @@ def test_extra_special_tokens_stay_whole_through_import_and_export(layout, wordp
         spec["added_tokens"] += [{"id": vocab.index(m), "content": m, "single_word": False, "lstrip": False,
                                   "rstrip": False, "normalized": False, "special": True} for m in markers]
         (folder / "tokenizer.json").write_text(json.dumps(spec))
-    assert "special tokens kept whole (transformers' additional_special_tokens): [E1], [/E1]" in \
+    assert "2 special tokens kept whole (transformers' additional_special_tokens): [E1], [/E1]" in \
         _import(folder, tmp_path / "imported")
     hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")  # read back from the tokenizer files
     _export(tmp_path / "imported" / "model.pt", tmp_path / "exported")
@@ -1127,7 +1127,8 @@ def test_wordpiece_export_carries_markers_appended_after_the_vocabulary(tmp_path
     subject = meta["markers"]["[SUBJ-PERSON]"]
     assert theirs("[SUBJ-PERSON] bill gates")["input_ids"] == [2, subject, 5, 6, 3]
 
-    _import(tmp_path / "hf", tmp_path / "imported")
+    note = [line for line in _import(tmp_path / "hf", tmp_path / "imported").splitlines() if "special tokens" in line]
+    assert len(note) == 1 and "46 special tokens kept whole" in note[0] and note[0].endswith("and 40 more"), note
     again = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
     assert list(again.task.dictionary.symbols) == symbols
     for key, value in hub.model.state_dict().items():

@@ -467,9 +467,11 @@ def _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder=False):
         rules += "" if tokenizer.tokenize_chinese_chars else ", CJK characters not split"
         notes.append(f"tokenizer: {len(tokenizer.vocab)} WordPiece tokens read from tokenizer.json ({rules}); "
                      "written as vocab.txt")
-    if getattr(tokenizer, "extra_special_tokens", None):
-        notes.append(f"tokenizer: special tokens kept whole (transformers' additional_special_tokens): "
-                     f"{', '.join(tokenizer.extra_special_tokens)}")
+    special = getattr(tokenizer, "extra_special_tokens", None)
+    if special:  # a relation folder's markers are dozens: the first few name them
+        shown = ", ".join(special[:6]) + (f" and {len(special) - 6} more" if len(special) > 6 else "")
+        notes.append(f"tokenizer: {len(special)} special tokens kept whole (transformers' additional_special_tokens): "
+                     f"{shown}")
     extras = sorted(n + ("/" if os.path.isdir(os.path.join(hf_dir, n)) else "") for n in os.listdir(hf_dir)
                     if n in SENTENCE_TRANSFORMERS_FILES or (n[:1].isdigit() and "_" in n
                                                             and os.path.isdir(os.path.join(hf_dir, n))))
