@@ -450,6 +450,19 @@ def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
     assert all(o == outputs[0] for o in outputs) and outputs[0][1] == [1, 0, 1]
 
 
+@pytest.mark.parametrize("train, valid", [
+    ("a\tneutral\nb\tgood\nc\tbad\nd\tgood\n", "a\tneutral\nb\tgood\n"),  # valid: train's first lines
+    ("a\tpositive\n", "b\tpositive\n"),  # no other rows: no word stands out among numeric labels
+])
+def test_a_rare_first_class_without_a_headers_evidence_is_a_warning(wordpiece_data, tmp_path, capsys, train, valid):
+    (tmp_path / "train.tsv").write_text(train, encoding="utf-8")
+    (tmp_path / "valid.tsv").write_text(valid, encoding="utf-8")
+    assert prepare_main(["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "valid.tsv"),
+                         "--tokenizer-from", wordpiece_data, "--destdir", str(tmp_path / "out"), "--text-columns", "0",
+                         "--label-column", "1"]) == 0
+    assert "train.tsv:1: label" in capsys.readouterr().err
+
+
 def test_integer_labels_sort_numerically_and_header_yes_no(wordpiece_data, tmp_path, capsys):
     rows = [("first text", "10"), ("second text", "2"), ("third text", "1"), ("fourth text", "2")]
     body = "".join(f"{t}\t{y}\n" for t, y in rows)

@@ -1144,3 +1144,17 @@ def test_wordpiece_export_carries_markers_appended_after_the_vocabulary(tmp_path
         before, _ = hub.model.eval()(tokens, relation_head_name="relation_head", entity_positions=positions)
         after, _ = again.model.eval()(tokens, relation_head_name="relation_head", entity_positions=positions)
     assert before.abs().max() > 0.1 and (before - after).abs().max() <= 1e-5
+
+
+def test_only_entity_markers_appended_after_the_vocabulary_become_special(tmp_path):
+    """Symbols after the WordPiece vocabulary are written at their ids; only relation markers are special tokens."""
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
+    from spanbert_plugin.relation.markers import MARKER_TABLE
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "bill", "gates"]) + "\n",
+                                        encoding="utf-8")
+    tokenizer = WordPieceTokenizer(str(tmp_path / "vocab.txt"), lowercase=True)
+    extended = tokenizer.with_appended_tokens(["[SUBJ-PERSON]", "madeupword0000"], special=MARKER_TABLE)
+    assert extended.vocab[-2:] == ["[SUBJ-PERSON]", "madeupword0000"]
+    assert extended.extra_special_tokens == ["[SUBJ-PERSON]"]
+    assert extended.tok.encode("[SUBJ-PERSON] bill", add_special_tokens=False).ids == [7, 5]

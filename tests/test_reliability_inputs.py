@@ -455,6 +455,15 @@ def damaged_jsonl(tmp_path, name):
     return lambda: load_documents(str(tmp_path), "valid")
 
 
+def bad_byte_in_jsonl(tmp_path, name):
+    from spanbert_plugin.coref.prepare import load_documents
+
+    lines = [f'{{"doc_key": "{i}", "words": ["{"w" * 400}"]}}\n'.encode() for i in range(2000)]
+    lines[1499] = lines[1499].replace(b"w", b"\xff", 1)  # line 1500: a text stream would have decoded it early
+    (tmp_path / name).write_bytes(b"".join(lines))
+    return lambda: load_documents(str(tmp_path), "valid")
+
+
 def relation_examples_cut_at_a_line_end(tmp_path, name):
     import numpy as np
 
@@ -469,6 +478,7 @@ def relation_examples_cut_at_a_line_end(tmp_path, name):
     (damaged_arrays, "valid.labels.npy", "damaged or truncated"),
     (flipped_byte_array, "valid.labels.npy", "damaged or truncated"),
     (damaged_jsonl, "valid.docs.jsonl", r":3: damaged or truncated \(Unterminated string"),
+    (bad_byte_in_jsonl, "valid.docs.jsonl", r":1500: damaged or truncated \('utf-8' codec"),
     (relation_examples_cut_at_a_line_end, "valid.examples.jsonl", r"damaged or truncated \(2 records where the split has 3\)"),
     (damaged_arrays, "valid.npz", r"damaged or truncated \(File is not a zip file\)"),
     (damaged_token_items, "valid.idx", r"damaged or truncated \(\d+ bytes where its header gives \d+\)"),

@@ -261,13 +261,23 @@ def check_for_a_header_read_as_a_row(tables: Sequence[Table], read: ReadOptions)
     With ``--header auto`` and every column given by index, the first line is data; a GLUE file's header line would
     then make its column name ('label') a class. Every file's first row is left out of the comparison: each of
     GLUE's train and dev files starts with that same line. Refused where the evidence is a header's (two files
-    start with the same row, or the only word among numeric labels), else a warning: a rare class may come first.
+    start with the same row and go on differently, or the only word among numeric labels), else a warning: a rare
+    class may come first.
     """
     if read.header != "auto" or read.by_name:
         return
     labelled = [table for table in tables if table.labels]
     later_labels = {label for table in labelled for label in table.labels[1:]}
-    first_rows = {os.path.realpath(t.path): (tuple(column[0] for column in t.texts), t.labels[0]) for t in labelled}
+
+    def row(table, i):
+        return (tuple(column[i] for column in table.texts), table.labels[i]) if i < len(table) else None
+
+    files = {os.path.realpath(t.path): t for t in labelled}
+    # files that start with one row and go on differently (GLUE's train and dev): a header's evidence, where a copy
+    # of a file, or its first lines, would share that row with it whatever it is
+    shared_first_row = (len(files) > 1 and len({row(t, 0) for t in files.values()}) == 1
+                        and len({row(t, 1) for t in files.values()}) == len(files))
+    only_word_among_numbers = bool(later_labels) and all(_is_number(label) for label in later_labels)
     checked = set()
     for table in labelled:
         first = table.labels[0]
@@ -275,9 +285,7 @@ def check_for_a_header_read_as_a_row(tables: Sequence[Table], read: ReadOptions)
             continue
         checked.add(os.path.realpath(table.path))
         where = f"{table.path}:{table.lines[0]}: label {first!r} occurs in no other row of the training and validation files"
-        header_like = (len(first_rows) > 1 and len(set(first_rows.values())) == 1) or (
-            not _is_number(first) and all(_is_number(label) for label in later_labels))
-        if header_like:
+        if shared_first_row or (only_word_among_numbers and not _is_number(first)):
             raise UsageError(f"{where}: a header line? Pass --header yes to skip each file's first line, or --header "
                              "no to keep it as data")
         print(f"{COMMAND}: warning: {where}; if it is a header line, pass --header yes", file=sys.stderr)

@@ -507,10 +507,10 @@ def read_jsonl(path: str, expected: Optional[int] = None) -> list:
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file")
     records = []
-    with open(path, encoding="utf-8", errors="strict") as f:
+    with open(path, "rb") as f:  # decoded line by line: a text stream decodes ahead, and would name a line too early
         try:
             for line in f:
-                records.append(json.loads(line))
+                records.append(json.loads(line.decode("utf-8")))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise damaged_file_error(f"{path}:{len(records) + 1}", err) from None
     if expected is not None and len(records) != expected:

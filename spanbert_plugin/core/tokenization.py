@@ -303,14 +303,15 @@ class WordPieceTokenizer(SpanTokenizer):
         self.extra_special_tokens += new
         self.tok.add_special_tokens(new)
 
-    def with_appended_special_tokens(self, tokens) -> "WordPieceTokenizer":
-        """A copy whose vocabulary continues with ``tokens`` (new ids, in order), each kept whole as a special token:
-        symbols a fine-tuning folder appended to the dictionary, such as entity markers that found no ``[unusedN]``."""
-        vocab = [*self.vocab, *tokens]
+    def with_appended_tokens(self, tokens, special=()) -> "WordPieceTokenizer":
+        """A copy whose vocabulary continues with ``tokens`` (new ids, in order), those in ``special`` kept whole as
+        special tokens: symbols appended to the dictionary, such as entity markers that found no ``[unusedN]`` (special)
+        or the padding words of a dictionary padded to a multiple (plain)."""
+        vocab, special = [*self.vocab, *tokens], set(special)
         check_wordpiece_vocab(vocab, self.vocab_file)
         extended = type(self).__new__(type(self))
         extended._build(self.vocab_file, vocab, self.lowercase, self.strip_accents,
-                        [*self.extra_special_tokens, *tokens], self.tokenize_chinese_chars)
+                        [*self.extra_special_tokens, *(t for t in tokens if t in special)], self.tokenize_chinese_chars)
         extended.model_max_length = self.model_max_length
         return extended
 

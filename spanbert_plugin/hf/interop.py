@@ -23,6 +23,7 @@ import tempfile
 import torch
 
 from ..core.user_dir import register_plugin
+from ..relation.markers import MARKER_TABLE
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from .files import InteropError, read_json, read_weights
 from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, POOLER_NAMES, SIDE_HEADS
@@ -267,8 +268,8 @@ def save_hf_tokenizer(tokenizer, dictionary, out_dir, max_length, type_vocab_siz
     )
     if tokenizer.kind == "wordpiece":
         appended = list(dictionary.symbols[len(tokenizer.vocab):])
-        if appended:  # entity markers a vocabulary without free [unusedN] slots got after it: written at their ids
-            tokenizer = tokenizer.with_appended_special_tokens(appended)
+        if appended:  # written at their ids; entity markers (a vocabulary without free [unusedN]) kept whole
+            tokenizer = tokenizer.with_appended_tokens(appended, special=MARKER_TABLE)
         hf = BertTokenizerFast(vocab={piece: i for i, piece in enumerate(tokenizer.vocab)},
                                do_lower_case=tokenizer.lowercase, strip_accents=tokenizer.strip_accents,
                                tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
