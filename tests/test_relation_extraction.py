@@ -480,6 +480,10 @@ def test_finetune_from_pretrained_checkpoint_and_predict(spm_data, tmp_path, cap
     run_cli([bin_path("spanbert-import-hf"), "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")])
     imported = torch.load(tmp_path / "imported" / "model.pt", map_location="cpu", weights_only=True)
     assert imported["task_state"]["labels"] == trained_labels
+    # and an export of the import says it all again (it lost the labels and inputs: the import's task has neither)
+    run_cli([bin_path("spanbert-export-hf"), "--checkpoint", str(tmp_path / "imported" / "model.pt"),
+             "--out", str(tmp_path / "hf_again")])
+    assert json.load(open(tmp_path / "hf_again" / "relation_config.json")) == config
 
 
 def _generated_relations(words, n, seed):

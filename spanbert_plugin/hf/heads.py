@@ -121,19 +121,24 @@ SBO = SideHead(
 # ------------------------------------------------------------------------------------------------- relation
 
 
+RELATION_INPUTS = ("entity_marker", "markers", "negative_label", "max_seq_length")
+
+
 def _write_relation(hub, directory):
     from safetensors.torch import save_file
 
-    model, labels = hub.model, getattr(hub.task, "labels", None)
+    # a fine-tuning task holds the labels and inputs; a checkpoint an import made, the record _relation_task_state kept
+    stored = getattr(getattr(hub.task, "state", None), "state_dict", None) or {}
+    model, labels = hub.model, getattr(hub.task, "labels", None) or stored.get("labels")
     weights = {f"{name}.{k}": v.detach().float().contiguous()
                for name, head in model.relation_heads.items() for k, v in head.state_dict().items()}
     save_file(weights, os.path.join(directory, RELATION.weights_file))
     heads = {name: {"pooling": head.pooling, "num_classes": head.out_proj.out_features,
                     **({"labels": labels} if labels and len(labels) == head.out_proj.out_features else {})}
              for name, head in model.relation_heads.items()}
-    meta = getattr(hub.task, "meta", None) or {}
+    meta = getattr(hub.task, "meta", None) or stored.get("relation_inputs") or {}
     # what inputs the heads were trained on: the marker mode, each marker's token id, the negative label, the length
-    inputs = {key: meta[key] for key in ("entity_marker", "markers", "negative_label", "max_seq_length") if key in meta}
+    inputs = {key: meta[key] for key in RELATION_INPUTS if key in meta}
     with open(os.path.join(directory, RELATION.config_file), "w") as f:
         json.dump({"heads": heads, **inputs, "layer": "dense -> tanh -> dropout -> out_proj",
                    "inputs": "cls: the first token's final hidden state; entity_start: [subject start marker; "
@@ -187,9 +192,12 @@ def _restore_relation(model, directory, config, hidden):
 
 
 def _relation_task_state(config):
-    """The labels an export recorded (fine-tuning from the import then maps the head's rows by name)."""
+    """The labels an export recorded (fine-tuning from the import then maps the head's rows by name), and the inputs
+    the heads were trained on (an export of the import writes them again)."""
     labels = [spec.get("labels") for spec in config.get("heads", {}).values() if isinstance(spec, dict)]
-    return next(({"labels": names} for names in labels if isinstance(names, list)), {})
+    state = next(({"labels": names} for names in labels if isinstance(names, list)), {})
+    inputs = {key: config[key] for key in RELATION_INPUTS if key in config}
+    return {**state, "relation_inputs": inputs} if inputs else state
 
 
 RELATION = SideHead(
