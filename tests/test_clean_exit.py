@@ -182,8 +182,8 @@ def test_an_epoch_iterator_stops_its_workers_when_the_epoch_ends(spm_data, tmp_p
     5 s wait, and each leaving a pymp-* folder)."""
     script = tmp_path / "epochs.py"
     script.write_text(EPOCHS_WITH_A_COLLECTION_EACH)
-    killed, left = {}, {}
-    for mode in ("bare", "plugin"):
+    runs = {}
+    for mode in ("bare", "plugin"):  # side by side: the bare run spends most of its time in fairseq's 5 s waits
         temporary = short_temporary_folder(mode)
         train = [spm_data, "--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
                  "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32",
@@ -192,10 +192,14 @@ def test_an_epoch_iterator_stops_its_workers_when_the_epoch_ends(spm_data, tmp_p
                  "--max-epoch", "2", "--disable-validation", "--no-save", "--save-dir", str(tmp_path / f"ck_{mode}"),
                  "--log-format", "none",
                  "--train-subset", "valid"]  # the small split: 5 batches an epoch are enough to start the workers
-        proc = subprocess.run([sys.executable, str(script), mode, *train], capture_output=True, text=True,
-                              timeout=300, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(temporary)))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        killed[mode] = int(proc.stdout.split("workers killed:")[1])
+        runs[mode] = temporary, subprocess.Popen([sys.executable, str(script), mode, *train], stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                                 env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(temporary)))
+    killed, left = {}, {}
+    for mode, (temporary, proc) in runs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+        killed[mode] = int(stdout.split("workers killed:")[1])
         left[mode] = [p.name for p in temporary.iterdir() if p.name.startswith("pymp-")]
     assert killed["bare"] >= 2 and len(left["bare"]) >= 2  # the mechanism: at least epoch 1's iterator
     assert killed["plugin"] == 0 and left["plugin"] == []
