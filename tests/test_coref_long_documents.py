@@ -156,3 +156,18 @@ def test_text_command_offsets_index_the_input_text(synthetic_data, tmp_path):  #
                            "--text", str(tmp_path / name), "--out", str(tmp_path / "out3")], check=False)
         assert refused.returncode == 1 and f"{name}: empty or only white space" in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "out3").exists()
+    # hub.coref reads line breaks as the command does (each line a sentence; --join-wrapped-lines: join_wrapped_lines)
+    # and lists the clusters in the same order
+    from spanbert_plugin.coref.predict import apply_prediction_options
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    hub = SpanBertModel.from_pretrained(ck, "checkpoint_last.pt")
+    apply_prediction_options(hub.task, singleton_threshold=0.01)  # this short run's mentions score low
+    (tmp_path / "lines.txt").write_text(text, encoding="utf-8")
+    for joined_lines in (False, True):
+        out_lines = tmp_path / f"out_lines_{joined_lines}"
+        run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", os.path.join(ck, "checkpoint_last.pt"), "--text",
+                 str(tmp_path / "lines.txt"), "--singleton-threshold", "0.01", "--cpu", "--out", str(out_lines),
+                 *(["--join-wrapped-lines"] if joined_lines else [])])
+        by_command = [json.loads(line)["mentions"] for line in open(out_lines / "clusters.jsonl", encoding="utf-8")]
+        assert by_command and hub.coref(text, join_wrapped_lines=joined_lines) == by_command

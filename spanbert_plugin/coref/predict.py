@@ -246,11 +246,17 @@ def words_sample(tokenizer, dictionary, meta: dict, words: List[str], sentence_i
     return collate_document(item, dictionary.pad())
 
 
-def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "space", notice=logger.info,
+def text_line_breaks(join_wrapped_lines: bool) -> str:
+    """How raw text's line breaks split sentences: each line one, or (wrapped lines joined) only blank lines."""
+    return "paragraph" if join_wrapped_lines else "sentence"
+
+
+def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "sentence", notice=logger.info,
                  progress=None, split=None, genre: Optional[str] = None) -> List[List[dict]]:
-    """Clusters of raw text: each a list of {text, start, end} (character offsets, end exclusive); long texts
-    in bounded memory (``document_clusters``). ``split``: ``split_words(text, line_breaks)`` when the caller has
-    it already; ``genre``: an OntoNotes genre or ``other`` (default: ``task.raw_text_genre()``)."""
+    """Clusters of raw text in the order of their first mentions: each a list of {text, start, end} (character
+    offsets, end exclusive); long texts in bounded memory (``document_clusters``). ``split``:
+    ``split_words(text, line_breaks)`` when the caller has it already; ``genre``: an OntoNotes genre or ``other``
+    (default: ``task.raw_text_genre()``)."""
     genre = genre or task.raw_text_genre()
     if genre not in GENRES:
         raise UsageError(f"genre {genre!r}: expected one of {', '.join(GENRES)}")
@@ -260,8 +266,9 @@ def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "space", 
     sample = words_sample(tokenizer, task.dictionary, task.meta, words, sentence_ids, genre)
     clusters = document_clusters(model, task, _to_device(sample, next(model.parameters()).device),
                                  task.singleton_threshold, notice, progress)
-    return [[{"text": text[offsets[s][0]:offsets[e][1]], "start": offsets[s][0], "end": offsets[e][1]}
-             for s, e in cluster] for cluster in clusters]
+    resolved = [[{"text": text[offsets[s][0]:offsets[e][1]], "start": offsets[s][0], "end": offsets[e][1]}
+                 for s, e in cluster] for cluster in clusters]
+    return sorted(resolved, key=lambda mentions: (mentions[0]["start"], mentions[0]["end"]))
 
 
 def read_input_text(path: str) -> str:
@@ -287,7 +294,7 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
     refuse_thresholds_without_singletons(task, (options or {}).get("singleton_threshold"), None)
     tokenizer = load_tokenizer(task.cfg.data)  # the one the checkpoint's data was prepared with, as hub.coref uses
     started = time.perf_counter()
-    line_breaks = "paragraph" if join_wrapped_lines else "sentence"
+    line_breaks = text_line_breaks(join_wrapped_lines)
     split = split_words(text, line_breaks)
     words = len(split[0])
     genre = genre or task.raw_text_genre()
@@ -295,7 +302,6 @@ def predict_text(checkpoint: str, text_path: str, out: str, force: bool = False,
         clusters = resolve_text(model, task, tokenizer, text, line_breaks,
                                 lambda line: tqdm.write(f"{COMMAND}: {line}", file=sys.stderr), bar.update, split,
                                 genre)
-    clusters.sort(key=lambda mentions: (mentions[0]["start"], mentions[0]["end"]))
     summary = {"text": text_path, "characters": len(text), "words": words, "genre": genre, "clusters": len(clusters),
                "mentions": sum(len(c) for c in clusters),
                "prediction": "bounded" if predicts_bounded(task.cfg, words) else "exact",

@@ -201,14 +201,16 @@ class SpanBertHubInterface(nn.Module):
         logits, _ = self.model(tokens, segment_labels=segment_labels, classification_head_name=head)
         return logits if return_logits or logits.size(-1) == 1 else F.log_softmax(logits, dim=-1)
 
-    def coref(self, text: str, genre=None):
-        """Coreference clusters of raw text, each a list of ``{text, start, end}`` (character offsets, end exclusive).
+    def coref(self, text: str, genre=None, join_wrapped_lines: bool = False):
+        """Coreference clusters of raw text in the order of their first mentions, each a list of ``{text, start,
+        end}`` (character offsets, end exclusive), as ``spanbert-predict-coref --text`` gives them.
 
-        Words are runs of letters/digits or single punctuation marks; a sentence ends after . ! or ?; the text is
-        cut into segments as ``spanbert-prepare-coref`` does with the checkpoint's settings. ``genre``: an OntoNotes
-        genre or ``other`` (default: one the checkpoint trained, ``other`` where it does not record them).
+        Words are runs of letters/digits or single punctuation marks; a sentence ends after . ! or ? and at each line
+        break (with ``join_wrapped_lines``, at blank lines only); the text is cut into segments as
+        ``spanbert-prepare-coref`` does with the checkpoint's settings. ``genre``: an OntoNotes genre or ``other``
+        (default: one the checkpoint trained, ``other`` where it does not record them).
         """
-        return self._feature("coref")(self, text, genre)
+        return self._feature("coref")(self, text, genre, join_wrapped_lines)
 
     def answer(self, question: str, context: str, topk: int = 1, **kwargs):
         """Extractive QA: the ``topk`` answers (text, character start/end, score, probability).
