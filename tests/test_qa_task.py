@@ -346,3 +346,26 @@ def test_hub_answer(qa_run):
     assert best["text"] == "Perth"
     with pytest.raises(ValueError, match="non-empty context"):
         hub.answer("Where does Dora live ?", "   ")
+    # zero-width and control characters pass strip() but leave no token: no made-up empty answer
+    with pytest.raises(ValueError, match="the context .* has no token"):
+        hub.answer("Where does Dora live ?", "\u200b\u200b")
+    with pytest.raises(ValueError, match="the question .* has no token"):
+        hub.answer("\u200b", context)
+    # a SQuAD 1.1 model never answers with the empty answer: a threshold given is said to do nothing
+    with pytest.warns(UserWarning, match="null_threshold has no effect"):
+        assert hub.answer("Where does Dora live ?", context, null_threshold=-100)[0]["text"] == "Perth"
+
+
+def test_hub_answer_knows_unanswerable_data_without_a_validation_split():
+    """A data folder without a valid split: SQuAD 2.0 rules come from the formats qa_config.json records."""
+    from spanbert_plugin.qa.answer import trained_with_negative
+
+    class Task:
+        def __init__(self, formats):
+            self.qa_config = {"splits": {f"split{i}": {"format": f} for i, f in enumerate(formats)}}
+
+        def qa_split(self, split):
+            raise FileNotFoundError(split)
+
+    assert trained_with_negative(Task(["squad2"])) and trained_with_negative(Task(["squad1", "squad2"]))
+    assert not trained_with_negative(Task(["squad1"])) and not trained_with_negative(Task(["mrqa"]))

@@ -1,4 +1,5 @@
 """Answer one question about one context with a QA model (``hub.answer``), windowed like prepared data."""
+import warnings
 from typing import List, Optional
 
 import numpy as np
@@ -35,6 +36,11 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
                 where=["<answer>"], answer_start=np.array([-1]), answer_end=np.array([-1]))
     features = featurize(qa, tokenizer, dictionary.bos(), dictionary.eos(), config, training=False)
     split, offsets = features.split, features.window_offsets
+    # text of zero-width or control characters only passes strip() and tokenizes to nothing: no span to answer with
+    if int(split.passage_offset[0]) <= 2:  # [CLS] question [SEP]: the question left no token
+        raise ValueError(f"answer(): the question {question!r} has no token the tokenizer keeps")
+    if int(split.token_offsets[-1]) == 0:
+        raise ValueError(f"answer(): the context {context[:40]!r} has no token the tokenizer keeps")
     lengths = np.diff(offsets)
     tokens = torch.full((len(lengths), int(lengths.max())), dictionary.pad(), dtype=torch.long)
     segments = torch.zeros_like(tokens)
@@ -67,6 +73,18 @@ def _fitting_config(max_positions: int) -> QAConfig:
     return QAConfig(max_seq_length=length, doc_stride=stride, max_query_length=query)
 
 
+def trained_with_negative(task) -> bool:
+    """Whether the checkpoint's data has unanswerable questions (SQuAD 2.0 rules): its validation split says so, or,
+    without one, the formats of the files ``qa_config.json`` records."""
+    if not hasattr(task, "qa_split"):
+        return False
+    try:
+        return bool(task.qa_split("valid").with_negative)
+    except FileNotFoundError:
+        splits = (getattr(task, "qa_config", None) or {}).get("splits") or {}
+        return any(isinstance(s, dict) and s.get("format") == "squad2" for s in splits.values())
+
+
 @register_hub_feature("answer")
 def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
     """``hub.answer``: the checkpoint's window settings, ``n_best``, ``max_answer_length`` and ``null_threshold``
@@ -74,6 +92,7 @@ def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
     threshold of the validation before the checkpoint was saved, as ``--null-threshold-from-validation`` does."""
     if getattr(hub.model, "qa_outputs", None) is None:
         raise ValueError("this checkpoint has no QA head; fine-tune it with --task extractive_qa first")
+    given = set(kwargs)
     qa_config = getattr(hub.task, "qa_config", None)
     if qa_config and "config" not in kwargs:
         kwargs["config"] = QAConfig(qa_config["max_seq_length"], qa_config["doc_stride"], qa_config["max_query_length"])
@@ -87,9 +106,10 @@ def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
             raise ValueError("null_threshold='validation': this checkpoint holds no validated threshold (saved before "
                              "a validation with unanswerable questions, or by an older version); give a number")
         kwargs["null_threshold"] = validated
-    if "with_negative" not in kwargs and hasattr(hub.task, "qa_split"):
-        try:
-            kwargs["with_negative"] = hub.task.qa_split("valid").with_negative
-        except FileNotFoundError:
-            pass
+    explicit_threshold = "null_threshold" in given
+    if "with_negative" not in kwargs:
+        kwargs["with_negative"] = trained_with_negative(hub.task)
+    if explicit_threshold and not kwargs["with_negative"]:
+        warnings.warn("answer(): null_threshold has no effect: this checkpoint's data has no unanswerable questions, "
+                      "so the empty answer never competes (with_negative=True makes it)", stacklevel=3)
     return answer_question(hub.model, hub.tokenizer, hub.dictionary, question, context, topk, **kwargs)
