@@ -1,7 +1,7 @@
 """Registers every component of the plugin with fairseq, exactly once; ``user_dir/`` imports this for ``--user-dir``.
 
 It also allowlists what fairseq checkpoints hold for torch's safe loading, registers the hub's task methods
-(``hub.answer``, ``hub.coref``), installs the hook that prints a plugin error in ``fairseq-train`` as one line, and
+(``hub.answer``, ``hub.classify``, ``hub.coref``), installs the hook that prints a plugin error in ``fairseq-train`` as one line, and
 stops fairseq's prefetch threads at exit.
 The package itself stays light (``--help`` of every command starts without torch); this module is the top layer.
 """
@@ -56,7 +56,7 @@ from .model import spanbert  # noqa: F401,E402
 from .pretraining import criterion, span_masked_lm, task  # noqa: F401,E402,F811  (span_masked_lm: deprecated alias)
 from .qa import answer, criterion, task  # noqa: F401,E402,F811
 from .relation import criterion, task  # noqa: F401,E402,F811
-from .classification import criterion, task  # noqa: F401,E402,F811
+from .classification import criterion, hub, task  # noqa: F401,E402,F811
 from .coref import criterion, hub, task  # noqa: F401,E402,F811
 from .spandrop import find_animals_task  # noqa: F401,E402
 

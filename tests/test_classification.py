@@ -365,6 +365,17 @@ def test_finetune_from_pretrained_checkpoint_then_predict_equals_validation(spm_
     assert [r["id"] for r in records] == [f"ex{i}" for i in range(37)] and [r["index"] for r in records] == list(range(37))
     assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-4 and r["label"] in r["probabilities"] for r in records)
     assert sum(r["label"] == r["gold"] for r in records) == pytest.approx(scores["accuracy"] * 37 / 100)
+    # hub.classify on the raw texts: the command's predictions, texts over --max-seq-length cut as it cuts them
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    assert json.load(open(os.path.join(cls, "prepare_stats.json")))["valid"]["truncated"] > 0
+    hub = SpanBertModel.from_pretrained(str(tmp_path / "ft"), "checkpoint_last.pt")
+    for (text, _, _), record in zip(_corpus_examples(corpus_files[1], 37), records):
+        predicted = hub.classify(text)
+        assert predicted["label"] == record["label"]
+        assert predicted["probabilities"] == pytest.approx(record["probabilities"], abs=1e-5)
+    with pytest.raises(ValueError, match="not fine-tuned with --task sentence_classification"):
+        SpanBertModel.from_pretrained(str(tmp_path / "pt"), "checkpoint_last.pt").classify("a text")
 
     from spanbert_plugin.classification.predict import predict_split
 

@@ -212,6 +212,12 @@ class SpanBertHubInterface(nn.Module):
         """
         return self._feature("coref")(self, text, genre, join_wrapped_lines)
 
+    def classify(self, text: str, pair: Optional[str] = None) -> dict:
+        """A sentence-classification checkpoint's prediction: ``{"label", "probabilities"}`` (``{"value"}`` for
+        regression), the pair truncated longest-first to the prepared ``--max-seq-length`` as
+        ``spanbert-predict-classification`` does."""
+        return self._feature("classify")(self, text, pair)
+
     def answer(self, question: str, context: str, topk: int = 1, **kwargs):
         """Extractive QA: the ``topk`` answers (text, character start/end, score, probability).
 
