@@ -278,12 +278,10 @@ def check_for_a_header_read_as_a_row(tables: Sequence[Table], read: ReadOptions)
     shared_first_row = (len(files) > 1 and len({row(t, 0) for t in files.values()}) == 1
                         and len({row(t, 1) for t in files.values()}) == len(files))
     only_word_among_numbers = bool(later_labels) and all(_is_number(label) for label in later_labels)
-    checked = set()
-    for table in labelled:
+    for table in files.values():  # a file given twice is checked once
         first = table.labels[0]
-        if first in later_labels or os.path.realpath(table.path) in checked:
+        if first in later_labels:
             continue
-        checked.add(os.path.realpath(table.path))
         where = f"{table.path}:{table.lines[0]}: label {first!r} occurs in no other row of the training and validation files"
         if shared_first_row or (only_word_among_numbers and not _is_number(first)):
             raise UsageError(f"{where}: a header line? Pass --header yes to skip each file's first line, or --header "

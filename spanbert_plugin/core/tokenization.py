@@ -316,14 +316,14 @@ class WordPieceTokenizer(SpanTokenizer):
         return extended
 
     @classmethod
-    def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None, extra_special_tokens=(),
+    def from_tokenizer_json(cls, path: str, lowercase=None, strip_accents=None,
                             tokenize_chinese_chars=None) -> "WordPieceTokenizer":
         """The WordPiece tokenizer a HuggingFace ``tokenizer.json`` describes (folders that ship no ``vocab.txt``).
 
         The vocabulary comes from its WordPiece model (ids as stored); lower-casing and accent stripping from its
         ``BertNormalizer`` unless ``lowercase`` is given, and CJK handling unless ``tokenize_chinese_chars`` is (a
-        ``tokenizer_config.json``'s settings, which transformers puts over the file's). Its special added tokens
-        beyond BERT's five are kept whole, with ``extra_special_tokens`` (declared elsewhere). Anything this class
+        ``tokenizer_config.json``'s settings, which transformers puts over the file's). Its special added tokens are
+        the importer's to declare (``add_special_tokens``), with those the folder's other files list. Anything this class
         could not reproduce exactly (another model or pre-tokenizer, other normaliser options, a word-piece prefix
         other than ``##``, added tokens outside the vocabulary) is a
         TokenizerError naming the file.
@@ -364,11 +364,9 @@ class WordPieceTokenizer(SpanTokenizer):
         tokenizer = cls.__new__(cls)
         if lowercase is None:
             lowercase, strip_accents = bool(normalizer.get("lowercase", True)), normalizer.get("strip_accents")
-        special = [t.get("content") for t in spec.get("added_tokens") or [] if t.get("special")
-                   and t.get("content") not in WORDPIECE_REQUIRED]
         if tokenize_chinese_chars is None:
             tokenize_chinese_chars = normalizer.get("handle_chinese_chars", True)
-        tokenizer._build(path, vocab, lowercase, strip_accents, [*special, *extra_special_tokens], tokenize_chinese_chars)
+        tokenizer._build(path, vocab, lowercase, strip_accents, tokenize_chinese_chars=tokenize_chinese_chars)
         return tokenizer
 
     @staticmethod
