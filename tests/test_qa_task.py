@@ -289,6 +289,43 @@ def test_predict_null_threshold_and_max_answer_length_options(squad2_run, tmp_pa
     assert all(abs(o) < 1e6 for qid, o in top_odds.items() if qid not in no_span)
 
 
+def test_squad2_rules_windows_and_validated_threshold_survive_a_huggingface_round_trip(squad2_run, tmp_path):
+    """BertForQuestionAnswering holds the logits only: qa_settings.json beside the export carries how the model
+    answers, so the imported checkpoint answers as the exported one did, and its export writes the same file."""
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    data, save, _ = squad2_run
+    checkpoint = os.path.join(save, "checkpoint_last.pt")
+    run_cli([bin_path("spanbert-export-hf"), "--checkpoint", checkpoint, "--out", str(tmp_path / "hf")])
+    settings = json.loads((tmp_path / "hf" / "qa_settings.json").read_text())
+    original = SpanBertModel.from_pretrained(save, "checkpoint_last.pt")
+    assert settings["with_negative"] is True and settings["validated_null_threshold"] is not None
+    assert (settings["max_seq_length"], settings["doc_stride"], settings["max_query_length"]) == (64, 24, 16)
+    assert settings["validated_null_threshold"] == original.task.validated_null_threshold()
+
+    imported_report = run_cli([bin_path("spanbert-import-hf"), "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")])
+    assert "SQuAD 2.0 rules and windows of 64 from qa_settings.json" in imported_report.stdout
+    imported = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
+    # a context longer than one 64-token window, questions answerable and not
+    context = " ".join(json.loads(line) for line in open(os.path.join(data, "valid.contexts.jsonl")))[:600]
+    for question in ("Where does Ada live ?", "Where does Kira live ?", "Where does Lev live ?"):
+        for options in ({}, {"null_threshold": "validation"}, {"null_threshold": -1.0, "topk": 3}):
+            theirs = imported.answer(question, context, **options)
+            ours = original.answer(question, context, **options)
+            assert [(a["start"], a["end"], a["text"]) for a in theirs] == [(a["start"], a["end"], a["text"]) for a in ours]
+            assert [a["score"] for a in theirs] == pytest.approx([a["score"] for a in ours], abs=1e-4)
+    assert any(a["start"] < 0 for a in original.answer("Where does Kira live ?", context, topk=20))  # the null competes
+
+    run_cli([bin_path("spanbert-export-hf"), "--checkpoint", str(tmp_path / "imported" / "model.pt"), "--out", str(tmp_path / "again")])
+    assert json.loads((tmp_path / "again" / "qa_settings.json").read_text()) == settings
+
+    # a damaged file, or settings without the head they describe: one line naming the file
+    (tmp_path / "hf" / "qa_settings.json").write_text(json.dumps({**settings, "doc_stride": 0}))
+    failed = run_cli([bin_path("spanbert-import-hf"), "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "bad")], check=False)
+    assert failed.returncode == 1 and "qa_settings.json: doc_stride must be a positive integer" in failed.stderr
+    assert not (tmp_path / "bad").exists()
+
+
 def test_question_with_more_windows_than_a_batch_stays_whole():
     from spanbert_plugin.qa.dataset import question_batches
 

@@ -24,6 +24,7 @@ import torch
 
 from ..core.user_dir import register_plugin
 from ..relation.markers import MARKER_TABLE
+from ..qa.hf_settings import QA_SETTINGS, TASK_STATE_KEY as QA_STATE_KEY, read_qa_settings, write_qa_settings
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
 from .files import InteropError, read_json, read_weights
 from .heads import CLASSIFICATION_NAMES, NATIVE_NAMES, POOLER_NAMES, SIDE_HEADS
@@ -396,6 +397,8 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
         for side in SIDE_HEADS:
             if side.present(model):
                 side.write(hub, work)
+        if qa:  # how the model answers: windows, SQuAD 2.0 rules, the answer options
+            write_qa_settings(hub, work)
         # self-check: reload from disk with transformers and compare with fairseq again
         diffs = compare_outputs(hub, work, qa, classification_head)
         if max(diffs.values()) > TOLERANCE:
@@ -756,7 +759,16 @@ def _register_task_heads(model, ours, config, hf_dir):
         if qa.dim() != 2 or qa.shape[0] != 2:
             raise InteropError(f"{hf_dir}: qa_outputs has {qa.shape[0]} outputs; extractive QA needs 2 (start, end)")
         model.register_qa_head()
-        heads.append("qa_outputs (extractive QA: start and end logits)")
+        settings_path = os.path.join(hf_dir, QA_SETTINGS)
+        recorded = read_qa_settings(settings_path) if os.path.isfile(settings_path) else None
+        if recorded is not None:
+            task_state[QA_STATE_KEY] = recorded
+        rules = "" if recorded is None else (f"; {'SQuAD 2.0' if recorded['with_negative'] else 'SQuAD 1.1'} rules "
+                                             f"and windows of {recorded['max_seq_length']} from {QA_SETTINGS}")
+        heads.append(f"qa_outputs (extractive QA: start and end logits{rules})")
+    elif os.path.isfile(os.path.join(hf_dir, QA_SETTINGS)):
+        raise InteropError(f"{os.path.join(hf_dir, QA_SETTINGS)}: the folder has no qa_outputs weights for these "
+                           "settings (spanbert-export-hf writes both); copy the weights, or remove this file")
     out_proj = ours.get(f"classification_heads.{IMPORTED_HEAD}.out_proj.weight")
     if out_proj is not None:
         if f"classification_heads.{IMPORTED_HEAD}.dense.weight" not in ours:

@@ -8,7 +8,7 @@ import torch
 from ..model.hub_interface import register_hub_feature
 from .postprocess import postprocess
 from .prepare import QAConfig, QAFile, featurize
-from .scoring import answer_options_of
+from .hf_settings import WINDOW_KEYS, qa_settings_of
 
 DEFAULT_WINDOWS = QAConfig(max_seq_length=384, doc_stride=128, max_query_length=64)
 
@@ -29,7 +29,7 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
         raise ValueError("answer() needs a non-empty context")
     if topk < 1:
         raise ValueError(f"topk must be at least 1, got {topk}")
-    config = config or _fitting_config(model.max_positions())
+    config = config or fitting_config(model.max_positions())
     qa = QAFile(path="<answer>", format="squad2" if with_negative else "squad1", with_negative=with_negative,
                 contexts=[context],
                 questions=[{"id": "0", "question": question, "context_index": 0, "answers": [], "is_impossible": False}],
@@ -65,7 +65,7 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
     return answers[:topk]
 
 
-def _fitting_config(max_positions: int) -> QAConfig:
+def fitting_config(max_positions: int) -> QAConfig:
     """BERT's usual windows (384 / 128 / 64), shrunk to the model's positions."""
     length = min(DEFAULT_WINDOWS.max_seq_length, max_positions)
     query = min(DEFAULT_WINDOWS.max_query_length, max(1, length // 4))
@@ -93,22 +93,18 @@ def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
     if getattr(hub.model, "qa_outputs", None) is None:
         raise ValueError("this checkpoint has no QA head; fine-tune it with --task extractive_qa first")
     given = set(kwargs)
-    qa_config = getattr(hub.task, "qa_config", None)
-    if qa_config and "config" not in kwargs:
-        kwargs["config"] = QAConfig(qa_config["max_seq_length"], qa_config["doc_stride"], qa_config["max_query_length"])
-    stored = answer_options_of(hub.cfg)  # the checkpoint's criterion settings, as validation used them
-    kwargs.setdefault("n_best", stored.n_best)
-    kwargs.setdefault("max_answer_length", stored.max_answer_length)
-    kwargs.setdefault("null_threshold", stored.null_threshold)
+    settings = qa_settings_of(hub)  # the checkpoint's, or those an imported checkpoint recorded from its export
+    kwargs.setdefault("config", QAConfig(*(settings[key] for key in WINDOW_KEYS)))
+    for key in ("n_best", "max_answer_length", "null_threshold"):
+        kwargs.setdefault(key, settings[key])
     if kwargs["null_threshold"] == "validation":
-        validated = getattr(hub.task, "validated_null_threshold", lambda: None)()
+        validated = settings["validated_null_threshold"]
         if validated is None:
             raise ValueError("null_threshold='validation': this checkpoint holds no validated threshold (saved before "
                              "a validation with unanswerable questions, or by an older version); give a number")
         kwargs["null_threshold"] = validated
     explicit_threshold = "null_threshold" in given
-    if "with_negative" not in kwargs:
-        kwargs["with_negative"] = trained_with_negative(hub.task)
+    kwargs.setdefault("with_negative", settings["with_negative"])
     if explicit_threshold and not kwargs["with_negative"]:
         warnings.warn("answer(): null_threshold has no effect: this checkpoint's data has no unanswerable questions, "
                       "so the empty answer never competes (with_negative=True makes it)", stacklevel=3)
