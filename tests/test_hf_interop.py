@@ -125,10 +125,18 @@ def test_hub_interface(spm_checkpoint):
     with pytest.raises(ValueError, match="one sequence"):
         hub.decode(tokens[None])
     size = len(hub.dictionary)
-    with pytest.raises(ValueError, match=f"topk={size + 1}: must be between 1 and the vocabulary size {size}"):
+    with pytest.raises(ValueError, match=f"topk={size + 1}: must be at most the vocabulary size {size}"):
         hub.fill_mask("Return the <mask> of the named attribute.", topk=len(hub.dictionary) + 1)
     with pytest.raises(ValueError, match=r"no classification head 'other' \(registered: demo, score\)"):
         hub.predict("other", tokens)
+    # misuse is one message naming the method and the argument, not an error from deep inside
+    with pytest.raises(TypeError, match="hub.encode: every text must be a string, got list; one text a call"):
+        hub.encode(["a text", "another"])
+    with pytest.raises(TypeError, match="hub.encode: every text must be a string, got int"):
+        hub.encode("a text", 3)
+    for topk in (2.5, 0, True):
+        with pytest.raises(ValueError, match=f"hub.fill_mask: topk must be an integer of at least 1, got {topk!r}"):
+            hub.fill_mask("Return the <mask> of the named attribute.", topk=topk)
 
 
 def test_a_checkpoint_a_gpu_trained_in_half_precision_loads_on_a_cpu(spm_checkpoint, spm_data, tmp_path):

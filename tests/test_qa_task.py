@@ -388,6 +388,13 @@ def test_hub_answer(qa_run):
         hub.answer("Where does Dora live ?", "\u200b\u200b")
     with pytest.raises(ValueError, match="the question .* has no token"):
         hub.answer("\u200b", context)
+    with pytest.raises(TypeError, match="hub.answer: question must be a string, got list; one text a call"):
+        hub.answer(["Where does Dora live ?"], context)
+    for name, value in (("topk", 2.5), ("n_best", 0), ("max_answer_length", None)):
+        with pytest.raises(ValueError, match=f"hub.answer: {name} must be an integer of at least 1, got {value!r}"):
+            hub.answer("Where does Dora live ?", context, **{name: value})
+    with pytest.raises(ValueError, match="hub.answer: null_threshold must be a number or 'validation', got 'high'"):
+        hub.answer("Where does Dora live ?", context, null_threshold="high")
     # a SQuAD 1.1 model never answers with the empty answer: a threshold given is said to do nothing
     with pytest.warns(UserWarning, match="null_threshold has no effect"):
         assert hub.answer("Where does Dora live ?", context, null_threshold=-100)[0]["text"] == "Perth"

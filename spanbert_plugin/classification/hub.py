@@ -5,7 +5,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..model.hub_interface import register_hub_feature
+from ..model.hub_interface import check_text, register_hub_feature
 from .prepare import truncated_lengths
 from .task import SentenceClassificationTask
 
@@ -17,9 +17,9 @@ def hub_classify(hub, text: str, pair: Optional[str] = None) -> dict:
     if not isinstance(task, SentenceClassificationTask):
         raise ValueError("hub.classify: this checkpoint was not fine-tuned with --task sentence_classification (use "
                          "hub.predict with a head of your own)")
-    for name, value in (("text", text), ("pair", pair)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"hub.classify: {name} must be a string, got {type(value).__name__}")
+    check_text("classify", "text", text)
+    if pair is not None:
+        check_text("classify", "pair", pair)
     texts = [text] if pair is None else [text, pair]
     ids = [hub.tokenizer.encode(t).ids.tolist() for t in texts]
     budget = int(task.meta["max_seq_length"]) - (2 if pair is None else 3)

@@ -1,7 +1,7 @@
 """``hub.coref(text)``: coreference clusters of raw text with a coreference checkpoint."""
 import torch
 
-from ..model.hub_interface import register_hub_feature
+from ..model.hub_interface import check_text, register_hub_feature
 from .predict import resolve_text, text_line_breaks
 
 
@@ -14,8 +14,7 @@ def hub_coref(hub, text: str, genre=None, join_wrapped_lines: bool = False):
     ``other`` for a checkpoint that does not record its genres)."""
     if getattr(hub.model, "coref_head", None) is None:
         raise ValueError("this checkpoint has no coreference head; fine-tune it with --task coreference first")
-    if not isinstance(text, str):
-        raise TypeError(f"hub.coref: text must be a string, got {type(text).__name__}")
+    check_text("coref", "text", text)
     with torch.no_grad():
         return resolve_text(hub.model, hub.task, hub.tokenizer, text, text_line_breaks(join_wrapped_lines),
                             genre=genre)

@@ -16,6 +16,19 @@ MASK_PLACEHOLDER = "<mask>"
 HUB_FEATURES = {}
 
 
+def check_text(method: str, name: str, value) -> None:
+    """A hub method's text argument: a string (a list is a batch, which the hub methods take one text at a time)."""
+    if not isinstance(value, str):
+        hint = "; one text a call" if isinstance(value, (list, tuple)) else ""
+        raise TypeError(f"hub.{method}: {name} must be a string, got {type(value).__name__}{hint}")
+
+
+def check_count(method: str, name: str, value, least: int = 1) -> None:
+    """A hub method's count argument: an integer of at least ``least`` (not a float, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"hub.{method}: {name} must be an integer of at least {least}, got {value!r}")
+
+
 def register_hub_feature(name: str):
     """Decorator: ``hub.<name>(...)`` calls the decorated ``function(hub, ...)``."""
 
@@ -120,6 +133,8 @@ class SpanBertHubInterface(nn.Module):
 
     def encode(self, text: str, *addl_texts: str) -> torch.LongTensor:
         """``[CLS] text [SEP] (addl [SEP])*`` as token ids of the training dictionary."""
+        for given in (text, *addl_texts):
+            check_text("encode", "every text", given)
         d = self.dictionary
         ids = [d.bos()] + self.tokenizer.encode(text).ids.tolist() + [d.eos()]
         for extra in addl_texts:
@@ -160,12 +175,14 @@ class SpanBertHubInterface(nn.Module):
     @torch.no_grad()
     def fill_mask(self, masked_input: str, topk: int = 5):
         """Fill the single ``<mask>`` in the text: [(filled text, probability, predicted token)]."""
+        check_text("fill_mask", "masked_input", masked_input)
+        check_count("fill_mask", "topk", topk)
         if masked_input.count(MASK_PLACEHOLDER) != 1:
             raise ValueError(f"fill_mask needs exactly one {MASK_PLACEHOLDER} in the input")
         before, after = masked_input.split(MASK_PLACEHOLDER)
         d = self.dictionary
-        if not 1 <= topk <= len(d):
-            raise ValueError(f"fill_mask topk={topk}: must be between 1 and the vocabulary size {len(d)}")
+        if topk > len(d):
+            raise ValueError(f"fill_mask topk={topk}: must be at most the vocabulary size {len(d)}")
         before_ids, after_ids = self.tokenizer.encode(before.rstrip()).ids.tolist(), self.tokenizer.encode(after).ids.tolist()
         if d.mask_index in before_ids or d.mask_index in after_ids:
             raise ValueError(f"fill_mask: the text holds the tokenizer's own mask token ({d[d.mask_index]}) beside "

@@ -5,7 +5,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from ..model.hub_interface import register_hub_feature
+from ..model.hub_interface import check_count, check_text, register_hub_feature
 from .postprocess import postprocess
 from .prepare import QAConfig, QAFile, featurize
 from .hf_settings import WINDOW_KEYS, qa_settings_of
@@ -23,12 +23,16 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
     (start = end = -1) competes with its null score less ``null_threshold``, so that it comes first exactly when
     ``spanbert-predict-qa`` at that threshold predicts no answer.
     """
-    if not isinstance(question, str) or not question.strip():
+    check_text("answer", "question", question)
+    check_text("answer", "context", context)
+    if not question.strip():
         raise ValueError("answer() needs a non-empty question")
-    if not isinstance(context, str) or not context.strip():
+    if not context.strip():
         raise ValueError("answer() needs a non-empty context")
-    if topk < 1:
-        raise ValueError(f"topk must be at least 1, got {topk}")
+    check_count("answer", "topk", topk)
+    check_count("answer", "n_best", n_best)
+    check_count("answer", "max_answer_length", max_answer_length)
+    check_null_threshold(null_threshold)
     config = config or fitting_config(model.max_positions())
     qa = QAFile(path="<answer>", format="squad2" if with_negative else "squad1", with_negative=with_negative,
                 contexts=[context],
@@ -63,6 +67,11 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
     if with_negative:  # a tie goes to the span, as the prediction's strict null_odds > threshold has it
         answers.sort(key=lambda a: (-(a["score"] - null_threshold) if a["start"] < 0 else -a["score"], a["start"] < 0))
     return answers[:topk]
+
+
+def check_null_threshold(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ValueError(f"hub.answer: null_threshold must be a number or 'validation', got {value!r}")
 
 
 def fitting_config(max_positions: int) -> QAConfig:
@@ -103,6 +112,7 @@ def hub_answer(hub, question: str, context: str, topk: int = 1, **kwargs):
             raise ValueError("null_threshold='validation': this checkpoint holds no validated threshold (saved before "
                              "a validation with unanswerable questions, or by an older version); give a number")
         kwargs["null_threshold"] = validated
+    check_null_threshold(kwargs["null_threshold"])
     explicit_threshold = "null_threshold" in given
     kwargs.setdefault("with_negative", settings["with_negative"])
     if explicit_threshold and not kwargs["with_negative"]:
