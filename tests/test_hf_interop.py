@@ -164,7 +164,7 @@ def test_sentencepiece_tokenizer_json_matches_sentencepiece(spm_data):
 
     import sentencepiece
 
-    from spanbert_plugin.hf.interop import unigram_tokenizer_from_spm
+    from spanbert_plugin.hf.tokenizer_files import unigram_tokenizer_from_spm
 
     model_file = os.path.join(spm_data, "spm.model")
     reference = sentencepiece.SentencePieceProcessor(model_file=model_file)
