@@ -35,7 +35,14 @@ per example), over the time, next to this machine's fp32 matmul peak on the same
 
 Results (``--out``, default benchmarks/against_transformers/results/TASK): ``runs.jsonl`` (one line per run, appended
 as runs finish; later seeds can be added by another invocation with the same settings), ``summary.md`` (mean
-and sample sd per side over every run of these settings, wall-time ratios, FLOP/s) and ``commands.md``.
+and sample sd per side over every run of these settings, wall-time ratios, FLOP/s), ``commands.md``, and
+``score_tests.json`` / ``score_tests.md``: Welch's t-test (``scipy.stats.ttest_ind``, unequal variances) of the
+last-epoch dev scores of each side of ours (``ours``, ``ours (torch_adamw)``, ``random-init``) against each
+``transformers`` side of the same precision, both with at least two runs, per settings in ``runs.jsonl``.
+``--score-tests`` trains and prepares nothing: it writes those two files from ``--out``'s ``runs.jsonl``:
+
+    .venv/bin/python benchmarks/against_transformers/side_by_side.py --task sst2 --score-tests \
+        --out benchmarks/against_transformers/results/sst2_full_1epoch
 """
 import argparse
 import importlib.util
@@ -377,6 +384,59 @@ def summary(rows, args, peak, flops):
     return "\n".join(lines) + "\n"
 
 
+def score_tests(rows, metric):
+    """Welch's t-test of the last-epoch dev scores, ours' sides against the transformers sides of the same precision
+    (unpaired: different sides of a seed share no draws), per settings; pairs with fewer than two runs a side are
+    left out."""
+    from scipy import stats
+
+    tests = []
+    for settings in dict.fromkeys(r["settings"] for r in rows):
+        scores = {}
+        for r in rows:
+            if r["settings"] == settings:
+                scores.setdefault(r["side"], []).append((r["seed"], r["score_per_epoch"][-1]))
+        for ours in scores:
+            for peer in scores:
+                if (not ours.startswith(("ours", "random-init")) or not peer.startswith("transformers")
+                        or ours.endswith(BF16) != peer.endswith(BF16) or min(len(scores[ours]), len(scores[peer])) < 2):
+                    continue
+                a, b = [v for _, v in scores[ours]], [v for _, v in scores[peer]]
+                welch = stats.ttest_ind(a, b, equal_var=False)
+                tests.append({"settings": settings, "metric": metric, "side": ours, "peer": peer,
+                              "side_seeds": [s for s, _ in scores[ours]], "peer_seeds": [s for s, _ in scores[peer]],
+                              "side_scores": a, "peer_scores": b, "side_mean": statistics.mean(a),
+                              "peer_mean": statistics.mean(b), "difference": statistics.mean(a) - statistics.mean(b),
+                              "welch_t": float(welch.statistic), "welch_df": float(welch.df), "p": float(welch.pvalue)})
+    return tests
+
+
+def write_score_tests(out, task):
+    """score_tests.json and score_tests.md in ``out`` from its runs.jsonl (every settings in it)."""
+    metric = "accuracy" if task in GLUE_TASKS else "F1"
+    with open(os.path.join(out, "runs.jsonl"), encoding="utf-8") as f:
+        tests = score_tests([json.loads(line) for line in f if line.strip()], metric)
+    command = " ".join(["benchmarks/against_transformers/side_by_side.py", "--task", task, "--score-tests",
+                        "--out", os.path.relpath(os.path.abspath(out), ROOT)])
+    lines = [f"# Dev {metric}: ours against transformers, Welch's t-test", "",
+             f"Written by `{command}` from `runs.jsonl` (the last epoch's dev score of each run; "
+             "scipy.stats.ttest_ind with equal_var=False, two-sided).", ""]
+    for settings in dict.fromkeys(t["settings"] for t in tests):
+        lines += [f"Settings: {settings}", "", f"| side | peer | side {metric} (seeds) | peer {metric} (seeds) | "
+                  "difference of means | Welch's t | df | p |", "|---|---|---|---|---|---|---|---|"]
+        for t in (t for t in tests if t["settings"] == settings):
+            listed = lambda values, seeds: " / ".join(f"{v:.2f}" for v in values) + f" ({', '.join(map(str, seeds))})"  # noqa: E731
+            lines.append(f"| {t['side']} | {t['peer']} | {listed(t['side_scores'], t['side_seeds'])} | "
+                         f"{listed(t['peer_scores'], t['peer_seeds'])} | {t['difference']:+.2f} | {t['welch_t']:.2f} | "
+                         f"{t['welch_df']:.2f} | {t['p']:.2f} |" if t["p"] >= 0.01 else f"{t['welch_df']:.2f} | {t['p']:.1e} |")
+        lines.append("")
+    if not tests:
+        lines.append("No pair of sides with at least two runs each.")
+    write_atomic(os.path.join(out, "score_tests.json"), json.dumps({"command": command, "tests": tests}, indent=1) + "\n")
+    write_atomic(os.path.join(out, "score_tests.md"), "\n".join(lines).rstrip("\n") + "\n")
+    return tests
+
+
 def bf16_equivalence(rows, side, metric, margin=EQUIVALENCE_MARGIN):
     """bf16 autocast minus fp32 on the seeds both ran (same data order and initialisation): the paired mean, its
     95% interval, and a two-one-sided t-test (TOST) against +-``margin`` points: equal when both one-sided
@@ -421,6 +481,9 @@ def main():
                         help="every side trains under bf16 autocast (ours: --bf16-autocast; transformers: as Trainer(bf16=True))")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: rewrite summary.md from the runs.jsonl rows of these settings")
+    parser.add_argument("--score-tests", action="store_true",
+                        help="train and prepare nothing: write score_tests.json and score_tests.md (Welch's t-test of the "
+                             "dev scores, ours against transformers) from --out's runs.jsonl")
     parser.add_argument("--keep-checkpoint", action="store_true",
                         help="ours: keep the fine-tuned model (WORK/runs/TASK-ours-SEED/checkpoint_last.pt), e.g. for qa_inference.py")
     parser.add_argument("--work", default="/tmp/real_encoder", help="scratch folder (imported model, data, runs)")
@@ -432,6 +495,13 @@ def main():
     foreign = results_file.unmarked_folder(args.out, "--out", ("runs.jsonl",))  # its summary.md would be replaced
     if foreign:
         sys.exit(f"side_by_side: {foreign}")
+    if args.score_tests:
+        if not os.path.isfile(os.path.join(args.out, "runs.jsonl")):
+            sys.exit(f"side_by_side: --score-tests: no runs.jsonl in --out {args.out}")
+        tests = write_score_tests(args.out, args.task)
+        print(open(os.path.join(args.out, "score_tests.md"), encoding="utf-8").read() if tests else
+              f"side_by_side: {args.out}: no pair of sides with two runs each; score_tests.md says so")
+        return
     squad = f", {args.train_articles} training articles, {args.eval_articles or 'all other'} evaluated"
     args.settings = (f"task {args.task}, train size {args.train_size or 'all'}{squad if args.task == 'squad' else ''}, "
                      f"{args.max_epoch} epoch(s), batch {args.batch_size}, lr {args.lr} (10% warm-up, linear decay), "
@@ -489,6 +559,7 @@ def main():
         args.device_name = rows[-1]["settings"].rsplit("(", 1)[-1].rstrip(")")
     text = summary(rows, args, peak, flops) + "\n" + "\n".join(f"- {line}" for line in padding) + "\n"
     write_atomic(os.path.join(args.out, "summary.md"), text)
+    write_score_tests(args.out, args.task)
     if noted is not None:  # every invocation's commands, so sides run apart (or at once) are all listed
         with open(os.path.join(args.out, "commands.md"), "a", encoding="utf-8") as f:
             f.write("\n")
