@@ -592,3 +592,38 @@ def test_the_table_lists_each_loops_host_time_by_phase(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="did not write"):
         update_cost.main()
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+def test_paired_ratios_are_per_repeat_with_a_geometric_mean_and_its_interval(tmp_path, monkeypatch):
+    """Each loop over the transformers loop (and a --compile side over its eager side) in the same repeat: the
+    median and range of those ratios, their geometric mean and the 95% t-interval of the mean log ratio; the
+    --paired-ratios mode writes them from an earlier results.json, in a folder of this script's files only."""
+    from scipy import stats
+
+    def record(label, side, repeat, wall_ms):
+        return {"workload": "sst2", "label": label, "side": side, "repeat": repeat, "wall_ms": wall_ms}
+
+    eager, compiled = "fairseq-train --optimizer torch_adamw", "fairseq-train --optimizer torch_adamw --compile"
+    walls = {eager: [8.0, 9.0, 12.0], compiled: [10.0, 9.0, 18.0], "transformers loop": [10.0, 10.0, 10.0]}
+    records = [record(label, "transformers" if label == "transformers loop" else "fairseq", repeat, wall)
+               for label, values in walls.items() for repeat, wall in enumerate(values)]
+    rows = {(r["label"], r["reference"]): r for r in update_cost.paired_ratios(records)}
+    assert set(rows) == {(eager, "transformers loop"), (compiled, "transformers loop"), (compiled, eager)}
+    row = rows[(compiled, eager)]
+    assert row["ratios"] == [1.25, 1.0, 1.5] and row["median"] == 1.25 and (row["min"], row["max"]) == (1.0, 1.5)
+    logs = [math.log(r) for r in row["ratios"]]
+    low, high = stats.t.interval(0.95, 2, loc=sum(logs) / 3, scale=stats.sem(logs))
+    assert row["geometric_mean"] == pytest.approx(1.5 ** (1 / 3) * 1.25 ** (1 / 3))
+    assert row["ci95"] == pytest.approx([math.exp(low), math.exp(high)])
+    out = tmp_path / "run"
+    out.mkdir()
+    meta = {"repeats": 3, "device": "cpu", "threads": 1, "precision": "fp32", "command": "update_cost.py ..."}
+    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": [], "records": records}))
+    monkeypatch.setattr(sys, "argv", ["update_cost.py", "--paired-ratios", "--out", str(out)])
+    update_cost.main()
+    written = json.loads((out / "paired_ratios.json").read_text())
+    assert len(written["ratios"]) == 3 and written["run"] == "update_cost.py ..."
+    assert f"| sst2 | {compiled} | {eager} | 3 | 1.25x (1.00-1.50) |" in (out / "paired_ratios.md").read_text()
+    (out / "notes.txt").write_text("mine\n")
+    with pytest.raises(SystemExit, match="did not write"):
+        update_cost.main()

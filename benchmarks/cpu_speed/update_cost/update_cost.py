@@ -50,13 +50,21 @@ Per update, each figure the median over ``--repeats`` child processes in which t
         --out benchmarks/cpu_speed/update_cost/results/cpu_fp32
     .venv/bin/python benchmarks/cpu_speed/update_cost/update_cost.py --workloads sst2 --precision bf16 ...  # bf16 autocast
 
-Writes ``--out``/``results.json`` (every child's record and the medians), ``table.md`` and ``ops.png``; an
+Writes ``--out``/``results.json`` (every child's record and the medians), ``table.md``, ``ops.png`` and
+``paired_ratios.json`` / ``paired_ratios.md``: each loop's wall time over that of the ``transformers`` loop, of
+``transformers.Trainer`` and (a ``--compile`` side) of the same side eager, per repeat (the two ran in the same
+repeat), as the median with its range and as the geometric mean with its 95% t-interval (over the log ratios). An
 earlier ``--out`` of this script is replaced only with ``--force``, a folder of other files never.
+``--paired-ratios`` measures nothing: it writes the two ``paired_ratios`` files from ``--out``'s ``results.json``:
+
+    .venv/bin/python benchmarks/cpu_speed/update_cost/update_cost.py --paired-ratios \
+        --out benchmarks/cpu_speed/update_cost/results/cpu_host_cost_sst2_seeding
 """
 import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -87,7 +95,8 @@ CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
 PHASES = ("forward", "backward", "reduce-grads", "multiply-grads", "clip-grads", "optimizer")
 UPDATE_RANGE = "update_cost:update"
 WAIT_RANGE = "update_cost:wait for the device"  # the end of an update: the GPU finishes what it was given
-OUTPUTS = ("results.json", "table.md", "ops.png")  # what --out holds
+PAIRED_RATIOS = ("paired_ratios.json", "paired_ratios.md")
+OUTPUTS = ("results.json", "table.md", "ops.png", *PAIRED_RATIOS)  # what --out holds
 VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, every workload's
 SBO_POSITION_DIM = 200
 
@@ -791,6 +800,57 @@ def summarise(records, peak_tflops=None):
     return summary
 
 
+def paired_ratios(records):
+    """Each loop's wall time over a reference loop's in the same repeat: the transformers loop, transformers.Trainer
+    and, for a --compile side, the same side eager. Per (workload, loop, reference): the per-repeat ratios, their
+    median and range, and their geometric mean with the 95% t-interval of the mean log ratio (None with one repeat)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
+    from paired_stats import paired_difference
+
+    rows = []
+    for workload in dict.fromkeys(r["workload"] for r in records):
+        runs = [r for r in records if r["workload"] == workload]
+        labels = list(dict.fromkeys(r["label"] for r in runs))
+        side_of = {r["label"]: r["side"] for r in runs}
+        wall = {(r["label"], r["repeat"]): r["wall_ms"] for r in runs}
+        references = [label for label in labels if side_of[label] in ("transformers", "hf_trainer")]
+        for label in labels:
+            eager = label[:-len(" --compile")] if label.endswith(" --compile") else None
+            for reference in references + ([eager] if eager in labels else []):
+                repeats = sorted(k for (name, k) in wall if name == label and (reference, k) in wall)
+                if reference == label or not repeats:
+                    continue
+                ratios = [wall[(label, k)] / wall[(reference, k)] for k in repeats]
+                logs = paired_difference([math.log(ratio) for ratio in ratios])
+                rows.append({"workload": workload, "label": label, "reference": reference, "repeats": repeats,
+                             "ratios": ratios, "median": statistics.median(ratios), "min": min(ratios),
+                             "max": max(ratios), "geometric_mean": math.exp(logs["mean"]),
+                             "ci95": None if logs["low"] is None else [math.exp(logs["low"]), math.exp(logs["high"])]})
+    return rows
+
+
+def write_paired_ratios(records, meta, out):
+    """paired_ratios.json and paired_ratios.md under ``out``."""
+    rows = paired_ratios(records)
+    command = " ".join(["benchmarks/cpu_speed/update_cost/update_cost.py", "--paired-ratios", "--out",
+                        os.path.relpath(os.path.abspath(out), ROOT)])
+    lines = [f"Wall time per update, each loop over a reference loop in the same repeat (the child processes "
+             f"alternated), over {meta['repeats']} repeats; device {meta['device']}, {meta['threads']} thread(s), "
+             f"precision {meta['precision']}. Written by `{command}` from `results.json`; the run: "
+             f"`{meta.get('command', 'not recorded')}`.", "",
+             "| workload | loop | over | repeats | ratio, median (range) | geometric mean (95% CI) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        interval = f" ({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})" if r["ci95"] else " (one repeat)"
+        lines.append(f"| {r['workload']} | {r['label']} | {r['reference']} | {len(r['ratios'])} | "
+                     f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}) | {r['geometric_mean']:.2f}{interval} |")
+    with open(os.path.join(out, PAIRED_RATIOS[0]), "w", encoding="utf-8") as f:
+        json.dump({"command": command, "run": meta.get("command"), "ratios": rows}, f, indent=1)
+    with open(os.path.join(out, PAIRED_RATIOS[1]), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return lines
+
+
 def bookkeeping_ms(record):
     """Profiled host time of an update outside its phases: fairseq's (or the loop's) own work around them."""
     phases = sum(record["profiled_ms_by_phase"].values())
@@ -914,10 +974,17 @@ def main():
     parser.add_argument("--summarise-again", action="store_true",
                         help="measure nothing: summarise --out's results.json again (this script's current summary and "
                              "table) and rewrite its summary, table.md and ops.png")
+    parser.add_argument("--paired-ratios", action="store_true",
+                        help="measure nothing: write --out's paired_ratios.json and paired_ratios.md (each loop over the "
+                             "transformers loop, Trainer and its eager side, per repeat) from its results.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.summarise_again:
         return summarise_again(args.out, parser)
+    if args.paired_ratios:
+        meta, records = earlier_results(args.out, parser, "--paired-ratios")
+        print("\n".join(write_paired_ratios(records, meta, args.out)))
+        return
     if args.child:
         spec = json.loads(args.child)
         import torch
@@ -989,13 +1056,15 @@ def write_outputs(out, meta, records):
     os.replace(results + ".tmp", results)
     write_table(summary, meta, os.path.join(out, "table.md"))
     plot(summary, os.path.join(out, "ops.png"))
+    write_paired_ratios(records, meta, out)
     print(open(os.path.join(out, "table.md"), encoding="utf-8").read())
 
 
-def summarise_again(out, parser):
-    """--summarise-again: the records of an earlier run of this script, summarised as this version summarises."""
+def earlier_results(out, parser, flag):
+    """(meta, records) of an earlier run of this script in ``out``; exits in one line when there is none or the
+    folder holds files the script did not write."""
     if not out:
-        parser.error("--summarise-again needs --out (a results folder of this script)")
+        parser.error(f"{flag} needs --out (a results folder of this script)")
     results = os.path.join(out, "results.json")
     try:
         with open(results, encoding="utf-8") as f:
@@ -1005,6 +1074,12 @@ def summarise_again(out, parser):
         sys.exit(f"update_cost: --out {out}: no results.json of this script to summarise again")
     if not set(os.listdir(out)) <= set(OUTPUTS):
         sys.exit(f"update_cost: --out {out}: holds files this script did not write; nothing rewritten")
+    return meta, records
+
+
+def summarise_again(out, parser):
+    """--summarise-again: the records of an earlier run of this script, summarised as this version summarises."""
+    meta, records = earlier_results(out, parser, "--summarise-again")
     write_outputs(out, meta, records)
 
 
