@@ -167,3 +167,16 @@ def test_side_by_side_refuses_a_folder_without_its_runs(tmp_path):
     result = run("against_transformers/side_by_side.py", "--task", "sst2", "--work", str(tmp_path / "work"), "--out", str(folder))
     assert_refused_in_one_line(result, folder)
     assert not (tmp_path / "work").exists()
+
+
+def test_gpu_throughput_ratios_refuse_a_users_file_and_own_their_committed_result(tmp_path):
+    path = tmp_path / "notes.json"
+    path.write_text("my notes\n")
+    result = run("gpu/throughput_ratios.py", "--out", str(path), "--force")
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
+    assert path.read_text() == "my notes\n" and not (tmp_path / "notes.md").exists()
+    sys.path.insert(0, os.path.join(BENCHMARKS, "gpu"))
+    import throughput_ratios
+
+    check_results_file(os.path.join(BENCHMARKS, "gpu", "logs", "throughput_ratios.json"), "throughput_ratios.py", True,
+                       throughput_ratios.RESULT_KEYS)
