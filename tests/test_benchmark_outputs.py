@@ -180,3 +180,15 @@ def test_gpu_throughput_ratios_refuse_a_users_file_and_own_their_committed_resul
 
     check_results_file(os.path.join(BENCHMARKS, "gpu", "logs", "throughput_ratios.json"), "throughput_ratios.py", True,
                        throughput_ratios.RESULT_KEYS)
+
+
+def test_malloc_zeroing_refuses_a_users_file_and_owns_its_committed_result(tmp_path):
+    path = tmp_path / "notes.json"
+    path.write_text("my notes\n")
+    result = run("cpu_speed/malloc_zeroing.py", "--out", str(path), "--force")
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
+    assert path.read_text() == "my notes\n" and not (tmp_path / "notes.md").exists()
+    import malloc_zeroing  # benchmarks/cpu_speed is on the path
+
+    check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "malloc_zeroing", "results.json"), "malloc_zeroing.py", True,
+                       malloc_zeroing.RESULT_KEYS)

@@ -32,8 +32,9 @@ def keep_freed_memory(x: torch.Tensor) -> bool:
 
     glibc serves an allocation above 32 MB from a fresh memory map and unmaps it when freed: an update then
     pays for unmapping the previous update's large tensors and for a page fault on every 4 KB page of the new
-    ones. With a 30,522-word vocabulary the word embeddings' gradient alone is 47 MB (384 dimensions): zeroing it
-    took about 20 ms of a 200 ms SST-2 update here, against 2 ms in memory already mapped. Without memory maps
+    ones. With a 30,522-word vocabulary the word embeddings' gradient alone is 47 MB (384 dimensions): zeroing a
+    fresh one took several times as long as in memory already mapped (``benchmarks/cpu_speed/malloc_zeroing.py``
+    measures it). Without memory maps
     (``M_MMAP_MAX`` 0) such tensors come from the heap, and freed heap memory stays mapped up to
     ``KEPT_FREE_BYTES`` (``M_TRIM_THRESHOLD``): the process holds on to its peak, as it would for the next
     update anyway.
