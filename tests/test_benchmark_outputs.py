@@ -192,3 +192,17 @@ def test_malloc_zeroing_refuses_a_users_file_and_owns_its_committed_result(tmp_p
 
     check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "malloc_zeroing", "results.json"), "malloc_zeroing.py", True,
                        malloc_zeroing.RESULT_KEYS)
+
+
+def test_export_size_refuses_a_users_file_before_any_work(tmp_path):
+    path = tmp_path / "notes.json"
+    path.write_text("my notes\n")
+    result = run("gpu/export_size.py", "--imported", str(tmp_path), "--work", str(tmp_path / "work"), "--out", str(path),
+                 "--force")
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
+    assert path.read_text() == "my notes\n" and not (tmp_path / "work").exists()
+    sys.path.insert(0, os.path.join(BENCHMARKS, "gpu"))
+    import export_size
+
+    check_results_file(os.path.join(BENCHMARKS, "gpu", "export_size", "sizes.json"), "export_size.py", True,
+                       export_size.RESULT_KEYS)

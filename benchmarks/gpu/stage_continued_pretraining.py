@@ -157,6 +157,20 @@ def unpack(args):
     print(f"unpacked into {args.to}: {', '.join(sorted(os.listdir(args.to)))}", flush=True)
 
 
+def export_parts(checkpoint, packed, out, name, part_mib):
+    """``checkpoint`` packed as export brings it back (float16, no optimizer state, tied weights once, not
+    compressed) into ``packed``, then split into ``out``/NAME.encoder.partN of at most ``part_mib`` MiB; the parts'
+    paths."""
+    pack_model(checkpoint, packed, compress=False)
+    parts = []
+    with open(packed, "rb") as f:
+        while chunk := f.read(part_mib * MIB):
+            parts.append(os.path.join(out, f"{name}.encoder.part{len(parts)}"))
+            with open(parts[-1], "wb") as part:
+                part.write(chunk)
+    return parts
+
+
 def export(args):
     """The arm with the best mean dev CoNLL F1 (masking_ablation's coref_runs records), packed in parts."""
     import glob
@@ -179,15 +193,8 @@ def export(args):
     if len(checkpoints) != 1:
         sys.exit(f"stage export: {len(checkpoints)} pre-training checkpoints of {chosen} under {args.work}")
     name = chosen.replace("+", "_")  # the device returns files named in letters, digits, '.', '_' and '-'
-    packed = os.path.join(args.work, f"{name}.encoder")
-    pack_model(checkpoints[0], packed, compress=False)
-    with open(packed, "rb") as f:
-        part = 0
-        while chunk := f.read(args.part_mib * MIB):
-            with open(os.path.join(args.out, f"{name}.encoder.part{part}"), "wb") as out:
-                out.write(chunk)
-            part += 1
-    choice = {"chosen": chosen, "checkpoint": checkpoints[0], "parts": part,
+    parts = export_parts(checkpoints[0], os.path.join(args.work, f"{name}.encoder"), args.out, name, args.part_mib)
+    choice = {"chosen": chosen, "checkpoint": checkpoints[0], "parts": len(parts),
               "dev_conll_f1": {arm: {"mean": means[arm], "seeds": len(dev[arm])} for arm in sorted(dev)}}
     with open(args.choice, "w") as f:
         json.dump(choice, f, indent=1)
