@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
 import numpy as np
+import regex
 
 from .errors import UsageError
 from .file_utils import read_json, read_text
@@ -57,6 +58,33 @@ class Encoding:
     tokens: List[str]
     offsets: List[Tuple[int, int]]  # [start, end) character offsets into the text
     word_starts: np.ndarray
+
+
+# a run of combining marks (accents in decomposed text, Devanagari and Thai vowel signs, ...)
+_MARK_RUN = regex.compile(r"\p{M}+")
+
+
+def cover_dropped_marks(text: str, offsets: Sequence[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """``offsets`` with each token's end moved over the combining marks right after it that no token covers.
+
+    BERT's accent stripping removes non-spacing marks (NFD, then category Mn), and the offsets it reports leave the
+    removed marks out: in decomposed "cafe\u0301" the token "cafe" ends before the accent, in Hindi "मुझे" the last
+    token ends before the vowel sign. A span cut from the text by such offsets would end inside a character (the base
+    letter without its accent or vowel sign). A mark the next token starts on (a spacing mark it keeps) stays with it.
+    """
+    if text.isascii():
+        return list(offsets)
+    runs = {m.start(): m.end() for m in _MARK_RUN.finditer(text)}
+    if not runs:
+        return list(offsets)
+    widened = [tuple(o) for o in offsets]
+    for i, (start, end) in enumerate(widened):
+        run_end = runs.get(end)
+        if run_end is not None:
+            following = widened[i + 1][0] if i + 1 < len(widened) else len(text)
+            if following > end:
+                widened[i] = (start, min(run_end, following))
+    return widened
 
 
 UNK_WARNING_FRACTION = 0.01  # more [UNK] tokens than this means the vocabulary does not fit the text
@@ -390,7 +418,8 @@ class WordPieceTokenizer(SpanTokenizer):
         enc = self.tok.encode(text, add_special_tokens=False)
         ids = np.array(enc.ids, dtype=np.int64)
         self._note((text,), (ids,))
-        return Encoding(ids, list(enc.tokens), list(enc.offsets), self.word_start_table()[ids] if len(ids) else np.zeros(0, bool))
+        return Encoding(ids, list(enc.tokens), cover_dropped_marks(text, enc.offsets),
+                        self.word_start_table()[ids] if len(ids) else np.zeros(0, bool))
 
     def encode_ids(self, texts):
         texts = list(texts)

@@ -26,7 +26,7 @@ from ..core.progress import progress_bar
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, warn_if_vocabulary_does_not_fit, write_json, write_token_items,
 )
-from ..core.tokenization import WordPieceTokenizer
+from ..core.tokenization import WordPieceTokenizer, cover_dropped_marks
 from .windows import QASplit
 
 COMMAND = "spanbert-prepare-qa"
@@ -316,7 +316,7 @@ def encode_passages(tokenizer, texts: Sequence[str], desc: str):
             batch = list(texts[b: b + _BATCH])
             if isinstance(tokenizer, WordPieceTokenizer):
                 encodings = tokenizer.tok.encode_batch(batch, add_special_tokens=False)
-                pairs = [(e.ids, e.offsets) for e in encodings]
+                pairs = [(e.ids, cover_dropped_marks(text, e.offsets)) for text, e in zip(batch, encodings)]
             else:
                 pairs = [(e.ids, e.offsets) for e in map(tokenizer.encode, batch)]
             for token_ids, offsets in pairs:

@@ -1,0 +1,62 @@
+"""Character offsets of both tokenizers on text that normalisation changes: the spans cut by them are whole characters.
+
+WordPiece's accent stripping drops combining marks (decomposed accents, Devanagari vowel signs) and sentencepiece's
+NFKC turns zero-width characters into the space its '▁' stands for; answer texts are cut from the context by these
+offsets (extractive QA), and entity words are found by them (relation extraction).
+"""
+
+import numpy as np
+import pytest
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "we", "ate", "at", "the", "cafe", "today", ".", "what", "?",
+         "म", "##झ", "ह", "##ि", "##न", "##द", "##ी", "ง", "##า", "##ย"]
+
+
+@pytest.fixture(scope="module")
+def wordpiece(tmp_path_factory):
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
+
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    return WordPieceTokenizer(str(path), lowercase=True)
+
+
+def test_wordpiece_offsets_keep_the_combining_marks_accent_stripping_drops(wordpiece):
+    text = "we ate at the cafe\u0301 today. मुझे हिन्दी ง่าย"
+    enc = wordpiece.encode(text)
+    pieces = {token: text[start:end] for token, (start, end) in zip(enc.tokens, enc.offsets)}
+    assert pieces["cafe"] == "cafe\u0301"  # was "cafe": the accent cut off
+    assert pieces["##झ"] == "झे" and pieces["म"] == "मु"  # was "झ" and "म": the vowel signs no token holds
+    assert pieces["ง"] == "ง\u0e48"  # Thai tone mark
+    assert pieces["##ि"] == "ि"  # a spacing mark a token keeps stays that token's
+    ends = [end for _, end in enc.offsets]
+    starts = [start for start, _ in enc.offsets]
+    assert all(end <= following for end, following in zip(ends, starts[1:]))  # never overlapping
+
+
+def test_qa_answer_with_a_decomposed_accent_comes_back_whole(wordpiece):
+    """Oracle round trip: the gold token span put in as logits gives back the gold text, accent included."""
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.qa.postprocess import postprocess
+    from spanbert_plugin.qa.prepare import QAConfig, QAFile, featurize
+
+    context = "we ate at the cafe\u0301 today. मुझे"
+    golds = ["cafe\u0301", "मुझे"]
+    questions = [{"id": str(i), "question": "what ?", "context_index": 0, "answers": [g], "is_impossible": False}
+                 for i, g in enumerate(golds)]
+    starts = np.array([context.index(g) for g in golds])
+    qa = QAFile("<test>", "squad1", False, [context], questions, ["<test>"] * 2, starts, starts + [len(g) for g in golds])
+    dictionary = SpanBertDictionary.from_tokenizer(wordpiece)
+    features = featurize(qa, wordpiece, dictionary.bos(), dictionary.eos(), QAConfig(64, 16, 8), training=False)
+    split = features.split
+    assert features.stats["answers_not_aligned"] == 0
+    width = int(np.diff(features.window_offsets).max())
+    start, end = np.zeros((split.num_windows, width)), np.zeros((split.num_windows, width))
+    rows = np.arange(split.num_windows)
+    start[rows, split.start_positions] = 10
+    end[rows, split.end_positions] = 10
+    result = postprocess(split, rows, start, end)
+    assert [result.predictions[str(i)] for i in range(2)] == golds
+    for i, gold in enumerate(golds):
+        best = result.nbest[str(i)][0]
+        assert (best["start"], best["end"]) == (context.index(gold), context.index(gold) + len(gold))
