@@ -60,3 +60,38 @@ def test_qa_answer_with_a_decomposed_accent_comes_back_whole(wordpiece):
     for i, gold in enumerate(golds):
         best = result.nbest[str(i)][0]
         assert (best["start"], best["end"]) == (context.index(gold), context.index(gold) + len(gold))
+
+
+def test_sentencepiece_offsets_leave_out_the_zero_width_characters_before_a_word(spm_data):
+    from spanbert_plugin.core.tokenization import SPM_WORD_PREFIX, load_tokenizer
+
+    tokenizer = load_tokenizer(spm_data)
+    text = "the value\u200b of a\u200bb and \ufeffthe list\u200b \u200bis"
+    enc = tokenizer.encode(text)
+    for token, (start, end) in zip(enc.tokens, enc.offsets):
+        if token.startswith(SPM_WORD_PREFIX) and start < end:
+            assert text[start] not in "\u200b\ufeff ", (token, text[start:end])
+    starts = {start for start, end in enc.offsets if start < end}
+    # each word starts a token at its first letter (was: at the zero-width character, or the space, before it)
+    for word in ("of", "b", "the list", "is"):
+        assert text.rindex(word) in starts, word
+
+
+def test_relation_entity_after_a_zero_width_word_keeps_its_own_tokens(spm_data):
+    """A TACRED word of a zero-width space before the object: the marker wraps the object's tokens, not the word
+    before it (the zero-width character used to pull the next word's first piece into the word before it)."""
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import load_tokenizer
+    from spanbert_plugin.relation.prepare import RelationEncoder, RelationExample
+
+    tokenizer = load_tokenizer(spm_data)
+    dictionary = SpanBertDictionary.from_tokenizer(tokenizer)
+    encoder = RelationEncoder(tokenizer, dictionary, "typed_marker", 64)
+    for marker in encoder.markers.appended:
+        dictionary.add_symbol(marker, n=0)
+    words = ["value", "\u200b", "list", "of", "the", "value"]
+    example = RelationExample("x", words, {"SUBJ": (0, 0), "OBJ": (2, 2)}, {"SUBJ": "PERSON", "OBJ": "CITY"}, "r")
+    ids, _, _, _ = encoder.encode(example, "test")
+    symbols = [dictionary[i] for i in ids]
+    inside = symbols[symbols.index("[OBJ-CITY]") + 1: symbols.index("[/OBJ-CITY]")]
+    assert tokenizer.sp.decode([dictionary.index(s) for s in inside]).strip() == "list"

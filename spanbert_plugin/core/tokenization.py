@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
@@ -180,6 +181,11 @@ class SpanTokenizer:
         }
 
 
+def _is_invisible(char: str) -> bool:
+    """A format or control character (zero-width space, byte-order mark, BEL, ...): no text of its own."""
+    return unicodedata.category(char) in ("Cf", "Cc")
+
+
 class SentencePieceTokenizer(SpanTokenizer):
     """sentencepiece model; ids 0..3 are <s>, <pad>, </s>, <unk> as in fairseq.
 
@@ -216,8 +222,10 @@ class SentencePieceTokenizer(SpanTokenizer):
         offsets = []
         for p in proto.pieces:
             start, end = int(char_of_byte[p.begin]), int(char_of_byte[p.end])
-            # the '▁' of a word-initial piece stands for the space before it
-            while start < end and text[start].isspace():
+            # the '▁' of a word-initial piece stands for the space before it, and for the zero-width and control
+            # characters that normalisation turned into that space or removed (U+200B, U+FEFF, ...)
+            word_initial = p.piece.startswith(SPM_WORD_PREFIX)
+            while start < end and (text[start].isspace() or word_initial and _is_invisible(text[start])):
                 start += 1
             offsets.append((start, end))
         self._note((text,), (ids,))
