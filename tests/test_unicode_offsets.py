@@ -95,3 +95,18 @@ def test_relation_entity_after_a_zero_width_word_keeps_its_own_tokens(spm_data):
     symbols = [dictionary[i] for i in ids]
     inside = symbols[symbols.index("[OBJ-CITY]") + 1: symbols.index("[/OBJ-CITY]")]
     assert tokenizer.sp.decode([dictionary.index(s) for s in inside]).strip() == "list"
+
+
+def test_raw_text_coreference_words_are_whole_characters_of_any_script():
+    """hub.coref / spanbert-predict-coref --text words: vowel signs of Devanagari and Thai stay with their letters
+    (they were words of their own, so a mention could be a lone vowel sign), an emoji keeps its skin tone and ZWJ
+    sequence, zero-width and bidirectional marks are no words, and a lone CR or a danda ends a sentence."""
+    from spanbert_plugin.coref.predict import split_words
+
+    text = "मुझे हिन्दी पसंद है। ภาษาไทย ง่าย\r👍🏽 and 👨\u200d👩\u200d👧 met\u200b Ada\u200f مصر \ufeffBob."
+    words, offsets, sentences = split_words(text, "sentence")
+    assert [text[a:b] for a, b in offsets] == words
+    assert words == ["मुझे", "हिन्दी", "पसंद", "है", "।", "ภาษาไทย", "ง่าย", "👍🏽", "and", "👨\u200d👩\u200d👧", "met",
+                     "Ada", "مصر", "Bob", "."]
+    assert sentences.tolist() == [0] * 5 + [1] * 2 + [2] * 8
+    assert split_words("one\r\n\r\ntwo\rthree", "paragraph")[2].tolist() == [0, 1, 1]

@@ -4,12 +4,14 @@ Documents go through the model one at a time, exactly as at validation, so the
 scores written here equal the ones fairseq-train logged for the same checkpoint
 and split.
 """
+import functools
 import json
 import logging
 import os
 import re
 import sys
 import time
+import unicodedata
 from collections import Counter
 from typing import List, Optional, Sequence
 
@@ -33,11 +35,46 @@ from .prepare import DocumentEncoder, load_documents
 
 COMMAND = "spanbert-predict-coref"
 TASK = "coreference"
-# combining marks (decomposed accents, NFD) belong to the word they follow: \w alone would cut "René" into "Rene"
-_MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
-_WORD = re.compile(rf"\w[\w{_MARKS}]*(?:[-'’]\w[\w{_MARKS}]*)*|[^\w\s]")
-_SENTENCE_END = {".", "!", "?"}
 logger = logging.getLogger(__name__)
+# sentence-final punctuation: Latin, Devanagari dandas, CJK full-width, Arabic and Urdu
+_SENTENCE_END = {".", "!", "?", "\u0964", "\u0965", "\u3002", "\uff01", "\uff1f", "\uff0e", "\u061f", "\u06d4"}
+# a line break: LF, CRLF, a lone CR (old Mac files), NEL and the Unicode line and paragraph separators
+_LINE_BREAK = re.compile("\r\n?|[\n\x85\u2028\u2029]")
+
+
+def _classes_of(*category_sets) -> List[str]:
+    """For each set of Unicode general categories: a regular-expression character class body of every code point in
+    one of them, as ranges (one walk over the code points)."""
+    ranges = [[] for _ in category_sets]
+    first = [None] * len(category_sets)
+    for code in range(sys.maxunicode + 2):
+        category = unicodedata.category(chr(code)) if code <= sys.maxunicode else ""
+        for k, categories in enumerate(category_sets):
+            inside = category in categories
+            if inside and first[k] is None:
+                first[k] = code
+            elif not inside and first[k] is not None:
+                low, high = first[k], code - 1
+                ranges[k].append(re.escape(chr(low)) + (f"-{re.escape(chr(high))}" if high > low else ""))
+                first[k] = None
+    return ["".join(r) for r in ranges]
+
+
+@functools.lru_cache(maxsize=1)
+def _word_pattern():
+    """Words of raw text (compiled on first use: walking the Unicode tables takes about 0.4 s).
+
+    A word is a run of letters and digits with the combining marks of every script (decomposed accents, Devanagari,
+    Thai and Arabic vowel signs: \\w alone would cut "René" into "Rene" and "मुझे" into four words), joined by hyphens
+    or apostrophes; any other visible character is a word of its own, with its marks, an emoji with its skin-tone
+    modifier, and the rest of a ZWJ sequence or flag. Format and control characters (zero-width spaces, byte-order
+    marks, bidirectional marks) are no words: like white space they only separate them.
+    """
+    marks, invisible = _classes_of({"Mn", "Mc", "Me"}, {"Cf", "Cc"})
+    symbol = rf"[^\w\s{invisible}][{marks}\U0001F3FB-\U0001F3FF\U000E0020-\U000E007F]*"
+    return re.compile(rf"\w[\w{marks}]*(?:[-'’]\w[\w{marks}]*)*"
+                      rf"|[\U0001F1E6-\U0001F1FF]{{2}}"  # a flag: two regional indicators
+                      rf"|{symbol}(?:\u200d{symbol})*")
 
 
 def _to_device(sample, device):
@@ -218,13 +255,13 @@ def split_words(text: str, line_breaks: str = "space"):
     A sentence ends after . ! ? and, with ``line_breaks`` "sentence", at every line break (a file with one
     paragraph or sentence per line), with "paragraph", at blank lines only (wrapped lines, as Project Gutenberg's);
     "space": line breaks are spaces."""
-    matches = list(_WORD.finditer(text))
+    matches = list(_word_pattern().finditer(text))
     words = [m.group(0) for m in matches]
     if not words:
         return words, [], np.zeros(0, dtype=np.int64)
     ends = np.array([w in _SENTENCE_END for w in words], dtype=bool)
     if line_breaks != "space":
-        newlines = np.array([m.start() for m in re.finditer("\n", text)], dtype=np.int64)
+        newlines = np.array([m.start() for m in _LINE_BREAK.finditer(text)], dtype=np.int64)
         word_ends = np.array([m.end() for m in matches], dtype=np.int64)
         next_starts = np.array([m.start() for m in matches[1:]] + [len(text)], dtype=np.int64)
         # the gap after a word holds only whitespace (everything else is a word), so its newlines are its breaks
