@@ -73,19 +73,18 @@ def cover_dropped_marks(text: str, offsets: Sequence[Tuple[int, int]]) -> List[T
     token ends before the vowel sign. A span cut from the text by such offsets would end inside a character (the base
     letter without its accent or vowel sign). A mark the next token starts on (a spacing mark it keeps) stays with it.
     """
-    if text.isascii():
+    if text.isascii() or not offsets:
         return list(offsets)
-    runs = {m.start(): m.end() for m in _MARK_RUN.finditer(text)}
-    if not runs:
+    runs = np.array([m.span() for m in _MARK_RUN.finditer(text)], dtype=np.int64).reshape(-1, 2)
+    if not len(runs):
         return list(offsets)
-    widened = [tuple(o) for o in offsets]
-    for i, (start, end) in enumerate(widened):
-        run_end = runs.get(end)
-        if run_end is not None:
-            following = widened[i + 1][0] if i + 1 < len(widened) else len(text)
-            if following > end:
-                widened[i] = (start, min(run_end, following))
-    return widened
+    spans = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+    ends = spans[:, 1]
+    run = np.minimum(np.searchsorted(runs[:, 0], ends), len(runs) - 1)  # the run starting where a token ends, if any
+    following = np.append(spans[1:, 0], len(text))
+    widen = (runs[run, 0] == ends) & (following > ends)
+    spans[widen, 1] = np.minimum(runs[run[widen], 1], following[widen])
+    return list(map(tuple, spans.tolist()))
 
 
 UNK_WARNING_FRACTION = 0.01  # more [UNK] tokens than this means the vocabulary does not fit the text

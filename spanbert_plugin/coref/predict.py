@@ -4,18 +4,17 @@ Documents go through the model one at a time, exactly as at validation, so the
 scores written here equal the ones fairseq-train logged for the same checkpoint
 and split.
 """
-import functools
 import json
 import logging
 import os
 import re
 import sys
 import time
-import unicodedata
 from collections import Counter
 from typing import List, Optional, Sequence
 
 import numpy as np
+import regex
 import torch
 from omegaconf import DictConfig, open_dict
 from tqdm import tqdm
@@ -42,39 +41,15 @@ _SENTENCE_END = {".", "!", "?", "\u0964", "\u0965", "\u3002", "\uff01", "\uff1f"
 _LINE_BREAK = re.compile("\r\n?|[\n\x85\u2028\u2029]")
 
 
-def _classes_of(*category_sets) -> List[str]:
-    """For each set of Unicode general categories: a regular-expression character class body of every code point in
-    one of them, as ranges (one walk over the code points)."""
-    ranges = [[] for _ in category_sets]
-    first = [None] * len(category_sets)
-    for code in range(sys.maxunicode + 2):
-        category = unicodedata.category(chr(code)) if code <= sys.maxunicode else ""
-        for k, categories in enumerate(category_sets):
-            inside = category in categories
-            if inside and first[k] is None:
-                first[k] = code
-            elif not inside and first[k] is not None:
-                low, high = first[k], code - 1
-                ranges[k].append(re.escape(chr(low)) + (f"-{re.escape(chr(high))}" if high > low else ""))
-                first[k] = None
-    return ["".join(r) for r in ranges]
-
-
-@functools.lru_cache(maxsize=1)
-def _word_pattern():
-    """Words of raw text (compiled on first use: walking the Unicode tables takes about 0.4 s).
-
-    A word is a run of letters and digits with the combining marks of every script (decomposed accents, Devanagari,
-    Thai and Arabic vowel signs: \\w alone would cut "René" into "Rene" and "मुझे" into four words), joined by hyphens
-    or apostrophes; any other visible character is a word of its own, with its marks, an emoji with its skin-tone
-    modifier, and the rest of a ZWJ sequence or flag. Format and control characters (zero-width spaces, byte-order
-    marks, bidirectional marks) are no words: like white space they only separate them.
-    """
-    marks, invisible = _classes_of({"Mn", "Mc", "Me"}, {"Cf", "Cc"})
-    symbol = rf"[^\w\s{invisible}][{marks}\U0001F3FB-\U0001F3FF\U000E0020-\U000E007F]*"
-    return re.compile(rf"\w[\w{marks}]*(?:[-'’]\w[\w{marks}]*)*"
-                      rf"|[\U0001F1E6-\U0001F1FF]{{2}}"  # a flag: two regional indicators
-                      rf"|{symbol}(?:\u200d{symbol})*")
+# A word is a run of letters and digits with the combining marks of every script (decomposed accents, Devanagari,
+# Thai and Arabic vowel signs: \w alone would cut "René" into "Rene" and "मुझे" into four words), joined by hyphens or
+# apostrophes; any other visible character is a word of its own, with its marks, an emoji with its skin-tone modifier,
+# and the rest of a ZWJ sequence or flag. Format and control characters (zero-width spaces, byte-order marks,
+# bidirectional marks) are no words: like white space they only separate them.
+_SYMBOL = r"[^\w\s\p{Cf}\p{Cc}][\p{M}\U0001F3FB-\U0001F3FF\U000E0020-\U000E007F]*"
+_WORD = regex.compile(r"\w[\w\p{M}]*(?:[-'’]\w[\w\p{M}]*)*"
+                      r"|[\U0001F1E6-\U0001F1FF]{2}"  # a flag: two regional indicators
+                      rf"|{_SYMBOL}(?:\u200d{_SYMBOL})*")
 
 
 def _to_device(sample, device):
@@ -255,7 +230,7 @@ def split_words(text: str, line_breaks: str = "space"):
     A sentence ends after . ! ? and, with ``line_breaks`` "sentence", at every line break (a file with one
     paragraph or sentence per line), with "paragraph", at blank lines only (wrapped lines, as Project Gutenberg's);
     "space": line breaks are spaces."""
-    matches = list(_word_pattern().finditer(text))
+    matches = list(_WORD.finditer(text))
     words = [m.group(0) for m in matches]
     if not words:
         return words, [], np.zeros(0, dtype=np.int64)
