@@ -324,6 +324,22 @@ def test_mrqa_detected_texts_match_their_spans_up_to_normalisation(tmp_path):
         "answer 'perth' does not match the context at character 63 (found 'Sean Connery')"]
 
 
+def test_an_answer_in_another_unicode_normal_form_than_its_context_is_said_to_be(tmp_path):
+    """A decomposed context (e + U+0301) and a precomposed answer print the same: the warning says which form differs."""
+    context = "We ate at the cafe\u0301 in Rene\u0301's street."
+    qas = [{"id": "nfc", "question": "Where?", "answers": [{"text": "caf\u00e9", "answer_start": 14}]},
+           {"id": "nfd", "question": "Where?", "answers": [{"text": "cafe\u0301", "answer_start": 14}]},
+           {"id": "other", "question": "Who?", "answers": [{"text": "Anna", "answer_start": 23}]}]
+    path = tmp_path / "nfd.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    qa = read_qa_file(str(path))
+    assert [q["id"] for q, s in zip(qa.questions, qa.answer_start.tolist()) if s >= 0] == ["nfd"]
+    nfc, other = qa.mismatches
+    assert "answer 'café' does not match the context at character 14 (found 'cafe'); the context holds it in Unicode " \
+           "NFD form, the answer in another" in nfc
+    assert other.endswith("(found 'Rene')")  # a plain mismatch: no hint
+
+
 def test_questions_without_answers_and_without_the_flag_are_unanswerable(wordpiece_data, tmp_path, capsys):
     """The official v2.0 script never reads is_impossible: empty answers are NoAns. Such a file (a converted SQuAD 2.0,
     say) was refused; it now reads as with the flag, with a warning that counts them."""

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
@@ -171,7 +172,7 @@ class _Collector:
                 else:
                     found = context[max(start, 0): max(end, 0)]
                     self.mismatches.append(f"{where}: answer {text!r} does not match the context at "
-                                           f"character {start} (found {found!r})")
+                                           f"character {start} (found {found!r}){_normal_form_hint(context, start, text)}")
         self.answer_start.append(chosen[0])
         self.answer_end.append(chosen[1])
 
@@ -181,6 +182,17 @@ class _Collector:
         return QAFile(self.path, fmt, with_negative, self.contexts, self.questions, self.where,
                       np.array(self.answer_start, np.int64), np.array(self.answer_end, np.int64),
                       self.mismatches, self.unused_contexts)
+
+
+def _normal_form_hint(context: str, start: int, text: str) -> str:
+    """Where the context holds the answer in another Unicode normal form (a decomposed "e" + U+0301 against a
+    precomposed "é"), a note that says so: the two look the same when printed."""
+    for form in ("NFC", "NFD"):
+        other = unicodedata.normalize(form, text)
+        if other != text and context[max(start, 0): max(start, 0) + len(other)] == other:
+            return (f"; the context holds it in Unicode {form} form, the answer in another: normalise the file's "
+                    "contexts and answers to one form (e.g. NFC) and recount answer_start")
+    return ""
 
 
 def _candidate(context: str, start: int, end: int, text: str, ignore_case: bool):
