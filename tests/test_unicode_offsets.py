@@ -91,10 +91,32 @@ def test_relation_entity_after_a_zero_width_word_keeps_its_own_tokens(spm_data):
         dictionary.add_symbol(marker, n=0)
     words = ["value", "\u200b", "list", "of", "the", "value"]
     example = RelationExample("x", words, {"SUBJ": (0, 0), "OBJ": (2, 2)}, {"SUBJ": "PERSON", "OBJ": "CITY"}, "r")
-    ids, _, _, _ = encoder.encode(example, "test")
+    ids, _, _, _, _ = encoder.encode(example, "test")
     symbols = [dictionary[i] for i in ids]
     inside = symbols[symbols.index("[OBJ-CITY]") + 1: symbols.index("[/OBJ-CITY]")]
     assert tokenizer.sp.decode([dictionary.index(s) for s in inside]).strip() == "list"
+
+
+@pytest.mark.parametrize("mode", ["typed_marker", "typed_marker_punct"])
+def test_relation_mentions_without_tokens_are_counted_and_warned_about(spm_data, mode, caplog):
+    """A mention of only zero-width or space characters has no token: its markers enclose nothing. That is said in
+    one warning naming the first such example and counted in the split's statistics, not passed over in silence."""
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import load_tokenizer
+    from spanbert_plugin.relation.prepare import RelationEncoder, RelationExample, encode_split
+
+    tokenizer = load_tokenizer(spm_data)
+    dictionary = SpanBertDictionary.from_tokenizer(tokenizer)
+    encoder = RelationEncoder(tokenizer, dictionary, mode, 64)
+    words = ["the", "\u200b", "value", "of", "\u00a0", "list"]
+    examples = [RelationExample("fine", words, {"SUBJ": (2, 2), "OBJ": (5, 5)}, {"SUBJ": "PERSON", "OBJ": "CITY"}, "r"),
+                RelationExample("empty", words, {"SUBJ": (1, 1), "OBJ": (4, 4)}, {"SUBJ": "PERSON", "OBJ": "CITY"}, "r")]
+    with caplog.at_level("WARNING"):
+        *_, stats = encode_split(encoder, examples, "train.json")
+    assert stats["mentions_without_tokens"] == 2
+    assert len(caplog.records) == 1
+    assert ("train.json: 2 entity mention(s) have no token the tokenizer keeps, so their markers enclose nothing "
+            "(the first: example empty's subject ['\\u200b'])") in caplog.records[0].getMessage()
 
 
 def test_raw_text_coreference_words_are_whole_characters_of_any_script():

@@ -20,6 +20,7 @@ plus ``re_meta.json`` (mode, labels with the negative label first, marker ids),
 the marker symbols the vocabulary could not hold), and ``prepare_stats.json``.
 """
 import json
+import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -170,16 +171,17 @@ class RelationEncoder:
         return np.asarray(enc.ids, dtype=np.int64), np.searchsorted(word_starts, token_starts, side="right") - 1
 
     def encode(self, ex: RelationExample, where: str):
-        """(token ids, [subject, object] start-marker positions, [subject, object] region ends, tokens cut).
+        """(token ids, [subject, object] start-marker positions, [subject, object] region ends, tokens cut, the roles
+        whose mention has no token: words the tokenizer drops, such as zero-width characters).
 
         A region is the start marker, the mention and its closing marker; its
         end is the position of its last token.
         """
         roles = sorted(ROLES, key=lambda r: ex.spans[r][0])  # left to right
         if self.mode == "typed_marker_punct":
-            body, starts, regions = self._encode_punct(ex, roles)
+            body, starts, regions, tokenless = self._encode_punct(ex, roles)
         else:
-            body, starts, regions = self._encode_symbols(ex, roles)
+            body, starts, regions, tokenless = self._encode_symbols(ex, roles)
         budget = self.max_seq_length - 2  # [CLS] and [SEP]
         cut = max(0, len(body) - budget)
         if cut:
@@ -198,15 +200,16 @@ class RelationEncoder:
         ids = np.concatenate([[self.bos], body, [self.eos]]).astype(np.int64)
         # + 1 for [CLS]; a region's end is half-open, so its last token is at end - 1 + 1
         return (ids, np.array([starts[role] + 1 for role in ROLES], dtype=np.int64),
-                np.array([regions[role][1] for role in ROLES], dtype=np.int64), cut)
+                np.array([regions[role][1] for role in ROLES], dtype=np.int64), cut, tokenless)
 
     def _encode_symbols(self, ex, roles):
         """``ner``: each mention replaced by its marker; ``typed_marker``: wrapped in start/end markers."""
         ids, token_word = self._tokenize(ex.words)
-        pieces, starts, regions, length, previous = [], {}, {}, 0, 0
+        pieces, starts, regions, length, previous, tokenless = [], {}, {}, 0, 0, []
         for role in roles:
             first_word, last_word = ex.spans[role]
             lo, hi = np.searchsorted(token_word, [first_word, last_word + 1])
+            tokenless += [role] if hi == lo else []
             entity_type = normalise_type(ex.types[role])
             pieces.append(ids[previous:lo])
             length += lo - previous
@@ -219,11 +222,11 @@ class RelationEncoder:
             regions[role] = (starts[role], length)
             previous = hi
         pieces.append(ids[previous:])
-        return np.concatenate(pieces), starts, regions
+        return np.concatenate(pieces), starts, regions, tokenless
 
     def _encode_punct(self, ex, roles):
         """``typed_marker_punct``: ``@ * person * Bill Gates @`` and ``# ^ city ^ Seattle #`` as plain words."""
-        words, marked, previous = [], {}, 0
+        words, marked, mentions, previous = [], {}, {}, 0
         for role in roles:
             first_word, last_word = ex.spans[role]
             before, after = punct_marker_words(role, _punct_type(ex.types[role]))
@@ -231,11 +234,16 @@ class RelationEncoder:
             begin = len(words)
             words += [*before, *ex.words[first_word : last_word + 1], *after]
             marked[role] = (begin, len(words))  # marker words, half-open
+            mentions[role] = (begin + len(before), len(words) - len(after))
             previous = last_word + 1
         words += ex.words[previous:]
         ids, token_word = self._tokenize(words)
         regions = {role: tuple(int(t) for t in np.searchsorted(token_word, span)) for role, span in marked.items()}
-        return ids, {role: lo for role, (lo, _) in regions.items()}, regions
+        tokenless = [role for role in roles if np.ptp(np.searchsorted(token_word, mentions[role])) == 0]
+        return ids, {role: lo for role, (lo, _) in regions.items()}, regions, tokenless
+
+
+ROLE_NAMES = {"SUBJ": "subject", "OBJ": "object"}
 
 
 def _punct_type(raw) -> Optional[str]:
@@ -244,7 +252,7 @@ def _punct_type(raw) -> Optional[str]:
     return raw.strip() if table_type == OTHER_TYPE else table_type
 
 
-def _split_stats(examples, lengths, cuts):
+def _split_stats(examples, lengths, cuts, tokenless):
     normalised = [(ex.types[role], normalise_type(ex.types[role])) for ex in examples for role in ROLES]
     untyped = sum(table_type is None for _, table_type in normalised)
     types = Counter(raw for raw, table_type in normalised if table_type == OTHER_TYPE)
@@ -256,6 +264,7 @@ def _split_stats(examples, lengths, cuts):
         "longest_before_truncation": int(max(lengths)),
         "mean_tokens": round(float(np.mean(lengths)), 2),
         "untyped_mentions": untyped,
+        "mentions_without_tokens": len(tokenless),
         "types_outside_table": dict(sorted(types.items())),
         "relations": dict(sorted(Counter(ex.relation for ex in examples).items())),
     }
@@ -263,9 +272,10 @@ def _split_stats(examples, lengths, cuts):
 
 def encode_split(encoder: RelationEncoder, examples: List[RelationExample], path: str, progress=None):
     """Token items, entity positions and statistics of one split."""
-    items, positions, region_ends, lengths, cuts = [], [], [], [], []
+    items, positions, region_ends, lengths, cuts, tokenless = [], [], [], [], [], []
     for ex in examples:
-        ids, starts, ends, cut = encoder.encode(ex, f"{path}: example {ex.id}")
+        ids, starts, ends, cut, roles = encoder.encode(ex, f"{path}: example {ex.id}")
+        tokenless += [(ex, role) for role in roles]
         items.append(ids)
         positions.append(starts)
         region_ends.append(ends)
@@ -273,7 +283,14 @@ def encode_split(encoder: RelationEncoder, examples: List[RelationExample], path
         cuts.append(cut)
         if progress is not None:
             progress.update(1)
-    return items, np.stack(positions), np.stack(region_ends), _split_stats(examples, lengths, cuts)
+    if tokenless:  # the markers enclose nothing: the model sees the entity's type and place, not its words
+        ex, role = tokenless[0]
+        first, last = ex.spans[role]
+        logging.getLogger("spanbert_plugin.prepare").warning(
+            f"{path}: {len(tokenless)} entity mention(s) have no token the tokenizer keeps, so their markers enclose "
+            f"nothing (the first: example {ex.id}'s {ROLE_NAMES[role]} {ex.words[first:last + 1]!r}); counted as "
+            "mentions_without_tokens in prepare_stats.json")
+    return items, np.stack(positions), np.stack(region_ends), _split_stats(examples, lengths, cuts, tokenless)
 
 
 def prepare_relation_data(args, progress_factory=None) -> dict:
