@@ -132,3 +132,9 @@ def test_raw_text_coreference_words_are_whole_characters_of_any_script():
                      "Ada", "مصر", "Bob", "."]
     assert sentences.tolist() == [0] * 5 + [1] * 2 + [2] * 8
     assert split_words("one\r\n\r\ntwo\rthree", "paragraph")[2].tolist() == [0, 1, 1]
+    # CJK ideographs are words of their own, as BERT's tokenizer splits them (Chinese has no spaces); kana and Hangul
+    # runs are not split, by BERT either
+    text = "北京是中国的首都。東京タワー 서울 abc漢字def"
+    words, offsets, sentences = split_words(text, "sentence")
+    assert words == ["北", "京", "是", "中", "国", "的", "首", "都", "。", "東", "京", "タワー", "서울", "abc", "漢", "字", "def"]
+    assert [text[a:b] for a, b in offsets] == words and sentences.tolist() == [0] * 9 + [1] * 8

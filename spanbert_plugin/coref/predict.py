@@ -46,8 +46,14 @@ _LINE_BREAK = re.compile("\r\n?|[\n\x85\u2028\u2029]")
 # apostrophes; any other visible character is a word of its own, with its marks, an emoji with its skin-tone modifier,
 # and the rest of a ZWJ sequence or flag. Format and control characters (zero-width spaces, byte-order marks,
 # bidirectional marks) are no words: like white space they only separate them.
+# A CJK ideograph is a word of its own, as BERT's tokenizer makes it (its handle_chinese_chars ranges): text in
+# Chinese has no spaces, and a run of ideographs as one word could hold no mention smaller than itself.
+_IDEOGRAPH = (r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\U00020000-\U0002A6DF\U0002A700-\U0002B73F"
+              r"\U0002B740-\U0002B81F\U0002B820-\U0002CEAF\U0002F800-\U0002FA1F]")
+_LETTER = rf"(?:(?!{_IDEOGRAPH})\w)"
 _SYMBOL = r"[^\w\s\p{Cf}\p{Cc}][\p{M}\U0001F3FB-\U0001F3FF\U000E0020-\U000E007F]*"
-_WORD = regex.compile(r"\w[\w\p{M}]*(?:[-'’]\w[\w\p{M}]*)*"
+_WORD = regex.compile(rf"{_LETTER}(?:{_LETTER}|\p{{M}})*(?:[-'’]{_LETTER}(?:{_LETTER}|\p{{M}})*)*"
+                      rf"|{_IDEOGRAPH}\p{{M}}*"
                       r"|[\U0001F1E6-\U0001F1FF]{2}"  # a flag: two regional indicators
                       rf"|{_SYMBOL}(?:\u200d{_SYMBOL})*")
 
