@@ -324,6 +324,9 @@ def test_squad2_rules_windows_and_validated_threshold_survive_a_huggingface_roun
     failed = run_cli([bin_path("spanbert-import-hf"), "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "bad")], check=False)
     assert failed.returncode == 1 and "qa_settings.json: doc_stride must be a positive integer" in failed.stderr
     assert not (tmp_path / "bad").exists()
+    (tmp_path / "hf" / "qa_settings.json").write_text(json.dumps({**settings, "max_seq_length": 4096}))
+    failed = run_cli([bin_path("spanbert-import-hf"), "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "bad")], check=False)
+    assert failed.returncode == 1 and "qa_settings.json: max_seq_length 4096 exceeds the model's 128 positions" in failed.stderr
 
 
 def test_question_with_more_windows_than_a_batch_stays_whole():

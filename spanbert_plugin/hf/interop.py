@@ -470,6 +470,9 @@ def _register_task_heads(model, ours, config, hf_dir):
         model.register_qa_head()
         settings_path = os.path.join(hf_dir, QA_SETTINGS)
         recorded = read_qa_settings(settings_path) if os.path.isfile(settings_path) else None
+        if recorded is not None and recorded["max_seq_length"] > config["max_position_embeddings"]:
+            raise InteropError(f"{settings_path}: max_seq_length {recorded['max_seq_length']} exceeds the model's "
+                               f"{config['max_position_embeddings']} positions (config.json max_position_embeddings)")
         if recorded is not None:
             task_state[QA_STATE_KEY] = recorded
         rules = "" if recorded is None else (f"; {'SQuAD 2.0' if recorded['with_negative'] else 'SQuAD 1.1'} rules "
