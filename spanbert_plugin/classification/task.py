@@ -41,6 +41,8 @@ class SentenceClassificationConfig(SharedTrainingConfig, ADDropConfig, FinetuneS
 class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
     """Single sentences or pairs to one of K labels (or one number with --regression at prepare time)."""
 
+    criteria = ("sentence_classification",)
+
     cfg: SentenceClassificationConfig
 
     def __init__(self, cfg, dictionary, meta):

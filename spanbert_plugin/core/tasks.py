@@ -28,6 +28,9 @@ class OneDictionaryTask:
 
     # Fine-tuning tasks never run the model's MLM and SBO heads; the pre-training task trains them.
     trains_pretraining_heads = False
+    # The --criterion names the task's batches and model outputs work with (empty: not checked). Another criterion,
+    # fairseq's default cross_entropy included, would fail mid-step with a traceback about tuples or missing keys.
+    criteria = ()
 
     def __init__(self, cfg, **kwargs):
         check_bf16_autocast(cfg)
@@ -164,6 +167,15 @@ class OneDictionaryTask:
         if getattr(self.cfg, "compile", False) and not from_checkpoint:
             compile_for_training(model, self.cfg, run)
         return model
+
+    def build_criterion(self, cfg, from_checkpoint=False):
+        """The task's own criterion (``criteria``): any other is one line before anything is built."""
+        name = cfg.get("_name") if hasattr(cfg, "get") else getattr(cfg, "_name", None)
+        if self.criteria and name not in self.criteria:
+            task = getattr(self.cfg, "_name", None) or type(self).__name__
+            raise UsageError(f"--criterion {name} does not work with --task {task}; use --criterion "
+                             + " or ".join(self.criteria))
+        return super().build_criterion(cfg, from_checkpoint)
 
     def begin_epoch(self, epoch, model):
         """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings."""

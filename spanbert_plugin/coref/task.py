@@ -88,6 +88,7 @@ class CoreferenceConfig(SharedTrainingConfig, SpanDropSampling):
 class CoreferenceTask(OneDictionaryTask, FairseqTask):
     """Coreference resolution with the c2f-coref head over independent segments (SPEC section 1.4)."""
 
+    criteria = ("coreference",)
     cfg: CoreferenceConfig
 
     def __init__(self, cfg: CoreferenceConfig, dictionary: SpanBertDictionary, meta: dict):
@@ -134,12 +135,6 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         return CorefHead(hidden, c.coref_ffnn_size, c.max_span_width, c.coref_feature_size, len(GENRES),
                          c.coref_depth, c.coref_dropout, c.top_span_ratio, c.max_top_antecedents,
                          c.mention_loss_weight or 0.0, c.max_training_segments)
-
-    def build_criterion(self, cfg, from_checkpoint=False):
-        name = cfg.get("_name") if hasattr(cfg, "get") else getattr(cfg, "_name", None)
-        if name != "coreference":
-            raise UsageError(f"--criterion {name} does not work with --task coreference; use --criterion coreference")
-        return super().build_criterion(cfg, from_checkpoint)
 
     @property
     def singleton_threshold(self) -> Optional[float]:

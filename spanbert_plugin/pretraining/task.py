@@ -175,6 +175,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
     """SpanBERT pre-training: span-masked single segments for MLM + SBO."""
 
     trains_pretraining_heads = True
+    criteria = ("span_bert",)
 
     cfg: SpanBertPretrainingConfig
 

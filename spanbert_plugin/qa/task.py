@@ -45,6 +45,7 @@ class ExtractiveQAConfig(SharedTrainingConfig, ADDropConfig, QASpanDropConfig):
 class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
     """Extractive QA fine-tuning (SPEC §1.4): start/end classifiers over the encoder output."""
 
+    criteria = ("extractive_qa",)
     cfg: ExtractiveQAConfig
 
     def __init__(self, cfg: ExtractiveQAConfig, dictionary: SpanBertDictionary, qa_config: dict):

@@ -48,6 +48,8 @@ class RelationExtractionConfig(SharedTrainingConfig, ADDropConfig, FinetuneSpanD
 class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
     """Relation classification of a marked subject/object pair (SPEC §1.4)."""
 
+    criteria = ("relation_extraction",)
+
     cfg: RelationExtractionConfig
 
     def __init__(self, cfg: RelationExtractionConfig, dictionary: SpanBertDictionary, meta: dict):

@@ -1,0 +1,45 @@
+"""fairseq-train with the plugin's tasks given options or data that cannot work: one line naming the flag or
+file, exit status 1, no checkpoint written."""
+import os
+
+import pytest
+
+from conftest import bin_path, run_cli
+
+TINY = ["--arch", "spanbert_tiny", "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--num-workers", "0",
+        "--batch-size", "4", "--max-update", "1", "--seed", "1", "--log-format", "simple"]
+
+
+def train(data, task, save_dir, *extra, criterion=None):
+    """fairseq-train of ``task`` on ``data`` (criterion: the task's own unless given; "" leaves --criterion out)."""
+    criterion = {"spanbert_pretraining": "span_bert"}.get(task, task) if criterion is None else criterion
+    return run_cli([bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", task,
+                    *(["--criterion", criterion] if criterion else []), *TINY, "--save-dir", str(save_dir), *extra],
+                   check=False)
+
+
+def assert_one_line_error(proc, save_dir, message):
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1] == f"error: {message}", proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert not os.path.exists(os.path.join(save_dir, "checkpoint_last.pt"))
+
+
+@pytest.mark.parametrize("task, folder, criterion, own", [
+    ("sentence_classification", "cls", "", "sentence_classification"),  # --criterion left out: fairseq's cross_entropy
+    ("sentence_classification", "cls", "extractive_qa", "sentence_classification"),
+    ("extractive_qa", "qa", "sentence_classification", "extractive_qa"),
+    ("relation_extraction", "re", "cross_entropy", "relation_extraction"),
+])
+def test_a_criterion_of_another_task_is_one_line(family_data, tmp_path, task, folder, criterion, own):
+    """It failed mid-step with a TypeError or ConfigAttributeError traceback."""
+    proc = train(family_data[folder], task, tmp_path / "ck", criterion=criterion)
+    assert_one_line_error(proc, tmp_path / "ck", f"--criterion {criterion or 'cross_entropy'} does not work with "
+                                                 f"--task {task}; use --criterion {own}")
+
+
+def test_pretraining_refuses_masked_lm_criterion(spm_data, tmp_path):
+    proc = train(spm_data, "spanbert_pretraining", tmp_path / "ck", "--tokens-per-sample", "128", criterion="masked_lm")
+    assert_one_line_error(proc, tmp_path / "ck", "--criterion masked_lm does not work with --task "
+                                                 "spanbert_pretraining; use --criterion span_bert")
