@@ -43,3 +43,16 @@ def test_pretraining_refuses_masked_lm_criterion(spm_data, tmp_path):
     proc = train(spm_data, "spanbert_pretraining", tmp_path / "ck", "--tokens-per-sample", "128", criterion="masked_lm")
     assert_one_line_error(proc, tmp_path / "ck", "--criterion masked_lm does not work with --task "
                                                  "spanbert_pretraining; use --criterion span_bert")
+
+
+@pytest.mark.parametrize("folder, command, marker, task", [
+    ("cls", "spanbert-prepare-classification", "classification.json", "sentence_classification"),
+    ("qa", "spanbert-prepare-qa", "qa_config.json", "extractive_qa"),
+])
+def test_pretraining_refuses_a_finetuning_folder(family_data, tmp_path, folder, command, marker, task):
+    """A fine-tuning folder holds the tokenizer files and a train.bin too: it pre-trained on its examples, silently."""
+    data = family_data[folder]
+    proc = train(data, "spanbert_pretraining", tmp_path / "ck", "--tokens-per-sample", "64")
+    assert_one_line_error(proc, tmp_path / "ck", f"{data}: a {command} folder (it holds {marker}), not a "
+                                                 f"spanbert-prepare one; train it with --task {task}, or pre-train on a "
+                                                 "spanbert-prepare folder of raw text")

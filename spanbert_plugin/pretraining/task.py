@@ -40,6 +40,13 @@ from ..core.tasks import OneDictionaryTask, record_in_run_config
 logger = logging.getLogger(__name__)
 TASK_NAME = "spanbert_pretraining"
 _WORD_START_RULES = {"sentencepiece": SentencePieceTokenizer, "wordpiece": WordPieceTokenizer}
+# the metadata file each fine-tuning data command writes: (command, task)
+_FINETUNING_FOLDERS = {
+    "qa_config.json": ("spanbert-prepare-qa", "extractive_qa"),
+    "classification.json": ("spanbert-prepare-classification", "sentence_classification"),
+    "re_meta.json": ("spanbert-prepare-re", "relation_extraction"),
+    "coref_meta.json": ("spanbert-prepare-coref", "coreference"),
+}
 _ANNOTATION_OF_SCHEME = {"named_entity": "entities", "noun_phrase": "noun_phrases"}
 
 
@@ -81,6 +88,12 @@ def load_prepared_folder(folder: str):
     """The dictionary and tokenizer description of a ``spanbert-prepare`` folder; UsageError for anything else."""
     if not os.path.isdir(folder):
         raise UsageError(f"{folder}: no such data folder")
+    for marker, (command, task) in _FINETUNING_FOLDERS.items():
+        # a fine-tuning folder copies the tokenizer files too, and its train.bin reads as documents: pre-training
+        # would train on [CLS] question [SEP] windows, sentence pairs or marked relations without a word
+        if os.path.isfile(os.path.join(folder, marker)):
+            raise UsageError(f"{folder}: a {command} folder (it holds {marker}), not a spanbert-prepare one; train it "
+                             f"with --task {task}, or pre-train on a spanbert-prepare folder of raw text")
     meta_path = os.path.join(folder, META_FILE)
     if not os.path.isfile(meta_path):
         raise UsageError(
