@@ -6,7 +6,7 @@ import pytest
 
 from conftest import bin_path, run_cli
 
-TINY = ["--arch", "spanbert_tiny", "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--num-workers", "0",
+TINY = ["--arch", "spanbert_tiny", "--lr", "1e-4", "--cpu", "--num-workers", "0",
         "--batch-size", "4", "--max-update", "1", "--seed", "1", "--log-format", "simple"]
 
 
@@ -14,7 +14,8 @@ def train(data, task, save_dir, *extra, criterion=None):
     """fairseq-train of ``task`` on ``data`` (criterion: the task's own unless given; "" leaves --criterion out)."""
     criterion = {"spanbert_pretraining": "span_bert"}.get(task, task) if criterion is None else criterion
     return run_cli([bin_path("fairseq-train"), data, "--user-dir", "user_dir", "--task", task,
-                    *(["--criterion", criterion] if criterion else []), *TINY, "--save-dir", str(save_dir), *extra],
+                    *(["--criterion", criterion] if criterion else []), *TINY, "--save-dir", str(save_dir),
+                    *([] if "--optimizer" in extra else ["--optimizer", "adam"]), *extra],
                    check=False)
 
 
@@ -56,3 +57,17 @@ def test_pretraining_refuses_a_finetuning_folder(family_data, tmp_path, folder, 
     assert_one_line_error(proc, tmp_path / "ck", f"{data}: a {command} folder (it holds {marker}), not a "
                                                  f"spanbert-prepare one; train it with --task {task}, or pre-train on a "
                                                  "spanbert-prepare folder of raw text")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--adam-betas", "(0.9,1.5)"], "--adam-betas (0.9,1.5): expected two numbers in [0, 1), e.g. '(0.9,0.999)'"),
+    (["--adam-betas", "(0.9,"], "--adam-betas (0.9,: expected two numbers in [0, 1), e.g. '(0.9,0.999)'"),
+    (["--adam-betas", "(0.9,0.98,0.999)"], "--adam-betas (0.9,0.98,0.999): expected two numbers in [0, 1), e.g. "
+                                           "'(0.9,0.999)'"),
+    (["--adam-eps=-1e-6"], "--adam-eps -1e-06: expected a number of at least 0"),
+    (["--weight-decay", "-0.1"], "--weight-decay -0.1: expected a number of at least 0"),
+])
+def test_torch_adamw_options_out_of_range_are_one_line(family_data, tmp_path, extra, message):
+    """torch's AdamW raised a ValueError traceback (and a malformed --adam-betas a SyntaxError one)."""
+    proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", "--optimizer", "torch_adamw", *extra)
+    assert_one_line_error(proc, tmp_path / "ck", message)

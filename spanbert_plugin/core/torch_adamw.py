@@ -46,6 +46,31 @@ def _without_decay_on_one_dimension(params) -> list:
     return split
 
 
+def parse_betas(betas) -> tuple:
+    """``--adam-betas`` as two floats in [0, 1); a UsageError names the flag otherwise (torch's AdamW would raise a
+    ValueError traceback, and a malformed string a SyntaxError one)."""
+    given = betas
+    try:
+        if isinstance(betas, str):  # "(0.9,0.999)" on the command line: a literal, never evaluated as code
+            betas = ast.literal_eval(betas)
+        elif OmegaConf.is_config(betas):
+            betas = OmegaConf.to_container(betas)
+        betas = tuple(float(b) for b in betas)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        betas = None
+    if betas is None or len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise UsageError(f"--adam-betas {given}: expected two numbers in [0, 1), e.g. '(0.9,0.999)'")
+    return betas
+
+
+def checked_eps_and_decay(cfg) -> dict:
+    """``--adam-eps`` and ``--weight-decay``, each a number of at least 0 (UsageError naming the flag otherwise)."""
+    for flag, value in (("--adam-eps", cfg.adam_eps), ("--weight-decay", cfg.weight_decay)):
+        if not value >= 0.0:  # NaN too
+            raise UsageError(f"{flag} {value}: expected a number of at least 0")
+    return {"eps": cfg.adam_eps, "weight_decay": cfg.weight_decay}
+
+
 @dataclass
 class TorchAdamWConfig(FairseqDataclass):
     adam_betas: Any = field(default=(0.9, 0.999), metadata={"help": "betas for Adam optimizer"})
@@ -83,12 +108,7 @@ class TorchAdamW(FairseqOptimizer):
     def optimizer_config(self):
         """The options a checkpoint's optimizer state is overridden with (as fairseq's adam)."""
         lr = self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr
-        betas = self.cfg.adam_betas
-        if isinstance(betas, str):  # "(0.9,0.999)" on the command line: a literal, never evaluated as code
-            betas = ast.literal_eval(betas)
-        elif OmegaConf.is_config(betas):
-            betas = OmegaConf.to_container(betas)
-        return {"lr": lr, "betas": tuple(betas), "eps": self.cfg.adam_eps, "weight_decay": self.cfg.weight_decay}
+        return {"lr": lr, "betas": parse_betas(self.cfg.adam_betas), **checked_eps_and_decay(self.cfg)}
 
     @property
     def supports_flat_params(self):
