@@ -71,3 +71,20 @@ def test_torch_adamw_options_out_of_range_are_one_line(family_data, tmp_path, ex
     """torch's AdamW raised a ValueError traceback (and a malformed --adam-betas a SyntaxError one)."""
     proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", "--optimizer", "torch_adamw", *extra)
     assert_one_line_error(proc, tmp_path / "ck", message)
+
+
+def test_a_negative_peak_tflops_is_one_line(family_data, tmp_path):
+    """It trained and logged a negative mfu."""
+    proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", "--peak-tflops=-5")
+    assert_one_line_error(proc, tmp_path / "ck", "--peak-tflops -5.0: expected the device's peak TFLOP/s, a number "
+                                                 "above 0 (0: the table of known GPUs)")
+
+
+def test_an_unknown_compile_backend_is_one_line(family_data, tmp_path):
+    """torch's InvalidBackend ended the run in a traceback."""
+    proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", "--compile", "--compile-backend",
+                 "inductr")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --compile-backend inductr: not a torch.compile backend; expected one of "), last
+    assert "inductor" in last and not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")

@@ -33,6 +33,10 @@ class OneDictionaryTask:
     criteria = ()
 
     def __init__(self, cfg, **kwargs):
+        peak = getattr(cfg, "peak_tflops", 0.0) or 0.0
+        if not 0.0 <= peak < float("inf"):
+            raise UsageError(f"--peak-tflops {peak}: expected the device's peak TFLOP/s, a number above 0 (0: the "
+                             "table of known GPUs)")
         check_bf16_autocast(cfg)
         enable_tf32(cfg)
         super().__init__(cfg, **kwargs)
@@ -199,7 +203,15 @@ def compile_for_training(model, task_cfg, run) -> None:
     logging.getLogger(__name__).info(
         f"--compile: the encoder's layers compile on their first batches; sequences padded to a multiple of {multiple} "
         "(--required-seq-len-multiple)")
-    model.compile_layers(length_multiple=multiple, backend=task_cfg.compile_backend)
+    try:
+        model.compile_layers(length_multiple=multiple, backend=task_cfg.compile_backend)
+    except Exception as err:  # noqa: BLE001 - torch's InvalidBackend; anything else propagates unchanged
+        if type(err).__name__ != "InvalidBackend":
+            raise
+        import torch._dynamo
+
+        raise UsageError(f"--compile-backend {task_cfg.compile_backend}: not a torch.compile backend; expected one of "
+                         f"{', '.join(torch._dynamo.list_backends())}") from None
 
 
 def _world_size(cfg) -> int:
