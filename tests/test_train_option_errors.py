@@ -88,3 +88,27 @@ def test_an_unknown_compile_backend_is_one_line(family_data, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: --compile-backend inductr: not a torch.compile backend; expected one of "), last
     assert "inductor" in last and not os.path.exists(tmp_path / "ck" / "checkpoint_last.pt")
+
+
+def _copy_with(folder, tmp_path, name, text):
+    import shutil
+
+    copy = tmp_path / os.path.basename(folder)
+    shutil.copytree(folder, copy)
+    (copy / name).write_text(text, encoding="utf-8")
+    return str(copy)
+
+
+@pytest.mark.parametrize("folder, task", [("cls", "sentence_classification"), ("qa", "extractive_qa"),
+                                          ("re", "relation_extraction"), ("coref", "coreference")])
+@pytest.mark.parametrize("text, problem", [
+    ("", "empty, no symbol; copy it again or prepare the folder again"),
+    ("[PAD] 0\ngarbage\n", "unreadable ({path}:2: expected '<symbol> <count>', got 'garbage'); copy it again or "
+                           "prepare the folder again"),
+])
+def test_a_damaged_dict_txt_of_a_finetuning_folder_is_one_line(family_data, tmp_path, folder, task, text, problem):
+    """A bad line was a ValueError traceback; an empty dict.txt a TypeError in the first batch (no padding symbol)."""
+    data = _copy_with(family_data[folder], tmp_path, "dict.txt", text)
+    path = os.path.join(data, "dict.txt")
+    proc = train(data, task, tmp_path / "ck")
+    assert_one_line_error(proc, tmp_path / "ck", f"{path}: " + problem.format(path=path))

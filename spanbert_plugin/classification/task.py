@@ -8,7 +8,6 @@ layout (``input0``/``input1``/``label`` with fairseq dictionaries) has no token
 types, and its ``build_model`` overwrites the model's position count.
 """
 import logging
-import os
 from dataclasses import dataclass, field
 
 from fairseq.tasks import FairseqTask, register_task
@@ -16,13 +15,12 @@ from omegaconf import II, MISSING
 
 from .prepare import read_meta
 from .dataset import ClassificationDataset
-from ..core.dictionary import SpanBertDictionary
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
 from ..core.checkpoint_loading import match_saved_head_labels, run_starting_checkpoint
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
-from ..core.tasks import OneDictionaryTask, prepared_data_folder
+from ..core.tasks import OneDictionaryTask, prepared_data_folder, load_data_dictionary
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
@@ -59,7 +57,7 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
     def setup_task(cls, cfg, **kwargs):
         data = prepared_data_folder(cfg, "sentence_classification", "spanbert-prepare-classification")
         meta = read_meta(data)
-        dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
+        dictionary = load_data_dictionary(data)
         kind = "regression" if meta["regression"] else f"{meta['num_classes']} classes"
         logger.info(f"sentence_classification: {kind}, {'pairs' if meta['pair'] else 'single texts'}, "
                     f"dictionary of {len(dictionary)} symbols")

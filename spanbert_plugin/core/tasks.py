@@ -284,6 +284,21 @@ def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_fil
     return cfg.data
 
 
+def load_data_dictionary(folder: str):
+    """The ``dict.txt`` of a prepared fine-tuning folder; a malformed or empty one is a UsageError naming it (a bad
+    line was a ValueError traceback, an empty file a TypeError in the first batch: no padding symbol)."""
+    from .dictionary import SpanBertDictionary
+
+    path = os.path.join(folder, "dict.txt")
+    try:
+        dictionary = SpanBertDictionary.load(path)
+    except (OSError, ValueError) as err:  # UnicodeDecodeError too
+        raise UsageError(f"{path}: unreadable ({err}); copy it again or prepare the folder again") from None
+    if len(dictionary) == 0:
+        raise UsageError(f"{path}: empty, no symbol; copy it again or prepare the folder again")
+    return dictionary
+
+
 def missing_split_error(folder: str, split: str, prepare_command: str) -> UsageError:
     """The one-line error for a split that was not prepared (fairseq-train validates on ``valid`` by default)."""
     hint = ("; prepare the folder again with --valid FILE, or train with --disable-validation"

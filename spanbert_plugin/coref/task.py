@@ -19,7 +19,7 @@ from ..core.dictionary import SpanBertDictionary
 from ..spandrop.sampler import SpanDropSampling, check_span_drop_args
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
-from ..core.tasks import OneDictionaryTask, prepared_data_folder, record_in_run_config
+from ..core.tasks import OneDictionaryTask, prepared_data_folder, record_in_run_config, load_data_dictionary
 from .conll import GENRES
 from .dataset import CorefDataset
 from .head import CorefHead
@@ -126,7 +126,7 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         if cfg.no_singletons is None:
             cfg.no_singletons = not singletons
         record_in_run_config(cfg)  # the resolved defaults go into the checkpoint
-        dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
+        dictionary = load_data_dictionary(data)
         logger.info(f"{data}: segments of up to {meta['max_segment_length']} tokens, {len(dictionary)} symbols")
         return cls(cfg, dictionary, meta)
 

@@ -23,7 +23,7 @@ from ..core.errors import UsageError
 from ..core.file_utils import read_json
 from ..core.precision import SharedTrainingConfig
 from ..core.run_config import run_section
-from ..core.tasks import OneDictionaryTask, best_checkpoint_metric, missing_split_error, prepared_data_folder
+from ..core.tasks import OneDictionaryTask, best_checkpoint_metric, missing_split_error, prepared_data_folder, load_data_dictionary
 from .windows import QASplit
 from .criterion import UNANSWERABLE_METRICS
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
@@ -58,7 +58,7 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
     def setup_task(cls, cfg: ExtractiveQAConfig, **kwargs):
         data = prepared_data_folder(cfg, "extractive_qa", "spanbert-prepare-qa", (QA_CONFIG, "dict.txt"))
         qa_config = read_json(os.path.join(data, QA_CONFIG))
-        return cls(cfg, SpanBertDictionary.load(os.path.join(data, "dict.txt")), qa_config)
+        return cls(cfg, load_data_dictionary(data), qa_config)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)

@@ -21,7 +21,7 @@ from .span_drop import relation_span_drop
 from .dataset import RelationDataset
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
-from ..core.tasks import OneDictionaryTask, prepared_data_folder
+from ..core.tasks import OneDictionaryTask, prepared_data_folder, load_data_dictionary
 from ..core.checkpoint_loading import match_saved_head_labels, run_starting_checkpoint
 from ..model.relation_head import RE_POOLINGS
 from .prepare import load_re_meta
@@ -65,7 +65,7 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
     def setup_task(cls, cfg: RelationExtractionConfig, **kwargs):
         data = prepared_data_folder(cfg, "relation_extraction", "spanbert-prepare-re")
         meta = load_re_meta(data)
-        dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
+        dictionary = load_data_dictionary(data)
         logger.info(f"{cfg.data}: {len(meta['labels'])} labels, {meta['entity_marker']} markers, "
                     f"{len(dictionary)} symbols")
         return cls(cfg, dictionary, meta)
