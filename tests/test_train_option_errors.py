@@ -112,3 +112,19 @@ def test_a_damaged_dict_txt_of_a_finetuning_folder_is_one_line(family_data, tmp_
     path = os.path.join(data, "dict.txt")
     proc = train(data, task, tmp_path / "ck")
     assert_one_line_error(proc, tmp_path / "ck", f"{path}: " + problem.format(path=path))
+
+
+def test_a_labels_file_of_another_length_is_one_line(family_data, tmp_path):
+    """A labels array shorter than the split was a ValueError traceback."""
+    import shutil
+
+    import numpy as np
+
+    data = tmp_path / "cls"
+    shutil.copytree(family_data["cls"], data)
+    labels = np.load(data / "train.labels.npy")
+    np.save(data / "train.labels.npy", labels[:5])
+    proc = train(str(data), "sentence_classification", tmp_path / "ck")
+    assert_one_line_error(proc, tmp_path / "ck", f"{data}/train.labels.npy: damaged or truncated (5 entries for the "
+                                                 f"{len(labels)} examples of train.idx); copy it again or prepare the "
+                                                 "folder again")

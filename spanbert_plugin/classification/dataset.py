@@ -6,7 +6,7 @@ import torch
 from fairseq.data import data_utils
 
 from ..core.errors import UsageError
-from ..core.file_utils import load_arrays
+from ..core.file_utils import damaged_file_error, load_arrays
 from ..core.datasets import SizedDataset
 from ..core.datasets import every_example_batched, load_token_items
 
@@ -31,8 +31,12 @@ class ClassificationDataset(SizedDataset):
             if not os.path.isfile(prefix + suffix):
                 raise UsageError(f"{prefix + suffix}: no such file (split {split!r} of a spanbert-prepare-classification folder)")
         tokens = load_token_items(prefix, dictionary, split)
-        return cls(tokens, load_arrays(prefix + ".segment_a.npy"), load_arrays(prefix + ".labels.npy"),
-                   dictionary.pad(), shuffle, seed)
+        segment_a, labels = load_arrays(prefix + ".segment_a.npy"), load_arrays(prefix + ".labels.npy")
+        for suffix, values in ((".segment_a.npy", segment_a), (".labels.npy", labels)):
+            if len(values) != len(tokens):
+                raise damaged_file_error(prefix + suffix, f"{len(values)} entries for the {len(tokens)} examples of "
+                                                          f"{split}.idx")
+        return cls(tokens, segment_a, labels, dictionary.pad(), shuffle, seed)
 
     def __len__(self):
         return len(self.labels)
