@@ -128,3 +128,30 @@ def test_a_labels_file_of_another_length_is_one_line(family_data, tmp_path):
     assert_one_line_error(proc, tmp_path / "ck", f"{data}/train.labels.npy: damaged or truncated (5 entries for the "
                                                  f"{len(labels)} examples of train.idx); copy it again or prepare the "
                                                  "folder again")
+
+
+def test_resuming_a_save_dir_of_other_labels_is_one_line(family_data, tmp_path):
+    """The run in --save-dir went on (its epoch, updates, optimizer state and best score) with a fresh head for the
+    other data's labels, after one warning, and overwrote that run's checkpoints."""
+    import json
+    import shutil
+
+    save_dir = tmp_path / "ck"
+    assert train(family_data["cls"], "sentence_classification", save_dir).returncode == 0
+    other = tmp_path / "other"
+    shutil.copytree(family_data["cls"], other)
+    meta = json.loads((other / "classification.json").read_text(encoding="utf-8"))
+    saved_labels = meta["labels"]
+    meta["labels"] = [f"other_{label}" for label in saved_labels]
+    (other / "classification.json").write_text(json.dumps(meta), encoding="utf-8")
+    before = {p.name: p.stat().st_mtime_ns for p in save_dir.iterdir()}
+    proc = train(str(other), "sentence_classification", save_dir, "--max-update", "2")
+    last = save_dir / "checkpoint_last.pt"
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {last}: the run in this --save-dir trained a classification head for {saved_labels}, this data's "
+        f"labels are {meta['labels']}: it is another data set's run; train in a new --save-dir (with "
+        f"--finetune-from-model {last} to start from its weights)")
+    assert {p.name: p.stat().st_mtime_ns for p in save_dir.iterdir()} == before
+    # the same labels resume as before
+    assert train(family_data["cls"], "sentence_classification", save_dir, "--max-update", "2").returncode == 0

@@ -17,7 +17,7 @@ from .prepare import read_meta
 from .dataset import ClassificationDataset
 from .span_drop import ClassificationSpanDropDataset
 from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
-from ..core.checkpoint_loading import match_saved_head_labels, run_starting_checkpoint
+from ..core.checkpoint_loading import match_saved_head_labels, run_resumed_checkpoint
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder, load_data_dictionary
@@ -84,8 +84,8 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
                              f"but the model has {model.max_positions()} positions")
         model.register_classification_head(self.cfg.classification_head_name, num_classes=self.num_classes)
         if not from_checkpoint and not self.regression:
-            match_saved_head_labels(model, run_starting_checkpoint(cfg), "classification_heads",
-                                    self.cfg.classification_head_name, self.labels)
+            path, resumed = run_resumed_checkpoint(cfg)
+            match_saved_head_labels(model, path, "classification_heads", self.cfg.classification_head_name, self.labels, resumed)
         return model
 
     def max_positions(self):

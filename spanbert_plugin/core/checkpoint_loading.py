@@ -218,6 +218,24 @@ def starting_checkpoint(checkpoint_cfg):
     return path if path and os.path.isfile(path) else None
 
 
+def resumes_its_save_dir(checkpoint_cfg, path) -> bool:
+    """Is ``path`` the ``checkpoint_last.pt`` of the run's own ``--save-dir``, which fairseq-train resumes (its
+    epoch, updates, optimizer and best score) unless told to reset them?"""
+    if not path or (checkpoint_cfg.get("restore_file") or "checkpoint_last.pt") != "checkpoint_last.pt":
+        return False
+    if checkpoint_cfg.get("reset_dataloader") or checkpoint_cfg.get("reset_optimizer"):
+        return False
+    last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+    return os.path.abspath(path) == os.path.abspath(last)
+
+
+def run_resumed_checkpoint(model_cfg):
+    """(the file the run starts from or None, whether it is the run's own checkpoint_last.pt that it resumes)."""
+    path = run_starting_checkpoint(model_cfg)
+    checkpoint = run_section(model_cfg, "checkpoint")
+    return path, checkpoint is not None and resumes_its_save_dir(checkpoint, path)
+
+
 def run_starting_checkpoint(model_cfg):
     """The file the run ``model_cfg`` (a task's or model's section) belongs to starts from, or None (no run, no file)."""
     checkpoint = run_section(model_cfg, "checkpoint")
@@ -234,20 +252,30 @@ def stored_checkpoint(path) -> dict:
     return state if isinstance(state, dict) else {}
 
 
-def match_saved_head_labels(model, path, group: str, head: str, labels) -> None:
+def match_saved_head_labels(model, path, group: str, head: str, labels, resumed: bool = False) -> None:
     """A starting checkpoint whose task state records its head's class names (a fine-tuned or imported classifier
     or relation model) keeps the head's output rows only for ``labels``: reordered where the names are the same in
     another order (labels are stored sorted, transformers' id2label need not be), left out (fresh) where they
     differ. A head of another size the model's loading leaves out itself; names the checkpoint does not record
-    cannot be compared (rows kept in order). ``group``: the model's ``classification_heads`` or ``relation_heads``."""
+    cannot be compared (rows kept in order). ``group``: the model's ``classification_heads`` or ``relation_heads``.
+    ``resumed``: ``path`` is the run's own checkpoint_last.pt (``resumes_its_save_dir``), where other names are a
+    UsageError."""
     state = stored_checkpoint(path) if path else {}
     task_state, weights = state.get("task_state"), state.get("model")
     saved = task_state.get("labels") if isinstance(task_state, dict) else None
-    if not isinstance(saved, list) or saved == list(labels) or len(saved) != len(labels):
+    if not isinstance(saved, list) or saved == list(labels):
         return
     if not isinstance(weights, dict) or f"{group}.{head}.out_proj.weight" not in weights:
         return  # the checkpoint has no head of this name: nothing of it is loaded
     kind = group.replace("_heads", "")
+    if resumed and sorted(saved) != sorted(labels):
+        # the run in --save-dir would go on (its epoch, updates, optimizer state and best score) with a fresh head
+        # for other labels: another data set's run, continued and overwritten
+        raise UsageError(f"{path}: the run in this --save-dir trained a {kind} head for {saved}, this data's labels "
+                         f"are {list(labels)}: it is another data set's run; train in a new --save-dir (with "
+                         f"--finetune-from-model {path} to start from its weights)")
+    if len(saved) != len(labels):
+        return  # a head of another size: the model's loading leaves it out, with a warning
     if sorted(saved) == sorted(labels):
         model.map_saved_head(group, head, [saved.index(label) for label in labels])
         logger.info(f"{path}: its {kind} head's classes {saved} reordered to this data's {list(labels)}")

@@ -22,7 +22,7 @@ from .dataset import RelationDataset
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tasks import OneDictionaryTask, prepared_data_folder, load_data_dictionary
-from ..core.checkpoint_loading import match_saved_head_labels, run_starting_checkpoint
+from ..core.checkpoint_loading import match_saved_head_labels, run_resumed_checkpoint
 from ..model.relation_head import RE_POOLINGS
 from .prepare import load_re_meta
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
@@ -76,8 +76,8 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
             raise UsageError(f"relation_extraction needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
         model.register_relation_head(self.cfg.relation_head_name, len(self.labels), str(self.cfg.re_pooling))
         if not from_checkpoint:
-            match_saved_head_labels(model, run_starting_checkpoint(cfg), "relation_heads",
-                                    self.cfg.relation_head_name, self.labels)
+            path, resumed = run_resumed_checkpoint(cfg)
+            match_saved_head_labels(model, path, "relation_heads", self.cfg.relation_head_name, self.labels, resumed)
         if self.meta["max_seq_length"] > model.max_positions():
             raise UsageError(
                 f"{self.cfg.data}: examples of up to {self.meta['max_seq_length']} tokens exceed the model's "
