@@ -155,3 +155,12 @@ def test_resuming_a_save_dir_of_other_labels_is_one_line(family_data, tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in save_dir.iterdir()} == before
     # the same labels resume as before
     assert train(family_data["cls"], "sentence_classification", save_dir, "--max-update", "2").returncode == 0
+
+
+@pytest.mark.parametrize("folder, task, flag", [("cls", "sentence_classification", "--classification-head-name"),
+                                                ("re", "relation_extraction", "--relation-head-name")])
+@pytest.mark.parametrize("name", ["", "my.head"])
+def test_a_head_name_torch_refuses_is_one_line(family_data, tmp_path, folder, task, flag, name):
+    """torch's ModuleDict refused it with a KeyError traceback."""
+    proc = train(family_data[folder], task, tmp_path / "ck", f"{flag}={name}")
+    assert_one_line_error(proc, tmp_path / "ck", f"{flag} {name!r}: expected a head name, not empty and without '.'")

@@ -20,7 +20,7 @@ from ..spandrop.finetune import FinetuneSpanDropConfig, span_dropper
 from ..core.checkpoint_loading import match_saved_head_labels, run_resumed_checkpoint
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
-from ..core.tasks import OneDictionaryTask, prepared_data_folder, load_data_dictionary
+from ..core.tasks import OneDictionaryTask, prepared_data_folder, check_head_name, load_data_dictionary
 from ..addrop.task_mixin import ADDropConfig, ADDropMixin
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class SentenceClassificationTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         return dataset
 
     def build_model(self, cfg, from_checkpoint=False):
+        check_head_name("--classification-head-name", self.cfg.classification_head_name)
         model = super().build_model(cfg, from_checkpoint)
         if model.max_positions() < self.meta["max_seq_length"]:
             raise UsageError(f"{self.cfg.data}: prepared with --max-seq-length {self.meta['max_seq_length']}, "

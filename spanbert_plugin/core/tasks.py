@@ -284,6 +284,13 @@ def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_fil
     return cfg.data
 
 
+def check_head_name(flag: str, name: str) -> str:
+    """A head name the model can register (torch's module names: not empty, no '.'); UsageError naming the flag."""
+    if not name or "." in name:
+        raise UsageError(f"{flag} {name!r}: expected a head name, not empty and without '.'")
+    return name
+
+
 def load_data_dictionary(folder: str):
     """The ``dict.txt`` of a prepared fine-tuning folder; a malformed or empty one is a UsageError naming it (a bad
     line was a ValueError traceback, an empty file a TypeError in the first batch: no padding symbol)."""

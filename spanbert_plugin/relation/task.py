@@ -21,7 +21,7 @@ from .span_drop import relation_span_drop
 from .dataset import RelationDataset
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
-from ..core.tasks import OneDictionaryTask, prepared_data_folder, load_data_dictionary
+from ..core.tasks import OneDictionaryTask, prepared_data_folder, check_head_name, load_data_dictionary
 from ..core.checkpoint_loading import match_saved_head_labels, run_resumed_checkpoint
 from ..model.relation_head import RE_POOLINGS
 from .prepare import load_re_meta
@@ -71,6 +71,7 @@ class RelationExtractionTask(ADDropMixin, OneDictionaryTask, FairseqTask):
         return cls(cfg, dictionary, meta)
 
     def build_model(self, cfg, from_checkpoint=False):
+        check_head_name("--relation-head-name", self.cfg.relation_head_name)
         model = super().build_model(cfg, from_checkpoint)
         if not hasattr(model, "register_relation_head"):
             raise UsageError(f"relation_extraction needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
