@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "we", "ate", "at", "the", "cafe", "today", ".", "what", "?",
-         "म", "##झ", "ह", "##ि", "##न", "##द", "##ी", "ง", "##า", "##ย"]
+         "म", "##झ", "ह", "##ि", "##न", "##द", "##ी", "ง", "##า", "##ย", "हा", "ल", "##ो", "##ग"]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,14 @@ def test_wordpiece_offsets_keep_the_combining_marks_accent_stripping_drops(wordp
     starts = [start for start, _ in enc.offsets]
     assert all(end <= following for end, following in zip(ends, starts[1:]))  # never overlapping
 
+
+def test_wordpiece_offsets_cover_a_dropped_mark_after_a_kept_spacing_mark(wordpiece):
+    """Hindi "हाँ" and "लोगों": the token keeps the spacing vowel sign (category Mc) and accent stripping drops the
+    candrabindu or anusvara (Mn) after it; the token's end is inside the run of marks, not at its start."""
+    text = "हाँ लोगों"
+    enc = wordpiece.encode(text)
+    assert enc.tokens == ["हा", "ल", "##ो", "##ग", "##ो"]
+    assert [text[start:end] for start, end in enc.offsets] == ["हाँ", "ल", "ो", "ग", "ों"]  # were "हा" and "ो"
 
 def test_qa_answer_with_a_decomposed_accent_comes_back_whole(wordpiece):
     """Oracle round trip: the gold token span put in as logits gives back the gold text, accent included."""

@@ -72,6 +72,8 @@ def cover_dropped_marks(text: str, offsets: Sequence[Tuple[int, int]]) -> List[T
     removed marks out: in decomposed "cafe\u0301" the token "cafe" ends before the accent, in Hindi "मुझे" the last
     token ends before the vowel sign. A span cut from the text by such offsets would end inside a character (the base
     letter without its accent or vowel sign). A mark the next token starts on (a spacing mark it keeps) stays with it.
+    A token can also end inside a run: in Hindi "हाँ" the token keeps the spacing vowel sign and loses the candrabindu
+    after it, so the run is the one holding the token's end, not only one starting there.
     """
     if text.isascii() or not offsets:
         return list(offsets)
@@ -80,9 +82,9 @@ def cover_dropped_marks(text: str, offsets: Sequence[Tuple[int, int]]) -> List[T
         return list(offsets)
     spans = np.array(offsets, dtype=np.int64).reshape(-1, 2)
     ends = spans[:, 1]
-    run = np.minimum(np.searchsorted(runs[:, 0], ends), len(runs) - 1)  # the run starting where a token ends, if any
+    run = np.searchsorted(runs[:, 0], ends, side="right") - 1  # the last run starting at or before a token's end
     following = np.append(spans[1:, 0], len(text))
-    widen = (runs[run, 0] == ends) & (following > ends)
+    widen = (run >= 0) & (runs[run, 1] > ends) & (following > ends)
     spans[widen, 1] = np.minimum(runs[run[widen], 1], following[widen])
     return list(map(tuple, spans.tolist()))
 
