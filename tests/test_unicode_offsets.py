@@ -127,6 +127,21 @@ def test_relation_mentions_without_tokens_are_counted_and_warned_about(spm_data,
             "(the first: example empty's subject ['\\u200b'])") in caplog.records[0].getMessage()
 
 
+def test_relation_ner_markers_replace_a_mention_without_tokens_unremarked(spm_data, caplog):
+    """--entity-marker ner (the default) puts one marker in place of the mention's words: a mention the tokenizer
+    keeps no token of changes nothing there, so it is neither warned about nor counted."""
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import load_tokenizer
+    from spanbert_plugin.relation.prepare import RelationEncoder, RelationExample, encode_split
+
+    tokenizer = load_tokenizer(spm_data)
+    encoder = RelationEncoder(tokenizer, SpanBertDictionary.from_tokenizer(tokenizer), "ner", 64)
+    words = ["the", "\u200b", "value", "of", "\u00a0", "list"]
+    example = RelationExample("empty", words, {"SUBJ": (1, 1), "OBJ": (4, 4)}, {"SUBJ": "PERSON", "OBJ": "CITY"}, "r")
+    with caplog.at_level("WARNING"):
+        *_, stats = encode_split(encoder, [example], "train.json")
+    assert stats["mentions_without_tokens"] == 0 and not caplog.records
+
 def test_raw_text_coreference_words_are_whole_characters_of_any_script():
     """hub.coref / spanbert-predict-coref --text words: vowel signs of Devanagari and Thai stay with their letters
     (they were words of their own, so a mention could be a lone vowel sign), an emoji keeps its skin tone and ZWJ

@@ -172,7 +172,7 @@ class RelationEncoder:
 
     def encode(self, ex: RelationExample, where: str):
         """(token ids, [subject, object] start-marker positions, [subject, object] region ends, tokens cut, the roles
-        whose mention has no token: words the tokenizer drops, such as zero-width characters).
+        whose markers enclose no token of the mention: words the tokenizer drops, such as zero-width characters).
 
         A region is the start marker, the mention and its closing marker; its
         end is the position of its last token.
@@ -209,7 +209,8 @@ class RelationEncoder:
         for role in roles:
             first_word, last_word = ex.spans[role]
             lo, hi = np.searchsorted(token_word, [first_word, last_word + 1])
-            tokenless += [role] if hi == lo else []
+            if hi == lo and self.mode == "typed_marker":  # ner replaces the mention: its tokens never show
+                tokenless.append(role)
             entity_type = normalise_type(ex.types[role])
             pieces.append(ids[previous:lo])
             length += lo - previous
