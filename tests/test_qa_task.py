@@ -403,6 +403,21 @@ def test_hub_answer(qa_run):
         assert hub.answer("Where does Dora live ?", context, null_threshold=-100)[0]["text"] == "Perth"
 
 
+def test_hub_counts_and_thresholds_computed_with_numpy_are_taken():
+    """topk=np.int64(3) or null_threshold=np.float32(-1.5) (from an array of scores, say) worked before the hub
+    methods checked their arguments; they are numbers, given on as Python's."""
+    from spanbert_plugin.model.hub_interface import check_count
+    from spanbert_plugin.qa.answer import check_null_threshold
+
+    assert check_count("answer", "topk", np.int64(3)) == 3 and type(check_count("answer", "topk", np.int32(3))) is int
+    assert check_null_threshold(np.float32(-1.5)) == -1.5 and check_null_threshold(np.int64(2)) == 2.0
+    for value in (True, np.float64(2.0), np.int64(0)):
+        with pytest.raises(ValueError, match="hub.answer: topk must be an integer of at least 1"):
+            check_count("answer", "topk", value)
+    for value in (np.float32("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match="hub.answer: null_threshold must be a number or 'validation'"):
+            check_null_threshold(value)
+
 def test_hub_answer_knows_unanswerable_data_without_a_validation_split():
     """A data folder without a valid split: SQuAD 2.0 rules come from the formats qa_config.json records."""
     from spanbert_plugin.qa.answer import trained_with_negative

@@ -1,4 +1,5 @@
 """A fairseq-style hub interface for spanbert checkpoints (like ``RobertaHubInterface``)."""
+import numbers
 import os
 from typing import Optional
 
@@ -23,10 +24,12 @@ def check_text(method: str, name: str, value) -> None:
         raise TypeError(f"hub.{method}: {name} must be a string, got {type(value).__name__}{hint}")
 
 
-def check_count(method: str, name: str, value, least: int = 1) -> None:
-    """A hub method's count argument: an integer of at least ``least`` (not a float, not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+def check_count(method: str, name: str, value, least: int = 1) -> int:
+    """A hub method's count argument as an int: an integer of at least ``least`` (not a float, not a bool; numpy's
+    integers are integers, as a count computed with numpy is one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ValueError(f"hub.{method}: {name} must be an integer of at least {least}, got {value!r}")
+    return int(value)
 
 
 def register_hub_feature(name: str):
@@ -176,7 +179,7 @@ class SpanBertHubInterface(nn.Module):
     def fill_mask(self, masked_input: str, topk: int = 5):
         """Fill the single ``<mask>`` in the text: [(filled text, probability, predicted token)]."""
         check_text("fill_mask", "masked_input", masked_input)
-        check_count("fill_mask", "topk", topk)
+        topk = check_count("fill_mask", "topk", topk)
         if masked_input.count(MASK_PLACEHOLDER) != 1:
             raise ValueError(f"fill_mask needs exactly one {MASK_PLACEHOLDER} in the input")
         before, after = masked_input.split(MASK_PLACEHOLDER)

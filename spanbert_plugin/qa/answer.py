@@ -1,4 +1,5 @@
 """Answer one question about one context with a QA model (``hub.answer``), windowed like prepared data."""
+import numbers
 import warnings
 from typing import List, Optional
 
@@ -29,10 +30,10 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
         raise ValueError("answer() needs a non-empty question")
     if not context.strip():
         raise ValueError("answer() needs a non-empty context")
-    check_count("answer", "topk", topk)
-    check_count("answer", "n_best", n_best)
-    check_count("answer", "max_answer_length", max_answer_length)
-    check_null_threshold(null_threshold)
+    topk = check_count("answer", "topk", topk)
+    n_best = check_count("answer", "n_best", n_best)
+    max_answer_length = check_count("answer", "max_answer_length", max_answer_length)
+    null_threshold = check_null_threshold(null_threshold)
     config = config or fitting_config(model.max_positions())
     qa = QAFile(path="<answer>", format="squad2" if with_negative else "squad1", with_negative=with_negative,
                 contexts=[context],
@@ -69,9 +70,11 @@ def answer_question(model, tokenizer, dictionary, question: str, context: str, t
     return answers[:topk]
 
 
-def check_null_threshold(value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+def check_null_threshold(value) -> float:
+    """``null_threshold`` as a float: a number (numpy's too), not a bool, not NaN; 'validation' is resolved before."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value:
         raise ValueError(f"hub.answer: null_threshold must be a number or 'validation', got {value!r}")
+    return float(value)
 
 
 def fitting_config(max_positions: int) -> QAConfig:
