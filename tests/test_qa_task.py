@@ -329,6 +329,22 @@ def test_squad2_rules_windows_and_validated_threshold_survive_a_huggingface_roun
     assert failed.returncode == 1 and "qa_settings.json: max_seq_length 4096 exceeds the model's 128 positions" in failed.stderr
 
 
+@pytest.mark.parametrize("windows, message", [
+    ({"max_seq_length": 64, "doc_stride": 1, "max_query_length": 62}, "--max-seq-length 64 must be above"),
+    ({"max_seq_length": 64, "doc_stride": 60, "max_query_length": 16}, "--doc-stride must be between 1 and 45"),
+])
+def test_qa_settings_whose_windows_hold_no_passage_or_skip_tokens_are_one_line(tmp_path, windows, message):
+    """The windows of qa_settings.json obey what spanbert-prepare-qa asks of its options: a question of 62 tokens
+    in 64 leaves no passage token, a stride of 60 past 45 passage tokens skips some."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.qa.hf_settings import read_qa_settings
+
+    path = tmp_path / "qa_settings.json"
+    path.write_text(json.dumps({**windows, "n_best": 20, "max_answer_length": 30, "with_negative": False,
+                                "null_threshold": 0.0, "validated_null_threshold": None}))
+    with pytest.raises(UsageError, match=f"^{path}: {message}"):
+        read_qa_settings(str(path))
+
 def test_question_with_more_windows_than_a_batch_stays_whole():
     from spanbert_plugin.qa.dataset import question_batches
 

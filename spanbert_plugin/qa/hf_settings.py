@@ -11,6 +11,7 @@ import math
 import os
 
 from ..core.errors import UsageError
+from .prepare import QAConfig
 
 QA_SETTINGS = "qa_settings.json"
 TASK_STATE_KEY = "qa_settings"
@@ -71,9 +72,10 @@ def read_qa_settings(path: str) -> dict:
         value = found.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UsageError(f"{path}: {key} must be a positive integer, found {value!r}")
-    if found["doc_stride"] >= found["max_seq_length"] or found["max_query_length"] >= found["max_seq_length"]:
-        raise UsageError(f"{path}: doc_stride and max_query_length must be less than max_seq_length "
-                         f"({found['max_seq_length']})")
+    try:  # the rules spanbert-prepare-qa holds its windows to: room for a passage, no passage token skipped
+        QAConfig(*(found[key] for key in WINDOW_KEYS)).check()
+    except UsageError as err:
+        raise UsageError(f"{path}: {err} (its {', '.join(WINDOW_KEYS)})") from None
     if not isinstance(found.get("with_negative"), bool):
         raise UsageError(f"{path}: with_negative must be true or false, found {found.get('with_negative')!r}")
     if not _number(found.get("null_threshold")):
