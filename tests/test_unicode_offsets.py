@@ -161,3 +161,5 @@ def test_raw_text_coreference_words_are_whole_characters_of_any_script():
     words, offsets, sentences = split_words(text, "sentence")
     assert words == ["北", "京", "是", "中", "国", "的", "首", "都", "。", "東", "京", "タワー", "서울", "abc", "漢", "字", "def"]
     assert [text[a:b] for a, b in offsets] == words and sentences.tolist() == [0] * 9 + [1] * 8
+    # superscripts, subscripts and fractions are digits of the word, as in Python's \w and for BERT's tokenizer
+    assert split_words("5 km² of H₂O, 10½ each")[0] == ["5", "km²", "of", "H₂O", ",", "10½", "each"]

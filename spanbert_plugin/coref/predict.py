@@ -45,12 +45,15 @@ _LINE_BREAK = re.compile("\r\n?|[\n\x85\u2028\u2029]")
 # Thai and Arabic vowel signs: \w alone would cut "René" into "Rene" and "मुझे" into four words), joined by hyphens or
 # apostrophes; any other visible character is a word of its own, with its marks, an emoji with its skin-tone modifier,
 # and the rest of a ZWJ sequence or flag. Format and control characters (zero-width spaces, byte-order marks,
-# bidirectional marks) are no words: like white space they only separate them.
+# bidirectional marks) are no words: like white space they only separate them; a zero-width joiner or non-joiner
+# inside a word (Persian) is part of it, as regex's \w has them.
 # A CJK ideograph is a word of its own, as BERT's tokenizer makes it (its handle_chinese_chars ranges): text in
 # Chinese has no spaces, and a run of ideographs as one word could hold no mention smaller than itself.
 _IDEOGRAPH = (r"[\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF\U00020000-\U0002A6DF\U0002A700-\U0002B73F"
               r"\U0002B740-\U0002B81F\U0002B820-\U0002CEAF\U0002F800-\U0002FA1F]")
-_LETTER = rf"(?:(?!{_IDEOGRAPH})\w)"
+# regex's \w leaves out the other numbers (No) that Python's re counts: "km²", "H₂O" and "10½" stay one word each, as
+# BERT's tokenizer keeps them
+_LETTER = rf"(?:(?!{_IDEOGRAPH})[\w\p{{No}}])"
 _SYMBOL = r"[^\w\s\p{Cf}\p{Cc}][\p{M}\U0001F3FB-\U0001F3FF\U000E0020-\U000E007F]*"
 _WORD = regex.compile(rf"{_LETTER}(?:{_LETTER}|\p{{M}})*(?:[-'’]{_LETTER}(?:{_LETTER}|\p{{M}})*)*"
                       rf"|{_IDEOGRAPH}\p{{M}}*"
@@ -245,7 +248,8 @@ def split_words(text: str, line_breaks: str = "space"):
         newlines = np.array([m.start() for m in _LINE_BREAK.finditer(text)], dtype=np.int64)
         word_ends = np.array([m.end() for m in matches], dtype=np.int64)
         next_starts = np.array([m.start() for m in matches[1:]] + [len(text)], dtype=np.int64)
-        # the gap after a word holds only whitespace (everything else is a word), so its newlines are its breaks
+        # the gap after a word holds only whitespace and invisible characters (everything else is a word), so its
+        # line breaks are its breaks
         breaks = np.searchsorted(newlines, next_starts) - np.searchsorted(newlines, word_ends)
         ends |= breaks >= (1 if line_breaks == "sentence" else 2)
     sentence_ids = np.concatenate([[0], np.cumsum(ends)[:-1]]).astype(np.int64)
