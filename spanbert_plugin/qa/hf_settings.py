@@ -39,8 +39,8 @@ def qa_settings_of(hub) -> dict:
     if recorded is not None:
         return dict(recorded)
     qa_config = getattr(hub.task, "qa_config", None)
-    windows = ({key: int(qa_config[key]) for key in WINDOW_KEYS} if qa_config else
-               vars(fitting_config(hub.model.max_positions())))
+    fitted = None if qa_config else fitting_config(hub.model.max_positions())
+    windows = {key: int(qa_config[key] if qa_config else getattr(fitted, key)) for key in WINDOW_KEYS}
     options = answer_options_of(hub.cfg)
     validated = getattr(hub.task, "validated_null_threshold", lambda: None)()
     return {**windows, "with_negative": trained_with_negative(hub.task), "n_best": int(options.n_best),
