@@ -153,6 +153,11 @@ def test_resuming_a_save_dir_of_other_labels_is_one_line(family_data, tmp_path):
         f"labels are {meta['labels']}: it is another data set's run; train in a new --save-dir (with "
         f"--finetune-from-model {last} to start from its weights)")
     assert {p.name: p.stat().st_mtime_ns for p in save_dir.iterdir()} == before
+    # the same run named by --restore-file, or resumed with its optimizer alone reset, goes on as well: refused too
+    for options in (["--restore-file", str(last)], ["--reset-optimizer"]):
+        proc = train(str(other), "sentence_classification", save_dir, "--max-update", "2", *options)
+        assert proc.returncode == 1 and "it is another data set's run" in proc.stderr.strip().splitlines()[-1]
+    assert {p.name: p.stat().st_mtime_ns for p in save_dir.iterdir()} == before
     # the same labels resume as before
     assert train(family_data["cls"], "sentence_classification", save_dir, "--max-update", "2").returncode == 0
 

@@ -219,11 +219,11 @@ def starting_checkpoint(checkpoint_cfg):
 
 
 def resumes_its_save_dir(checkpoint_cfg, path) -> bool:
-    """Is ``path`` the ``checkpoint_last.pt`` of the run's own ``--save-dir``, which fairseq-train resumes (its
-    epoch, updates, optimizer and best score) unless told to reset them?"""
-    if not path or (checkpoint_cfg.get("restore_file") or "checkpoint_last.pt") != "checkpoint_last.pt":
-        return False
-    if checkpoint_cfg.get("reset_dataloader") or checkpoint_cfg.get("reset_optimizer"):
+    """Is ``path`` the ``checkpoint_last.pt`` of the run's own ``--save-dir`` (by default or named by
+    ``--restore-file``), which fairseq-train goes on with (its epoch and updates unless ``--reset-dataloader``, its
+    optimizer unless ``--reset-optimizer``, its best score) and whose checkpoints it overwrites? Only both resets
+    say that the run is meant to start afresh there."""
+    if not path or (checkpoint_cfg.get("reset_dataloader") and checkpoint_cfg.get("reset_optimizer")):
         return False
     last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
     return os.path.abspath(path) == os.path.abspath(last)
