@@ -169,3 +169,18 @@ def test_a_head_name_torch_refuses_is_one_line(family_data, tmp_path, folder, ta
     """torch's ModuleDict refused it with a KeyError traceback."""
     proc = train(family_data[folder], task, tmp_path / "ck", f"{flag}={name}")
     assert_one_line_error(proc, tmp_path / "ck", f"{flag} {name!r}: expected a head name, not empty and without '.'")
+
+
+def test_a_find_animals_head_name_torch_refuses_is_one_line():
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin's tasks)
+    from spanbert_plugin.core.errors import UsageError
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "--task", "find_animals", "--criterion", "sentence_prediction", "--arch", "spanbert_tiny", "--cpu",
+        "--train-size", "64", "--test-size", "8", "--classification-head-name", "my.head"])
+    cfg = convert_namespace_to_omegaconf(args)
+    with pytest.raises(UsageError, match=r"--classification-head-name 'my.head': expected a head name"):
+        tasks.setup_task(cfg.task).build_model(cfg.model)

@@ -18,7 +18,7 @@ from .find_animals_data import DEFAULT_ANIMALS, LETTERS, POSITION_BIASES, FindAn
 from .sampler import SpanDropOptions, apply_span_drop
 from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
-from ..core.tasks import OneDictionaryTask
+from ..core.tasks import OneDictionaryTask, check_head_name
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class FindAnimalsTask(OneDictionaryTask, FairseqTask):
         self.keep_dataset(split, SortDataset(dataset, sort_order=[shuffle, sizes]), training)
 
     def build_model(self, cfg, from_checkpoint=False):
+        check_head_name("--classification-head-name", self.cfg.classification_head_name)
         model = super().build_model(cfg, from_checkpoint)
         model_positions = getattr(model, "max_positions", lambda: None)()
         if model_positions is not None and self.max_positions() > model_positions:
