@@ -184,3 +184,40 @@ def test_a_find_animals_head_name_torch_refuses_is_one_line():
     cfg = convert_namespace_to_omegaconf(args)
     with pytest.raises(UsageError, match=r"--classification-head-name 'my.head': expected a head name"):
         tasks.setup_task(cfg.task).build_model(cfg.model)
+
+
+@pytest.mark.parametrize("argv, warning", [
+    (["--task", "sentence_classification", "--criterion", "sentence_classification", "--ad-drop-q", "0.3",
+      "--span-drop-gamma", "1", "--span-drop-unit", "word"],
+     ["--span-drop-gamma 1.0, --span-drop-unit word: no effect, since SpanDrop is off (--span-drop-p 0)",
+      "--ad-drop-q 0.3: no effect, since AD-DROP is off (--ad-drop-p 0)"]),
+    (["--task", "extractive_qa", "--criterion", "extractive_qa", "--span-drop-p", "0.1", "--span-drop-chunk-size", "4"],
+     ["--span-drop-chunk-size 4: no effect, since --span-drop-unit is token, not chunk"]),
+    (["--task", "extractive_qa", "--criterion", "extractive_qa", "--span-drop-p", "0.1", "--span-drop-chunk-size", "4",
+      "--span-drop-unit", "chunk"], []),
+    (["--task", "spanbert_pretraining", "--criterion", "span_bert", "--mask-scheme", "subword", "--geometric-p", "0.5"],
+     ["--geometric-p 0.5: no effect, since --mask-scheme subword draws no span lengths"]),
+    (["--task", "coreference", "--criterion", "coreference", "--span-drop-gamma", "1"],
+     ["--span-drop-gamma 1.0: no effect, since SpanDrop is off (--span-drop-p 0)"]),
+    (["--task", "spanbert_pretraining", "--criterion", "span_bert"], []),
+])
+def test_options_that_do_nothing_as_set_are_warned_about(argv, warning, caplog):
+    """A secondary option of a feature left off (or of another span unit or masking scheme) was ignored in silence,
+    which reads as applied."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin.registry  # noqa: F401  (registers the plugin's tasks and their checks)
+    from spanbert_plugin.core.tasks import warn_options_without_effect
+
+    args = options.parse_args_and_arch(options.get_training_parser(), ["data", *argv, "--arch", "spanbert_tiny", "--cpu"])
+    with caplog.at_level("WARNING"):
+        warn_options_without_effect(convert_namespace_to_omegaconf(args).task)
+    assert [r.getMessage() for r in caplog.records if r.name == "spanbert_plugin.core.tasks"] == warning
+
+
+def test_fairseq_train_warns_about_options_that_do_nothing_once(family_data, tmp_path):
+    proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", "--ad-drop-q", "0.3", "--max-epoch", "2",
+                 "--max-update", "1000")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (proc.stdout + proc.stderr).count("--ad-drop-q 0.3: no effect, since AD-DROP is off (--ad-drop-p 0)") == 1

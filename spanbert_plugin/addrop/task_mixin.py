@@ -27,6 +27,7 @@ from omegaconf import II
 from ..core.errors import UsageError
 from ..core.metrics import log_mean, total
 from ..core.precision import amp_autocast
+from ..core.tasks import register_options_check
 from .attribution import ATTRIBUTIONS, drop_counts, drop_masks, mask_generator
 
 
@@ -58,6 +59,14 @@ def check_ad_drop_options(cfg) -> None:
         if not 0.0 <= value <= 1.0:
             raise UsageError(f"{flag} {value}: expected a probability in [0, 1]")
     parse_layers(cfg.ad_drop_layers, None)
+
+
+@register_options_check
+def ad_drop_options_while_off(cfg):
+    if "ad_drop_p" in cfg and cfg.ad_drop_p == 0:
+        return [(("ad_drop_q", "ad_drop_layers", "ad_drop_attribution", "ad_drop_every_epoch"),
+                 "since AD-DROP is off (--ad-drop-p 0)")]
+    return []
 
 
 def parse_layers(spec: str, num_layers):

@@ -1,4 +1,5 @@
 """What the registered tasks share (registration: ``spanbert_plugin/registry.py``): ``OneDictionaryTask`` and its helpers."""
+import dataclasses
 import logging
 import os
 import warnings
@@ -182,8 +183,12 @@ class OneDictionaryTask:
         return super().build_criterion(cfg, from_checkpoint)
 
     def begin_epoch(self, epoch, model):
-        """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings."""
+        """Training only (fairseq-train calls it; loading a checkpoint does not): check the run's save settings, and
+        (before the first epoch) warn about the options that do nothing as set."""
         warn_if_validating_between_saves(self.cfg)
+        if not getattr(self, "_options_without_effect_checked", False):
+            self._options_without_effect_checked = True
+            warn_options_without_effect(self.cfg)
         super().begin_epoch(epoch, model)
 
     def post_validate(self, model, stats, agg):
@@ -282,6 +287,35 @@ def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_fil
         if not os.path.isfile(path):
             raise UsageError(f"{path}: no such file; {cfg.data} is not a {prepare_command} folder")
     return cfg.data
+
+
+# Checks of options that do nothing as set, such as a feature's secondary options while the feature is off: each
+# feature registers one, ``(task cfg) -> [(option names, why they do nothing)]``; training runs them once.
+OPTIONS_WITHOUT_EFFECT = []
+
+
+def register_options_check(check):
+    OPTIONS_WITHOUT_EFFECT.append(check)
+    return check
+
+
+def options_away_from_defaults(cfg, names) -> list:
+    """``--name value`` of each of ``names`` that the task's config sets to other than its dataclass default."""
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    config_class = TASK_DATACLASS_REGISTRY.get(cfg.get("_name"))
+    defaults = {f.name: f.default for f in dataclasses.fields(config_class)} if config_class else {}
+    return [f"--{name.replace('_', '-')} {cfg[name]}" for name in names
+            if name in defaults and name in cfg and str(cfg[name]) != str(defaults[name])]
+
+
+def warn_options_without_effect(cfg) -> None:
+    """One warning per feature whose options were set but do nothing (an option silently ignored reads as applied)."""
+    for check in OPTIONS_WITHOUT_EFFECT:
+        for names, reason in check(cfg):
+            given = options_away_from_defaults(cfg, names)
+            if given:
+                logging.getLogger(__name__).warning(f"{', '.join(given)}: no effect, {reason}")
 
 
 def check_head_name(flag: str, name: str) -> str:

@@ -35,7 +35,7 @@ from ..core.errors import UsageError
 from ..core.precision import SharedTrainingConfig
 from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
 from ..core.run_config import run_section
-from ..core.tasks import OneDictionaryTask, record_in_run_config
+from ..core.tasks import OneDictionaryTask, record_in_run_config, register_options_check
 
 logger = logging.getLogger(__name__)
 TASK_NAME = "spanbert_pretraining"
@@ -82,6 +82,13 @@ def data_folders(data: str) -> List[str]:
     if not paths:
         raise UsageError(f"{TASK_NAME} needs a data folder (spanbert-prepare --destdir): give DATA or task.data=DATA")
     return paths
+
+
+@register_options_check
+def span_length_options_of_other_schemes(cfg):
+    if "mask_scheme" in cfg and str(cfg.mask_scheme) != "span":
+        return [(("geometric_p", "max_span_len"), f"since --mask-scheme {cfg.mask_scheme} draws no span lengths")]
+    return []
 
 
 def load_prepared_folder(folder: str):

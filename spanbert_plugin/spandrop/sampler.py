@@ -17,6 +17,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ..core.errors import UsageError
 from ..core.datasets import ItemRandom
+from ..core.tasks import register_options_check
 
 UNITS = ("token", "chunk", "separator", "explicit")
 MODES = ("drop", "mask")
@@ -28,6 +29,18 @@ def check_span_drop_args(p, gamma=None):
         raise UsageError(f"--span-drop-p must be in [0, 1), got {p}")
     if gamma is not None and gamma <= 0:
         raise UsageError(f"--span-drop-gamma must be > 0 (or unset for Bernoulli SpanDrop), got {gamma}")
+
+
+@register_options_check
+def span_drop_options_while_off(cfg):
+    if "span_drop_p" not in cfg:
+        return []
+    if cfg.span_drop_p == 0:
+        return [([name for name in cfg if str(name).startswith("span_drop_") and name != "span_drop_p"],
+                 "since SpanDrop is off (--span-drop-p 0)")]
+    if "span_drop_unit" in cfg and str(cfg.span_drop_unit) != "chunk":
+        return [(("span_drop_chunk_size",), f"since --span-drop-unit is {cfg.span_drop_unit}, not chunk")]
+    return []
 
 
 def sample_keep_mask(num_spans: int, p: float, gamma: Optional[float], rng: np.random.Generator, protected=None,
