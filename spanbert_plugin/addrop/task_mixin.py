@@ -62,8 +62,8 @@ def check_ad_drop_options(cfg) -> None:
 
 
 @register_options_check
-def ad_drop_options_while_off(cfg):
-    if "ad_drop_p" in cfg and cfg.ad_drop_p == 0:
+def ad_drop_options_while_off(options):
+    if options.get("ad_drop_p") == 0:
         return [(("ad_drop_q", "ad_drop_layers", "ad_drop_attribution", "ad_drop_every_epoch"),
                  "since AD-DROP is off (--ad-drop-p 0)")]
     return []

@@ -290,7 +290,8 @@ def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_fil
 
 
 # Checks of options that do nothing as set, such as a feature's secondary options while the feature is off: each
-# feature registers one, ``(task cfg) -> [(option names, why they do nothing)]``; training runs them once.
+# feature registers one, ``(the task's options as a dict) -> [(option names, why they do nothing)]``; training runs
+# them once.
 OPTIONS_WITHOUT_EFFECT = []
 
 
@@ -299,21 +300,25 @@ def register_options_check(check):
     return check
 
 
-def options_away_from_defaults(cfg, names) -> list:
-    """``--name value`` of each of ``names`` that the task's config sets to other than its dataclass default."""
+def _options_and_defaults(cfg):
+    """({option: value}, {option: its dataclass default}) of a task config (fairseq's DictConfig, or the dataclass)."""
     from fairseq.tasks import TASK_DATACLASS_REGISTRY
 
-    config_class = TASK_DATACLASS_REGISTRY.get(cfg.get("_name"))
+    if dataclasses.is_dataclass(cfg):
+        config_class, names = type(cfg), [f.name for f in dataclasses.fields(cfg)]
+    else:
+        config_class, names = TASK_DATACLASS_REGISTRY.get(cfg.get("_name")), list(cfg.keys())
     defaults = {f.name: f.default for f in dataclasses.fields(config_class)} if config_class else {}
-    return [f"--{name.replace('_', '-')} {cfg[name]}" for name in names
-            if name in defaults and name in cfg and str(cfg[name]) != str(defaults[name])]
+    return {name: getattr(cfg, name) for name in names}, defaults
 
 
 def warn_options_without_effect(cfg) -> None:
     """One warning per feature whose options were set but do nothing (an option silently ignored reads as applied)."""
+    options, defaults = _options_and_defaults(cfg)
     for check in OPTIONS_WITHOUT_EFFECT:
-        for names, reason in check(cfg):
-            given = options_away_from_defaults(cfg, names)
+        for names, reason in check(options):
+            given = [f"--{name.replace('_', '-')} {options[name]}" for name in names
+                     if name in options and name in defaults and str(options[name]) != str(defaults[name])]
             if given:
                 logging.getLogger(__name__).warning(f"{', '.join(given)}: no effect, {reason}")
 

@@ -85,9 +85,9 @@ def data_folders(data: str) -> List[str]:
 
 
 @register_options_check
-def span_length_options_of_other_schemes(cfg):
-    if "mask_scheme" in cfg and str(cfg.mask_scheme) != "span":
-        return [(("geometric_p", "max_span_len"), f"since --mask-scheme {cfg.mask_scheme} draws no span lengths")]
+def span_length_options_of_other_schemes(options):
+    if "mask_scheme" in options and str(options["mask_scheme"]) != "span":
+        return [(("geometric_p", "max_span_len"), f"since --mask-scheme {options['mask_scheme']} draws no span lengths")]
     return []
 
 

@@ -32,14 +32,14 @@ def check_span_drop_args(p, gamma=None):
 
 
 @register_options_check
-def span_drop_options_while_off(cfg):
-    if "span_drop_p" not in cfg:
+def span_drop_options_while_off(options):
+    if "span_drop_p" not in options:
         return []
-    if cfg.span_drop_p == 0:
-        return [([name for name in cfg if str(name).startswith("span_drop_") and name != "span_drop_p"],
+    if options["span_drop_p"] == 0:
+        return [([name for name in options if name.startswith("span_drop_") and name != "span_drop_p"],
                  "since SpanDrop is off (--span-drop-p 0)")]
-    if "span_drop_unit" in cfg and str(cfg.span_drop_unit) != "chunk":
-        return [(("span_drop_chunk_size",), f"since --span-drop-unit is {cfg.span_drop_unit}, not chunk")]
+    if "span_drop_unit" in options and str(options["span_drop_unit"]) != "chunk":
+        return [(("span_drop_chunk_size",), f"since --span-drop-unit is {options['span_drop_unit']}, not chunk")]
     return []
 
 
