@@ -463,7 +463,7 @@ def test_tsv_csv_jsonl_and_indices_give_the_same_data(wordpiece_data, tmp_path):
 
 @pytest.mark.parametrize("train, valid", [
     ("a\tneutral\nb\tgood\nc\tbad\nd\tgood\n", "a\tneutral\nb\tgood\n"),  # valid: train's first lines
-    ("a\tpositive\n", "b\tpositive\n"),  # no other rows: no word stands out among numeric labels
+    ("a\tpositive\nb\tnegative\n", "c\tnegative\n"),  # words only: no word stands out among numeric labels
 ])
 def test_a_rare_first_class_without_a_headers_evidence_is_a_warning(wordpiece_data, tmp_path, capsys, train, valid):
     (tmp_path / "train.tsv").write_text(train, encoding="utf-8")
@@ -524,6 +524,8 @@ BAD_INPUTS = {
     "header line read as a row": ("sentence\tlabel\na\t0\nb\t1\n", "sentence\tlabel\nb\t1\n", ["0", "1"],
                                   r"train\.tsv:1: label 'label' occurs in no other row of the training and validation "
                                   r"files: a header line\? Pass --header yes"),
+    "one class": ("sentence\tlabel\na\t0\nb\t0\n", "sentence\tlabel\nb\t0\n", ["sentence", "label"],
+                  r"train\.tsv: every example has the label '0'; a classifier needs at least two classes"),
     "regression non-number": ("sentence\tlabel\na\t0.5\nb\tx\n", "sentence\tlabel\nb\t1\n", ["sentence", "label", "--regression"],
                               r"train\.tsv:3: --regression needs a number"),
 }
@@ -542,6 +544,29 @@ def test_bad_input_is_one_line_error_and_writes_nothing(case, wordpiece_data, tm
     assert status == 1 and len(err.splitlines()) == 1, err
     assert err.startswith("spanbert-prepare-classification: error: ") and re.search(message, err), err
     assert sorted(os.listdir(tmp_path)) == ["train.tsv", "valid.tsv"]  # no output, no temporary folder
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"num_classes": 5}, "num_classes 5 does not match its 2 labels"),
+    ({"labels": "negative"}, "labels must list the class names, found 'negative'"),
+    ({"regression": "no"}, "regression must be true or false, found 'no'"),
+])
+def test_a_hand_edited_classification_json_whose_head_and_labels_disagree_is_one_line(wordpiece_data, tmp_path, edit,
+                                                                                      message):
+    """num_classes 5 with two labels trained a 5-way head whose three classes no label names, without a word."""
+    from spanbert_plugin.classification.prepare import read_meta
+    from spanbert_plugin.core.errors import UsageError
+
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n", encoding="utf-8")
+    dest = tmp_path / "out"
+    assert prepare_main(["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "train.tsv"),
+                         "--tokenizer-from", wordpiece_data, "--destdir", str(dest), "--text-columns", "sentence",
+                         "--label-column", "label"]) == 0
+    assert read_meta(str(dest))["labels"] == ["0", "1"]
+    meta = json.loads((dest / "classification.json").read_text(encoding="utf-8"))
+    (dest / "classification.json").write_text(json.dumps({**meta, **edit}), encoding="utf-8")
+    with pytest.raises(UsageError, match=re.escape(f"{dest / 'classification.json'}: {message}")):
+        read_meta(str(dest))
 
 
 def test_bad_jsonl_and_existing_destination(wordpiece_data, tmp_path, capsys):

@@ -458,6 +458,9 @@ def prepare_classification(train: str, valid, options: PrepareOptions, test=None
                          f"gives {len(options.read.text_columns)}; a test file has the same texts as the others")
     tables.update((split, read_table(path, test_read, label_required=False)) for split, path in test_splits)
     label_list = None if options.regression else label_order(tables["train"].labels)
+    if label_list is not None and len(label_list) < 2:
+        raise UsageError(f"{train}: every example has the label {label_list[0]!r}; a classifier needs at least two "
+                         "classes in the training file (or --regression for numeric targets)")
     for split, path in test_splits:
         if _marked_unlabelled(tables[split].labels, label_list):
             # HuggingFace datasets export a test split without labels as label -1
@@ -501,5 +504,18 @@ def prepare_classification(train: str, valid, options: PrepareOptions, test=None
 
 
 def read_meta(folder: str) -> dict:
-    """``classification.json`` of a prepared folder; UsageError when it is not one."""
-    return read_prepared_json(folder, META_FILE, COMMAND)
+    """``classification.json`` of a prepared folder; UsageError when it is not one, or when its head's size and its
+    labels disagree (a hand-edited file: the head would be trained with classes no label names)."""
+    meta = read_prepared_json(folder, META_FILE, COMMAND)
+    path = os.path.join(folder, META_FILE)
+    if not isinstance(meta.get("regression"), bool):
+        raise UsageError(f"{path}: regression must be true or false, found {meta.get('regression')!r}")
+    labels, classes = meta.get("labels"), meta.get("num_classes")
+    expected = 1 if meta["regression"] else len(labels) if isinstance(labels, list) else None
+    if not meta["regression"] and (not isinstance(labels, list) or not labels
+                                   or not all(isinstance(label, str) for label in labels)):
+        raise UsageError(f"{path}: labels must list the class names, found {labels!r}")
+    if classes != expected or isinstance(classes, bool):
+        raise UsageError(f"{path}: num_classes {classes!r} does not match its "
+                         + ("regression (1)" if meta["regression"] else f"{len(labels)} labels"))
+    return meta
