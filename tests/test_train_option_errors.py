@@ -221,3 +221,25 @@ def test_fairseq_train_warns_about_options_that_do_nothing_once(family_data, tmp
                  "--max-update", "1000")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (proc.stdout + proc.stderr).count("--ad-drop-q 0.3: no effect, since AD-DROP is off (--ad-drop-p 0)") == 1
+
+
+def test_a_head_name_the_starting_checkpoint_lacks_is_warned_about(tmp_path, caplog):
+    """--classification-head-name foo from a classifier whose head has the default name started foo fresh in
+    silence (the checkpoint's head carried along untrained-on)."""
+    import torch
+
+    from spanbert_plugin.core.checkpoint_loading import match_saved_head_labels
+
+    path = str(tmp_path / "classifier.pt")
+    torch.save({"model": {"classification_heads.sentence_classification_head.out_proj.weight": torch.zeros(2, 4)},
+                "task_state": {"labels": ["negative", "positive"]}}, path)
+    with caplog.at_level("WARNING"):
+        match_saved_head_labels(None, path, "classification_heads", "foo", ["negative", "positive"])
+    assert caplog.messages == [f"{path}: its classification head is named sentence_classification_head, not foo: foo "
+                               "starts from fresh weights (--classification-head-name sentence_classification_head "
+                               "continues the checkpoint's)"]
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # the checkpoint's own head name: nothing to say
+        match_saved_head_labels(None, path, "classification_heads", "sentence_classification_head",
+                                ["negative", "positive"])
+    assert caplog.messages == []

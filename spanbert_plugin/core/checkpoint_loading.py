@@ -262,12 +262,17 @@ def match_saved_head_labels(model, path, group: str, head: str, labels, resumed:
     UsageError."""
     state = stored_checkpoint(path) if path else {}
     task_state, weights = state.get("task_state"), state.get("model")
-    saved = task_state.get("labels") if isinstance(task_state, dict) else None
-    if not isinstance(saved, list) or saved == list(labels):
-        return
-    if not isinstance(weights, dict) or f"{group}.{head}.out_proj.weight" not in weights:
-        return  # the checkpoint has no head of this name: nothing of it is loaded
     kind = group.replace("_heads", "")
+    if isinstance(weights, dict) and f"{group}.{head}.out_proj.weight" not in weights:
+        # nothing of it is loaded: a fine-tuned head under another name is kept as it is, and this one starts fresh
+        others = sorted({key.split(".")[1] for key in weights if key.startswith(group + ".")})
+        if others:
+            logger.warning(f"{path}: its {kind} head is named {', '.join(others)}, not {head}: {head} starts from "
+                           f"fresh weights (--{kind}-head-name {others[0]} continues the checkpoint's)")
+        return
+    saved = task_state.get("labels") if isinstance(task_state, dict) else None
+    if not isinstance(saved, list) or saved == list(labels) or not isinstance(weights, dict):
+        return
     if resumed and sorted(saved) != sorted(labels):
         # the run in --save-dir would go on (its epoch, updates, optimizer state and best score) with a fresh head
         # for other labels: another data set's run, continued and overwritten
