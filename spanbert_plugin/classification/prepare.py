@@ -33,12 +33,13 @@ from ..core.progress import progress_bar
 from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
 from ..core.finetune_io import (
-    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
+    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, register_finetuning_folder,
+    warn_if_vocabulary_does_not_fit, write_json,
     write_token_items,
 )
 
 COMMAND = "spanbert-prepare-classification"
-META_FILE = "classification.json"
+META_FILE = register_finetuning_folder("classification.json", COMMAND, "sentence_classification")
 STATS_FILE = "prepare_stats.json"
 FORMATS = ("tsv", "csv", "jsonl")
 EXTENSION_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}

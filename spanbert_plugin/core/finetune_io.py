@@ -15,6 +15,14 @@ from .file_utils import read_json
 from .tokenization import META_FILE, SPM_FILE, WORDPIECE_FILE, SpanTokenizer, TokenizerError, load_tokenizer
 
 TOKENIZER_FILES = ("dict.txt", META_FILE, SPM_FILE, WORDPIECE_FILE)
+# {metadata file: (the command that writes it, the task that trains on the folder)} of every fine-tuning data
+# folder; each feature registers its own. Such a folder copies the tokenizer files of a pre-training folder too.
+FINETUNING_FOLDERS = {}
+
+
+def register_finetuning_folder(metadata_file: str, command: str, task: str) -> str:
+    FINETUNING_FOLDERS[metadata_file] = (command, task)
+    return metadata_file
 
 
 def load_tokenizer_folder(folder: str, flag: str = "--tokenizer-from"):

@@ -30,12 +30,13 @@ from ..core.errors import UsageError
 from ..core.file_utils import atomic_directory, check_destination, load_arrays, read_jsonl
 from ..core.progress import progress_bar
 from ..core.finetune_io import (
-    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
+    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, register_finetuning_folder,
+    warn_if_vocabulary_does_not_fit, write_json,
 )
 from .conll import GENRES, CorefDocument, genre_index, read_split
 
 COMMAND = "spanbert-prepare-coref"
-META_FILE = "coref_meta.json"
+META_FILE = register_finetuning_folder("coref_meta.json", COMMAND, "coreference")
 STATS_FILE = "prepare_stats.json"
 SPLIT_FLAGS = (("train", "--train"), ("valid", "--valid"), ("test", "--test"))
 STAT_KEYS = ("documents", "segments", "sentences", "words", "tokens", "cut_sentences", "cut_words", "mentions",

@@ -32,6 +32,7 @@ from .span_masked_dataset import SpanMaskedDataset
 from .annotate import span_file
 from .span_masking import SCHEMES, SpanMasker
 from ..core.errors import UsageError
+from ..core.finetune_io import FINETUNING_FOLDERS
 from ..core.precision import SharedTrainingConfig
 from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
 from ..core.run_config import run_section
@@ -40,13 +41,6 @@ from ..core.tasks import OneDictionaryTask, record_in_run_config, register_optio
 logger = logging.getLogger(__name__)
 TASK_NAME = "spanbert_pretraining"
 _WORD_START_RULES = {"sentencepiece": SentencePieceTokenizer, "wordpiece": WordPieceTokenizer}
-# the metadata file each fine-tuning data command writes: (command, task)
-_FINETUNING_FOLDERS = {
-    "qa_config.json": ("spanbert-prepare-qa", "extractive_qa"),
-    "classification.json": ("spanbert-prepare-classification", "sentence_classification"),
-    "re_meta.json": ("spanbert-prepare-re", "relation_extraction"),
-    "coref_meta.json": ("spanbert-prepare-coref", "coreference"),
-}
 _ANNOTATION_OF_SCHEME = {"named_entity": "entities", "noun_phrase": "noun_phrases"}
 
 
@@ -95,7 +89,7 @@ def load_prepared_folder(folder: str):
     """The dictionary and tokenizer description of a ``spanbert-prepare`` folder; UsageError for anything else."""
     if not os.path.isdir(folder):
         raise UsageError(f"{folder}: no such data folder")
-    for marker, (command, task) in _FINETUNING_FOLDERS.items():
+    for marker, (command, task) in FINETUNING_FOLDERS.items():
         # a fine-tuning folder copies the tokenizer files too, and its train.bin reads as documents: pre-training
         # would train on [CLS] question [SEP] windows, sentence pairs or marked relations without a word
         if os.path.isfile(os.path.join(folder, marker)):

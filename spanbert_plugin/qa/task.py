@@ -21,6 +21,7 @@ from ..spandrop.finetune import span_dropper
 from .dataset import ExtractiveQADataset
 from ..core.errors import UsageError
 from ..core.file_utils import read_json
+from ..core.finetune_io import register_finetuning_folder
 from ..core.precision import SharedTrainingConfig
 from ..core.run_config import run_section
 from ..core.tasks import OneDictionaryTask, best_checkpoint_metric, missing_split_error, prepared_data_folder, load_data_dictionary
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 # the task state's key (saved in checkpoints) for the last validation's best null threshold
 VALIDATED_NULL_THRESHOLD = "validated_null_threshold"
-QA_CONFIG = "qa_config.json"
+QA_CONFIG = register_finetuning_folder("qa_config.json", "spanbert-prepare-qa", "extractive_qa")
 
 
 @dataclass

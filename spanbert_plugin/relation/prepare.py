@@ -33,13 +33,14 @@ from ..core.file_utils import (
     atomic_directory, check_destination, is_json_integer, load_arrays, parse_json, read_jsonl, read_text,
 )
 from ..core.finetune_io import (
-    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, warn_if_vocabulary_does_not_fit, write_json,
+    copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, register_finetuning_folder,
+    warn_if_vocabulary_does_not_fit, write_json,
     write_token_items,
 )
 from .markers import OTHER_TYPE, ROLES, assign_marker_ids, end_marker, normalise_type, punct_marker_words, start_marker
 
 COMMAND = "spanbert-prepare-re"
-RE_META = "re_meta.json"
+RE_META = register_finetuning_folder("re_meta.json", COMMAND, "relation_extraction")
 STATS_FILE = "prepare_stats.json"
 REQUIRED_KEYS = ("token", "subj_start", "subj_end", "obj_start", "obj_end", "relation")
 PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
