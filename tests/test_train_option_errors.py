@@ -243,3 +243,24 @@ def test_a_head_name_the_starting_checkpoint_lacks_is_warned_about(tmp_path, cap
         match_saved_head_labels(None, path, "classification_heads", "sentence_classification_head",
                                 ["negative", "positive"])
     assert caplog.messages == []
+
+
+@pytest.mark.parametrize("folder, task, data_file", [
+    ("cls", "sentence_classification", "valid.bin"), ("qa", "extractive_qa", "valid.bin"),
+    ("re", "relation_extraction", "valid.bin"), ("coref", "coreference", "valid.npz")])  # fairseq loads valid first
+def test_a_dict_txt_shorter_than_the_data_ids_is_one_line(family_data, tmp_path, folder, task, data_file):
+    """A dict.txt of another folder (shorter than the ids the data holds) was an IndexError traceback from the
+    embedding lookup mid-step (on a GPU, a device-side assert)."""
+    with open(os.path.join(family_data[folder], "dict.txt"), encoding="utf-8") as f:
+        lines = f.readlines()
+    # the first third and the control symbols ([CLS], [SEP], ... wherever the vocabulary has them)
+    shorter = [line for n, line in enumerate(lines) if n < len(lines) // 3 or line.startswith("[")]
+    kept = len(shorter)
+    data = _copy_with(family_data[folder], tmp_path, "dict.txt", "".join(shorter))
+    proc = train(data, task, tmp_path / "ck")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {os.path.join(data, data_file)}: token id ") and (
+        f"beyond the {kept} symbols of {os.path.join(data, 'dict.txt')}: that dict.txt is not the one the folder was "
+        "prepared with") in last, last
+    assert not (tmp_path / "ck").exists() or not os.listdir(tmp_path / "ck")

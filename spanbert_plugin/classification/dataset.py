@@ -30,7 +30,7 @@ class ClassificationDataset(SizedDataset):
         for suffix in (".idx", ".bin", ".segment_a.npy", ".labels.npy"):
             if not os.path.isfile(prefix + suffix):
                 raise UsageError(f"{prefix + suffix}: no such file (split {split!r} of a spanbert-prepare-classification folder)")
-        tokens = load_token_items(prefix, dictionary, split)
+        tokens = load_token_items(prefix, dictionary, split, check_ids=True)
         segment_a, labels = load_arrays(prefix + ".segment_a.npy"), load_arrays(prefix + ".labels.npy")
         for suffix, values in ((".segment_a.npy", segment_a), (".labels.npy", labels)):
             if len(values) != len(tokens):

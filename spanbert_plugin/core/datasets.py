@@ -17,6 +17,22 @@ _INDEX_HEADER = struct.Struct("<9sQBQ")
 _INDEX_BYTES_PER_ITEM = 4 + 8
 
 
+def check_token_ids(prefix: str, dictionary) -> None:
+    """UsageError naming ``prefix``.bin when a token id lies beyond ``dictionary`` (a dict.txt of another folder: the
+    model's embedding lookup would fail mid-step, on a GPU as a device-side assert). One pass over the file: for
+    fine-tuning splits, not for pre-training corpora of billions of tokens."""
+    with open(prefix + ".idx", "rb") as f:
+        dtype = _code_to_dtype[_INDEX_HEADER.unpack(f.read(_INDEX_HEADER.size))[2]]
+    if os.path.getsize(prefix + ".bin") == 0:
+        return
+    largest = int(np.memmap(prefix + ".bin", dtype=dtype, mode="r").max())
+    if largest >= len(dictionary):
+        folder = os.path.dirname(prefix) or "."
+        raise UsageError(f"{prefix}.bin: token id {largest}, beyond the {len(dictionary)} symbols of "
+                         f"{os.path.join(folder, 'dict.txt')}: that dict.txt is not the one the folder was prepared "
+                         "with; copy it again or prepare the folder again")
+
+
 def check_token_item_files(prefix: str) -> None:
     """UsageError naming ``prefix``.idx or .bin when the index does not parse or the .bin is not the size it gives.
 
@@ -43,14 +59,17 @@ def check_token_item_files(prefix: str) -> None:
         raise damaged_file_error(data_path, f"{data_bytes} bytes where {os.path.basename(index_path)} gives {expected}")
 
 
-def load_token_items(prefix: str, dictionary, split: str, combine: bool = False):
+def load_token_items(prefix: str, dictionary, split: str, combine: bool = False, check_ids: bool = False):
     """fairseq's memory-mapped dataset of a prepared split (None where its files are missing); a damaged pair of
-    files (:func:`check_token_item_files`) or an empty ``.bin``, which fairseq cannot map, is a UsageError naming it."""
+    files (:func:`check_token_item_files`) or an empty ``.bin``, which fairseq cannot map, is a UsageError naming it,
+    and with ``check_ids`` (fine-tuning splits) a token id beyond ``dictionary`` too (:func:`check_token_ids`)."""
     for k in itertools.count():  # the files fairseq reads: with ``combine``, also prefix1, prefix2, ...
         prefix_k = prefix + (str(k) if k > 0 else "")
         if not MMapIndexedDataset.exists(prefix_k):
             break
         check_token_item_files(prefix_k)
+        if check_ids:
+            check_token_ids(prefix_k, dictionary)
         if not combine:
             break
     if os.path.isfile(prefix + ".bin") and os.path.getsize(prefix + ".bin") == 0:

@@ -84,7 +84,7 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
         prefix = os.path.join(self.cfg.data, split)
         if not os.path.isfile(prefix + ".windows.npz"):
             raise missing_split_error(self.cfg.data, split, "spanbert-prepare-qa")
-        windows = load_token_items(prefix, self.dictionary, split)
+        windows = load_token_items(prefix, self.dictionary, split, check_ids=True)
         if windows is None:
             raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
         qa = self.qa_split(split)

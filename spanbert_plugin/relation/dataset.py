@@ -50,7 +50,7 @@ class RelationDataset(BaseWrapperDataset):
         prefix = os.path.join(folder, split)
         if not (os.path.isfile(prefix + ".bin") and os.path.isfile(prefix + ".idx")):
             raise UsageError(f"{prefix}.bin/.idx: no such file (split {split!r} was not prepared in {folder})")
-        tokens = load_token_items(prefix, dictionary, split)
+        tokens = load_token_items(prefix, dictionary, split, check_ids=True)
         labels, positions, _ = load_split_arrays(folder, split)
         if transform is not None:
             tokens, positions = transform(tokens, positions)
