@@ -25,12 +25,16 @@ def check_token_ids(prefix: str, dictionary) -> None:
         dtype = _code_to_dtype[_INDEX_HEADER.unpack(f.read(_INDEX_HEADER.size))[2]]
     if os.path.getsize(prefix + ".bin") == 0:
         return
-    largest = int(np.memmap(prefix + ".bin", dtype=dtype, mode="r").max())
+    refuse_token_ids_beyond(prefix + ".bin", int(np.memmap(prefix + ".bin", dtype=dtype, mode="r").max()), dictionary)
+
+
+def refuse_token_ids_beyond(path: str, largest: int, dictionary) -> None:
+    """UsageError naming ``path`` (a split's file in a prepared folder) when its ``largest`` token id has no symbol
+    in ``dictionary``, the folder's dict.txt."""
     if largest >= len(dictionary):
-        folder = os.path.dirname(prefix) or "."
-        raise UsageError(f"{prefix}.bin: token id {largest}, beyond the {len(dictionary)} symbols of "
-                         f"{os.path.join(folder, 'dict.txt')}: that dict.txt is not the one the folder was prepared "
-                         "with; copy it again or prepare the folder again")
+        dict_txt = os.path.join(os.path.dirname(path) or ".", "dict.txt")
+        raise UsageError(f"{path}: token id {largest}, beyond the {len(dictionary)} symbols of {dict_txt}: that "
+                         "dict.txt is not the one the folder was prepared with; copy it again or prepare the folder again")
 
 
 def check_token_item_files(prefix: str) -> None:

@@ -15,6 +15,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
+from ..core.datasets import refuse_token_ids_beyond
 from ..core.dictionary import SpanBertDictionary
 from ..spandrop.sampler import SpanDropSampling, check_span_drop_args
 from ..core.errors import UsageError
@@ -172,12 +173,9 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         except FileNotFoundError:
             raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: no such file (split {split!r} was not "
                              f"prepared in {self.cfg.data})") from None
-        tokens = dataset.a["tokens"]
-        if len(tokens) and int(tokens.max()) >= len(self.dictionary):  # the embedding lookup would fail mid-step
-            raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: token id {int(tokens.max())}, beyond the "
-                             f"{len(self.dictionary)} symbols of {os.path.join(self.cfg.data, 'dict.txt')}: that "
-                             "dict.txt is not the one the folder was prepared with; copy it again or prepare the "
-                             "folder again")
+        if len(dataset.a["tokens"]):  # the embedding lookup would fail mid-step
+            refuse_token_ids_beyond(os.path.join(self.cfg.data, split) + ".npz", int(dataset.a["tokens"].max()),
+                                    self.dictionary)
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} documents")
         if is_train:  # saved with every checkpoint: raw text is predicted under a genre whose embedding trained
             self.state.merge_state_dict({TRAINED_GENRES: [GENRES[g] for g in sorted(set(dataset.a["doc_genre"].tolist()))]})
