@@ -264,3 +264,15 @@ def test_a_dict_txt_shorter_than_the_data_ids_is_one_line(family_data, tmp_path,
         f"beyond the {kept} symbols of {os.path.join(data, 'dict.txt')}: that dict.txt is not the one the folder was "
         "prepared with") in last, last
     assert not (tmp_path / "ck").exists() or not os.listdir(tmp_path / "ck")
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--restore-file", "--restore-file {path}: no such checkpoint (fairseq would start from fresh weights)"),
+    ("--finetune-from-model", "--finetune-from-model {path}: no such checkpoint"),
+])
+def test_a_named_checkpoint_that_is_missing_is_one_line(family_data, tmp_path, flag, message):
+    """fairseq trained a missing --restore-file (a typo) from fresh weights after one log line, and stopped on a
+    missing --finetune-from-model with a traceback."""
+    path = str(tmp_path / "typo" / "checkpoint_best.pt")
+    proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", flag, path)
+    assert_one_line_error(proc, tmp_path / "ck", message.format(path=path))

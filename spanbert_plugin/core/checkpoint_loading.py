@@ -218,6 +218,19 @@ def starting_checkpoint(checkpoint_cfg):
     return path if path and os.path.isfile(path) else None
 
 
+def refuse_a_named_checkpoint_that_is_missing(checkpoint_cfg) -> None:
+    """UsageError for a ``--restore-file`` or (on a first launch) ``--finetune-from-model`` that is no file: fairseq
+    starts a missing ``--restore-file`` from fresh weights after one log line (a typo trains a new model in the
+    place of a resumed one), and stops on a missing ``--finetune-from-model`` with a traceback."""
+    restore = checkpoint_cfg.get("restore_file") or "checkpoint_last.pt"
+    if restore != "checkpoint_last.pt" and not checkpoint_cfg.get("checkpoint_suffix") and not os.path.isfile(restore):
+        raise UsageError(f"--restore-file {restore}: no such checkpoint (fairseq would start from fresh weights)")
+    finetune = checkpoint_cfg.get("finetune_from_model")
+    last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+    if finetune and restore == "checkpoint_last.pt" and not os.path.exists(last) and not os.path.isfile(finetune):
+        raise UsageError(f"--finetune-from-model {finetune}: no such checkpoint")
+
+
 def resumes_its_save_dir(checkpoint_cfg, path) -> bool:
     """Is ``path`` the ``checkpoint_last.pt`` of the run's own ``--save-dir`` (by default or named by
     ``--restore-file``), which fairseq-train goes on with (its epoch and updates unless ``--reset-dataloader``, its

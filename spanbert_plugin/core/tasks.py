@@ -159,8 +159,12 @@ class OneDictionaryTask:
             refuse_flat_fp16_copies_of_grouped_parameters(self.cfg)
         run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
         if not from_checkpoint:
-            from .checkpoint_loading import run_starting_checkpoint, take_shape_from_checkpoint
+            from .checkpoint_loading import (refuse_a_named_checkpoint_that_is_missing, run_starting_checkpoint,
+                                             take_shape_from_checkpoint)
 
+            checkpoint_section = run_section(cfg, "checkpoint")
+            if checkpoint_section is not None:
+                refuse_a_named_checkpoint_that_is_missing(checkpoint_section)
             path = run_starting_checkpoint(cfg)
             changes = take_shape_from_checkpoint(cfg, path) if path else {}
             if changes:
