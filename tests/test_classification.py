@@ -548,6 +548,7 @@ def test_bad_input_is_one_line_error_and_writes_nothing(case, wordpiece_data, tm
 
 @pytest.mark.parametrize("edit, message", [
     ({"num_classes": 5}, "num_classes 5 does not match its 2 labels"),
+    ({"num_classes": 2.0}, "num_classes 2.0 does not match its 2 labels"),
     ({"labels": "negative"}, "labels must list the class names, found 'negative'"),
     ({"regression": "no"}, "regression must be true or false, found 'no'"),
 ])

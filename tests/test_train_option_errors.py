@@ -242,6 +242,11 @@ def test_a_head_name_the_starting_checkpoint_lacks_is_warned_about(tmp_path, cap
     with caplog.at_level("WARNING"):  # the checkpoint's own head name: nothing to say
         match_saved_head_labels(None, path, "classification_heads", "sentence_classification_head",
                                 ["negative", "positive"])
+    # another data set's head under another name (an MNLI classifier fine-tuned on RTE as "rte"): it could not go
+    # on under its own name either, so nothing is suggested
+    with caplog.at_level("WARNING"):
+        match_saved_head_labels(None, path, "classification_heads", "rte", ["entailment", "not_entailment"])
+        match_saved_head_labels(None, path, "classification_heads", "three", ["a", "b", "c"])
     assert caplog.messages == []
 
 
@@ -276,3 +281,12 @@ def test_a_named_checkpoint_that_is_missing_is_one_line(family_data, tmp_path, f
     path = str(tmp_path / "typo" / "checkpoint_best.pt")
     proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", flag, path)
     assert_one_line_error(proc, tmp_path / "ck", message.format(path=path))
+
+
+def test_a_restore_file_naming_the_save_dirs_own_last_checkpoint_starts_fresh_on_a_first_launch(family_data, tmp_path):
+    """Launch scripts pass --restore-file SAVE/checkpoint_last.pt on every launch: the first one starts fresh."""
+    save_dir = tmp_path / "ck"
+    proc = train(family_data["cls"], "sentence_classification", save_dir, "--restore-file",
+                 str(save_dir / "checkpoint_last.pt"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (save_dir / "checkpoint_last.pt").is_file()

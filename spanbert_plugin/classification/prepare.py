@@ -509,6 +509,8 @@ def read_meta(folder: str) -> dict:
     labels disagree (a hand-edited file: the head would be trained with classes no label names)."""
     meta = read_prepared_json(folder, META_FILE, COMMAND)
     path = os.path.join(folder, META_FILE)
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path}: expected a JSON object, found {type(meta).__name__}")
     if not isinstance(meta.get("regression"), bool):
         raise UsageError(f"{path}: regression must be true or false, found {meta.get('regression')!r}")
     labels, classes = meta.get("labels"), meta.get("num_classes")
@@ -516,7 +518,7 @@ def read_meta(folder: str) -> dict:
     if not meta["regression"] and (not isinstance(labels, list) or not labels
                                    or not all(isinstance(label, str) for label in labels)):
         raise UsageError(f"{path}: labels must list the class names, found {labels!r}")
-    if classes != expected or isinstance(classes, bool):
+    if classes != expected or not isinstance(classes, int) or isinstance(classes, bool):
         raise UsageError(f"{path}: num_classes {classes!r} does not match its "
                          + ("regression (1)" if meta["regression"] else f"{len(labels)} labels"))
     return meta

@@ -218,16 +218,29 @@ def starting_checkpoint(checkpoint_cfg):
     return path if path and os.path.isfile(path) else None
 
 
-def refuse_a_named_checkpoint_that_is_missing(checkpoint_cfg) -> None:
+def refuse_a_named_checkpoint_that_is_missing(checkpoint_cfg, distributed_cfg=None) -> None:
     """UsageError for a ``--restore-file`` or (on a first launch) ``--finetune-from-model`` that is no file: fairseq
     starts a missing ``--restore-file`` from fresh weights after one log line (a typo trains a new model in the
-    place of a resumed one), and stops on a missing ``--finetune-from-model`` with a traceback."""
+    place of a resumed one), and stops on a missing ``--finetune-from-model`` with a traceback.
+
+    Left to fairseq: names it suffixes (``--checkpoint-suffix``, sharded FSDP state, model parallel parts), and a
+    ``--restore-file`` naming the save-dir's own ``checkpoint_last.pt``, which launch scripts pass on every launch (the
+    first starts fresh)."""
+    from fairseq.file_io import PathManager
+
+    distributed = distributed_cfg if distributed_cfg is not None else {}
+    if (checkpoint_cfg.get("checkpoint_suffix") or (checkpoint_cfg.get("model_parallel_size") or 1) > 1
+            or (distributed.get("model_parallel_size") or 1) > 1
+            or (distributed.get("ddp_backend") == "fully_sharded" and distributed.get("use_sharded_state"))):
+        return
     restore = checkpoint_cfg.get("restore_file") or "checkpoint_last.pt"
-    if restore != "checkpoint_last.pt" and not checkpoint_cfg.get("checkpoint_suffix") and not os.path.isfile(restore):
+    last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+    if (restore != "checkpoint_last.pt" and os.path.abspath(restore) != os.path.abspath(last)
+            and not PathManager.isfile(restore)):
         raise UsageError(f"--restore-file {restore}: no such checkpoint (fairseq would start from fresh weights)")
     finetune = checkpoint_cfg.get("finetune_from_model")
-    last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
-    if finetune and restore == "checkpoint_last.pt" and not os.path.exists(last) and not os.path.isfile(finetune):
+    if (finetune and restore == "checkpoint_last.pt" and not checkpoint_cfg.get("continue_once")
+            and not os.path.exists(last) and not PathManager.isfile(finetune)):
         raise UsageError(f"--finetune-from-model {finetune}: no such checkpoint")
 
 
@@ -276,14 +289,17 @@ def match_saved_head_labels(model, path, group: str, head: str, labels, resumed:
     state = stored_checkpoint(path) if path else {}
     task_state, weights = state.get("task_state"), state.get("model")
     kind = group.replace("_heads", "")
+    saved = task_state.get("labels") if isinstance(task_state, dict) else None
     if isinstance(weights, dict) and f"{group}.{head}.out_proj.weight" not in weights:
-        # nothing of it is loaded: a fine-tuned head under another name is kept as it is, and this one starts fresh
-        others = sorted({key.split(".")[1] for key in weights if key.startswith(group + ".")})
-        if others:
+        # nothing of it is loaded: a fine-tuned head under another name is kept as it is, and this one starts fresh;
+        # said where the other head could have gone on (its size and labels are this data's: not MNLI's for RTE)
+        same_labels = not isinstance(saved, list) or sorted(saved) == sorted(labels)
+        others = sorted({key.split(".")[1] for key, value in weights.items() if key.startswith(group + ".")
+                         and key.endswith(".out_proj.weight") and len(value) == len(labels)})
+        if others and same_labels:
             logger.warning(f"{path}: its {kind} head is named {', '.join(others)}, not {head}: {head} starts from "
                            f"fresh weights (--{kind}-head-name {others[0]} continues the checkpoint's)")
         return
-    saved = task_state.get("labels") if isinstance(task_state, dict) else None
     if not isinstance(saved, list) or saved == list(labels) or not isinstance(weights, dict):
         return
     if resumed and sorted(saved) != sorted(labels):

@@ -164,7 +164,7 @@ class OneDictionaryTask:
 
             checkpoint_section = run_section(cfg, "checkpoint")
             if checkpoint_section is not None:
-                refuse_a_named_checkpoint_that_is_missing(checkpoint_section)
+                refuse_a_named_checkpoint_that_is_missing(checkpoint_section, run_section(cfg, "distributed_training"))
             path = run_starting_checkpoint(cfg)
             changes = take_shape_from_checkpoint(cfg, path) if path else {}
             if changes:

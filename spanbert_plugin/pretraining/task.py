@@ -33,6 +33,7 @@ from .annotate import span_file
 from .span_masking import SCHEMES, SpanMasker
 from ..core.errors import UsageError
 from ..core.finetune_io import FINETUNING_FOLDERS
+from ..core.user_dir import register_plugin
 from ..core.precision import SharedTrainingConfig
 from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
 from ..core.run_config import run_section
@@ -89,6 +90,7 @@ def load_prepared_folder(folder: str):
     """The dictionary and tokenizer description of a ``spanbert-prepare`` folder; UsageError for anything else."""
     if not os.path.isdir(folder):
         raise UsageError(f"{folder}: no such data folder")
+    register_plugin()  # every feature registers its folder's metadata file (idempotent; --user-dir has done it)
     for marker, (command, task) in FINETUNING_FOLDERS.items():
         # a fine-tuning folder copies the tokenizer files too, and its train.bin reads as documents: pre-training
         # would train on [CLS] question [SEP] windows, sentence pairs or marked relations without a word
