@@ -169,40 +169,22 @@ def test_side_by_side_refuses_a_folder_without_its_runs(tmp_path):
     assert not (tmp_path / "work").exists()
 
 
-def test_gpu_throughput_ratios_refuse_a_users_file_and_own_their_committed_result(tmp_path):
+@pytest.mark.parametrize("script, extra, committed", [
+    ("gpu/throughput_ratios.py", [], "gpu/logs/throughput_ratios.json"),
+    ("cpu_speed/malloc_zeroing.py", [], "cpu_speed/malloc_zeroing/results.json"),
+    ("gpu/export_size.py", ["--imported", "{tmp}", "--work", "{tmp}/work"], "gpu/export_size/sizes.json"),
+])
+def test_json_results_scripts_refuse_a_users_file_and_own_their_committed_result(tmp_path, script, extra, committed):
+    """The user's file is refused in one line before any work (nothing beside it, no --work folder), and the
+    committed result is one the script may replace with --force."""
+    import importlib
+
     path = tmp_path / "notes.json"
     path.write_text("my notes\n")
-    result = run("gpu/throughput_ratios.py", "--out", str(path), "--force")
+    result = run(script, *(arg.format(tmp=tmp_path) for arg in extra), "--out", str(path), "--force")
     assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
-    assert path.read_text() == "my notes\n" and not (tmp_path / "notes.md").exists()
-    sys.path.insert(0, os.path.join(BENCHMARKS, "gpu"))
-    import throughput_ratios
-
-    check_results_file(os.path.join(BENCHMARKS, "gpu", "logs", "throughput_ratios.json"), "throughput_ratios.py", True,
-                       throughput_ratios.RESULT_KEYS)
-
-
-def test_malloc_zeroing_refuses_a_users_file_and_owns_its_committed_result(tmp_path):
-    path = tmp_path / "notes.json"
-    path.write_text("my notes\n")
-    result = run("cpu_speed/malloc_zeroing.py", "--out", str(path), "--force")
-    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
-    assert path.read_text() == "my notes\n" and not (tmp_path / "notes.md").exists()
-    import malloc_zeroing  # benchmarks/cpu_speed is on the path
-
-    check_results_file(os.path.join(BENCHMARKS, "cpu_speed", "malloc_zeroing", "results.json"), "malloc_zeroing.py", True,
-                       malloc_zeroing.RESULT_KEYS)
-
-
-def test_export_size_refuses_a_users_file_before_any_work(tmp_path):
-    path = tmp_path / "notes.json"
-    path.write_text("my notes\n")
-    result = run("gpu/export_size.py", "--imported", str(tmp_path), "--work", str(tmp_path / "work"), "--out", str(path),
-                 "--force")
-    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and str(path) in result.stderr
-    assert path.read_text() == "my notes\n" and not (tmp_path / "work").exists()
-    sys.path.insert(0, os.path.join(BENCHMARKS, "gpu"))
-    import export_size
-
-    check_results_file(os.path.join(BENCHMARKS, "gpu", "export_size", "sizes.json"), "export_size.py", True,
-                       export_size.RESULT_KEYS)
+    assert path.read_text() == "my notes\n" and sorted(os.listdir(tmp_path)) == ["notes.json"]
+    folder, name = os.path.split(os.path.join(BENCHMARKS, script))
+    sys.path.insert(0, folder)
+    module = importlib.import_module(name[:-len(".py")])
+    check_results_file(os.path.join(BENCHMARKS, committed), name, True, module.RESULT_KEYS)

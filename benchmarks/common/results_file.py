@@ -34,6 +34,21 @@ def check_results_file(path, script, force, keys):
                  "it is never replaced, even with --force: choose another name")
 
 
+def add_json_out_options(parser, required=True):
+    """--out (a results JSON, its table written beside it as .md) and --force."""
+    parser.add_argument("--out", required=required, help="results JSON (the table goes beside it, .md)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
+
+
+def check_json_out(parser, args, script, keys):
+    """Exit unless ``script`` may write ``args.out`` (a .json name; see ``check_results_file``); returns the path of
+    the table beside it."""
+    if not args.out or not args.out.endswith(".json"):
+        parser.error("--out must name a .json file (the table is written beside it with .md)")
+    check_results_file(args.out, script, args.force, keys)
+    return args.out[:-len(".json")] + ".md"
+
+
 def write_results_file(path, results):
     """Write ``results`` as indented JSON to ``path`` in one step."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -30,6 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))  # the shared helpers
+from results_file import add_json_out_options, check_json_out, write_results_file  # noqa: E402
 
 RESULT_KEYS = ("shape", "rounds", "iterations", "settings", "ratios", "machine")
 SETTINGS = ("glibc default", "plugin's malloc setting")
@@ -114,21 +115,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=10, help="child processes per setting, alternating")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=50)
-    parser.add_argument("--out", help="results JSON (the table goes beside it, .md)")
-    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
+    add_json_out_options(parser, required=False)  # a --child run writes none
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print("MALLOC_ZEROING " + json.dumps(child(args.child, args.rows, args.cols, args.warmup, args.iterations)))
         return
-    if not args.out or not args.out.endswith(".json"):
-        parser.error("--out must name a .json file (the table is written beside it with .md)")
+    table_path = check_json_out(parser, args, "malloc_zeroing.py", RESULT_KEYS)
     for name in ("rounds", "warmup", "iterations", "rows", "cols"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             parser.error(f"--{name} must be at least {0 if name == 'warmup' else 1}")
-    from results_file import check_results_file, write_results_file
-
-    check_results_file(args.out, "malloc_zeroing.py", args.force, RESULT_KEYS)
     if not platform.libc_ver()[0] == "glibc":
         sys.exit("malloc_zeroing.py: needs glibc (its malloc is what is measured)")
     # the children run with glibc's defaults: a MALLOC_* variable would change them and make the plugin leave malloc alone
@@ -160,7 +156,7 @@ def main():
               "malloc_tuned_processes": sum(bool(r["malloc_tuned"]) for r in by[SETTINGS[1]]),
               "command": command, "records": records}
     write_results_file(args.out, result)
-    print("\n".join(write_table(result, args.out[:-len(".json")] + ".md")))
+    print("\n".join(write_table(result, table_path)))
 
 
 if __name__ == "__main__":

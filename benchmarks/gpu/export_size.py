@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "gpu"))
 from command_output import write_atomic  # noqa: E402
-from results_file import check_results_file, claim_work_folder, write_results_file  # noqa: E402
+from results_file import add_json_out_options, check_json_out, claim_work_folder, write_results_file  # noqa: E402
 
 RESULT_KEYS = ("checkpoint_bytes", "packed_bytes", "part_mib", "parts")
 BIN = os.path.dirname(sys.executable)
@@ -50,12 +50,9 @@ def main():
                         help="text to pre-train the one update on (a LitBank novel by default)")
     parser.add_argument("--work", required=True, help="scratch folder (the corpus, the checkpoint, the parts)")
     parser.add_argument("--part-mib", type=int, default=15, help="export's --part-mib")
-    parser.add_argument("--out", required=True, help="results JSON (the table goes beside it, .md)")
-    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
+    add_json_out_options(parser)
     args = parser.parse_args()
-    if not args.out.endswith(".json"):
-        parser.error("--out must name a .json file (the table is written beside it with .md)")
-    check_results_file(args.out, "export_size.py", args.force, RESULT_KEYS)
+    table_path = check_json_out(parser, args, "export_size.py", RESULT_KEYS)
     for path in (os.path.join(args.imported, "model.pt"), os.path.join(args.imported, "vocab.txt"), args.novel):
         if not os.path.isfile(path):
             sys.exit(f"export_size.py: no {path}")
@@ -109,7 +106,7 @@ def main():
     lines += ["", f"{len(parts)} parts of at most {args.part_mib} MiB; {result['tensors_stored']} tensors stored "
                   f"({result['weights_float16']:,} float16 weights), tied and stored once: "
                   f"{', '.join(result['tensors_tied']) or 'none'}; header {header_bytes:,} bytes."]
-    write_atomic(args.out[:-len(".json")] + ".md", "\n".join(lines) + "\n")
+    write_atomic(table_path, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

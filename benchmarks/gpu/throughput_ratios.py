@@ -19,7 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
 from command_output import write_atomic  # noqa: E402
-from results_file import check_results_file, write_results_file  # noqa: E402
+from results_file import add_json_out_options, check_json_out, write_results_file  # noqa: E402
 
 RESULT_KEYS = ("console", "runs", "rounds")
 HEADER = re.compile(r"^== (?P<side>span|mlm_only|roberta)_r(?P<round>\d+)\b")
@@ -50,12 +50,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--console", default=os.path.join(ROOT, "benchmarks", "gpu", "logs", "throughput_console.txt"),
                         help="console output of benchmarks/gpu/throughput.sh")
-    parser.add_argument("--out", required=True, help="results JSON (the table goes beside it, .md)")
-    parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
+    add_json_out_options(parser)
     args = parser.parse_args()
-    if not args.out.endswith(".json"):
-        parser.error("--out must name a .json file (the table is written beside it with .md)")
-    check_results_file(args.out, "throughput_ratios.py", args.force, RESULT_KEYS)
+    table_path = check_json_out(parser, args, "throughput_ratios.py", RESULT_KEYS)
     with open(args.console, encoding="utf-8") as f:
         runs = parse_console(f.read())
     rounds = []
@@ -94,7 +91,7 @@ def main():
                      f"{low:.2f}-{high:.2f}x" for side, (low, high) in spread.items()]
     memory = {side: runs[(side, 1)].get("peak_gpu_mib") for side in ("span", "mlm_only", "roberta") if (side, 1) in runs}
     lines += ["", "Peak GPU memory, round 1 (MiB): " + ", ".join(f"{side} {mib}" for side, mib in memory.items())]
-    write_atomic(args.out[:-len(".json")] + ".md", "\n".join(lines) + "\n")
+    write_atomic(table_path, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
