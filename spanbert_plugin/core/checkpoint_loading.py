@@ -203,6 +203,11 @@ SHAPE_OPTIONS = (
 )
 
 
+def save_dir_last_checkpoint(checkpoint_cfg) -> str:
+    """The ``checkpoint_last.pt`` of the run's ``--save-dir`` (fairseq's default ``checkpoints``)."""
+    return os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+
+
 def starting_checkpoint(checkpoint_cfg):
     """The file fairseq-train will load first (as ``checkpoint_utils.load_checkpoint`` chooses it), or None.
 
@@ -213,7 +218,7 @@ def starting_checkpoint(checkpoint_cfg):
     if restore != "checkpoint_last.pt":
         path = restore
     else:
-        last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+        last = save_dir_last_checkpoint(checkpoint_cfg)
         path = last if os.path.exists(last) else checkpoint_cfg.get("finetune_from_model")
     return path if path and os.path.isfile(path) else None
 
@@ -234,7 +239,7 @@ def refuse_a_named_checkpoint_that_is_missing(checkpoint_cfg, distributed_cfg=No
             or (distributed.get("ddp_backend") == "fully_sharded" and distributed.get("use_sharded_state"))):
         return
     restore = checkpoint_cfg.get("restore_file") or "checkpoint_last.pt"
-    last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+    last = save_dir_last_checkpoint(checkpoint_cfg)
     if (restore != "checkpoint_last.pt" and os.path.abspath(restore) != os.path.abspath(last)
             and not PathManager.isfile(restore)):
         raise UsageError(f"--restore-file {restore}: no such checkpoint (fairseq would start from fresh weights)")
@@ -251,7 +256,7 @@ def resumes_its_save_dir(checkpoint_cfg, path) -> bool:
     say that the run is meant to start afresh there."""
     if not path or (checkpoint_cfg.get("reset_dataloader") and checkpoint_cfg.get("reset_optimizer")):
         return False
-    last = os.path.join(checkpoint_cfg.get("save_dir") or "checkpoints", "checkpoint_last.pt")
+    last = save_dir_last_checkpoint(checkpoint_cfg)
     return os.path.abspath(path) == os.path.abspath(last)
 
 

@@ -17,12 +17,10 @@ _INDEX_HEADER = struct.Struct("<9sQBQ")
 _INDEX_BYTES_PER_ITEM = 4 + 8
 
 
-def check_token_ids(prefix: str, dictionary) -> None:
-    """UsageError naming ``prefix``.bin when a token id lies beyond ``dictionary`` (a dict.txt of another folder: the
-    model's embedding lookup would fail mid-step, on a GPU as a device-side assert). One pass over the file: for
-    fine-tuning splits, not for pre-training corpora of billions of tokens."""
-    with open(prefix + ".idx", "rb") as f:
-        dtype = _code_to_dtype[_INDEX_HEADER.unpack(f.read(_INDEX_HEADER.size))[2]]
+def check_token_ids(prefix: str, dictionary, dtype) -> None:
+    """UsageError naming ``prefix``.bin (of token ``dtype``) when a token id lies beyond ``dictionary`` (a dict.txt of
+    another folder: the model's embedding lookup would fail mid-step, on a GPU as a device-side assert). One pass over
+    the file: for fine-tuning splits, not for pre-training corpora of billions of tokens."""
     if os.path.getsize(prefix + ".bin") == 0:
         return
     refuse_token_ids_beyond(prefix + ".bin", int(np.memmap(prefix + ".bin", dtype=dtype, mode="r").max()), dictionary)
@@ -37,8 +35,9 @@ def refuse_token_ids_beyond(path: str, largest: int, dictionary) -> None:
                          "dict.txt is not the one the folder was prepared with; copy it again or prepare the folder again")
 
 
-def check_token_item_files(prefix: str) -> None:
-    """UsageError naming ``prefix``.idx or .bin when the index does not parse or the .bin is not the size it gives.
+def check_token_item_files(prefix: str):
+    """The token dtype of ``prefix``.idx/.bin; UsageError naming either when the index does not parse or the .bin is
+    not the size it gives.
 
     fairseq maps both files as they are: a cut-short .idx fails with numpy's "buffer is smaller than requested
     size" (and a second error from its ``__del__``), a cut-short .bin only when a missing item is read, mid-run."""
@@ -58,9 +57,11 @@ def check_token_item_files(prefix: str) -> None:
         data_bytes = os.path.getsize(data_path)
     except OSError as err:
         raise damaged_file_error(err.filename or index_path, err.strerror) from None
-    expected = int(sizes.sum(dtype=np.int64)) * np.dtype(_code_to_dtype[dtype_code]).itemsize
+    dtype = np.dtype(_code_to_dtype[dtype_code])
+    expected = int(sizes.sum(dtype=np.int64)) * dtype.itemsize
     if data_bytes != expected:
         raise damaged_file_error(data_path, f"{data_bytes} bytes where {os.path.basename(index_path)} gives {expected}")
+    return dtype
 
 
 def load_token_items(prefix: str, dictionary, split: str, combine: bool = False, check_ids: bool = False):
@@ -71,9 +72,9 @@ def load_token_items(prefix: str, dictionary, split: str, combine: bool = False,
         prefix_k = prefix + (str(k) if k > 0 else "")
         if not MMapIndexedDataset.exists(prefix_k):
             break
-        check_token_item_files(prefix_k)
+        dtype = check_token_item_files(prefix_k)
         if check_ids:
-            check_token_ids(prefix_k, dictionary)
+            check_token_ids(prefix_k, dictionary, dtype)
         if not combine:
             break
     if os.path.isfile(prefix + ".bin") and os.path.getsize(prefix + ".bin") == 0:

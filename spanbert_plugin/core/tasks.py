@@ -293,6 +293,12 @@ def prepared_data_folder(cfg, task_name: str, prepare_command: str, required_fil
     return cfg.data
 
 
+def task_state_of(task) -> dict:
+    """What a task's state holds (fairseq's ``task.state``, saved as a checkpoint's ``task_state``: labels, an
+    imported head's records), or {} for a task without one."""
+    return getattr(getattr(task, "state", None), "state_dict", None) or {}
+
+
 # Checks of options that do nothing as set, such as a feature's secondary options while the feature is off: each
 # feature registers one, ``(the task's options as a dict) -> [(option names, why they do nothing)]``; training runs
 # them once.
@@ -322,7 +328,7 @@ def warn_options_without_effect(cfg) -> None:
     for check in OPTIONS_WITHOUT_EFFECT:
         for names, reason in check(options):
             given = [f"--{name.replace('_', '-')} {options[name]}" for name in names
-                     if name in options and name in defaults and str(options[name]) != str(defaults[name])]
+                     if name in options and name in defaults and options[name] != defaults[name]]
             if given:
                 logging.getLogger(__name__).warning(f"{', '.join(given)}: no effect, {reason}")
 

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..core.tasks import task_state_of
 from .files import InteropError, read_json, read_weights
 
 # (spanbert prefix, transformers prefix): the encoder, the MLM head (its decoder weight is tied on both sides)
@@ -128,7 +129,7 @@ def _write_relation(hub, directory):
     from safetensors.torch import save_file
 
     # a fine-tuning task holds the labels and inputs; a checkpoint an import made, the record _relation_task_state kept
-    stored = getattr(getattr(hub.task, "state", None), "state_dict", None) or {}
+    stored = task_state_of(hub.task)
     model, labels = hub.model, getattr(hub.task, "labels", None) or stored.get("labels")
     weights = {f"{name}.{k}": v.detach().float().contiguous()
                for name, head in model.relation_heads.items() for k, v in head.state_dict().items()}

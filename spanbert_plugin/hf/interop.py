@@ -20,6 +20,7 @@ import tempfile
 
 import torch
 
+from ..core.tasks import task_state_of
 from ..core.user_dir import register_plugin
 from ..qa.hf_settings import QA_SETTINGS, TASK_STATE_KEY as QA_STATE_KEY, read_qa_settings, write_qa_settings
 from ..core.file_utils import atomic_directory, check_destination, checkpoint_inputs
@@ -240,7 +241,7 @@ def export_hf(checkpoint, out_dir, data=None, force=False, head=None):
         architectures.append("BertForSequenceClassification")
         num_labels = module.out_proj.out_features
         labels = label_names(hub.task, num_labels)
-        stored = getattr(getattr(hub.task, "state", None), "state_dict", None) or {}  # an imported head's task state
+        stored = task_state_of(hub.task)  # an imported head's task state
         regression = bool(getattr(hub.task, "regression", False) or stored.get("regression")) and num_labels == 1
     config = bert_config_of(model.cfg, d, architectures, num_labels, labels, regression)
     weights = {k: v.detach().float().contiguous() for k, v in to_hf_state_dict(model.state_dict(), classification_head).items()

@@ -11,16 +11,14 @@ import math
 import os
 
 from ..core.errors import UsageError
+from ..core.file_utils import read_json
+from ..core.tasks import task_state_of
 from .prepare import QAConfig
 
 QA_SETTINGS = "qa_settings.json"
 TASK_STATE_KEY = "qa_settings"
 WINDOW_KEYS = ("max_seq_length", "doc_stride", "max_query_length")
 ANSWER_KEYS = ("n_best", "max_answer_length")
-
-
-def task_state_of(task) -> dict:
-    return getattr(getattr(task, "state", None), "state_dict", None) or {}
 
 
 def recorded_qa_settings(task):
@@ -61,11 +59,7 @@ def _number(value) -> bool:
 
 def read_qa_settings(path: str) -> dict:
     """The settings in an export's ``qa_settings.json``, checked; UsageError naming the file and key."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            found = json.load(f)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path}: not valid JSON ({err})") from None
+    found = read_json(path)
     if not isinstance(found, dict):
         raise UsageError(f"{path}: expected a JSON object, found {type(found).__name__}")
     for key in WINDOW_KEYS + ANSWER_KEYS:
