@@ -30,7 +30,7 @@ def _losses(output):
 
 
 def _assert_fp32_checkpoint(path, updates):
-    saved = torch.load(path, map_location="cpu", weights_only=False)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
     assert saved["optimizer_history"][-1]["num_updates"] == updates
     assert saved["cfg"]["task"]["bf16_autocast"] is True
     dtypes = {t.dtype for t in saved["model"].values() if t.is_floating_point()}
@@ -90,7 +90,7 @@ def test_resume_is_exact(imported, family_data, tmp_path):
     parts = _assert_fp32_checkpoint(tmp_path / "parts" / "checkpoint_last.pt", 4)["model"]
     assert whole.keys() == parts.keys()
     assert all(torch.equal(whole[k], parts[k]) for k in whole)
-    start = torch.load(os.path.join(imported, "model.pt"), map_location="cpu", weights_only=False)["model"]
+    start = torch.load(os.path.join(imported, "model.pt"), map_location="cpu", weights_only=True)["model"]
     assert not torch.equal(whole["encoder.embeddings.word_embeddings.weight"],
                            start["encoder.embeddings.word_embeddings.weight"])  # it did train
 

@@ -19,7 +19,7 @@ def _corpus(imported, corpus_files, tmp_path):
 
 
 def _weights(path):
-    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
 def _changed(before, after, heads):
@@ -101,7 +101,7 @@ def test_continue_from_hf_recipe_runs_from_an_imported_encoder(imported, corpus_
                     "lr_scheduler.warmup_updates=1", "lr_scheduler.total_num_update=2", "task.tokens_per_sample=64",
                     "dataset.batch_size=4", "task.freeze_encoder_updates=1", "task.bf16_autocast=true"])
     assert "model shape from" in proc.stdout + proc.stderr
-    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert saved["optimizer_history"][-1]["num_updates"] == 2
     assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
 

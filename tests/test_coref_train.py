@@ -479,7 +479,7 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
         "--log-format", "json", "--seed", "2", ffnn_size="64"))
     valid = _valid_records(proc.stdout + proc.stderr)
     assert len(valid) == 3 and {"valid_conll_f1", "valid_muc_f1", "valid_bcub_p", "valid_ceafe_r"} <= set(valid[-1])
-    state = torch.load(os.path.join(ck, "checkpoint_last.pt"), weights_only=False)
+    state = torch.load(os.path.join(ck, "checkpoint_last.pt"), weights_only=True)
     assert any(k.startswith("coref_head.pair_scorer") for k in state["model"])
     out = str(tmp_path / "pred")
     run_cli(

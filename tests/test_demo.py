@@ -73,7 +73,7 @@ def test_demo_without_a_package_index_says_so_trains_from_scratch_and_runs_twice
     assert examples.count("    target: ") == 6
     assert examples.count("    before: ") == 6 and examples.count("     after: ") == 6
     assert plugin_and_transformers_guesses(first.stdout)[0] == plugin_and_transformers_guesses(first.stdout)[1]
-    assert torch.load(os.path.join(out, "checkpoints", "checkpoint_last.pt"), weights_only=False)[
+    assert torch.load(os.path.join(out, "checkpoints", "checkpoint_last.pt"), weights_only=True)[
         "optimizer_history"][-1]["num_updates"] == 24
 
     second = run_cli([*DEMO, "--out", out, "--max-update", "2", "--vocab-size", "1000", "--from-scratch"], env=driver_env())

@@ -285,7 +285,7 @@ def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files,
 
     random_hf_bert(tmp_path / "hf", wordpiece_vocab)
     _import(tmp_path / "hf", tmp_path / "imported")
-    checkpoint = torch.load(tmp_path / "imported" / "model.pt", weights_only=False)
+    checkpoint = torch.load(tmp_path / "imported" / "model.pt", weights_only=True)
     hub = SpanBertModel.from_pretrained(str(tmp_path / "imported"), "model.pt")
     torch.manual_seed(5)
     hub.model.register_relation_head("relation_head", 5, "entity_start")
@@ -306,7 +306,7 @@ def test_relation_heads_survive_export_and_import(wordpiece_vocab, corpus_files,
     assert (tmp_path / "back" / RELATION.weights_file).is_file()
 
     stdout = _import(tmp_path / "back", tmp_path / "again")
-    record = torch.load(tmp_path / "again" / "model.pt", weights_only=False)["model"]["vocabulary.tokenizer"]
+    record = torch.load(tmp_path / "again" / "model.pt", weights_only=True)["model"]["vocabulary.tokenizer"]
     assert bytes(record.tolist()).decode() == f"wordpiece ({tmp_path / 'again' / 'vocab.txt'})"  # not the temporary folder
     assert "relation head relation_head (entity_start pooling, 5 classes" in stdout
     restored = SpanBertModel.from_pretrained(str(tmp_path / "again"), "model.pt")
@@ -369,7 +369,7 @@ def test_span_drop_items_depend_on_seed_epoch_index_only():
 
 
 def _weights(path):
-    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
 def _resume_equals_whole_run(train, tmp_path):
@@ -378,9 +378,9 @@ def _resume_equals_whole_run(train, tmp_path):
 
     run_cli([*train, "--save-dir", str(tmp_path / "whole")])
     per_epoch = torch.load(tmp_path / "whole" / "checkpoint_last.pt", map_location="cpu",
-                           weights_only=False)["optimizer_history"][-1]["num_updates"] // 3
+                           weights_only=True)["optimizer_history"][-1]["num_updates"] // 3
     run_cli([*train, "--save-dir", str(tmp_path / "resumed"), "--max-update", str(per_epoch + per_epoch // 2)])
-    stopped = torch.load(tmp_path / "resumed" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    stopped = torch.load(tmp_path / "resumed" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     position = stopped["extra_state"]["train_iterator"]
     assert position["epoch"] == 2 and position["iterations_in_epoch"] > 0, position  # mid-epoch, after epoch 1
     run_cli([*train, "--save-dir", str(tmp_path / "resumed")])

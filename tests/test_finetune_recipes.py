@@ -134,7 +134,7 @@ def test_recipe_runs_two_updates_from_a_checkpoint_of_another_shape(path, import
     proc = run_cli([bin_path("fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs", "finetune"),
                     "--config-name", name, *overrides])
     assert "model shape from" in proc.stdout + proc.stderr
-    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert saved["optimizer_history"][-1]["num_updates"] == 2
     assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
     assert saved["model"]["encoder.embeddings.word_embeddings.weight"].shape == (len(VOCAB), SHAPE["encoder_embed_dim"])
@@ -162,7 +162,7 @@ def test_arch_spanbert_base_takes_the_checkpoint_shape_and_resumes(imported, fam
     checkpoint = os.path.join(imported, "model.pt")
     run_cli(_train(family_data["cls"], checkpoint, tmp_path / "ck"))
     run_cli(_train(family_data["cls"], checkpoint, tmp_path / "ck", "--max-update", "4"))  # resumes checkpoint_last.pt
-    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert saved["optimizer_history"][-1]["num_updates"] == 4
     assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
 
@@ -175,7 +175,7 @@ def test_continued_pretraining_takes_the_checkpoint_shape(imported, corpus_files
                     os.path.join(imported, "vocab.txt"), "--lowercase"]) == 0
     run_cli(_train(data, os.path.join(imported, "model.pt"), tmp_path / "ck", "--tokens-per-sample", "64",
                    task="spanbert_pretraining", criterion="span_bert"))
-    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE and saved["cfg"]["task"]["_name"] == "spanbert_pretraining"
 
 
@@ -266,7 +266,7 @@ def test_a_recipe_with_the_decay_exemption_trains_under_fp16(imported, family_da
                       "optimization.max_update=2", "dataset.batch_size=8", "lr_scheduler.warmup_updates=1",
                       "lr_scheduler.total_num_update=2")
     assert "loss_scale=" in proc.stdout + proc.stderr
-    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert sorted(g["weight_decay"] for g in saved["last_optimizer_state"]["param_groups"]) == [0.0, 0.01]
 
 
@@ -314,7 +314,7 @@ def test_squad2_predicts_with_the_threshold_of_its_best_validation(imported, fam
     assert used == scores["best_f1_thresh"] == pytest.approx(float(logged[-1]["valid_best_f1_thresh"]), abs=1e-3)
     assert scores["best_f1"] == pytest.approx(float(logged[-1]["valid_best_f1"]), abs=1e-3)
     # the stored value is the one used: a checkpoint holding another answers as --null-threshold with it
-    state = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     odds = json.loads((tmp_path / "pred" / "null_odds.json").read_text()).values()
     moved = max(odds) + 1 if max(odds) > used else min(odds) - 1  # every question answered, or none: not as before
     state["task_state"]["validated_null_threshold"] = moved

@@ -146,7 +146,7 @@ def test_a_checkpoint_a_gpu_trained_in_half_precision_loads_on_a_cpu(spm_checkpo
 
     from spanbert_plugin.model.spanbert import SpanBertModel
 
-    state = torch.load(spm_checkpoint, map_location="cpu", weights_only=False)
+    state = torch.load(spm_checkpoint, map_location="cpu", weights_only=True)
     for precision in ("fp16", "amp"):
         state["cfg"]["common"].update(cpu=False, **{precision: True})
         folder = tmp_path / precision

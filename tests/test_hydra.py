@@ -50,7 +50,7 @@ def _hydra_train(config_dir, config_name, save_dir, *overrides):
                     "optimization.max_update=1", "dataset.disable_validation=true", "dataset.batch_size=4",
                     "common.log_format=json",
                     f"checkpoint.save_dir={save_dir}", *overrides])
-    state = torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu", weights_only=False)
+    state = torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu", weights_only=True)
     return proc.stdout + proc.stderr, state
 
 

@@ -178,7 +178,7 @@ def test_outside_a_launcher_fairseqs_inference_runs(monkeypatch):
 def _final_weights(save_dir):
     import torch
 
-    return torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu", weights_only=False)["model"]
+    return torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu", weights_only=True)["model"]
 
 
 def _losses(output):

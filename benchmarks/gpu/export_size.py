@@ -83,7 +83,7 @@ def main():
         blob = f.read()
     header_bytes = int.from_bytes(blob[:8], "little")
     layout = torch.load(io.BytesIO(blob[8:8 + header_bytes]), map_location="cpu", weights_only=True)["layout"]
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     command = " ".join(["benchmarks/gpu/export_size.py", *sys.argv[1:]])
     result = {"checkpoint_bytes": os.path.getsize(checkpoint), "packed_bytes": len(blob), "header_bytes": header_bytes,
               "packed_mib": len(blob) / MIB, "part_mib": args.part_mib,

@@ -64,7 +64,7 @@ def updates_in(checkpoint: str):
     import torch
 
     try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         return int(state["optimizer_history"][-1]["num_updates"]), None
     except Exception as err:  # a truncated file: whatever torch raises is the finding
         return None, f"{type(err).__name__}: {str(err)[:200]}"

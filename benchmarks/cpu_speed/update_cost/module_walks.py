@@ -20,29 +20,33 @@ import statistics
 import sys
 import time
 
-import torch
-from fairseq.data import Dictionary
-from fairseq.models import BaseFairseqModel
-from torch import nn
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))  # the shared helpers
 from results_file import check_results_file, write_results_file  # noqa: E402
 from update_cost import SHAPES as UPDATE_COST_SHAPES  # noqa: E402  (this script's folder)
 
-from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel  # noqa: E402
-
 SHAPES = {name: UPDATE_COST_SHAPES[name] for name in ("minilm-shape", "base-shape")}  # layers, hidden, heads, FFN
 RESULT_KEYS = ("rounds", "calls", "rows")
-# per update: (what, the plugin's call, the call it replaces, calls per update)
-WALKS = (
-    ("model.train()", lambda m: m.train(), lambda m: nn.Module.train(m), 2),
-    ("model.set_num_updates(n)", lambda m: m.set_num_updates(7), lambda m: BaseFairseqModel.set_num_updates(m, 7), 1),
-)
+# torch, fairseq and the plugin are imported only once --out is accepted: a refused --out costs no imports
+
+
+def walks():
+    """Per update: (what, the plugin's call, the call it replaces, calls per update)."""
+    from fairseq.models import BaseFairseqModel
+    from torch import nn
+
+    return (
+        ("model.train()", lambda m: m.train(), lambda m: nn.Module.train(m), 2),
+        ("model.set_num_updates(n)", lambda m: m.set_num_updates(7), lambda m: BaseFairseqModel.set_num_updates(m, 7), 1),
+    )
 
 
 def model_of(shape):
+    from fairseq.data import Dictionary
+
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+
     layers, hidden, heads, ffn = SHAPES[shape]
     dictionary = Dictionary()
     for i in range(30522 - len(dictionary)):  # BERT's vocabulary size (the walks do not depend on it)
@@ -69,11 +73,13 @@ def main():
     parser.add_argument("--force", action="store_true", help="replace an earlier --out of this script")
     args = parser.parse_args()
     check_results_file(args.out, "module_walks.py", args.force, RESULT_KEYS)
+    import torch
+
     torch.set_num_threads(1)
     rows = []
     for shape in SHAPES:
         model = model_of(shape)
-        for what, ours, theirs, per_update in WALKS:
+        for what, ours, theirs, per_update in walks():
             times = {"plugin": [], "fairseq": []}
             for round_ in range(args.rounds):
                 order = (("plugin", ours), ("fairseq", theirs))
