@@ -279,7 +279,9 @@ def test_model_flops_of_an_update_against_a_hand_count(spm_data):
 @pytest.mark.parametrize("name, expected", [
     ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
     ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", "L40"),
-    ("Tesla V100-SXM2-16GB", "V100"), ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA RTX A1000 Laptop GPU", None),
+    ("Tesla V100-SXM2-16GB", "V100"), ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA B200", "B200"),
+    ("NVIDIA GB200", "GB200"), ("NVIDIA H800", "H800"), ("NVIDIA H800 PCIe", "H800 PCIe"),
+    ("NVIDIA A800-SXM4-80GB", "A800"), ("NVIDIA RTX A1000 Laptop GPU", None),
     ("NVIDIA GeForce RTX 4090", None)])
 def test_the_peak_table_matches_device_names_as_whole_words(name, expected):
     """A substring match took an L40S for an L4 and an RTX A1000 for an A100: a wrong mfu, without a word."""

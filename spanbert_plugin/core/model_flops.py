@@ -23,15 +23,21 @@ import torch
 logger = logging.getLogger(__name__)
 
 # Dense (no sparsity) tensor-core peaks in TFLOP/s by the vendor's data sheets: half (fp16/bf16), tf32, fp32.
-# Matched against torch.cuda.get_device_name() as whole words ("L4" is not "L40S", "A100" not "RTX A1000"),
-# first match wins (PCIe before the SXM default).
+# Sheets that give a system's figures (HGX B200: 8 GPUs, GB200 NVL72: 72) are divided per GPU, and their
+# with-sparsity tensor figures halved. Matched against torch.cuda.get_device_name() as whole words ("L4" is not
+# "L40S", "A100" not "RTX A1000", "B200" not "GB200"), first match wins (PCIe before the SXM default).
 PEAK_TFLOPS = (
     ("H100 PCIe", {"half": 756.0, "tf32": 378.0, "fp32": 51.2}),
     ("H100 NVL", {"half": 835.0, "tf32": 418.0, "fp32": 60.0}),
     ("H100", {"half": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("H800 PCIe", {"half": 756.0, "tf32": 378.0, "fp32": 51.2}),  # the H100's compute, less interconnect
+    ("H800", {"half": 989.4, "tf32": 494.7, "fp32": 66.9}),
     ("H200", {"half": 989.4, "tf32": 494.7, "fp32": 66.9}),
     ("GH200", {"half": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("B200", {"half": 2250.0, "tf32": 1125.0, "fp32": 75.0}),
+    ("GB200", {"half": 2500.0, "tf32": 1250.0, "fp32": 80.0}),
     ("A100", {"half": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    ("A800", {"half": 312.0, "tf32": 156.0, "fp32": 19.5}),  # the A100's compute, less interconnect
     ("A10G", {"half": 70.0, "tf32": 35.0, "fp32": 31.2}),
     ("L40S", {"half": 362.0, "tf32": 183.0, "fp32": 91.6}),
     ("L40", {"half": 181.0, "tf32": 90.5, "fp32": 90.5}),
