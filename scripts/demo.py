@@ -134,10 +134,10 @@ def record_output(out):
 
 def show_masked_examples(data_dir, n=2, width=60):
     """Print a few span-masked blocks from the prepared data."""
-    from spanbert_plugin.pretraining.span_masked_lm import SpanMaskedLMConfig, SpanBertMaskedLMTask
+    from spanbert_plugin.pretraining.task import SpanBertPretrainingConfig, SpanBertPretrainingTask
     from spanbert_plugin.core.tokenization import load_tokenizer
 
-    task = SpanBertMaskedLMTask.setup_task(SpanMaskedLMConfig(data=data_dir, tokens_per_sample=128, seed=1))
+    task = SpanBertPretrainingTask.setup_task(SpanBertPretrainingConfig(data=data_dir, tokens_per_sample=128, seed=1))
     task.load_dataset("valid")
     ds, d, tok = task.dataset("valid"), task.dictionary, load_tokenizer(data_dir)
     print("\n== Span-masked examples (SpanBERT masking: whole-word geometric spans, 15%) ==")

@@ -3,8 +3,8 @@
 What every command shares lives here: ``command(prog)`` turns the plugin's
 errors and interruptions into one line and an exit status, and shows library
 log records as ``prog: warning: ...`` lines only; ``add_predict_arguments``
-defines the options common to the three predict commands, and
-``predict_command`` builds a predict command that has no other options.
+defines the options common to the predict commands, and ``predict_command``
+builds a predict command from them (its own options through ``add_arguments``).
 """
 import argparse
 import contextlib

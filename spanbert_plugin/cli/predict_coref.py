@@ -9,7 +9,6 @@ from . import predict_command
 PROG = "spanbert-predict-coref"
 
 
-
 def _thresholds(text: str):
     try:
         return [float(t) for t in text.split(",")]

@@ -3,8 +3,8 @@
 A fine-tuning data folder starts from a tokenizer folder (``--tokenizer-from``:
 a ``spanbert-prepare`` or ``spanbert-import-hf`` output), whose ``dict.txt``
 and tokenizer files are copied unchanged, so token ids stay the checkpoint's.
-The predict commands load a fine-tuned checkpoint and run it over a split in
-validation batches with the two functions at the end.
+The predict commands load a fine-tuned checkpoint (``load_finetuned_checkpoint``)
+and run it over a split in validation batches (``predict_split_outputs``).
 """
 import os
 import shutil
@@ -174,7 +174,3 @@ def predict_split_outputs(model, task, cfg, split: str, outputs_of: Callable, sh
     if not seen.all():
         raise RuntimeError(f"split {split!r}: {int((~seen).sum())} of {len(dataset)} examples were not evaluated")
     return outputs
-
-
-__all__ = ["SpanTokenizer", "TokenizerError", "copy_tokenizer_files", "load_finetuned_checkpoint", "load_tokenizer_folder",
-           "predict_split_outputs", "warn_if_vocabulary_does_not_fit", "write_token_items"]

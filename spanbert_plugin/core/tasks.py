@@ -41,7 +41,7 @@ class OneDictionaryTask:
         check_bf16_autocast(cfg)
         enable_tf32(cfg)
         super().__init__(cfg, **kwargs)
-        self.flops_log = FlopsLog(getattr(cfg, "peak_tflops", 0.0) or 0.0)
+        self.flops_log = FlopsLog(peak)
         self._dataset_forms = {}  # split -> {training: dataset}: see keep_dataset
 
     def forward_precision(self, model):
@@ -157,8 +157,6 @@ class OneDictionaryTask:
             # export on a CPU, trains nothing (the saved run config still says fp16)
             refuse_half_precision_a_cpu_cannot_run(self.cfg)
             refuse_flat_fp16_copies_of_grouped_parameters(self.cfg)
-        run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
-        if not from_checkpoint:
             from .checkpoint_loading import (refuse_a_named_checkpoint_that_is_missing, run_starting_checkpoint,
                                              take_shape_from_checkpoint)
 
@@ -174,6 +172,7 @@ class OneDictionaryTask:
         if not self.trains_pretraining_heads and hasattr(model, "leave_pretraining_heads_out_of_training"):
             model.leave_pretraining_heads_out_of_training()
         if getattr(self.cfg, "compile", False) and not from_checkpoint:
+            run = cfg._get_parent() if OmegaConf.is_config(cfg) else None
             compile_for_training(model, self.cfg, run)
         return model
 

@@ -22,7 +22,7 @@ import logging
 import os
 from collections import Counter
 from itertools import chain
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 
@@ -234,6 +234,7 @@ def prepare_coref_data(args) -> dict:
 
 
 def load_coref_meta(folder: str) -> dict:
+    """``coref_meta.json`` of a spanbert-prepare-coref folder (UsageError when it is not one)."""
     return read_prepared_json(folder, META_FILE, COMMAND)
 
 
@@ -260,7 +261,8 @@ def load_documents(folder: str, split: str) -> List[dict]:
     return read_jsonl(path)
 
 
-def load_split_arrays(folder: str, split: str) -> Optional[Dict[str, np.ndarray]]:
+def load_split_arrays(folder: str, split: str) -> Dict[str, np.ndarray]:
+    """The arrays of a prepared split's ``S.npz`` by name; FileNotFoundError when the split was not prepared."""
     path = os.path.join(folder, split + ".npz")
     if not os.path.isfile(path):
         raise FileNotFoundError(path)

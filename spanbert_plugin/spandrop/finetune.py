@@ -49,9 +49,7 @@ class FinetuneSpanDropConfig(SpanDropSampling):
     )
 
 
-
 # ----------------------------------------------------------------------------- segmentation
-
 
 
 def unit_ids(droppable: np.ndarray, unit: str, chunk_size: int = 1, word_starts: Optional[np.ndarray] = None,
@@ -82,7 +80,6 @@ def unit_ids(droppable: np.ndarray, unit: str, chunk_size: int = 1, word_starts:
     ids = np.full(len(droppable), -1, dtype=np.int64)
     ids[positions] = np.cumsum(begins) - 1
     return ids
-
 
 
 # ----------------------------------------------------------------------------- drawing and applying
@@ -194,8 +191,3 @@ class SpanDropWrapper(EpochKeyedWrapper):
 
     def drop(self, item, index, rng):
         raise NotImplementedError
-
-
-
-
-
