@@ -31,7 +31,7 @@ import numpy as np
 
 from ..core.progress import progress_bar
 from ..core.errors import UsageError
-from ..core.file_utils import atomic_directory, check_destination, parse_json, read_text
+from ..core.file_utils import atomic_directory, check_destination, is_json_integer, parse_json, read_text
 from ..core.finetune_io import (
     copy_tokenizer_files, load_tokenizer_folder, read_prepared_json, register_finetuning_folder,
     warn_if_vocabulary_does_not_fit, write_json,
@@ -518,7 +518,7 @@ def read_meta(folder: str) -> dict:
     if not meta["regression"] and (not isinstance(labels, list) or not labels
                                    or not all(isinstance(label, str) for label in labels)):
         raise UsageError(f"{path}: labels must list the class names, found {labels!r}")
-    if classes != expected or not isinstance(classes, int) or isinstance(classes, bool):
+    if classes != expected or not is_json_integer(classes):
         raise UsageError(f"{path}: num_classes {classes!r} does not match its "
                          + ("regression (1)" if meta["regression"] else f"{len(labels)} labels"))
     return meta

@@ -20,7 +20,7 @@ import numpy as np
 import regex
 
 from .errors import UsageError
-from .file_utils import read_json, read_text
+from .file_utils import is_json_integer, read_json, read_text
 
 META_FILE = "spanbert_tokenizer.json"
 SPM_FILE = "spm.model"
@@ -383,7 +383,7 @@ class WordPieceTokenizer(SpanTokenizer):
             raise TokenizerError(f"{path}: pre_tokenizer {pre_tokenizer.get('type')!r}; expected BertPreTokenizer")
         by_id = {}
         for piece, index in model["vocab"].items():
-            if not isinstance(index, int) or isinstance(index, bool) or index in by_id:
+            if not is_json_integer(index) or index in by_id:
                 raise TokenizerError(f"{path}: token {piece!r} has id {index!r}, not a unique integer")
             by_id[index] = piece
         if sorted(by_id) != list(range(len(by_id))):
@@ -536,7 +536,7 @@ def load_tokenizer(directory: str) -> SpanTokenizer:
     if not isinstance(meta, dict):
         raise TokenizerError(f"{meta_path}: expected a JSON object with the tokenizer's type")
     max_length = meta.get("model_max_length")
-    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0):
+    if max_length is not None and (not is_json_integer(max_length) or max_length <= 0):
         raise TokenizerError(f"{meta_path}: model_max_length must be a positive integer, found {max_length!r}")
     if meta.get("type") == SentencePieceTokenizer.kind:
         tokenizer = _load_sentencepiece(os.path.join(directory, SPM_FILE))

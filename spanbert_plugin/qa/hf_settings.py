@@ -11,7 +11,7 @@ import math
 import os
 
 from ..core.errors import UsageError
-from ..core.file_utils import read_json
+from ..core.file_utils import is_json_integer, read_json
 from ..core.tasks import task_state_of
 from .prepare import QAConfig
 
@@ -64,7 +64,7 @@ def read_qa_settings(path: str) -> dict:
         raise UsageError(f"{path}: expected a JSON object, found {type(found).__name__}")
     for key in WINDOW_KEYS + ANSWER_KEYS:
         value = found.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_json_integer(value) or value < 1:
             raise UsageError(f"{path}: {key} must be a positive integer, found {value!r}")
     try:  # the rules spanbert-prepare-qa holds its windows to: room for a passage, no passage token skipped
         QAConfig(*(found[key] for key in WINDOW_KEYS)).check()
