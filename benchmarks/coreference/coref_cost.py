@@ -133,8 +133,8 @@ def measure(data: str, shape: str, mode: str, steps: int, cpu: bool, warmup: int
         mode = f"train ({max_training_segments} segments)"
     if mode.startswith("train") and mention_loss_weight:
         mode += f", mention loss {mention_loss_weight:g}"
-    result = {"shape": shape, "mode": mode, "words": int(dataset.a["doc_words"][0]),
-              "tokens": int(dataset.sizes[0]), "segments": int(len(dataset.a["segment_lengths"])),
+    result = {"shape": shape, "mode": mode, "words": int(dataset.arrays["doc_words"][0]),
+              "tokens": int(dataset.sizes[0]), "segments": int(len(dataset.arrays["segment_lengths"])),
               "seconds": statistics.median(times[warmup:]),
               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "device": device.type}
     if device.type == "cuda":

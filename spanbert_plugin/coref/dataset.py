@@ -23,9 +23,11 @@ from .prepare import load_split_arrays
 
 
 class CorefDataset(FairseqDataset):
+    """The documents of a prepared split (``arrays``: its ``S.npz`` by name), one item and one batch each."""
+
     def __init__(self, arrays: dict, pad_index: int, shuffle: bool = False, seed: int = 1, span_drop=None,
                  mask_index: Optional[int] = None, max_segments: int = 0):
-        self.a = arrays
+        self.arrays = arrays
         self.max_segments = max_segments  # > 0: a random window of that many segments per document and epoch
         self.pad_index, self.shuffle, self.seed, self.epoch = pad_index, shuffle, seed, 1
         self.span_drop = span_drop  # (p, gamma, unit, mode) or None
@@ -65,7 +67,7 @@ class CorefDataset(FairseqDataset):
 
     def document(self, index: int) -> dict:
         """Numpy arrays of one document (tokens and per-token information, mentions)."""
-        a = self.a
+        a = self.arrays
         t0, t1 = a["doc_tokens"][index], a["doc_tokens"][index + 1]
         s0, s1 = a["doc_segments"][index], a["doc_segments"][index + 1]
         g0, g1 = a["doc_gold"][index], a["doc_gold"][index + 1]

@@ -173,12 +173,12 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         except FileNotFoundError:
             raise UsageError(f"{os.path.join(self.cfg.data, split)}.npz: no such file (split {split!r} was not "
                              f"prepared in {self.cfg.data})") from None
-        if len(dataset.a["tokens"]):  # the embedding lookup would fail mid-step
-            refuse_token_ids_beyond(os.path.join(self.cfg.data, split) + ".npz", int(dataset.a["tokens"].max()),
+        if len(dataset.arrays["tokens"]):  # the embedding lookup would fail mid-step
+            refuse_token_ids_beyond(os.path.join(self.cfg.data, split) + ".npz", int(dataset.arrays["tokens"].max()),
                                     self.dictionary)
         logger.info(f"{os.path.join(self.cfg.data, split)}: {len(dataset)} documents")
         if is_train:  # saved with every checkpoint: raw text is predicted under a genre whose embedding trained
-            self.state.merge_state_dict({TRAINED_GENRES: [GENRES[g] for g in sorted(set(dataset.a["doc_genre"].tolist()))]})
+            self.state.merge_state_dict({TRAINED_GENRES: [GENRES[g] for g in sorted(set(dataset.arrays["doc_genre"].tolist()))]})
         self.keep_dataset(split, dataset, is_train)
 
     def raw_text_genre(self) -> str:

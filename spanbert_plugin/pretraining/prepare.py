@@ -566,9 +566,11 @@ def prepare(args):
                 made.update({split: SplitWriter(os.path.join(workdir, split), vocab_size, kinds) for split in ("train", "valid")})
             return made
 
-        train_only = (lambda index: "train") if valid_reader else (lambda index: "train" if index < num_train - n_valid else "valid")
+        # the split of the training files' document ``index``: the last n_valid are held out without --valid
+        split_of_train_document = ((lambda index: "train") if valid_reader else
+                                   (lambda index: "train" if index < num_train - n_valid else "valid"))
         fit = VocabularyFit()  # tokens are counted by the writers; the text's case is seen here (encoding runs in workers)
-        binarize(train_reader, train_only, writers, workdir, workers, annotator, fit=fit)
+        binarize(train_reader, split_of_train_document, writers, workdir, workers, annotator, fit=fit)
         train_empty = train_reader.empty_documents
         valid_empty = 0
         if valid_reader:
