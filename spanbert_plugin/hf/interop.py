@@ -381,29 +381,9 @@ def import_hf(hf_dir, out_dir, force=False):
     with atomic_directory(out_dir, "spanbert-import-hf", [hf_dir], force, "--out") as work:
         tokenizer.save(work)
         dictionary.save(os.path.join(work, "dict.txt"))
-        cli = [work, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
-               "--encoder-layers", str(config["num_hidden_layers"]), "--encoder-embed-dim", str(config["hidden_size"]),
-               "--encoder-ffn-embed-dim", str(config["intermediate_size"]),
-               "--encoder-attention-heads", str(config["num_attention_heads"]),
-               "--max-positions", str(config["max_position_embeddings"]),
-               "--type-vocab-size", str(config.get("type_vocab_size", 2)),
-               "--layer-norm-eps", str(config.get("layer_norm_eps", 1e-12)),
-               "--dropout", str(config.get("hidden_dropout_prob", 0.1)),
-               "--attention-dropout", str(config.get("attention_probs_dropout_prob", 0.1)),
-               "--init-std", str(config.get("initializer_range", 0.02)),
-               "--pooler-dropout", str(config.get("hidden_dropout_prob", 0.1) if config.get("classifier_dropout") is None
-                                       else config["classifier_dropout"]),
-               "--tokens-per-sample", str(min(512, config["max_position_embeddings"]))]
         side_configs = {side: side.load_config(hf_dir) for side in SIDE_HEADS}
         side_configs = {side: c for side, c in side_configs.items() if c is not None}
-        for side, side_config in side_configs.items():
-            cli += side.model_arguments(side_config, hf_dir)
-        for side, side_config in side_configs.items():
-            if side.task_arguments is not None:  # e.g. a coreference checkpoint: its task replaces pre-training's
-                at = cli.index("--tokens-per-sample")
-                cli = [a for a in cli[:at] + cli[at + 2:] if a not in ("--task", "spanbert_pretraining", "--criterion",
-                                                                      "span_bert")]
-                cli += side.task_arguments(side_config, hf_dir, work)
+        cli = _training_command_line(work, config, side_configs, hf_dir)
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), cli))
         task = tasks.setup_task(cfg.task)
         # built as a checkpoint is loaded: of the shape given above, never of a run's checkpoint_last.pt that the
@@ -455,6 +435,33 @@ def import_hf(hf_dir, out_dir, force=False):
         logging.getLogger(__name__).warning(warning)
     return {"freshly_initialised": fresh, "ignored_hf_weights": ignored, "task_heads": heads, "notes": notes}
 
+
+def _training_command_line(work, config, side_configs, hf_dir):
+    """The fairseq-train arguments that build the imported model over the data folder ``work``: the encoder's shape
+    and dropout from ``config.json``, the side heads' options, and a task of a side head's (preparing ``work`` for
+    it) in place of pre-training's."""
+    cli = [work, "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_base", "--cpu",
+           "--encoder-layers", str(config["num_hidden_layers"]), "--encoder-embed-dim", str(config["hidden_size"]),
+           "--encoder-ffn-embed-dim", str(config["intermediate_size"]),
+           "--encoder-attention-heads", str(config["num_attention_heads"]),
+           "--max-positions", str(config["max_position_embeddings"]),
+           "--type-vocab-size", str(config.get("type_vocab_size", 2)),
+           "--layer-norm-eps", str(config.get("layer_norm_eps", 1e-12)),
+           "--dropout", str(config.get("hidden_dropout_prob", 0.1)),
+           "--attention-dropout", str(config.get("attention_probs_dropout_prob", 0.1)),
+           "--init-std", str(config.get("initializer_range", 0.02)),
+           "--pooler-dropout", str(config.get("hidden_dropout_prob", 0.1) if config.get("classifier_dropout") is None
+                                   else config["classifier_dropout"]),
+           "--tokens-per-sample", str(min(512, config["max_position_embeddings"]))]
+    for side, side_config in side_configs.items():
+        cli += side.model_arguments(side_config, hf_dir)
+    for side, side_config in side_configs.items():
+        if side.task_arguments is not None:  # e.g. a coreference checkpoint: its task replaces pre-training's
+            at = cli.index("--tokens-per-sample")
+            cli = [a for a in cli[:at] + cli[at + 2:] if a not in ("--task", "spanbert_pretraining", "--criterion",
+                                                                  "span_bert")]
+            cli += side.task_arguments(side_config, hf_dir, work)
+    return cli
 
 
 def _register_task_heads(model, ours, config, hf_dir):
