@@ -190,6 +190,23 @@ def test_bad_options_are_usage_errors(folders):
             task_of("qa", folders["qa"], **options)
 
 
+@pytest.mark.parametrize("options, flag", [({"span_drop_unit": "word"}, "--span-drop-unit word"),
+                                           ({"span_drop_protect_question_overlap": True},
+                                            "--span-drop-protect-question-overlap")])
+def test_word_options_without_readable_tokenizer_files_name_the_option_that_needs_them(folders, tmp_path, options, flag):
+    """Both options read whole words from the folder's tokenizer; the error named --span-drop-unit word for both."""
+    import shutil
+
+    from spanbert_plugin.core.tokenization import META_FILE
+
+    damaged = tmp_path / "qa"
+    shutil.copytree(folders["qa"], damaged)
+    (damaged / META_FILE).write_text("{not json")
+    with pytest.raises(UsageError) as error:
+        task_of("qa", str(damaged), span_drop_p=0.1, **options)
+    assert str(error.value).startswith(f"{flag} needs the tokenizer files of {damaged}: ")
+
+
 # ----------------------------------------------------------------------------- QA
 
 

@@ -154,12 +154,13 @@ class SpanDropper:
         return Dropped(source[torch.from_numpy(taken)], taken, np.cumsum(keep) - 1)
 
 
-def tokenizer_word_starts(folder: str) -> np.ndarray:
-    """Word-start flag of every vocabulary entry of the tokenizer saved in a prepared data ``folder``."""
+def tokenizer_word_starts(folder: str, needed_by: str) -> np.ndarray:
+    """Word-start flag of every vocabulary entry of the tokenizer saved in a prepared data ``folder`` (the option
+    ``needed_by`` is named when it cannot be read)."""
     try:
         return load_tokenizer(folder).word_start_table()
     except (TokenizerError, OSError) as err:
-        raise UsageError(f"--span-drop-unit word needs the tokenizer files of {folder}: {err}") from None
+        raise UsageError(f"{needed_by} needs the tokenizer files of {folder}: {err}") from None
 
 
 def span_dropper(cfg, dictionary, folder: str, seed: int) -> Optional[SpanDropper]:
@@ -167,8 +168,10 @@ def span_dropper(cfg, dictionary, folder: str, seed: int) -> Optional[SpanDroppe
     check_span_drop_args(cfg.span_drop_p, cfg.span_drop_gamma)
     if cfg.span_drop_p == 0:
         return None
-    needs_words = str(cfg.span_drop_unit) == "word" or getattr(cfg, "span_drop_protect_question_overlap", False)
-    table = tokenizer_word_starts(folder) if needs_words else np.ones(len(dictionary), dtype=bool)
+    needed_by = ("--span-drop-unit word" if str(cfg.span_drop_unit) == "word" else
+                 "--span-drop-protect-question-overlap" if getattr(cfg, "span_drop_protect_question_overlap", False)
+                 else None)  # both read whole words
+    table = tokenizer_word_starts(folder, needed_by) if needed_by else np.ones(len(dictionary), dtype=bool)
     return SpanDropper(cfg, dictionary, table, seed)
 
 
