@@ -318,3 +318,32 @@ def test_zero_width_tokens_never_end_an_answer_or_make_one(with_negative):
         null = start[0, 0] + end[0, 0]
         # against "on the" from the '▁' (6 + 2: a span may start on it; its text starts at "on"), not the empty span
         assert result.null_odds["q0"] == pytest.approx(null - 8.0)
+
+
+@pytest.mark.parametrize("with_negative", [False, True])
+def test_tied_scores_rank_alike_whatever_else_shares_the_call(with_negative):
+    """Logits of few distinct values (as bfloat16 gives them: steps of 1/64 near 3) tie often. A question's n-best
+    list (texts, offsets, logits, probabilities) must depend on its own windows only: not on the other questions
+    processed with it (a validation batch, the whole split of spanbert-predict-qa, hub.answer's one question), on
+    their order, or on the padding of a wider batch. Before, ties ranked as numpy's quick sort and argpartition left
+    them: 24 questions with logits in steps of 0.5 gave other n-best lists alone than together."""
+    rng = np.random.default_rng(3)
+    words = ["red", "fox", "blue", "cat", "green", "owl"]  # repeated texts: the same answer at several places
+    contexts = [" ".join(rng.choice(words, 14)) for _ in range(24)]
+    questions = [{"id": f"q{i}", "context_index": i, "answers": []} for i in range(24)]
+    windows = [w for q in range(24) for w in ((q, 0, 10, [1] * 8 + [0] * 2, 3), (q, 5, 14, [0] * 3 + [1] * 6, 3))]
+    split = make_split(contexts, windows, questions, with_negative)
+    width = 3 + 10 + 1
+    start, end = (rng.integers(-4, 5, size=(len(windows), width)) * 0.5 for _ in range(2))
+    together = postprocess(split, np.arange(len(windows)), start, end, n_best=5)
+    reversed_order = np.arange(len(windows))[::-1]
+    padded = np.full((len(windows), width + 9), np.finfo(np.float32).min)
+    wide_start, wide_end = padded.copy(), padded.copy()
+    wide_start[:, :width], wide_end[:, :width] = start, end
+    for result in (postprocess(split, reversed_order, start[reversed_order], end[reversed_order], n_best=5),
+                   postprocess(split, np.arange(len(windows)), wide_start, wide_end, n_best=5)):
+        assert result.nbest == together.nbest and result.predictions == together.predictions
+    for q in range(24):
+        own = np.arange(2 * q, 2 * q + 2)
+        alone = postprocess(split, own, start[own], end[own], n_best=5)
+        assert alone.nbest[f"q{q}"] == together.nbest[f"q{q}"], q

@@ -12,7 +12,10 @@ questions (``split.with_negative``) the null answer "" scores the least
 at its place by score (unless an empty text is already there), and wins when
 ``null_odds = null_score - best_non_null_score > null_threshold`` (``null_odds``
 is +inf when no span survived). A question without any candidate and without
-negatives gets one empty answer with logits 0. Equal scores rank in any order.
+negatives gets one empty answer with logits 0. Equal logits and scores (frequent under bfloat16) rank by
+position: the earlier window, start and end first, so that a question's answers depend on its own windows
+alone, not on which other questions or how much padding share the call (a validation batch, the whole split
+of ``spanbert-predict-qa``, the one question of ``hub.answer``).
 
 Candidate generation runs over all windows at once in numpy; Python only walks
 each question's few best candidates to deduplicate them and builds the n-best dicts.
@@ -75,9 +78,16 @@ def _covered_questions(split: QASplit, window_ids: np.ndarray) -> np.ndarray:
 
 
 def _top_positions(logits, inside, k):
-    """[B, k] the k highest positions of each row among ``inside`` ones (padding sorts last)."""
+    """[B, k] the k highest positions of each row among ``inside`` ones (padding sorts last), in position order; of
+    positions tied at the k-th value the earliest are taken (argpartition's choice among them depends on the row's
+    width, so on the other windows of the batch)."""
     width = logits.shape[1]
-    return np.argpartition(np.where(inside, logits, -np.inf), width - k, axis=1)[:, width - k:]
+    values = np.where(inside & (logits == logits), logits, -np.inf)  # a NaN logit ranks as padding does
+    kth = np.partition(values, width - k, axis=1)[:, width - k, None]
+    above = values > kth
+    tied = values == kth
+    tied &= np.cumsum(tied, axis=1) <= k - above.sum(axis=1, keepdims=True)
+    return np.nonzero(above | tied)[1].reshape(len(values), k)
 
 
 def _candidates(split, window_ids, start_logits, end_logits, n_best, max_answer_length):
@@ -145,10 +155,9 @@ def postprocess(split: QASplit, window_ids: np.ndarray, start_logits: np.ndarray
         row, start, end, first_token, text_end = row[has_text], start[has_text], end[has_text], \
             first_token[has_text], text_end[has_text]
     row_question = split.question_index[window_ids]
-    # by question, best first: a quick sort by score, then a stable (radix) sort by question (ties: any order)
-    order = np.argsort(-(start_logits[row, start] + end_logits[row, end]))
     dense = np.searchsorted(questions, row_question).astype(np.uint16 if len(questions) < 2 ** 16 else np.int64)
-    order = order[np.argsort(dense[row[order]], kind="stable")]
+    # by question, best first; equal scores by window, start and end (see the module doc)
+    order = np.lexsort((end, start, window_ids[row], -(start_logits[row, start] + end_logits[row, end]), dense[row]))
     row, start, end, first_token, text_end = row[order], start[order], end[order], first_token[order], text_end[order]
     char_start, char_end = split.char_start[first_token + start], split.char_end[text_end]
     kept, texts, count, has_empty = _distinct_texts(split, questions, dense[row], char_start, char_end, n_best)
@@ -164,7 +173,7 @@ def postprocess(split: QASplit, window_ids: np.ndarray, start_logits: np.ndarray
     says_null = ~answered
     group_max = best_score  # entries are sorted: the first is each question's largest score
     if split.with_negative:
-        null_rows = _null_rows(row_question, start_logits, end_logits, questions)
+        null_rows = _null_rows(window_ids, row_question, start_logits, end_logits, questions)
         null_start, null_end = start_logits[null_rows, 0], end_logits[null_rows, 0]
         null_score = null_start + null_end
         null_odds = null_score - best_score
@@ -234,8 +243,9 @@ def _distinct_texts(split, questions, candidate_question, char_start, char_end, 
     return np.array(kept, dtype=np.int64), texts, np.array(count, dtype=np.int64), np.array(has_empty, dtype=bool)
 
 
-def _null_rows(row_question, start_logits, end_logits, questions) -> np.ndarray:
-    """Each question's null answer: the row of its window with the least [CLS] start + end score."""
+def _null_rows(window_ids, row_question, start_logits, end_logits, questions) -> np.ndarray:
+    """Each question's null answer: the row of its window with the least [CLS] start + end score (of equal ones,
+    the earliest window's)."""
     null_scores = start_logits[:, 0] + end_logits[:, 0]
-    by_question = np.lexsort((null_scores, row_question))
+    by_question = np.lexsort((window_ids, null_scores, row_question))
     return by_question[np.searchsorted(row_question[by_question], questions)]
