@@ -37,6 +37,11 @@ SPECIAL_SYMBOLS = {
 WORDPIECE_REQUIRED = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SPM_WORD_PREFIX = "\u2581"  # sentencepiece's word-start marker '▁'
 CASE_FOLDING_RULE = "nmt_nfkc_cf"  # sentencepiece's NFKC + case folding normalisation
+# sentencepiece trains on at most this many lines (paragraphs) of its text: of a longer text, a uniform sample drawn
+# here with a fixed seed. sentencepiece's own sampling (shuffle_input_sentence) is unseeded: each run of the same
+# command on the same corpus got another vocabulary.
+SPM_TRAINING_LINES = 2_000_000
+SPM_SAMPLE_SEED = 0
 
 
 class TokenizerError(UsageError):
@@ -263,9 +268,10 @@ class SentencePieceTokenizer(SpanTokenizer):
         """Train a sentencepiece model on ``text_file``; errors say the largest vocabulary that fits."""
 
         prefix = os.path.join(out_dir, SPM_FILE[: -len(".model")])
+        training_text = sampled_training_text(text_file, out_dir, SPM_TRAINING_LINES, SPM_SAMPLE_SEED)
         try:
             _train_sentencepiece(
-                input=text_file,
+                input=training_text,
                 model_prefix=prefix,
                 vocab_size=vocab_size,
                 model_type=model_type,
@@ -275,9 +281,10 @@ class SentencePieceTokenizer(SpanTokenizer):
                 pad_id=1,
                 eos_id=2,
                 unk_id=3,
-                input_sentence_size=2_000_000,
-                shuffle_input_sentence=True,
-                num_threads=os.cpu_count() or 1,
+                input_sentence_size=SPM_TRAINING_LINES,  # the whole of the (sampled) text
+                shuffle_input_sentence=False,
+                # num_threads left at sentencepiece's default (16), not the machine's cores: the vocabulary depends
+                # on the thread count (each thread sums its share of the EM statistics)
                 minloglevel=2,
             )
         except RuntimeError as err:
@@ -296,6 +303,9 @@ class SentencePieceTokenizer(SpanTokenizer):
                     f"{need.group(1) if need else 'more'} pieces (one per character, plus the special symbols)"
                 ) from None
             raise TokenizerError(f"{text_file}: sentencepiece training failed: {message}") from None
+        finally:
+            if training_text != text_file:
+                os.remove(training_text)
         return cls(prefix + ".model")
 
 
@@ -450,6 +460,24 @@ class WordPieceTokenizer(SpanTokenizer):
         if self.extra_special_tokens:
             meta["extra_special_tokens"] = self.extra_special_tokens
         _write_meta(directory, meta, self.model_max_length)
+
+
+def sampled_training_text(text_file: str, folder: str, limit: int, seed: int) -> str:
+    """``text_file``, or where it has more than ``limit`` lines a file in ``folder`` holding ``limit`` of them in
+    their order, drawn uniformly from (``seed``, the line count): the same lines on every run."""
+    with open(text_file, "rb") as f:
+        count, last = 0, b"\n"
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            count, last = count + chunk.count(b"\n"), chunk[-1:]
+    count += last != b"\n"  # a last line without its line break
+    if count <= limit:
+        return text_file
+    keep = np.zeros(count, dtype=bool)
+    keep[np.random.default_rng([seed, count]).choice(count, limit, replace=False)] = True
+    sample = os.path.join(folder, "spm_training_sample.txt")
+    with open(text_file, "rb") as f, open(sample, "wb") as out:
+        out.writelines(line for line, kept in zip(f, keep) if kept)
+    return sample
 
 
 _TRAIN_SPM = "import json, sys, sentencepiece as spm; spm.SentencePieceTrainer.train(**json.loads(sys.argv[1]))"

@@ -278,7 +278,8 @@ def build_tokenizer(args, workdir, reader):
 
     The corpus is streamed once (checked and its documents counted) into a
     temporary text file in ``workdir`` of its paragraphs, one per line, which
-    sentencepiece samples from (``input_sentence_size``); it is deleted after
+    sentencepiece trains on (a seeded sample of ``core.tokenization.SPM_TRAINING_LINES`` paragraphs where it holds
+    more); it is deleted after
     training. Returns the tokenizer and the number of training documents
     (None when the corpus was not read). Without ``--vocab-size``, a text too small
     for the default vocabulary gets the largest one it supports, with a warning.
