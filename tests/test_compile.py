@@ -62,3 +62,25 @@ def test_fairseq_train_with_compile_trains_and_saves_what_eager_mode_does(spm_da
     assert list(state) == list(eager_state)
     for key, value in state.items():
         assert torch.allclose(value, eager_state[key], rtol=0, atol=1e-5), key
+
+
+def test_ad_drop_attribution_through_compiled_layers_equals_eager_mode():
+    """--compile with --ad-drop-p: the attribution pass takes the gradient with respect to a chosen layer's attention
+    probabilities; a compiled layer returns them beside its output (off the path to it), which stopped the first
+    AD-DROP epoch with "the differentiated Tensor ... not used in the graph". The chosen layers run eagerly there."""
+    from spanbert_plugin.model.layers import BertStack
+
+    torch.manual_seed(0)
+    stack = BertStack(2, hidden=16, heads=2, ffn=32, eps=1e-12, dropout=0.0, attention_dropout=0.0)
+    x = torch.randn(2, 5, 16)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+
+    def attribution():
+        probs = {0: None}
+        objective = stack(x, padding, attention_probs_out=probs).square().sum()
+        return torch.autograd.grad(objective, [probs[0]])[0]
+
+    eager = attribution()
+    for layer in stack.layer:
+        layer.compile(backend="aot_eager")
+    assert torch.allclose(attribution(), eager, rtol=1e-5, atol=1e-7)

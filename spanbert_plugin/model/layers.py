@@ -174,7 +174,9 @@ class BertStack(nn.Module):
         drop_masks = attention_drop_masks or {}
         for index, layer in enumerate(self.layer):
             if attention_probs_out is not None and index in attention_probs_out:
-                x, attention_probs_out[index] = layer(x, attn_mask, return_probs=True)
+                # eager even under --compile: a compiled layer returns its probabilities beside its output, not on the
+                # path to it, and AD-DROP's gradient with respect to them would find them unused
+                x, attention_probs_out[index] = layer.forward(x, attn_mask, return_probs=True)
             else:
                 x = layer(x, attn_mask, drop_mask=drop_masks.get(index))
         return x
