@@ -483,3 +483,29 @@ def test_training_that_validates_between_saves_warns_once(folders, tmp_path):  #
     assert "--validate-interval-updates 2 with --save-interval-updates 0" in output
     proc = run_cli([*train, "--save-dir", str(tmp_path / "b"), "--save-interval-updates", "2"])
     assert "coincide with a save" not in proc.stdout + proc.stderr
+
+
+def test_heads_of_another_task_are_left_out_of_a_fine_tuning_run(folders, tmp_path):  # noqa: F811
+    """Classification fine-tuned from a QA model (here a classifier given a QA head and a head of another name): the
+    QA head was carried along untrained while the encoder changed, saved, and exported as BertForQuestionAnswering.
+    A run starting from another checkpoint leaves such heads out, in one warning; its own head goes on."""
+    from conftest import bin_path, run_cli
+
+    train = [bin_path("fairseq-train"), folders["cls"], *RESUME_RUN[:RESUME_RUN.index("--span-drop-p")],
+             *RESUME_TASKS["cls"][:-2], "--num-workers", "0", "--max-update", "1", "--disable-validation"]
+    run_cli([*train, "--save-dir", str(tmp_path / "first")])
+    state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    weights = state["model"]
+    weights["qa_outputs.weight"], weights["qa_outputs.bias"] = torch.ones(2, 32), torch.ones(2)
+    own = "classification_heads.sentence_classification_head."
+    for key in [k for k in weights if k.startswith(own)]:
+        weights["classification_heads.other." + key[len(own):]] = weights[key].clone()
+    torch.save(state, tmp_path / "with_other_heads.pt")
+    proc = run_cli([*train, "--save-dir", str(tmp_path / "second"), "--finetune-from-model",
+                    str(tmp_path / "with_other_heads.pt")])
+    output = proc.stdout + proc.stderr
+    assert output.count("the starting checkpoint's classification_heads.other, qa_outputs left out: this run does "
+                        "not train it") == 1, output[-3000:]
+    saved = _weights(tmp_path / "second" / "checkpoint_last.pt")
+    assert not [k for k in saved if k.startswith(("qa_outputs.", "classification_heads.other."))]
+    assert {k for k in saved if k.startswith(own)} == {k for k in weights if k.startswith(own)}

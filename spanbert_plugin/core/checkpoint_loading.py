@@ -223,6 +223,17 @@ def starting_checkpoint(checkpoint_cfg):
     return path if path and os.path.isfile(path) else None
 
 
+def starts_anew_from(checkpoint_cfg, path) -> bool:
+    """Does the run start a new training from ``path`` (``--finetune-from-model`` on a first launch, or a
+    ``--restore-file`` with ``--reset-optimizer``) rather than go on with it (a resume: its optimizer state holds
+    every parameter the checkpoint's model had)?"""
+    if resumes_its_save_dir(checkpoint_cfg, path):
+        return False
+    finetune = checkpoint_cfg.get("finetune_from_model")
+    return bool(checkpoint_cfg.get("reset_optimizer")) or (
+        bool(finetune) and os.path.abspath(path) == os.path.abspath(finetune))
+
+
 def refuse_a_named_checkpoint_that_is_missing(checkpoint_cfg, distributed_cfg=None) -> None:
     """UsageError for a ``--restore-file`` or (on a first launch) ``--finetune-from-model`` that is no file: fairseq
     starts a missing ``--restore-file`` from fresh weights after one log line (a typo trains a new model in the

@@ -152,23 +152,27 @@ class OneDictionaryTask:
 
         Loading a checkpoint (``from_checkpoint``) builds the shape that checkpoint stored.
         """
+        starts_anew = False
         if not from_checkpoint:
             # a training run only: loading a checkpoint a GPU trained under --fp16 or --amp, to validate, predict or
             # export on a CPU, trains nothing (the saved run config still says fp16)
             refuse_half_precision_a_cpu_cannot_run(self.cfg)
             refuse_flat_fp16_copies_of_grouped_parameters(self.cfg)
             from .checkpoint_loading import (refuse_a_named_checkpoint_that_is_missing, run_starting_checkpoint,
-                                             take_shape_from_checkpoint)
+                                             starts_anew_from, take_shape_from_checkpoint)
 
             checkpoint_section = run_section(cfg, "checkpoint")
             if checkpoint_section is not None:
                 refuse_a_named_checkpoint_that_is_missing(checkpoint_section, run_section(cfg, "distributed_training"))
             path = run_starting_checkpoint(cfg)
+            starts_anew = path is not None and starts_anew_from(checkpoint_section, path)
             changes = take_shape_from_checkpoint(cfg, path) if path else {}
             if changes:
                 logging.getLogger(__name__).info(
                     f"model shape from {path}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
         model = super().build_model(cfg, from_checkpoint)
+        if starts_anew and hasattr(model, "only_heads_of_this_run"):
+            model.only_heads_of_this_run = True  # another run's task heads stay behind (SpanBertModel)
         if not self.trains_pretraining_heads and hasattr(model, "leave_pretraining_heads_out_of_training"):
             model.leave_pretraining_heads_out_of_training()
         if getattr(self.cfg, "compile", False) and not from_checkpoint:

@@ -158,6 +158,9 @@ class SpanBertModel(FairseqEncoderModel):
         self.relation_heads = nn.ModuleDict()  # relation extraction, created by register_relation_head
         self.coref_head = None  # coreference (spanbert_plugin.coref.head.CorefHead), set by register_coref_head
         self.pooler = None  # an imported BERT's pooler, for the export only (PoolerRecord), set by keep_pooler
+        # a training run starting from another checkpoint sets it: saved task heads the run has not registered are left
+        # out at the load (_leave_out_heads_this_run_does_not_train)
+        self.only_heads_of_this_run = False
         self.apply(lambda m: init_bert_weights(m, cfg.init_std))
         self.vocabulary = VocabularyRecord(encoder.dictionary)
 
@@ -364,6 +367,8 @@ class SpanBertModel(FairseqEncoderModel):
         super().upgrade_state_dict_named(state_dict, name)
         prefix = name + "." if name else ""
         self._grow_vocabulary(state_dict, prefix)
+        if self.only_heads_of_this_run:
+            self._leave_out_heads_this_run_does_not_train(state_dict, prefix)
         for key in [k for k in state_dict if k.startswith(prefix + "relation_heads.") and k.endswith(".dense.weight")]:
             head = key[len(prefix + "relation_heads.") : -len(".dense.weight")]
             if head not in self.relation_heads:
@@ -405,6 +410,28 @@ class SpanBertModel(FairseqEncoderModel):
         for head, module in self.classification_heads.items():
             for sub, value in module.state_dict().items():
                 state_dict.setdefault(f"{prefix}classification_heads.{head}.{sub}", value)
+
+    def _leave_out_heads_this_run_does_not_train(self, state_dict, prefix):
+        """Delete the saved QA, classification and relation heads this model has not registered, with one warning.
+
+        Kept, such a head (a QA head in a classification fine-tuning) would never train while the encoder under it
+        changes, and be saved and exported (``BertForQuestionAnswering``) beside the run's own head as if it still
+        worked. fairseq's RoBERTa leaves them out likewise."""
+        def unregistered_head(key):
+            parts = key[len(prefix):].split(".")
+            if parts[0] == "qa_outputs" and self.qa_outputs is None:
+                return "qa_outputs"
+            if parts[0] in ("classification_heads", "relation_heads") and parts[1] not in getattr(self, parts[0]):
+                return f"{parts[0]}.{parts[1]}"
+            return None
+
+        stale = {key: head for key in state_dict if key.startswith(prefix) and (head := unregistered_head(key))}
+        if not stale:
+            return
+        for key in stale:
+            del state_dict[key]
+        logger.warning(f"the starting checkpoint's {', '.join(sorted(set(stale.values())))} left out: this run does not "
+                       "train it (the encoder changes under it), so it would be saved and exported stale")
 
     def map_saved_head(self, group, head, rows):
         """At the next checkpoint load, take the saved head's (``group``: ``classification_heads`` or
