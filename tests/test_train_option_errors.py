@@ -200,6 +200,10 @@ def test_a_find_animals_head_name_torch_refuses_is_one_line():
     (["--task", "coreference", "--criterion", "coreference", "--span-drop-gamma", "1"],
      ["--span-drop-gamma 1.0: no effect, since SpanDrop is off (--span-drop-p 0)"]),
     (["--task", "spanbert_pretraining", "--criterion", "span_bert"], []),
+    (["--task", "sentence_classification", "--criterion", "sentence_classification", "--compile-backend", "aot_eager"],
+     ["--compile-backend aot_eager: no effect, since --compile is off"]),
+    (["--task", "sentence_classification", "--criterion", "sentence_classification", "--compile-backend", "aot_eager",
+      "--compile"], []),
 ])
 def test_options_that_do_nothing_as_set_are_warned_about(argv, warning, caplog):
     """A secondary option of a feature left off (or of another span unit or masking scheme) was ignored in silence,

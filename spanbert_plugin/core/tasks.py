@@ -325,6 +325,13 @@ def _options_and_defaults(cfg):
     return {name: getattr(cfg, name) for name in names}, defaults
 
 
+@register_options_check
+def compile_backend_while_off(options):
+    if "compile" in options and not options["compile"]:
+        return [(("compile_backend",), "since --compile is off")]
+    return []
+
+
 def warn_options_without_effect(cfg) -> None:
     """One warning per feature whose options were set but do nothing (an option silently ignored reads as applied)."""
     options, defaults = _options_and_defaults(cfg)
