@@ -48,3 +48,30 @@ def test_store_ema_starts_from_a_checkpoint_without_one(imported, family_data, t
     assert "holds no EMA: the EMA starts from its model" in resumed.stdout + resumed.stderr
     state = torch.load(tmp_path / "plain" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert state["optimizer_history"][-1]["num_updates"] == 3 and "ema" in state["extra_state"]
+
+
+from test_finetune_span_drop import folders  # noqa: E402,F401 - the prepared synthetic folders (a module fixture)
+
+
+def test_a_new_training_starts_its_ema_from_the_model_not_the_checkpoints_ema(folders, tmp_path):  # noqa: F811
+    """--finetune-from-model of a checkpoint trained with --store-ema: its EMA went on as the new run's, with that run's
+    head (here its classes in another order: the model's head rows are reordered to this data's labels, the EMA's
+    were not, so the EMA's class 0 was the other label). The new EMA starts from the model as loaded."""
+    from test_finetune_checks import RESUME_RUN, RESUME_TASKS
+
+    train = [bin_path("fairseq-train"), folders["cls"], *RESUME_RUN[:RESUME_RUN.index("--span-drop-p")],
+             *RESUME_TASKS["cls"][:-2], "--num-workers", "0", "--disable-validation", "--store-ema",
+             "--ema-decay", "0.5"]
+    run_cli([*train, "--max-update", "2", "--save-dir", str(tmp_path / "first")])
+    state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    labels = state["task_state"]["labels"]
+    state["task_state"]["labels"] = labels[::-1]  # the same classes in another order (as an imported head's may be)
+    torch.save(state, tmp_path / "reordered.pt")
+    run_cli([*train, "--max-update", "1", "--lr", "1e-12", "--save-dir", str(tmp_path / "second"),
+             "--finetune-from-model", str(tmp_path / "reordered.pt")])
+    new = torch.load(tmp_path / "second" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    head = "classification_heads.sentence_classification_head.out_proj.weight"
+    assert torch.allclose(new["model"][head], state["model"][head][[1, 0]], atol=1e-6)  # the rows follow the labels
+    assert torch.allclose(new["extra_state"]["ema"][head], new["model"][head], atol=1e-6)
+    encoder = "encoder.embeddings.word_embeddings.weight"
+    assert torch.allclose(new["extra_state"]["ema"][encoder], state["model"][encoder], atol=1e-6)

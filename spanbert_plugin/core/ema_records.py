@@ -8,7 +8,9 @@ mean of them means nothing: here they join ``skip_keys``, so the EMA model copie
 A run with ``--store-ema`` that starts from a checkpoint without an EMA (``--finetune-from-model``, or a resume of a
 run saved without it) stopped with ``KeyError: 'model'``: fairseq's ``Trainer.load_checkpoint`` deletes
 ``state["model"]`` after loading it, then reads it again to start the EMA from it. The checkpoint's model is handed
-to that load as its EMA instead, which starts the EMA from the same weights.
+to that load as its EMA instead, which starts the EMA from the same weights. So does a run that starts a new training
+from a checkpoint with an EMA (``--finetune-from-model``): that EMA is another run's, whose heads may predict other
+labels or the same in another order.
 
 Installed only over the code it was written against (``FAIRSEQ_SOURCE_SHA256``; a test fails on another).
 """
@@ -20,6 +22,7 @@ from fairseq import checkpoint_utils
 from fairseq.models.ema.ema import EMA
 from fairseq.trainer import Trainer
 
+from .checkpoint_loading import starts_anew_from
 from .source_hash import source_sha256
 
 logger = logging.getLogger(__name__)
@@ -63,11 +66,16 @@ def _ema_from_the_checkpoints_model(load_checkpoint):
             return load_checkpoint(self, filename, *args, **kwargs)
         read = checkpoint_utils.load_checkpoint_to_cpu
 
+        starts_anew = starts_anew_from(self.cfg.checkpoint, filename)
+
         def read_with_an_ema(path, *read_args, **read_kwargs):
             state = read(path, *read_args, **read_kwargs)
             extra = state.get("extra_state")
-            if isinstance(extra, dict) and "ema" not in extra and "model" in state:
-                logger.info(f"{path} holds no EMA: the EMA starts from its model")
+            if isinstance(extra, dict) and "model" in state and ("ema" not in extra or starts_anew):
+                # a new run's EMA starts from the model it trains: another run's EMA has that run's heads (other
+                # labels, or rows in another order, which the model's loading adapts for the model alone)
+                logger.info(f"{path} holds no EMA: the EMA starts from its model" if "ema" not in extra else
+                            f"{path}: a new training starts from it, and its EMA from its model (not its EMA)")
                 extra["ema"] = state["model"]
             return state
 
