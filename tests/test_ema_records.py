@@ -1,4 +1,6 @@
 """fairseq's --store-ema over the plugin's models, whose vocabulary record is integer buffers."""
+import os
+
 import pytest
 import torch
 
@@ -53,15 +55,20 @@ def test_store_ema_starts_from_a_checkpoint_without_one(imported, family_data, t
 from test_finetune_span_drop import folders  # noqa: E402,F401 - the prepared synthetic folders (a module fixture)
 
 
-def test_a_new_training_starts_its_ema_from_the_model_not_the_checkpoints_ema(folders, tmp_path):  # noqa: F811
-    """--finetune-from-model of a checkpoint trained with --store-ema: its EMA went on as the new run's, with that run's
-    head (here its classes in another order: the model's head rows are reordered to this data's labels, the EMA's
-    were not, so the EMA's class 0 was the other label). The new EMA starts from the model as loaded."""
+def _classification_run(data):
     from test_finetune_checks import RESUME_RUN, RESUME_TASKS
 
-    train = [bin_path("fairseq-train"), folders["cls"], *RESUME_RUN[:RESUME_RUN.index("--span-drop-p")],
-             *RESUME_TASKS["cls"][:-2], "--num-workers", "0", "--disable-validation", "--store-ema",
-             "--ema-decay", "0.5"]
+    return [bin_path("fairseq-train"), data, *RESUME_RUN[:RESUME_RUN.index("--span-drop-p")], *RESUME_TASKS["cls"][:-2],
+            "--num-workers", "0", "--disable-validation", "--store-ema", "--ema-decay", "0.5"]
+
+
+@pytest.mark.parametrize("fp32", [False, True])
+def test_a_new_training_starts_its_ema_from_the_model_not_the_checkpoints_ema(folders, tmp_path, fp32):  # noqa: F811
+    """--finetune-from-model of a checkpoint trained with --store-ema: its EMA (and --ema-fp32's copy of it) went on as
+    the new run's, with that run's head (here its classes in another order: the model's head rows are reordered to
+    this data's labels, the EMA's were not, so the EMA's class 0 was the other label). The new EMA starts from the
+    model as loaded."""
+    train = [*_classification_run(folders["cls"]), *(["--ema-fp32"] if fp32 else [])]
     run_cli([*train, "--max-update", "2", "--save-dir", str(tmp_path / "first")])
     state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     labels = state["task_state"]["labels"]
@@ -75,3 +82,21 @@ def test_a_new_training_starts_its_ema_from_the_model_not_the_checkpoints_ema(fo
     assert torch.allclose(new["extra_state"]["ema"][head], new["model"][head], atol=1e-6)
     encoder = "encoder.embeddings.word_embeddings.weight"
     assert torch.allclose(new["extra_state"]["ema"][encoder], state["model"][encoder], atol=1e-6)
+
+
+def test_an_ema_fp32_run_resumes_with_its_data_folder_moved(folders, tmp_path):  # noqa: F811
+    """--ema-fp32 saves its fp32 copy of the EMA with the records, the vocabulary's tokenizer record (the data folder's
+    path) included: resumed from a folder at another path, the copy of a record of another length stopped the load
+    ("The size of tensor a (54) must match the size of tensor b (41)")."""
+    import shutil
+
+    moved = str(tmp_path / "the_classification_folder_moved_elsewhere")
+    shutil.copytree(folders["cls"], moved)
+    save_dir = str(tmp_path / "ck")
+    run_cli([*_classification_run(folders["cls"]), "--ema-fp32", "--max-update", "1", "--save-dir", save_dir])
+    run_cli([*_classification_run(moved), "--ema-fp32", "--max-update", "2", "--save-dir", save_dir])
+    state = torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu", weights_only=True)
+    assert state["optimizer_history"][-1]["num_updates"] == 2
+    record = "vocabulary.tokenizer"
+    assert torch.equal(state["extra_state"]["ema"][record], state["model"][record])
+    assert moved in bytes(state["model"][record].tolist()).decode()

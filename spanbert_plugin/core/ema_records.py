@@ -10,7 +10,8 @@ run saved without it) stopped with ``KeyError: 'model'``: fairseq's ``Trainer.lo
 ``state["model"]`` after loading it, then reads it again to start the EMA from it. The checkpoint's model is handed
 to that load as its EMA instead, which starts the EMA from the same weights. So does a run that starts a new training
 from a checkpoint with an EMA (``--finetune-from-model``): that EMA is another run's, whose heads may predict other
-labels or the same in another order.
+labels or the same in another order. ``--ema-fp32``'s copies of the weights come back without the records, which
+the EMA takes from the model it is built from (the record of a data folder moved since has another length).
 
 Installed only over the code it was written against (``FAIRSEQ_SOURCE_SHA256``; a test fails on another).
 """
@@ -77,6 +78,13 @@ def _ema_from_the_checkpoints_model(load_checkpoint):
                 logger.info(f"{path} holds no EMA: the EMA starts from its model" if "ema" not in extra else
                             f"{path}: a new training starts from it, and its EMA from its model (not its EMA)")
                 extra["ema"] = state["model"]
+                extra.pop("ema_fp32_params", None)  # --ema-fp32: fairseq builds them from that EMA then
+            elif isinstance(extra, dict) and isinstance(extra.get("ema_fp32_params"), dict):
+                # --ema-fp32's copies hold the records too, as they were when the EMA was built: a vocabulary record
+                # of another length (the data folder moved since) stopped the resume. Records are copied from the
+                # trained model at every step, so the EMA keeps those of the model it is built from
+                extra["ema_fp32_params"] = {key: value for key, value in extra["ema_fp32_params"].items()
+                                            if not torch.is_tensor(value) or value.is_floating_point()}
             return state
 
         checkpoint_utils.load_checkpoint_to_cpu = read_with_an_ema
