@@ -85,13 +85,13 @@ def assert_resume_is_exact(args, stop, tmp_path):
 def test_resume_across_an_epoch_boundary_is_exact(spm_data, tmp_path):
     """Stopped in the middle of epoch 2 (after a validation) and resumed from checkpoint_last.pt (safe loading on)
     into epoch 3: masks are keyed by (seed, epoch, block), so the resumed run sees the same batches and masks and
-    ends bitwise equal to an uninterrupted one. It trains on the small validation split (20 batches of 4 blocks per
-    epoch: about the updates per epoch of the training split in batches of 32, at an eighth of the cost)."""
-    args = [spm_data, *TINY, "--train-subset", "valid", "--batch-size", "4", "--max-update", "44"]
+    ends bitwise equal to an uninterrupted one. It trains on the small validation split (about 20 batches of 4 blocks
+    per epoch: about the updates per epoch of the training split in batches of 32, at an eighth of the cost)."""
+    args = [spm_data, *TINY, "--train-subset", "valid", "--batch-size", "4", "--max-update", "48"]
     _, first, second, records = assert_resume_is_exact(args, 27, tmp_path)
     epochs = [int(r["epoch"]) for r in records]
     per_epoch = epochs.count(1)
-    assert per_epoch < 27 < 2 * per_epoch < 44 - 3  # stopped inside epoch 2; the resumed run crosses into epoch 3
+    assert per_epoch < 27 < 2 * per_epoch < 48 - 3  # stopped inside epoch 2; the resumed run crosses into epoch 3
     assert [int(r["epoch"]) for r in train_logs(second)][-1] == 3
     assert '"epoch": 1, "valid_loss"' in first  # the stopped run validated before its checkpoint
 
