@@ -355,3 +355,45 @@ def test_sentencepiece_vocabulary_is_the_same_on_every_machine_and_every_run(cor
     sampled = [vocabulary(f"sampled{run}") for run in range(2)]
     assert sampled[0] == sampled[1] != by_cores[0]
     assert sorted(p.name for p in tmp_path.glob("sampled*/*")) == ["spm.model"] * 2 + ["spm.vocab"] * 2  # no sample
+
+
+def test_the_sentencepiece_sample_is_a_file_of_its_own_and_gone_when_writing_it_fails(corpus_files, tmp_path,
+                                                                                       monkeypatch):
+    """The seeded sample of a long text is written into the output folder under a name of its own: a file of that
+    folder named as the sample was (spm_training_sample.txt) was written over, then removed after training; and a
+    sample whose writing failed (a full disk, Ctrl-C) was left there half-written."""
+    import errno
+
+    from spanbert_plugin.core import tokenization
+
+    monkeypatch.setattr(tokenization, "SPM_TRAINING_LINES", 500)  # the corpus has about 1,900 lines
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = out / "spm_training_sample.txt"
+    mine.write_text("not the sample\n")
+    tokenization.SentencePieceTokenizer.train(corpus_files[0], str(out), 1000)
+    assert mine.read_text() == "not the sample\n"
+    assert sorted(p.name for p in out.iterdir()) == ["spm.model", "spm.vocab", "spm_training_sample.txt"]
+
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, handle, mode):
+            self.file = real_fdopen(handle, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *error):
+            self.file.close()
+
+        def writelines(self, lines):
+            self.file.write(next(iter(lines)))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    monkeypatch.setattr(tokenization.os, "fdopen", FullDisk)
+    with pytest.raises(OSError, match="No space left"):
+        tokenization.sampled_training_text(corpus_files[0], str(failing), 500, 0)
+    assert list(failing.iterdir()) == []

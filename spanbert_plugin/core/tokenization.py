@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import unicodedata
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
@@ -463,8 +464,9 @@ class WordPieceTokenizer(SpanTokenizer):
 
 
 def sampled_training_text(text_file: str, folder: str, limit: int, seed: int) -> str:
-    """``text_file``, or where it has more than ``limit`` lines a file in ``folder`` holding ``limit`` of them in
-    their order, drawn uniformly from (``seed``, the line count): the same lines on every run."""
+    """``text_file``, or where it has more than ``limit`` lines a new file in ``folder`` (the caller removes it)
+    holding ``limit`` of them in their order, drawn uniformly from (``seed``, the line count): the same lines on
+    every run."""
     with open(text_file, "rb") as f:
         count, last = 0, b"\n"
         for chunk in iter(lambda: f.read(1 << 24), b""):
@@ -474,9 +476,14 @@ def sampled_training_text(text_file: str, folder: str, limit: int, seed: int) ->
         return text_file
     keep = np.zeros(count, dtype=bool)
     keep[np.random.default_rng([seed, count]).choice(count, limit, replace=False)] = True
-    sample = os.path.join(folder, "spm_training_sample.txt")
-    with open(text_file, "rb") as f, open(sample, "wb") as out:
-        out.writelines(line for line, kept in zip(f, keep) if kept)
+    # a name of its own: a file of the folder's (even the text itself) is never written over, nor removed after
+    handle, sample = tempfile.mkstemp(prefix=".spm_training_sample.", suffix=".txt", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as out, open(text_file, "rb") as f:
+            out.writelines(line for line, kept in zip(f, keep) if kept)
+    except BaseException:  # a full disk or Ctrl-C while writing: no partial sample left behind
+        os.remove(sample)
+        raise
     return sample
 
 
