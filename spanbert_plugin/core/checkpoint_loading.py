@@ -307,8 +307,9 @@ def match_saved_head_labels(model, path, group: str, head: str, labels, resumed:
     kind = group.replace("_heads", "")
     saved = task_state.get("labels") if isinstance(task_state, dict) else None
     if isinstance(weights, dict) and f"{group}.{head}.out_proj.weight" not in weights:
-        # nothing of it is loaded: a fine-tuned head under another name is kept as it is, and this one starts fresh;
-        # said where the other head could have gone on (its size and labels are this data's: not MNLI's for RTE)
+        # nothing of it is loaded: this one starts fresh, and a fine-tuned head under another name is left out of a
+        # new training (SpanBertModel.only_heads_of_this_run; kept as it is on a resume); said where the other head
+        # could have gone on (its size and labels are this data's: not MNLI's for RTE)
         same_labels = not isinstance(saved, list) or sorted(saved) == sorted(labels)
         others = sorted({key.split(".")[1] for key, value in weights.items() if key.startswith(group + ".")
                          and key.endswith(".out_proj.weight") and len(value) == len(labels)})
