@@ -347,3 +347,14 @@ def test_tied_scores_rank_alike_whatever_else_shares_the_call(with_negative):
         own = np.arange(2 * q, 2 * q + 2)
         alone = postprocess(split, own, start[own], end[own], n_best=5)
         assert alone.nbest[f"q{q}"] == together.nbest[f"q{q}"], q
+
+
+def test_equal_scores_rank_the_earlier_window_start_and_end_first():
+    """The rule behind the test above: of equal scores the earlier window, start and end come first (any rule
+    followed alike in every call would pass that test)."""
+    split = make_split([CAT], [(0, 0, 6, None, 3), (0, 2, 10, None, 3)],
+                       [{"id": "q0", "context_index": 0, "answers": []}])
+    start, end = np.full((2, 16), -10.0), np.full((2, 16), -10.0)
+    start[:, 3:11], end[:, 3:11] = 0.0, 0.0  # every passage span scores 0 (window 0's last three columns: padding)
+    nbest = postprocess(split, np.arange(2), start, end, n_best=4).nbest["q0"]
+    assert [entry["text"] for entry in nbest] == ["the", "the cat", "the cat sat", "the cat sat on"]
