@@ -16,6 +16,7 @@ each timing ``--steps`` plain steps after two warm-up steps with the same ``--th
 is this / OLD. Peak resident memory is printed per process (on CUDA: peak allocated GPU memory).
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -152,7 +153,9 @@ def main():
 
         cfg = ADDropConfig(ad_drop_p=args.p, ad_drop_q=args.q, ad_drop_layers=args.ad_drop_layers,
                            ad_drop_attribution=args.attribution, ad_drop_every_epoch=True, seed=1)
-        task = type("BenchTask", (ADDropMixin, FairseqTask), {})(cfg)
+        # the plugin's tasks (OneDictionaryTask) give the mixin forward_precision: fp32 here, as FairseqTask runs
+        task = type("BenchTask", (ADDropMixin, FairseqTask),
+                    {"forward_precision": lambda self, model: contextlib.nullcontext()})(cfg)
         steps["ad_drop"] = lambda model, sample, n: task.train_step(sample, model, Criterion(), _Backward(), n)
     steps["plain"] = lambda model, sample, n: _Backward().backward(Criterion()(model, sample)[0])
 
