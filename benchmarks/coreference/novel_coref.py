@@ -272,8 +272,11 @@ def concatenation(args, model, excerpts_task, max_antecedent_distance: int) -> d
     conll = os.path.join(work, "fold0_test_concatenated.conll")
     sizes = concatenated_conll(os.path.join(LITBANK, "splits", "fold0", "test.txt"), conll)
     prepared = os.path.join(work, "prepared")
+    with open(os.path.join(args.data, "coref_meta.json"), encoding="utf-8") as f:
+        segment = json.load(f)["max_segment_length"]  # segmented as the excerpts are (and as the model's positions allow)
     subprocess.run([os.path.join(BIN, "spanbert-prepare-coref"), "--test", conll, "--tokenizer-from", args.data,
-                    "--destdir", prepared, "--force"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+                    "--destdir", prepared, "--force", "--max-segment-length", str(segment)],
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     one_by_one, _ = predict(model, excerpts_task, "test", coref_prediction="exact")
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     as_one = [[(s + int(offsets[n]), e + int(offsets[n])) for s, e in c] for n, doc in enumerate(one_by_one)
