@@ -415,3 +415,26 @@ def test_a_corpus_prepared_for_other_novels_is_never_pretrained_on(tmp_path, rec
         f"masking_ablation: --work {work}: its pre-training corpus {what}; use another --work, or --fresh to prepare "
         "it again (which also discards the encoders pre-trained on it)"]
     assert sorted(os.listdir(work)) == ["pretrain_data", *(["pretrain_data.inputs.json"] if record else [])]
+
+
+@needs_shared_data("litbank/novels", "litbank/splits/fold0/train.txt")
+def test_a_span_annotated_corpus_records_its_inputs_before_it_is_prepared(tmp_path, monkeypatch):
+    """--schemes with named_entity/noun_phrase (the default) records what the corpus is made from, annotated, before
+    spanbert-prepare runs (the set of schemes needing spans once went into the JSON record and stopped the driver)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "pretraining"))
+    import masking_ablation
+
+    class Stop(Exception):
+        pass
+
+    class FirstCommandStops:
+        def run(self, *args, **kwargs):
+            raise Stop
+
+    monkeypatch.setattr(masking_ablation, "CommandLog", FirstCommandStops)
+    work = tmp_path / "work"
+    with pytest.raises(Stop):
+        masking_ablation.main(["--smoke", "--schemes", "named_entity", "span", "--tasks", "sst2", "--seeds", "1",
+                               "--work", str(work), "--results", str(tmp_path / "results")])
+    inputs = json.loads((work / "pretrain_data.inputs.json").read_text())
+    assert inputs["annotated"] is True and len(inputs["novels"]) == 2

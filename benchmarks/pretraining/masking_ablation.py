@@ -991,7 +991,7 @@ def main(argv=None):
     # the corpus in --work is reused only when made from the same novels (so never from the fold's dev and test
     # novels of another --fold) and vocabulary; spans are added when needed
     made_from = os.path.join(args.work, "pretrain_data.inputs.json")
-    wanted = corpus_inputs(novels, vocab, needs_spans or annotated, args.from_model)
+    wanted = corpus_inputs(novels, vocab, bool(needs_spans) or annotated, args.from_model)
     if os.path.isfile(stats) and not args.fresh:
         recorded = _read_json(made_from) if os.path.isfile(made_from) else None
         if recorded is None or {**recorded, "annotated": wanted["annotated"]} != wanted:
