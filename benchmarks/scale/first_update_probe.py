@@ -48,9 +48,12 @@ def children() -> list:
 
 
 def main() -> None:
-    record_path = sys.argv[1]
-    if sys.argv[2] != "--":
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return
+    if len(sys.argv) < 3 or sys.argv[2] != "--":
         sys.exit("usage: first_update_probe.py RECORD.json -- fairseq-train arguments")
+    record_path = sys.argv[1]
     sys.argv = ["fairseq-train"] + sys.argv[3:]
     readings = []
 

@@ -12,6 +12,11 @@ import sys
 
 
 def main():
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return
+    if len(sys.argv) < 4:
+        sys.exit("usage: killed_in_save.py PHASE FRACTION KILL_AT_UPDATE FAIRSEQ-TRAIN-ARGS...")
     phase, fraction, kill_at = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     from fairseq_cli import train  # first: it sets fairseq-train's log format
 
