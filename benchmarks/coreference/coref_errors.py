@@ -86,6 +86,7 @@ def main(argv=None):
             sys.exit(f"coref_errors: --out: {path} exists; choose another name")
     runs = {os.path.basename(os.path.normpath(folder)): run_counts(folder) for folder in args.folders}
     markdown = table(runs)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_atomic(args.out, json.dumps({"runs": runs, "folders": args.folders}, indent=2))
     write_atomic(markdown_path, markdown)
     print(markdown, end="")
