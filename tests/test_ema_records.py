@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from conftest import bin_path, run_cli
+from test_finetune_span_drop import folders  # noqa: F401 - the prepared synthetic folders (a module fixture)
 from test_pretrain import TINY
 
 
@@ -52,9 +53,6 @@ def test_store_ema_starts_from_a_checkpoint_without_one(imported, family_data, t
     assert state["optimizer_history"][-1]["num_updates"] == 3 and "ema" in state["extra_state"]
 
 
-from test_finetune_span_drop import folders  # noqa: E402,F401 - the prepared synthetic folders (a module fixture)
-
-
 def _classification_run(data):
     from test_finetune_checks import RESUME_RUN, RESUME_TASKS
 
@@ -70,7 +68,7 @@ def test_a_new_training_starts_its_ema_from_the_model_not_the_checkpoints_ema(fo
     model as loaded."""
     train = [*_classification_run(folders["cls"]), *(["--ema-fp32"] if fp32 else [])]
     run_cli([*train, "--max-update", "2", "--save-dir", str(tmp_path / "first")])
-    state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     labels = state["task_state"]["labels"]
     state["task_state"]["labels"] = labels[::-1]  # the same classes in another order (as an imported head's may be)
     torch.save(state, tmp_path / "reordered.pt")

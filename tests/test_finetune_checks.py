@@ -494,7 +494,7 @@ def test_heads_of_another_task_are_left_out_of_a_fine_tuning_run(folders, tmp_pa
     train = [bin_path("fairseq-train"), folders["cls"], *RESUME_RUN[:RESUME_RUN.index("--span-drop-p")],
              *RESUME_TASKS["cls"][:-2], "--num-workers", "0", "--max-update", "1", "--disable-validation"]
     run_cli([*train, "--save-dir", str(tmp_path / "first")])
-    state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     weights = state["model"]
     weights["qa_outputs.weight"], weights["qa_outputs.bias"] = torch.ones(2, 32), torch.ones(2)
     own = "classification_heads.sentence_classification_head."
