@@ -328,6 +328,27 @@ def test_the_profile_counts_operators_syncs_and_their_sources():
     assert where.startswith("_local_scalar_dense (other: test_update_cost.py(") and "program" in where
 
 
+def test_compiled_updates_count_their_graphs_and_refuse_to_compile_while_profiled():
+    """With --compile: graphs compiled in the timed updates are counted (each inflates its update's time), and an
+    update that needs a new graph inside the profiled ones stops with torch's error instead of profiling the compiler
+    (on SST-2 that grew past 8 GB on this CPU; the benchmark turns the error into one line)."""
+    torch._dynamo.reset()
+    double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    recorder = update_cost.UpdateRecorder(warmup=1, timed=2, profiled=1, device="cpu")
+    recorder.compiled = True
+    for size in (2, 3, 3):  # warm-up on one shape; the timed updates meet a second
+        recorder.flops.append(0.0)
+        with recorder.update():
+            double(torch.ones(size))
+    recorder.flops.append(0.0)
+    with pytest.raises(RuntimeError, match="fail_on_recompile"):
+        with recorder.update():
+            double(torch.ones(4))
+    recorder.profiler.__exit__(None, None, None)
+    assert recorder.graphs_compiled_timed == 1
+    torch._dynamo.reset()
+
+
 class _Event:
     """What count_profile reads of one of the profiler's events."""
 

@@ -312,6 +312,9 @@ class UpdateRecorder:
         self.counts, self.flops = None, []  # model FLOPs of every update, appended before it runs
         self.timed_flops, self.shapes = [], []  # and the shape of every update's batch
         self.warmup_seconds = 0.0  # the warm-up updates together (with --compile, compiling is in them)
+        # --compile: graphs compiled in the timed updates (each inflates its update's time), and no compiling in the
+        # profiled ones, whose profile would hold the compiler's own operators (and grew past 8 GB on a CPU)
+        self.compiled, self.graphs_before_timing, self.graphs_compiled_timed = False, 0, 0
 
     def _sync(self):
         if self.device == "cuda":
@@ -330,11 +333,18 @@ class UpdateRecorder:
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             self.profiler = torch.profiler.profile(activities=activities, with_stack=True)
             self.profiler.__enter__()
+        if self.compiled and self.count in (self.warmup, first_profiled):
+            graphs = _graphs_compiled()
+            if self.count == self.warmup:
+                self.graphs_before_timing = graphs
+            else:
+                self.graphs_compiled_timed = graphs - self.graphs_before_timing
         self._sync()
         start = time.perf_counter()
         if self.last_end is not None and self.warmup <= self.count < first_profiled:
             self.gaps.append(start - self.last_end)
-        with torch.autograd.profiler.record_function(UPDATE_RANGE):
+        stance = "fail_on_recompile" if self.compiled and self.count >= first_profiled else "default"
+        with torch.autograd.profiler.record_function(UPDATE_RANGE), torch.compiler.set_stance(stance):
             yield
             with torch.autograd.profiler.record_function(WAIT_RANGE):  # the update's last kernels inside its range
                 self._sync()
@@ -356,8 +366,16 @@ class UpdateRecorder:
         """Median wall ms; model TFLOP/s over the timed updates (their FLOPs over their wall time)."""
         return {"wall_ms": statistics.median(self.wall) * 1e3, "data_ms": statistics.median(self.gaps) * 1e3
                 if self.gaps else 0.0, "tflops": sum(self.timed_flops) / sum(self.wall) / 1e12, "shapes": self.shapes,
-                "warmup_s": self.warmup_seconds,
+                "warmup_s": self.warmup_seconds, **({"graphs_compiled_timed": self.graphs_compiled_timed}
+                                                    if self.compiled else {}),
                 **(self.counts or {})}
+
+
+def _graphs_compiled() -> int:
+    """Graphs torch.compile has made in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -496,6 +514,7 @@ def fairseq_child(spec):
     from fairseq_cli import train as fairseq_train
 
     recorder = UpdateRecorder(spec["warmup"], spec["timed"], spec["profiled"], spec["device"])
+    recorder.compiled = "--compile" in spec["argv"]
     original = Trainer.train_step
     take_a_gpus_path(spec)
 
@@ -503,8 +522,16 @@ def fairseq_child(spec):
         recorder.flops.append(sum(batch_flops(spec["shape"], s, self.task.source_dictionary.pad(), sbo=True)
                                   for s in samples if s))
         recorder.shapes.append([list(s["net_input"]["src_tokens"].shape) for s in samples if s][0])
-        with recorder.update():
-            return original(self, samples, raise_oom)
+        try:
+            with recorder.update():
+                return original(self, samples, raise_oom)
+        except RuntimeError as error:  # torch's message names the stance (no exception class of its own)
+            if "fail_on_recompile" not in str(error):
+                raise
+            recorder.profiler.__exit__(None, None, None)
+            sys.exit(f"update_cost: update {recorder.count + 1} (batch {recorder.shapes[-1]}) needed a new compiled "
+                     "graph inside the profiled updates, whose counts would then be the compiler's; raise --warmup "
+                     "(or --timed) so that the run meets its shapes before them")
 
     Trainer.train_step = train_step
     total = spec["warmup"] + spec["timed"] + spec["profiled"]
@@ -1032,8 +1059,11 @@ def main():
                 record = run_child(spec, args.threads)
                 record.update({k: spec[k] for k in ("label", "side", "workload", "repeat")})
                 records.append(record)
+                compiled = (f", {record['graphs_compiled_timed']} graph(s) compiled in the timed updates"
+                            if record.get("graphs_compiled_timed") else "")
                 print(f"[{repeat + 1}/{args.repeats}] {workload}, {label}: {record['wall_ms']:.1f} ms, "
-                      f"{record['leaf_ops']:.0f} leaf operators, {record['host_syncs']:.0f} host syncs", flush=True)
+                      f"{record['leaf_ops']:.0f} leaf operators, {record['host_syncs']:.0f} host syncs{compiled}",
+                      flush=True)
     meta = {k: getattr(args, k) for k in ("device", "threads", "precision", "batch_size", "tokens", "warmup", "timed",
                                           "profiled", "repeats", "encoder", "tf32", "compile", "gpu_path",
                                           "hf_trainer")}
