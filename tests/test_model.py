@@ -88,6 +88,40 @@ def test_sbo_reads_only_boundary_states(built):
                               model.pretraining_heads(x, masked)["mlm_logits"])
 
 
+def test_sbo_logits_are_the_spec_formula(built):
+    """SPEC §1.2 written out: h0 = [x_left; x_right; p_offset], h1 = LN1(GeLU(W1 h0)), y = LN2(GeLU(W2 h1)), logits
+    from the tied embedding and the head's bias; every weight random, so that no two LayerNorms or layers agree."""
+    _, model, _, _ = built
+    head = model.sbo_head
+    torch.manual_seed(2)
+    saved = {k: v.clone() for k, v in head.state_dict().items()}
+    try:
+        with torch.no_grad():
+            for name, parameter in head.named_parameters():
+                if name != "weight":  # the embedding shared with the encoder stays
+                    parameter.normal_()
+        left, right = torch.randn(5, 128), torch.randn(5, 128)
+        offset = torch.tensor([1, 2, 3, head.position_slots, 7])
+        h0 = torch.cat([left, right, head.position_embeddings.weight[offset - 1]], dim=-1)
+        h1 = torch.nn.functional.layer_norm(torch.nn.functional.gelu(h0 @ head.dense1.weight.T + head.dense1.bias),
+                                            (128,), head.LayerNorm1.weight, head.LayerNorm1.bias, eps=1e-12)
+        y = torch.nn.functional.layer_norm(torch.nn.functional.gelu(h1 @ head.dense2.weight.T + head.dense2.bias),
+                                           (128,), head.LayerNorm2.weight, head.LayerNorm2.bias, eps=1e-12)
+        expected = y @ model.encoder.embeddings.word_embeddings.weight.T + head.bias
+        torch.testing.assert_close(head(left, right, offset), expected, rtol=1e-5, atol=1e-4)
+    finally:
+        head.load_state_dict(saved)
+
+
+def test_the_loss_adds_sbo_times_its_weight(spm_data):
+    task, model, criterion = build(spm_data, "--sbo-weight", "0.25")
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    loss, _, log = criterion(model, ds.collater([ds[0], ds[1]]))
+    assert log["sbo_loss"] > 0
+    assert loss.item() == pytest.approx(log["mlm_loss"].item() + 0.25 * log["sbo_loss"].item(), rel=1e-6)
+
+
 def test_tokens_past_the_position_table_get_mlm_only(built):
     _, model, _, _ = built
     slots = model.sbo_head.position_slots

@@ -223,6 +223,13 @@ def test_edge_cases():
     long_word = np.concatenate([[BOS, np.flatnonzero(word_starts[5:])[0] + 5], inner[:19], [EOS]])
     sizes = np.array([(m(long_word, rng).target != PAD).sum() for _ in range(500)])
     assert (sizes == 20).all()
+    # a block without its frame: its first and last positions still stay unmasked, the SBO boundaries of the
+    # spans next to them (a masked last position would send its span's right boundary past the block)
+    unframed = make_block(rng, word_starts, 6, max_word_len=1)[1:-1]
+    for _ in range(300):
+        out = m(unframed, rng)
+        masked = out.target != PAD
+        assert masked.any() and not masked[0] and not masked[-1] and out.span_right.max() < len(unframed)
 
 
 def _block_of_words(rng, word_starts, word_lengths):
