@@ -70,6 +70,26 @@ def test_clip_grad_norm_equals_fairseqs():
     assert abs(float(unclipped) - 0.25) < 1e-5
 
 
+@pytest.mark.parametrize("factor", [None, 0.5])
+def test_gradients_below_the_clip_norm_are_left_as_they_are(factor):
+    """Clipping only ever scales down: a total norm under --clip-norm leaves the gradients (times multiply_grads'
+    factor, folded into the clipping) as fairseq leaves them."""
+    ours_model, fairseq_model = _toy_model(2), _toy_model(2)
+    _backward(ours_model, 0)
+    _backward(fairseq_model, 0)
+    ours = TorchAdamW(_config(), list(ours_model.parameters()))
+    if factor is not None:
+        ours.multiply_grads(factor)
+        for p in fairseq_model.parameters():
+            p.grad.mul_(factor)
+    expected = [p.grad.clone() for p in fairseq_model.parameters()]
+    norm = fairseq_utils.clip_grad_norm_(list(fairseq_model.parameters()), 1e4)
+    assert torch.allclose(ours.clip_grad_norm(1e4), norm, rtol=1e-6) and float(norm) < 1e4
+    for p, q, e in zip(ours_model.parameters(), fairseq_model.parameters(), expected):
+        assert torch.equal(q.grad, e)  # fairseq's own clipping left them
+        assert torch.allclose(p.grad, e, rtol=1e-6, atol=0)
+
+
 def test_options_as_fairseq_adam_and_state_round_trip():
     model = _toy_model(2)
     optimizer = TorchAdamW(_config(), list(model.parameters()))
