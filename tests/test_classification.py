@@ -155,6 +155,9 @@ def test_multiclass_mcc_and_f1_equal_sklearn():
         confusion = cm.confusion_matrix(gold, pred, k)
         assert cm.matthews_corrcoef(confusion) == pytest.approx(matthews_corrcoef(gold, pred), abs=1e-12)
         assert cm.f1_per_class(confusion) == pytest.approx(f1_score(gold, pred, average=None, labels=range(k)), abs=1e-12)
+        if k > 2:  # the unweighted mean over classes, not weighted by their support
+            assert cm.classification_metrics(confusion)["macro_f1"] == pytest.approx(
+                100 * f1_score(gold, pred, average="macro"), abs=1e-10)
 
 
 def test_pearson_spearman_equal_scipy_with_ties():
@@ -718,3 +721,19 @@ def test_a_test_split_exported_by_hf_datasets_with_label_minus_one_is_unlabelled
     assert "every label is -1" in capsys.readouterr().err
     test_labels = np.load(out / "test.labels.npy")
     assert (np.isnan(test_labels).all() if regression else (test_labels == -1).all()) and len(test_labels) == 3
+
+
+def test_the_classification_loss_is_summed_over_examples():
+    """fairseq divides the gradients by sample_size, so the criterion returns the sum: 4 examples at uniform logits
+    over 2 classes lose 4 ln 2, and sample_size is 4."""
+    import math
+    import types
+
+    from spanbert_plugin.classification.criterion import SentenceClassificationCriterion
+
+    task = types.SimpleNamespace(cfg=types.SimpleNamespace(classification_head_name="head"), regression=False,
+                                 num_classes=2)
+    criterion = SentenceClassificationCriterion(None, task)
+    loss, sample_size, _ = criterion(lambda **kwargs: (torch.zeros(4, 2), None),
+                                     {"net_input": {}, "target": torch.tensor([0, 1, 1, 0]), "ntokens": 10})
+    assert sample_size == 4 and loss.item() == pytest.approx(4 * math.log(2))

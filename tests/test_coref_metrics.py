@@ -233,3 +233,19 @@ def test_jsonlines_reader_and_errors():
     assert again.clusters == doc.clusters and again.words == doc.words
     with pytest.raises(UsageError, match=r"x.jsonlines:1: cluster span \[2, 3\] is outside document nw/x"):
         read_jsonlines("x.jsonlines", line.replace("[2, 2]", "[2, 3]"))
+
+
+def test_a_mention_closes_the_latest_open_mention_of_its_cluster():
+    """(1 (1 1) 1): the inner mention is words 1-2 and the outer 0-3, as the reference scorer reads nested mentions
+    of one cluster (a stack per cluster)."""
+    text = ("#begin document (d); part 000\n"
+            + "".join(f"d 0 {i} w{i} x x x x x - {c}\n" for i, c in enumerate(["(1", "(1", "1)", "1)"]))
+            + "\n#end document\n")
+    (doc,) = read_conll("x.conll", text)
+    assert doc.clusters == [[(0, 3), (1, 2)]]
+
+
+def test_several_blank_lines_end_one_sentence():
+    text = "#begin document (d); part 000\nd 0 0 a x x x x x - -\n\n\nd 0 1 b x x x x x - -\n\n#end document\n"
+    (doc,) = read_conll("x.conll", text)
+    assert doc.sentence_ids.tolist() == [0, 1]

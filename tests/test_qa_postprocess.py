@@ -150,6 +150,18 @@ def test_null_answer_odds_and_threshold():
     assert postprocess(split, [0, 1, 2], start, end, null_threshold=3.0).predictions["q1"] == "paris"
 
 
+def test_a_span_as_good_as_the_null_answer_ranks_before_it():
+    """A tie between the best span and the null score: null_odds 0 is not above the threshold 0, so the span is
+    the answer, and the n-best list puts it first (BERT's stable sort puts the null entry after equal spans)."""
+    split = one_window_split(CAT, with_negative=True)  # passage positions 3..12
+    start, end = background(1, 14), background(1, 14)
+    start[0, 0], end[0, 0] = 1.0, 1.0  # null score 2
+    start[0, 3 + 1], end[0, 3 + 2] = 1.0, 1.0  # "cat sat": 2
+    result = postprocess(split, [0], start, end)
+    assert result.predictions["q0"] == "cat sat" and result.null_odds["q0"] == 0.0
+    assert [e["text"] for e in result.nbest["q0"][:2]] == ["cat sat", ""]
+
+
 def test_no_candidate_at_all():
     # every passage token lacks max context: nothing survives
     split = make_split([CAT], [(0, 0, 10, [0] * 10, 3)], [{"id": "q0", "context_index": 0, "answers": []}])

@@ -241,6 +241,23 @@ def test_squad2_metrics_logged(squad2_run, tmp_path):
         assert key in scores
 
 
+def test_the_hub_puts_the_null_answer_first_exactly_where_predict_says_no_answer(squad2_run):
+    """hub.answer's first answer is the null one when the null odds (null score - best span score) exceed
+    null_threshold, as spanbert-predict-qa answers "" then."""
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    data, save, _ = squad2_run
+    model = SpanBertModel.from_pretrained(save, "checkpoint_last.pt")
+    context = " ".join(json.loads(line) for line in open(os.path.join(data, "valid.contexts.jsonl")))[:600]
+    for question in ("Where does Ada live ?", "Where does Kira live ?"):
+        answers = model.answer(question, context, topk=100, null_threshold=0.0)
+        odds = (next(a["score"] for a in answers if a["start"] < 0)
+                - max(a["score"] for a in answers if a["start"] >= 0))
+        margin = abs(odds) + 0.5
+        assert model.answer(question, context, null_threshold=odds + margin)[0]["start"] >= 0
+        assert model.answer(question, context, null_threshold=odds - margin)[0]["start"] < 0
+
+
 def _predict(save, out, *options):
     """spanbert-predict-qa on the valid split; (predictions, null_odds, nbest, eval) as written."""
     run_cli([bin_path("spanbert-predict-qa"), "--checkpoint", os.path.join(save, "checkpoint_last.pt"),
@@ -447,3 +464,27 @@ def test_hub_answer_knows_unanswerable_data_without_a_validation_split():
 
     assert trained_with_negative(Task(["squad2"])) and trained_with_negative(Task(["squad1", "squad2"]))
     assert not trained_with_negative(Task(["squad1"])) and not trained_with_negative(Task(["mrqa"]))
+
+
+def test_the_qa_loss_is_the_mean_of_the_start_and_end_cross_entropies():
+    """BERT's span loss, (CE(start) + CE(end)) / 2, summed over windows: at uniform logits over 8 positions, and 6
+    in a window with 2 of padding (never a candidate), ln 8 + ln 6."""
+    import math
+    import types
+
+    import torch
+
+    from spanbert_plugin.qa.criterion import ExtractiveQACriterion
+
+    class UniformLogits(torch.nn.Module):
+        encoder = types.SimpleNamespace(padding_idx=1)
+
+        def forward(self, src_tokens, qa=True):
+            return (torch.zeros(src_tokens.shape), torch.zeros(src_tokens.shape)), None
+
+    tokens = torch.full((2, 8), 5)
+    tokens[1, 6:] = 1
+    sample = {"net_input": {"src_tokens": tokens}, "start_positions": torch.tensor([1, 2]),
+              "end_positions": torch.tensor([3, 4]), "nsentences": 2, "ntokens": 14}
+    loss, sample_size, _ = ExtractiveQACriterion(None)(UniformLogits().train(), sample)
+    assert sample_size == 2 and loss.item() == pytest.approx(math.log(8) + math.log(6), rel=1e-6)

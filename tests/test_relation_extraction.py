@@ -548,3 +548,24 @@ def test_json_lines_may_hold_unicode_line_separators_in_strings(tmp_path, capsys
     status, err, again = prepare(tmp_path, capsys, as_list, as_list, dest="from_list")
     assert status == 0, err
     assert read_split(dest, "train") == read_split(again, "train")
+
+
+def test_the_criterion_counts_against_the_tasks_negative_label():
+    """The no-relation label need not be index 0: with it at 2, predictions 2 0 1 2 against gold 2 0 0 1 make two
+    predicted positives, three gold ones and one right (the 0)."""
+    import types
+
+    from spanbert_plugin.relation.criterion import RelationExtractionCriterion
+
+    task = types.SimpleNamespace(cfg=types.SimpleNamespace(relation_head_name="head"), negative_index=2)
+    logits = torch.tensor([[0.0, 0.0, 5.0], [5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]])
+    _, _, log = RelationExtractionCriterion(task)(lambda **kwargs: (logits, None),
+                                                  {"net_input": {}, "target": torch.tensor([2, 0, 0, 1]), "ntokens": 10})
+    assert {key: int(log[key]) for key in ("re_correct_positive", "re_predicted_positive", "re_gold_positive")} == {
+        "re_correct_positive": 1, "re_predicted_positive": 2, "re_gold_positive": 3}
+
+
+def test_punctuation_markers_write_a_type_of_several_words_as_lower_case_words():
+    from spanbert_plugin.relation.markers import punct_marker_words
+
+    assert punct_marker_words("OBJ", "STATE_OR_PROVINCE") == (["#", "^", "state", "or", "province", "^"], ["#"])

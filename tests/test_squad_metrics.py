@@ -112,6 +112,20 @@ def test_evaluate_v2_unanswerable_and_threshold():
     assert default["exact"] == pytest.approx(75.0) and default["f1"] == pytest.approx(75.0)
 
 
+def test_a_probability_at_the_threshold_keeps_the_answer():
+    """The official script scores a question as unanswered when its probability is above the threshold: b's 0.6
+    at a threshold of 0.6 keeps its exact 1, so (1 + 1 + 1 + 0) / 4."""
+    result = evaluate(V2_QUESTIONS, V2_PREDICTIONS, na_probs=V2_NA_PROBS, na_prob_thresh=0.6, rules="v2")
+    assert result["exact"] == pytest.approx(75.0)
+
+
+def test_the_best_threshold_scores_count_missing_questions_as_wrong():
+    """a (HasAns, right) and c (NoAns, empty) answered, b and d missing: the best search over a and c finds both
+    right, 2 of the 4 questions."""
+    result = evaluate(V2_QUESTIONS, {"a": "Paris", "c": ""}, na_probs={"a": 0.1, "c": 0.9}, rules="v2")
+    assert result["best_exact"] == pytest.approx(50.0) and result["best_f1"] == pytest.approx(50.0)
+
+
 def test_evaluate_v2_partial_f1_and_missing():
     predictions = {"a": "Paris, France", "c": "nothing"}  # b and d missing
     # a: [paris, france] vs [paris]: P = 1/2, R = 1, F1 = 2/3, EM 0; c: NoAns with text: 0

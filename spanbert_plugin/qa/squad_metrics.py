@@ -12,7 +12,11 @@ Two rule sets:
   Questions are split into HasAns (gold answers given) and NoAns; with a map of
   no-answer probabilities, a question whose probability exceeds the threshold is
   scored as predicting no answer, and the best threshold is searched as the
-  official script does (``best_exact``/``best_f1`` and their thresholds).
+  official script does (``best_exact``/``best_f1`` and their thresholds). With
+  every question predicted the two agree; a question without a prediction counts
+  0 here, as in every other score, where the official search starts by counting
+  every NoAns question right, missing ones too, and divides by the predicted ones
+  only (so its best score can pass 100).
 
 All scores returned by ``evaluate`` are percentages.
 """
