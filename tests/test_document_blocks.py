@@ -59,3 +59,18 @@ def test_prepared_corpus_through_the_memory_map(spm_data):
 def test_block_size_below_one_is_refused():
     with pytest.raises(UsageError, match="block size must be at least 1 token, got 0"):
         DocumentBlockDataset([], np.array([], dtype=np.int64), 0, BOS, EOS)
+
+
+def test_annotated_spans_of_a_block_are_those_wholly_inside_it_at_framed_positions():
+    """Document spans [start, end) in document tokens, blocks of 4: block 0 holds tokens 0-3, block 1 tokens 4-7. A
+    span is the block's when it lies wholly inside, ending at the block's end included; its positions shift by the
+    block's start and the begin token (position 0)."""
+    document = torch.arange(10, 19)  # 9 tokens: blocks of 4, 4 and 1
+    blocks = DocumentBlockDataset([document], [9], 4, BOS, EOS)
+    spans = [[0, 2, 2, 4, 3, 5, 4, 8, 5, 6, 8, 9]]  # 3-5 crosses blocks 0 and 1
+    inside = {0: [(0, 2), (2, 4)], 1: [(4, 8), (5, 6)], 2: [(8, 9)]}  # by hand, in document positions
+    for index, document_spans in inside.items():
+        framed = blocks.block_spans(index, spans).tolist()
+        assert framed == [[start - 4 * index + 1, end - 4 * index + 1] for start, end in document_spans]
+        for (start, end), (doc_start, doc_end) in zip(framed, document_spans):
+            assert blocks[index][start:end].tolist() == document[doc_start:doc_end].tolist()
