@@ -228,3 +228,28 @@ def test_annotation_on_workers_writes_the_same_bytes(tmp_path, monkeypatch):
     assert outputs[0] == outputs[1]
     stats = json.loads(outputs[0]["prepare_stats.json"])
     assert stats["train"]["annotations"]["entities"] > 0 and stats["train"]["annotations"]["noun_phrases"] > 0
+
+
+def test_character_spans_become_whole_word_token_spans():
+    """spaCy's character spans on tokens with offsets: a token belongs to a span when its characters overlap it
+    (touching is not overlapping), and the span grows to whole words; one over no token is dropped."""
+    from spanbert_plugin.pretraining.annotate import char_spans_to_words
+
+    # "(Paris) obamacare": ( paris ) obama ##care, each punctuation mark a word of its own
+    offsets = [(0, 1), (1, 6), (6, 7), (8, 13), (13, 17)]
+    word_starts = [True, True, True, True, False]
+    spans = char_spans_to_words([(1, 6), (8, 13), (7, 8)], offsets, word_starts)
+    assert spans.tolist() == [[1, 2], [3, 5]]  # "paris" alone; "obama" widened to its word; the space dropped
+    assert spans.dtype == np.int32
+
+
+def test_a_documents_spans_shift_by_the_tokens_of_the_lines_before():
+    from spanbert_plugin.pretraining.annotate import SPAN_KINDS, document_spans
+
+    none = np.zeros((0, 2), np.int32)
+    lines = [{"entities": np.array([[1, 2]], np.int32), "noun_phrases": np.array([[0, 1]], np.int32)},
+             {"entities": none, "noun_phrases": none},
+             {"entities": np.array([[0, 2]], np.int32), "noun_phrases": np.array([[1, 3]], np.int32)}]
+    joined = document_spans(lines, np.array([5, 4, 3]))
+    assert set(joined) == set(SPAN_KINDS)
+    assert joined["entities"].tolist() == [[1, 2], [9, 11]] and joined["noun_phrases"].tolist() == [[0, 1], [10, 12]]
