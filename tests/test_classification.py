@@ -737,3 +737,24 @@ def test_the_classification_loss_is_summed_over_examples():
     loss, sample_size, _ = criterion(lambda **kwargs: (torch.zeros(4, 2), None),
                                      {"net_input": {}, "target": torch.tensor([0, 1, 1, 0]), "ntokens": 10})
     assert sample_size == 4 and loss.item() == pytest.approx(4 * math.log(2))
+
+
+def _bert_uncased():
+    require_shared_data("bert_uncased_vocab/vocab.txt")
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(shared_path("bert_uncased_vocab", "vocab.txt"), lowercase=True)
+    return tokenizer, SpanBertDictionary.from_tokenizer(tokenizer)
+
+
+def test_classification_a_pair_that_fits_exactly_is_not_counted_as_truncated():
+    """max_seq_length 7 leaves 4 tokens beside [CLS] [SEP] [SEP]: a 2 + 2-token pair fits exactly (not truncated),
+    a 2 + 3-token pair loses one token of the longer text."""
+    from spanbert_plugin.classification.prepare import Table, featurise
+
+    tokenizer, dictionary = _bert_uncased()
+    table = Table("t.tsv", [["the river", "the river"], ["old city", "old big city"]], ["0", "1"], None, [1, 2])
+    features = featurise(table, tokenizer, dictionary, 7, "train")
+    assert [len(item) for item in features.items] == [7, 7]
+    assert features.stats["truncated"] == 1 and features.stats["tokens_removed"] == 1

@@ -171,3 +171,41 @@ def test_text_command_offsets_index_the_input_text(synthetic_data, tmp_path):  #
                  *(["--join-wrapped-lines"] if joined_lines else [])])
         by_command = [json.loads(line)["mentions"] for line in open(out_lines / "clusters.jsonl", encoding="utf-8")]
         assert by_command and hub.coref(text, join_wrapped_lines=joined_lines) == by_command
+
+
+def _earlier(start_words):
+    from spanbert_plugin.coref.long_document import _Earlier
+
+    k = len(start_words)
+    earlier = _Earlier()
+    index = torch.arange(k)
+    earlier.add([torch.zeros(k, 2)], mention_scores=torch.zeros(k), index=index, speaker=torch.zeros(k, dtype=torch.long),
+                segment=torch.zeros(k, dtype=torch.long), start_word=torch.tensor(start_words),
+                always=torch.zeros(k, dtype=torch.bool), end_word=torch.tensor(start_words), cluster=torch.zeros_like(index))
+    return earlier
+
+
+def test_bounded_prediction_keeps_spans_exactly_max_distance_words_back():
+    """The next block starts at word 10; with a window of 3 words, spans starting at words 7 and 8 (3 and 2 words
+    back) stay antecedent candidates, those at 5 and 6 leave (no entity holds them)."""
+    from spanbert_plugin.coref.head import ClusterBuilder
+    from spanbert_plugin.coref.long_document import _forget
+
+    earlier = _earlier([5, 6, 7, 8])
+    _forget(earlier, ClusterBuilder(None), 10, 3, 100)
+    assert earlier.columns["start_word"].tolist() == [7, 8]
+
+
+def test_bounded_prediction_cache_holds_exactly_entity_cache_size_entities():
+    """Three entities whose latest mentions (spans 0, 1, 2) are all beyond the window, a cache of 2: the least
+    recently mentioned entity (span 0) is evicted, the other two stay, in the spans and in ``latest``."""
+    from spanbert_plugin.coref.head import ClusterBuilder
+    from spanbert_plugin.coref.long_document import _forget
+
+    earlier = _earlier([0, 1, 2, 3, 4])
+    clusters = ClusterBuilder(None)
+    clusters.latest = {0: 0, 1: 1, 2: 2}
+    _forget(earlier, clusters, 100, 10, 2)
+    assert earlier.columns["index"].tolist() == [1, 2]
+    assert clusters.latest == {1: 1, 2: 2}
+    assert earlier.columns["always"].tolist() == [True, True]

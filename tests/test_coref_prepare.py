@@ -2,6 +2,7 @@
 
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -372,3 +373,77 @@ def test_documents_shared_between_splits_warn_or_stop(wordpiece_data, tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--refuse-shared-documents was given" in err, err
     assert not (tmp_path / "refused").exists()
+
+
+def _coref_encode(word_pieces, sentence_ids, max_segment_length, speakers=None, clusters=(), max_span_width=30):
+    """DocumentEncoder.encode on words of the given piece counts (piece ids 10, 11, ...): (arrays, stats)."""
+    from collections import Counter
+
+    from spanbert_plugin.coref.conll import CorefDocument
+    from spanbert_plugin.coref.prepare import DocumentEncoder
+
+    dictionary = SimpleNamespace(bos=lambda: 0, eos=lambda: 2, unk=lambda: 3)
+    encoder = DocumentEncoder(None, dictionary, max_segment_length, max_span_width)
+    n = len(word_pieces)
+    doc = CorefDocument("nw/x", [f"w{i}" for i in range(n)], np.asarray(sentence_ids, dtype=np.int64),
+                        speakers or ["-"] * n, [list(c) for c in clusters], "x:1")
+    ids, next_id = [], 10
+    for count in word_pieces:
+        ids.append(list(range(next_id, next_id + count)))
+        next_id += count
+    stats = Counter()
+    return encoder.encode(doc, ids, stats), stats
+
+
+def _greedy_segments(sentence_sizes, capacity):
+    """Whole sentences packed greedily while they fit (every sentence here fits a segment)."""
+    segments, current = [], 0
+    for size in sentence_sizes:
+        if current + size > capacity:
+            segments.append(current)
+            current = 0
+        current += size
+    return [s + 2 for s in segments + [current]]
+
+
+def test_coref_sentences_that_exactly_fill_a_segment_share_it():
+    """--max-segment-length 8 holds 6 pieces: sentences of 3 and 3 pieces make one full segment [CLS] 6 [SEP], then
+    4, 2 fill the next; random documents pack as the greedy rule does."""
+    out, _ = _coref_encode([1, 2, 3, 2, 2, 2], [0, 0, 1, 2, 2, 3], 8)
+    assert out["segment_lengths"].tolist() == [8, 8]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        sizes = rng.integers(1, 7, size=15)
+        out, _ = _coref_encode(sizes.tolist(), np.arange(15), 8)
+        assert out["segment_lengths"].tolist() == _greedy_segments(sizes.tolist(), 6)
+
+
+def test_coref_every_token_carries_its_own_words_speaker():
+    """Speakers change inside a sentence and across sentences: tokens share a speaker value exactly when their
+    words share a speaker; [CLS]/[SEP] are -1."""
+    speakers = ["ann", "ann", "bob", "bob", "ann", "cy"]
+    out, _ = _coref_encode([1, 2, 1, 1, 2, 1], [0, 0, 0, 1, 1, 1], 8, speakers=speakers)
+    word, speaker = out["token_word"], out["token_speaker"]
+    assert (speaker[word < 0] == -1).all() and (speaker[word >= 0] >= 0).all()
+    real = np.flatnonzero(word >= 0)
+    for i in real:
+        for j in real:
+            assert (speaker[i] == speaker[j]) == (speakers[word[i]] == speakers[word[j]])
+
+
+def test_coref_a_mention_of_exactly_max_span_width_tokens_is_trainable():
+    """--max-span-width 3: a mention over 3 word pieces is a training target, one over 4 pieces is not (counted as
+    wider than the width)."""
+    # words 0..3 of 1, 2, 1, 1 pieces; tokens: [CLS]=0, w0=1, w1=2-3, w2=4, w3=5; (0, 1): tokens 1..3, (0, 2): 1..4
+    out, stats = _coref_encode([1, 2, 1, 1], [0, 0, 0, 0], 16, clusters=[[(0, 1), (0, 2)]], max_span_width=3)
+    assert out["target"].tolist() == [[1, 3, 0]] and stats["mentions_wider_than_max_span_width"] == 1
+
+
+def test_coref_a_word_exactly_one_segment_long_is_not_cut_and_sentences_are_counted():
+    """Capacity 6: sentences of 1, 10 (words of 2, 6, 2 pieces) and 1 pieces. As c2f-coref's split_into_segments
+    (fill 6 pieces, back off to a sentence end, else to a word end): [1] [2] [6] [2 + 1]; the 6-piece word fills a
+    segment whole, so no word is cut inside. Three sentences are counted as three."""
+    out, stats = _coref_encode([1, 2, 6, 2, 1], [0, 1, 1, 1, 2], 8)
+    assert out["segment_lengths"].tolist() == [1 + 2, 2 + 2, 6 + 2, 3 + 2]
+    assert stats["cut_sentences"] == 1 and stats["cut_words"] == 0
+    assert stats["sentences"] == 3

@@ -552,3 +552,65 @@ def test_a_split_without_usable_question_or_with_boolean_offsets_is_refused(word
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith("spanbert-prepare-qa: error: ") and expected in err[-1] and str(path) in err[-1], err
         assert "Traceback" not in "\n".join(err) and not dest.exists()
+
+
+def _bert_uncased():
+    require_shared_data("bert_uncased_vocab/vocab.txt")
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
+    return tokenizer, SpanBertDictionary.from_tokenizer(tokenizer)
+
+
+def test_qa_a_question_of_exactly_max_query_length_tokens_is_not_truncated(tmp_path):
+    """Questions of 3, 4 and 5 one-token words with --max-query-length 4: only the 5-token one is cut (to 4 tokens),
+    and truncated_questions counts it alone."""
+    from spanbert_plugin.qa.prepare import QAConfig, featurize, read_qa_file
+
+    tokenizer, dictionary = _bert_uncased()
+    context = "the river bank is near the old city ."
+    questions = ["where is river", "where is the river", "where is the old river"]
+    assert [len(tokenizer.encode_ids([q])[0]) for q in questions] == [3, 4, 5]
+    qas = [{"id": f"q{i}", "question": q, "answers": [{"text": "river bank", "answer_start": 4}]}
+           for i, q in enumerate(questions)]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": context, "qas": qas}]}]}))
+    config = QAConfig(max_seq_length=32, doc_stride=8, max_query_length=4)
+    features = featurize(read_qa_file(str(path)), tokenizer, dictionary.bos_index, dictionary.eos_index, config,
+                         training=False)
+    assert features.stats["truncated_questions"] == 1
+    assert features.split.passage_offset.tolist() == [3 + 2, 4 + 2, 4 + 2]  # [CLS] question [SEP]
+
+
+def test_qa_doc_stride_equal_to_the_window_capacity_is_accepted():
+    """--doc-stride may be as large as a window's passage capacity (max_seq_length - max_query_length - 3 = 33 here:
+    windows then tile the passage without overlap, skipping nothing); one more is refused."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.qa.prepare import QAConfig, window_layout
+
+    QAConfig(max_seq_length=40, doc_stride=33, max_query_length=4).check()
+    with pytest.raises(UsageError, match="between 1 and 33"):
+        QAConfig(max_seq_length=40, doc_stride=34, max_query_length=4).check()
+    _, _, start, length, _ = window_layout([70], [33], 33)
+    assert start.tolist() == [0, 33, 66] and length.tolist() == [33, 33, 4]
+
+
+def test_qa_split_whose_questions_file_lost_its_last_line_is_damaged(tmp_path):
+    """Windows of questions 0 and 1, but questions.jsonl cut after question 0: load names the file as damaged."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.qa.windows import QASplit
+
+    split = QASplit(question_index=np.array([0, 1]), start_positions=np.array([0, 0]), end_positions=np.array([0, 0]),
+                    passage_offset=np.array([3, 3]), token_offsets=np.array([0, 1, 2]), char_start=np.array([0, 0]),
+                    char_end=np.array([1, 1]), max_context=np.array([True, True]),
+                    questions=[{"id": f"q{i}", "question": "x", "context_index": 0, "answers": [],
+                                "is_impossible": False} for i in range(2)],
+                    contexts=["a"])
+    split.save(str(tmp_path), "valid")
+    QASplit.load(str(tmp_path), "valid")  # whole: reads back
+    path = tmp_path / "valid.questions.jsonl"
+    path.write_text(path.read_text().splitlines(keepends=True)[0])
+    with pytest.raises(UsageError, match="damaged or truncated"):
+        QASplit.load(str(tmp_path), "valid")
