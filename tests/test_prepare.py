@@ -159,6 +159,21 @@ def test_held_out_documents_leave_train_and_valid_non_empty():
         held_out_count(1, "c.txt", 0.5)
 
 
+def test_the_last_documents_are_held_out_in_order_and_blank_lines_count_as_said(tmp_path):
+    """Ten documents, the i-th of word w{i}: --valid-fraction 0.2 holds out documents 8 and 9, in order, and trains on
+    0-7. A blank first line is no empty document; a second blank line in a row is one."""
+    _, vocab = write_wordpiece_corpus(str(tmp_path), 10)
+    corpus = tmp_path / "ten.txt"
+    documents = [f"w{i} w{i} w{i}" for i in range(10)]
+    corpus.write_text("\n" + "\n\n".join(documents[:5]) + "\n\n\n" + "\n\n".join(documents[5:]) + "\n", encoding="utf-8")
+    dest = str(tmp_path / "out")
+    assert cli_main(["--train", str(corpus), "--wordpiece-vocab", vocab, "--valid-fraction", "0.2", "--destdir", dest]) == 0
+    for split, expected in (("train", range(8)), ("valid", (8, 9))):
+        dictionary, docs = _load_docs(dest, split)
+        assert [docs[i].tolist() for i in range(len(docs))] == [[dictionary.index(f"w{i}")] * 3 for i in expected]
+    assert json.load(open(os.path.join(dest, "prepare_stats.json")))["train"]["empty_documents_skipped"] == 1
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--tokenizer", "sentencepiece", "--wordpiece-vocab", "V"], "--wordpiece-vocab needs --tokenizer wordpiece"),
     (["--tokenizer", "wordpiece"], "--tokenizer wordpiece needs --wordpiece-vocab"),
