@@ -46,6 +46,22 @@ def word_start_positions(tokens, word_starts):
     return ws
 
 
+@pytest.mark.parametrize("data", ["spm_data", "wordpiece_data"])
+def test_the_tasks_word_starts_are_the_tokenizers_id_for_id(request, data):
+    """Spans start at word starts by the task's table over the dictionary: it must mark the ids the tokenizer marks
+    (WordPiece: not '##'; sentencepiece: '▁' and control symbols), and both tokenizers have both kinds."""
+    from spanbert_plugin.core.tokenization import load_tokenizer
+    from spanbert_plugin.pretraining.task import load_prepared_folder, word_start_table
+
+    folder = request.getfixturevalue(data)
+    dictionary, meta = load_prepared_folder(folder)
+    table, tokenizers = word_start_table(meta, dictionary), load_tokenizer(folder).word_start_table()
+    assert 0 < tokenizers.sum() < len(tokenizers) and np.array_equal(table[:len(tokenizers)], tokenizers)
+    for index, symbol in enumerate(dictionary.symbols[:len(tokenizers)]):
+        assert table[index] == (not symbol.startswith("##") if meta["type"] == "wordpiece"
+                                else symbol.startswith("\u2581") or (symbol.startswith("<") and symbol != "<unk>"))
+
+
 def test_geometric_mean_matches_paper():
     probs = geometric_span_probs(0.2, 10)
     assert probs.sum() == pytest.approx(1.0)

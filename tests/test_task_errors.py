@@ -139,6 +139,16 @@ def test_shards_with_the_same_vocabulary_alternate(spm_data, tmp_path):
     for epoch, expected in [(1, first), (2, second), (3, first), (4, second)]:
         assert np.array_equal(block_sizes(f"{spm_data}:{copy}", epoch), expected), epoch
 
+    # a shard read again is shuffled again: epoch 3 does not repeat epoch 1's order of the same blocks (one folder
+    # keeps epoch 1's order, which a resumed run then also gets)
+    def order(data, epoch):
+        _, task = pretraining(data)
+        task.load_dataset("train", epoch=epoch)
+        return task.datasets["train"].ordered_indices()
+
+    assert not np.array_equal(order(f"{spm_data}:{copy}", 1), order(f"{spm_data}:{copy}", 3))
+    assert np.array_equal(order(spm_data, 1), order(spm_data, 3))
+
 
 def test_relative_data_is_stored_absolute(spm_data, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
