@@ -157,3 +157,14 @@ def test_safe_loading_refuses_a_class_outside_the_allowlist(tiny_model, tmp_path
     assert not marker.exists()
     torch.load(tmp_path / "foreign.pt", weights_only=False)  # unsafe loading would have run it
     assert marker.exists()
+
+
+def test_reading_a_starting_checkpoints_options_keeps_safe_loading(tmp_path):
+    from spanbert_plugin.core.checkpoint_loading import stored_checkpoint, stored_model_options
+
+    marker = tmp_path / "code_ran"
+    torch.save({"model": {}, "cfg": {"model": {"encoder_layers": 2}}, "extra_state": {"payload": ForeignState(str(marker))}},
+               tmp_path / "foreign.pt")
+    assert stored_checkpoint(str(tmp_path / "foreign.pt")) == {}
+    assert stored_model_options(str(tmp_path / "foreign.pt")) is None
+    assert not marker.exists()

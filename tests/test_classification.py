@@ -2,6 +2,7 @@
 import json
 import os
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -727,11 +728,10 @@ def test_the_classification_loss_is_summed_over_examples():
     """fairseq divides the gradients by sample_size, so the criterion returns the sum: 4 examples at uniform logits
     over 2 classes lose 4 ln 2, and sample_size is 4."""
     import math
-    import types
 
     from spanbert_plugin.classification.criterion import SentenceClassificationCriterion
 
-    task = types.SimpleNamespace(cfg=types.SimpleNamespace(classification_head_name="head"), regression=False,
+    task = SimpleNamespace(cfg=SimpleNamespace(classification_head_name="head"), regression=False,
                                  num_classes=2)
     criterion = SentenceClassificationCriterion(None, task)
     loss, sample_size, _ = criterion(lambda **kwargs: (torch.zeros(4, 2), None),
@@ -758,3 +758,41 @@ def test_classification_a_pair_that_fits_exactly_is_not_counted_as_truncated():
     features = featurise(table, tokenizer, dictionary, 7, "train")
     assert [len(item) for item in features.items] == [7, 7]
     assert features.stats["truncated"] == 1 and features.stats["tokens_removed"] == 1
+
+
+def test_regression_records_write_each_examples_value_and_gold():
+    """predictions.jsonl of a regression split: the model's value of each example (not an argmax over one output),
+    its gold value where labelled."""
+    from spanbert_plugin.classification.predict import prediction_records
+
+    task = SimpleNamespace(regression=True, labels=None)
+    outputs = np.array([[2.5], [-1.25], [0.75]])
+    gold = np.array([1.0, np.nan, 3.5])
+    records = list(prediction_records(task, outputs, gold, ["a", "b", "c"]))
+    assert records == [{"index": 0, "id": "a", "value": 2.5, "gold": 1.0},
+                       {"index": 1, "id": "b", "value": -1.25},
+                       {"index": 2, "id": "c", "value": 0.75, "gold": 3.5}]
+
+
+def test_hub_classify_truncates_a_pair_longest_first_to_max_seq_length():
+    """max_seq_length 10, pair: 3 special tokens, so 7 text tokens; A has 3, B 8: B (the longer) is cut to 4."""
+    from spanbert_plugin.classification.hub import hub_classify
+    from spanbert_plugin.classification.task import SentenceClassificationTask
+
+    task = object.__new__(SentenceClassificationTask)  # only what hub.classify reads
+    task.meta, task.regression, task.labels = {"max_seq_length": 10}, False, ["neg", "pos"]
+    task.cfg = SimpleNamespace(classification_head_name="head")
+    given = []
+
+    def predict(head, tokens):
+        given.append((head, tokens.tolist()))
+        return torch.log(torch.tensor([[0.25, 0.75]]))
+
+    hub = SimpleNamespace(
+        task=task, predict=predict,
+        tokenizer=SimpleNamespace(encode=lambda t: SimpleNamespace(ids=np.array([ord(w) for w in t.split()]))),
+        dictionary=SimpleNamespace(bos=lambda: 1, eos=lambda: 2))
+    result = hub_classify(hub, "a b c", "d e f g h i j k")
+    # [CLS] a b c [SEP] d e f g [SEP]
+    assert given == [("head", [1, 97, 98, 99, 2, 100, 101, 102, 103, 2])]
+    assert result["label"] == "pos" and result["probabilities"] == pytest.approx({"neg": 0.25, "pos": 0.75})

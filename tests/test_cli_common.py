@@ -3,8 +3,10 @@ import logging
 import re
 import signal
 import warnings
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from conftest import bin_path, run_cli
 from spanbert_plugin.cli import command, warnings_only
@@ -220,3 +222,59 @@ def test_a_heartbeat_writes_a_line_per_period_while_the_block_runs(monkeypatch):
     lines = log.getvalue().splitlines()
     assert len(lines) == 2 and all(re.fullmatch(r"spanbert-prepare: training the sentencepiece model: \d+ s elapsed",
                                                 line) for line in lines), lines
+
+
+class _Model(torch.nn.Linear):
+    def __init__(self):
+        super().__init__(1, 1)
+
+    def max_positions(self):
+        return 512
+
+
+class _Task:
+    """A split of 5 examples (example i's output is 10 * i), batched in an order other than the input's."""
+
+    ORDER = [3, 0, 4, 1, 2]
+
+    def __init__(self, drop_last_batch=False):
+        self.drop_last_batch, self.asked = drop_last_batch, None
+
+    def load_dataset(self, split, training=False):
+        assert not training
+
+    def dataset(self, split):
+        return list(range(5))
+
+    def get_batch_iterator(self, dataset, max_tokens, max_sentences, **kwargs):
+        self.asked = {"max_tokens": max_tokens, "max_sentences": max_sentences}
+        size = max_sentences or 2
+        batches = [self.ORDER[i:i + size] for i in range(0, len(self.ORDER), size)]
+        if self.drop_last_batch:
+            batches = batches[:-1]
+        samples = [{"id": torch.tensor(b), "x": torch.tensor(b, dtype=torch.float)[:, None] * 10} for b in batches]
+        return SimpleNamespace(next_epoch_itr=lambda shuffle: iter(samples))
+
+
+_CFG = SimpleNamespace(dataset=SimpleNamespace(max_tokens_valid=4096, batch_size_valid=2),
+                             common=SimpleNamespace(seed=1))
+
+
+def test_predict_split_outputs_batches_by_the_given_options_and_writes_input_order():
+    from spanbert_plugin.core.finetune_io import predict_split_outputs
+
+    task = _Task()
+    out = predict_split_outputs(_Model(), task, _CFG, "valid", lambda s: s["x"], (1,))
+    assert task.asked == {"max_tokens": 4096, "max_sentences": 2}  # the checkpoint's validation settings
+    assert out[:, 0].tolist() == [0, 10, 20, 30, 40]
+    out = predict_split_outputs(_Model(), task, _CFG, "valid", lambda s: s["x"], (1,), batch_size=3, max_tokens=100)
+    assert task.asked == {"max_tokens": 100, "max_sentences": 3}  # --max-tokens / --batch-size
+    assert out[:, 0].tolist() == [0, 10, 20, 30, 40]
+
+
+def test_predict_split_outputs_refuses_a_split_with_an_example_left_out():
+    from spanbert_plugin.core.finetune_io import predict_split_outputs
+
+    # batches [3, 0], [4, 1], [2]: the last (partial) batch never comes
+    with pytest.raises(RuntimeError, match=r"split 'valid': 1 of 5 examples were not evaluated"):
+        predict_split_outputs(_Model(), _Task(drop_last_batch=True), _CFG, "valid", lambda s: s["x"], (1,))

@@ -2,6 +2,7 @@
 
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -529,6 +530,9 @@ def test_train_predict_hub_equal_validation(wordpiece_data, synthetic_data, tmp_
         for c in clusters
     )
     assert as_words == sorted(sorted(tuple(s) for s in c) for c in records[0]["clusters"])
+    # clusters.jsonl's text of a mention is its words, the end word included
+    words = [w for s in doc["sentences"] for w in s]
+    assert records[0]["text"] == [[" ".join(words[s:e + 1]) for s, e in c] for c in records[0]["clusters"]]
     assert all(text[m["start"] : m["end"]] == m["text"] for c in clusters for m in c)
     # raw text is resolved under a genre the head trained: the documents' (nw), not "other", whose row never trained
     assert hub.task.state.state_dict["trained_genres"] == ["nw"] and hub.task.raw_text_genre() == "nw"
@@ -726,3 +730,16 @@ def test_a_word_cut_by_a_segment_end_is_no_candidate_span():
         starts, ends = CorefHead.candidate_spans(head, token_word[t0:t1], token_sentence[t0:t1], token_segment[t0:t1],
                                                  _words_beside(token_word, t0, t1))
         assert sorted(zip((starts + t0).tolist(), (ends + t0).tolist())) == expected
+
+
+def test_raw_text_clusters_are_listed_by_their_first_mention(monkeypatch):
+    import spanbert_plugin.coref.predict as coref_predict
+
+    text = "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9"
+    # cluster A: w0 ... w9; cluster B: w3 ... w5 (B ends first, A starts first)
+    monkeypatch.setattr(coref_predict, "words_sample", lambda *args, **kwargs: {})
+    monkeypatch.setattr(coref_predict, "document_clusters", lambda *args, **kwargs: [[(3, 3), (5, 5)], [(0, 0), (9, 9)]])
+    task = SimpleNamespace(dictionary=None, meta={}, singleton_threshold=None)
+    clusters = coref_predict.resolve_text(torch.nn.Linear(1, 1), task, None, text, genre="nw")
+    assert clusters == [[{"text": "w0", "start": 0, "end": 2}, {"text": "w9", "start": 27, "end": 29}],
+                        [{"text": "w3", "start": 9, "end": 11}, {"text": "w5", "start": 15, "end": 17}]]

@@ -99,3 +99,13 @@ def test_a_copy_onto_checkpoint_last_that_dies_leaves_the_old_file_whole(tmp_pat
     monkeypatch.setattr(shutil, "copyfile", real_copyfile)
     assert PathManager.copy(str(new), str(last), overwrite=True)
     assert last.read_bytes() == b"n" * 4096 and sorted(os.listdir(tmp_path)) == [new.name, last.name]
+
+
+def test_a_copy_without_overwrite_keeps_an_existing_destination(tmp_path):
+    from fairseq.file_io import PathManager
+
+    src, dst = tmp_path / "checkpoint_2_40.pt", tmp_path / "checkpoint_last.pt"
+    src.write_bytes(b"new")
+    dst.write_bytes(b"old")
+    assert PathManager.copy(str(src), str(dst), overwrite=False) is False
+    assert dst.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == [src.name, dst.name]

@@ -1,5 +1,6 @@
 """Fine-tuning safeguards: vocabulary checks on loading, scores that agree with predictions, resumable randomness."""
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -509,3 +510,42 @@ def test_heads_of_another_task_are_left_out_of_a_fine_tuning_run(folders, tmp_pa
     saved = _weights(tmp_path / "second" / "checkpoint_last.pt")
     assert not [k for k in saved if k.startswith(("qa_outputs.", "classification_heads.other."))]
     assert {k for k in saved if k.startswith(own)} == {k for k in weights if k.startswith(own)}
+
+
+def test_saved_head_rows_follow_the_labels_in_a_cyclic_order(tmp_path):
+    """Saved labels [a, b, c], this data's [b, c, a]: row i of the new head is the saved row of label i, i.e. the
+    saved rows [1, 2, 0] (a swap of two labels, its own inverse, cannot tell the map from its inverse)."""
+    from spanbert_plugin.core.checkpoint_loading import match_saved_head_labels
+
+    key = "classification_heads.head.out_proj.weight"
+    torch.save({"model": {key: torch.zeros(3, 4)}, "cfg": {}, "task_state": {"labels": ["a", "b", "c"]}},
+               tmp_path / "ck.pt")
+    mapped = []
+    model = SimpleNamespace(map_saved_head=lambda group, head, rows: mapped.append((group, head, rows)))
+    match_saved_head_labels(model, str(tmp_path / "ck.pt"), "classification_heads", "head", ["b", "c", "a"])
+    assert mapped == [("classification_heads", "head", [1, 2, 0])]
+
+
+def _tiny_model():
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+
+    dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])
+    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32,
+                         encoder_attention_heads=2, max_positions=16)
+    return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+
+
+def test_a_new_training_leaves_out_another_runs_relation_head():
+    torch.manual_seed(0)
+    trained = _tiny_model()
+    trained.register_classification_head("cls_head", num_classes=2)
+    trained.register_relation_head("other_relations", 3)
+    model = _tiny_model()
+    model.register_classification_head("cls_head", num_classes=2)
+    model.only_heads_of_this_run = True  # what the task sets for --finetune-from-model
+    model.load_state_dict(trained.state_dict())
+    assert "other_relations" not in model.relation_heads
+    assert not [k for k in model.state_dict() if k.startswith("relation_heads.")]
+    assert torch.equal(model.classification_heads["cls_head"].out_proj.weight,
+                       trained.classification_heads["cls_head"].out_proj.weight)

@@ -3,6 +3,7 @@ import json
 import os
 import random
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -470,14 +471,13 @@ def test_the_qa_loss_is_the_mean_of_the_start_and_end_cross_entropies():
     """BERT's span loss, (CE(start) + CE(end)) / 2, summed over windows: at uniform logits over 8 positions, and 6
     in a window with 2 of padding (never a candidate), ln 8 + ln 6."""
     import math
-    import types
 
     import torch
 
     from spanbert_plugin.qa.criterion import ExtractiveQACriterion
 
     class UniformLogits(torch.nn.Module):
-        encoder = types.SimpleNamespace(padding_idx=1)
+        encoder = SimpleNamespace(padding_idx=1)
 
         def forward(self, src_tokens, qa=True):
             return (torch.zeros(src_tokens.shape), torch.zeros(src_tokens.shape)), None
@@ -488,3 +488,14 @@ def test_the_qa_loss_is_the_mean_of_the_start_and_end_cross_entropies():
               "end_positions": torch.tensor([3, 4]), "nsentences": 2, "ntokens": 14}
     loss, sample_size, _ = ExtractiveQACriterion(None)(UniformLogits().train(), sample)
     assert sample_size == 2 and loss.item() == pytest.approx(math.log(8) + math.log(6), rel=1e-6)
+
+
+def test_near_ties_measure_the_null_odds_from_the_threshold():
+    from spanbert_plugin.qa.predict import near_ties
+
+    clear_lead = [{"start": 0, "start_logit": 9.0, "end_logit": 9.0}, {"start": 3, "start_logit": 1.0, "end_logit": 1.0}]
+    result = SimpleNamespace(question_indices=np.array([0, 1, 2]), ids=["q0", "q1", "q2"],
+                                   null_odds={"q0": 5.05, "q1": 0.05, "q2": 7.0},
+                                   nbest={q: clear_lead for q in ("q0", "q1", "q2")})
+    # |5.05 - 5| < 0.1 only for q0; q1's odds are near 0, not near the threshold
+    assert near_ties(result, 0.1, null_threshold=5.0).tolist() == [0]

@@ -1,6 +1,7 @@
 """Relation extraction: markers, truncation, labels, bad input, metrics, vocabulary growth, training and prediction."""
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -553,11 +554,9 @@ def test_json_lines_may_hold_unicode_line_separators_in_strings(tmp_path, capsys
 def test_the_criterion_counts_against_the_tasks_negative_label():
     """The no-relation label need not be index 0: with it at 2, predictions 2 0 1 2 against gold 2 0 0 1 make two
     predicted positives, three gold ones and one right (the 0)."""
-    import types
-
     from spanbert_plugin.relation.criterion import RelationExtractionCriterion
 
-    task = types.SimpleNamespace(cfg=types.SimpleNamespace(relation_head_name="head"), negative_index=2)
+    task = SimpleNamespace(cfg=SimpleNamespace(relation_head_name="head"), negative_index=2)
     logits = torch.tensor([[0.0, 0.0, 5.0], [5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]])
     _, _, log = RelationExtractionCriterion(task)(lambda **kwargs: (logits, None),
                                                   {"net_input": {}, "target": torch.tensor([2, 0, 0, 1]), "ntokens": 10})

@@ -638,3 +638,14 @@ def test_qa_module_names_agree():
     from spanbert_plugin.qa import prepare as library
 
     assert cli.COMMAND == library.COMMAND
+
+
+def test_a_prepared_jsonl_with_more_records_than_the_split_is_refused(tmp_path):
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.file_utils import read_jsonl
+
+    path = tmp_path / "valid.examples.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c"}\n', encoding="utf-8")
+    assert read_jsonl(str(path), expected=3) == [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    with pytest.raises(UsageError, match=r"3 records where the split has 2"):
+        read_jsonl(str(path), expected=2)

@@ -294,3 +294,15 @@ def test_a_restore_file_naming_the_save_dirs_own_last_checkpoint_starts_fresh_on
                  str(save_dir / "checkpoint_last.pt"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (save_dir / "checkpoint_last.pt").is_file()
+
+
+def test_a_restore_file_with_reset_optimizer_starts_a_new_training(tmp_path):
+    from spanbert_plugin.core.checkpoint_loading import starts_anew_from
+
+    other = str(tmp_path / "other_run" / "checkpoint_last.pt")
+    cfg = {"save_dir": str(tmp_path / "ck"), "restore_file": other, "finetune_from_model": None,
+           "reset_optimizer": True, "reset_dataloader": False}
+    assert starts_anew_from(cfg, other)
+    assert not starts_anew_from({**cfg, "reset_optimizer": False}, other)  # a resume of that run's state
+    finetune = str(tmp_path / "pretrained.pt")
+    assert starts_anew_from({"save_dir": str(tmp_path / "ck"), "finetune_from_model": finetune}, finetune)
