@@ -256,8 +256,7 @@ class _Task:
         return SimpleNamespace(next_epoch_itr=lambda shuffle: iter(samples))
 
 
-_CFG = SimpleNamespace(dataset=SimpleNamespace(max_tokens_valid=4096, batch_size_valid=2),
-                             common=SimpleNamespace(seed=1))
+_CFG = SimpleNamespace(dataset=SimpleNamespace(max_tokens_valid=4096, batch_size_valid=2), common=SimpleNamespace(seed=1))
 
 
 def test_predict_split_outputs_batches_by_the_given_options_and_writes_input_order():

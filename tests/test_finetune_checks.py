@@ -537,6 +537,8 @@ def _tiny_model():
 
 
 def test_a_new_training_leaves_out_another_runs_relation_head():
+    """A new training from a checkpoint keeps the heads it registers (their weights loaded) and leaves out a relation
+    head it does not, as it does another run's classification and QA heads."""
     torch.manual_seed(0)
     trained = _tiny_model()
     trained.register_classification_head("cls_head", num_classes=2)
