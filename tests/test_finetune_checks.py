@@ -526,24 +526,15 @@ def test_saved_head_rows_follow_the_labels_in_a_cyclic_order(tmp_path):
     assert mapped == [("classification_heads", "head", [1, 2, 0])]
 
 
-def _tiny_model():
-    from spanbert_plugin.core.dictionary import SpanBertDictionary
-    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
-
-    dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])
-    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32,
-                         encoder_attention_heads=2, max_positions=16)
-    return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
-
-
 def test_a_new_training_leaves_out_another_runs_relation_head():
     """A new training from a checkpoint keeps the heads it registers (their weights loaded) and leaves out a relation
     head it does not, as it does another run's classification and QA heads."""
     torch.manual_seed(0)
-    trained = _tiny_model()
+    dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])
+    trained = _tiny_model(dictionary)
     trained.register_classification_head("cls_head", num_classes=2)
     trained.register_relation_head("other_relations", 3)
-    model = _tiny_model()
+    model = _tiny_model(dictionary)
     model.register_classification_head("cls_head", num_classes=2)
     model.only_heads_of_this_run = True  # what the task sets for --finetune-from-model
     model.load_state_dict(trained.state_dict())
