@@ -117,6 +117,31 @@ def train_command(data, save_dir, *extra, ffnn_size="32"):
             *extra]
 
 
+def test_select_non_crossing_is_the_greedy_choice_by_the_definition():
+    """Against the definition on random candidates: in the given order, a span is taken unless it crosses a span
+    taken before it (overlaps it without either containing the other), until k are taken; listed by (start, end).
+    Nested spans that share a start or an end are no crossing."""
+    rng = np.random.default_rng(0)
+
+    def crosses(a, b):
+        return a[0] < b[0] <= a[1] < b[1] or b[0] < a[0] <= b[1] < a[1]
+
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        starts = rng.integers(0, 12, n)
+        ends = starts + rng.integers(0, 5, n)
+        order = rng.permutation(n).tolist()
+        k = int(rng.integers(1, n + 1))
+        taken = []
+        for i in order:
+            if len(taken) == k:
+                break
+            if not any(crosses((starts[i], ends[i]), (starts[j], ends[j])) for j in taken):
+                taken.append(i)
+        expected = sorted(taken, key=lambda i: (starts[i], ends[i]))
+        assert select_non_crossing(starts.tolist(), ends.tolist(), order, k) == expected
+
+
 def test_select_non_crossing_and_buckets():
     starts, ends = [0, 1, 0, 3, 2], [2, 3, 0, 3, 2]
     # best first: (1,3), then (0,2) crosses it, (0,0) and (3,3) nest, (2,2) nests
