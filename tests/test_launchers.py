@@ -67,6 +67,15 @@ def slurm_task(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
 
 
+def test_a_torchrun_style_world_reads_its_ranks_and_a_missing_local_rank_is_the_first_gpu():
+    """torchrun's variables give the world, the rank and the local rank (the process's GPU). Without LOCAL_RANK the
+    process takes its machine's first GPU, never its global rank, which past the first machine names no GPU there."""
+    world = {"WORLD_SIZE": "8", "RANK": "5", "MASTER_ADDR": "node-a", "MASTER_PORT": "29500"}
+    assert launcher_world({**world, "LOCAL_RANK": "1"}) == ("torchrun", 8, 5, 1)
+    assert launcher_world(world) == ("torchrun", 8, 5, 0)
+    assert launcher_world({k: v for k, v in world.items() if k != "MASTER_PORT"}) is None
+
+
 def test_a_slurm_task_gets_the_rank_world_and_rendezvous_of_its_step(slurm_task):
     assert launcher_world() == ("slurm", 2, 1, 0)
     cfg = _distributed_cfg("--distributed-world-size", "2", "--distributed-port", "12345",
