@@ -68,6 +68,16 @@ def require_shared_data(*relpaths):
     skip_unless_required(f"shared data missing: {', '.join(missing)} under {where}")
 
 
+def bert_uncased_tokenizer():
+    """Google's BERT uncased WordPiece tokenizer (lower-casing) from the shared data, and its dictionary."""
+    require_shared_data("bert_uncased_vocab/vocab.txt")
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(shared_path("bert_uncased_vocab", "vocab.txt"), lowercase=True)
+    return tokenizer, SpanBertDictionary.from_tokenizer(tokenizer)
+
+
 def skip_unless_required(message):
     """Skip the test with ``message``, or fail it when REQUIRE_SHARED_DATA=1: under CI every test input (shared
     data, the spaCy pipeline of the [linguistic] extra, the real encoder of the package index) must be there."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-from conftest import bin_path, needs_shared_data, require_shared_data, run_cli, run_gloo_ranks, shared_path
+from conftest import bert_uncased_tokenizer, bin_path, needs_shared_data, require_shared_data, run_cli, run_gloo_ranks, shared_path
 from spanbert_plugin.classification.prepare import (
     ReadOptions,
     Table,
@@ -731,21 +731,11 @@ def test_the_classification_loss_is_summed_over_examples():
 
     from spanbert_plugin.classification.criterion import SentenceClassificationCriterion
 
-    task = SimpleNamespace(cfg=SimpleNamespace(classification_head_name="head"), regression=False,
-                                 num_classes=2)
+    task = SimpleNamespace(cfg=SimpleNamespace(classification_head_name="head"), regression=False, num_classes=2)
     criterion = SentenceClassificationCriterion(None, task)
     loss, sample_size, _ = criterion(lambda **kwargs: (torch.zeros(4, 2), None),
                                      {"net_input": {}, "target": torch.tensor([0, 1, 1, 0]), "ntokens": 10})
     assert sample_size == 4 and loss.item() == pytest.approx(4 * math.log(2))
-
-
-def _bert_uncased():
-    require_shared_data("bert_uncased_vocab/vocab.txt")
-    from spanbert_plugin.core.dictionary import SpanBertDictionary
-    from spanbert_plugin.core.tokenization import WordPieceTokenizer
-
-    tokenizer = WordPieceTokenizer(shared_path("bert_uncased_vocab", "vocab.txt"), lowercase=True)
-    return tokenizer, SpanBertDictionary.from_tokenizer(tokenizer)
 
 
 def test_classification_a_pair_that_fits_exactly_is_not_counted_as_truncated():
@@ -753,7 +743,7 @@ def test_classification_a_pair_that_fits_exactly_is_not_counted_as_truncated():
     a 2 + 3-token pair loses one token of the longer text."""
     from spanbert_plugin.classification.prepare import Table, featurise
 
-    tokenizer, dictionary = _bert_uncased()
+    tokenizer, dictionary = bert_uncased_tokenizer()
     table = Table("t.tsv", [["the river", "the river"], ["old city", "old big city"]], ["0", "1"], None, [1, 2])
     features = featurise(table, tokenizer, dictionary, 7, "train")
     assert [len(item) for item in features.items] == [7, 7]

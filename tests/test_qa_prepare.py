@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import bin_path, require_shared_data, run_cli, shared_path
+from conftest import bert_uncased_tokenizer, bin_path, require_shared_data, run_cli, shared_path
 from spanbert_plugin.cli.prepare_qa import main
 from spanbert_plugin.core.finetune_io import load_tokenizer_folder
 from spanbert_plugin.qa.prepare import QAConfig, featurize, read_qa_file
@@ -134,14 +134,10 @@ def assert_one_max_context_per_token(split, doc_stride):
 @pytest.fixture(scope="module")
 def bert_uncased(tmp_path_factory):
     """A tokenizer folder with Google's BERT uncased vocabulary (lower-casing WordPiece)."""
-    require_shared_data("bert_uncased_vocab/vocab.txt")
-    from spanbert_plugin.core.dictionary import SpanBertDictionary
-    from spanbert_plugin.core.tokenization import WordPieceTokenizer
-
+    tokenizer, dictionary = bert_uncased_tokenizer()
     folder = tmp_path_factory.mktemp("bert_uncased")
-    tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
     tokenizer.save(str(folder))
-    SpanBertDictionary.from_tokenizer(tokenizer).save(str(folder / "dict.txt"))
+    dictionary.save(str(folder / "dict.txt"))
     return str(folder)
 
 
@@ -554,21 +550,10 @@ def test_a_split_without_usable_question_or_with_boolean_offsets_is_refused(word
         assert "Traceback" not in "\n".join(err) and not dest.exists()
 
 
-def _bert_uncased():
-    require_shared_data("bert_uncased_vocab/vocab.txt")
-    from spanbert_plugin.core.dictionary import SpanBertDictionary
-    from spanbert_plugin.core.tokenization import WordPieceTokenizer
-
-    tokenizer = WordPieceTokenizer(BERT_VOCAB, lowercase=True)
-    return tokenizer, SpanBertDictionary.from_tokenizer(tokenizer)
-
-
 def test_qa_a_question_of_exactly_max_query_length_tokens_is_not_truncated(tmp_path):
     """Questions of 3, 4 and 5 one-token words with --max-query-length 4: only the 5-token one is cut (to 4 tokens),
     and truncated_questions counts it alone."""
-    from spanbert_plugin.qa.prepare import QAConfig, featurize, read_qa_file
-
-    tokenizer, dictionary = _bert_uncased()
+    tokenizer, dictionary = bert_uncased_tokenizer()
     context = "the river bank is near the old city ."
     questions = ["where is river", "where is the river", "where is the old river"]
     assert [len(tokenizer.encode_ids([q])[0]) for q in questions] == [3, 4, 5]
@@ -600,7 +585,6 @@ def test_qa_doc_stride_equal_to_the_window_capacity_is_accepted():
 def test_qa_split_whose_questions_file_lost_its_last_line_is_damaged(tmp_path):
     """Windows of questions 0 and 1, but questions.jsonl cut after question 0: load names the file as damaged."""
     from spanbert_plugin.core.errors import UsageError
-    from spanbert_plugin.qa.windows import QASplit
 
     split = QASplit(question_index=np.array([0, 1]), start_positions=np.array([0, 0]), end_positions=np.array([0, 0]),
                     passage_offset=np.array([3, 3]), token_offsets=np.array([0, 1, 2]), char_start=np.array([0, 0]),

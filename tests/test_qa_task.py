@@ -495,7 +495,6 @@ def test_near_ties_measure_the_null_odds_from_the_threshold():
 
     clear_lead = [{"start": 0, "start_logit": 9.0, "end_logit": 9.0}, {"start": 3, "start_logit": 1.0, "end_logit": 1.0}]
     result = SimpleNamespace(question_indices=np.array([0, 1, 2]), ids=["q0", "q1", "q2"],
-                                   null_odds={"q0": 5.05, "q1": 0.05, "q2": 7.0},
-                                   nbest={q: clear_lead for q in ("q0", "q1", "q2")})
+                             null_odds={"q0": 5.05, "q1": 0.05, "q2": 7.0}, nbest={q: clear_lead for q in ("q0", "q1", "q2")})
     # |5.05 - 5| < 0.1 only for q0; q1's odds are near 0, not near the threshold
     assert near_ties(result, 0.1, null_threshold=5.0).tolist() == [0]
