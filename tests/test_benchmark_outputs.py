@@ -171,6 +171,7 @@ def test_side_by_side_refuses_a_folder_without_its_runs(tmp_path):
 
 @pytest.mark.parametrize("script, extra, committed", [
     ("gpu/throughput_ratios.py", [], "gpu/logs/throughput_ratios.json"),
+    ("against_transformers/wall_time_per_epoch.py", [], "against_transformers/results/wall_time_per_epoch.json"),
     ("cpu_speed/malloc_zeroing.py", [], "cpu_speed/malloc_zeroing/results.json"),
     ("gpu/export_size.py", ["--imported", "{tmp}", "--work", "{tmp}/work"], "gpu/export_size/sizes.json"),
 ])
@@ -188,3 +189,19 @@ def test_json_results_scripts_refuse_a_users_file_and_own_their_committed_result
     sys.path.insert(0, folder)
     module = importlib.import_module(name[:-len(".py")])
     check_results_file(os.path.join(BENCHMARKS, committed), name, True, module.RESULT_KEYS)
+
+
+def test_the_wall_time_table_is_what_its_script_makes_of_the_committed_runs(tmp_path):
+    """The committed wall-time table (the README's, and its plot) is rewritten from the committed runs alike, and
+    its SST-2 CPU row is the mean of its three seeds' epochs on each side."""
+    out = tmp_path / "wall.json"
+    result = run("against_transformers/wall_time_per_epoch.py", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    committed = json.load(open(os.path.join(BENCHMARKS, "against_transformers", "results", "wall_time_per_epoch.json")))
+    assert json.load(open(out))["rows"] == committed["rows"]
+    assert (tmp_path / "wall.png").stat().st_size > 0 and "**0.93x**" in (tmp_path / "wall.md").read_text()
+    runs = [json.loads(line) for line in open(os.path.join(BENCHMARKS, "against_transformers", "results",
+                                                           "sst2_full_1epoch", "runs.jsonl"))]
+    mean = lambda side: sum(r["epoch_seconds"][0] for r in runs if r["side"] == side) / 3  # noqa: E731
+    row = committed["rows"][0]
+    assert row["ours_over_group_by_length"] == pytest.approx(mean("ours") / mean("transformers (group_by_length)"))
