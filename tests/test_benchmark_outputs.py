@@ -205,3 +205,36 @@ def test_the_wall_time_table_is_what_its_script_makes_of_the_committed_runs(tmp_
     mean = lambda side: sum(r["epoch_seconds"][0] for r in runs if r["side"] == side) / 3  # noqa: E731
     row = committed["rows"][0]
     assert row["ours_over_group_by_length"] == pytest.approx(mean("ours") / mean("transformers (group_by_length)"))
+
+
+def test_score_tests_write_every_row_whole_with_welchs_p_and_a_plot(tmp_path):
+    """side_by_side.py --score-tests from a runs.jsonl: each side of ours against each transformers side with two
+    runs or more, a p under 0.01 (printed in exponent form) in a whole table row like the others (one such row lost
+    its first six columns), p recomputed by hand from Welch's formula, and the scores' plot beside the table."""
+    import math
+
+    from scipy import stats
+
+    settings = "task squad, 1 epoch(s)"
+    runs = {"ours": [60.1, 61.5, 60.9], "transformers": [58.2, 61.0, 60.3], "random-init": [9.4, 9.9]}
+    with open(tmp_path / "runs.jsonl", "w") as f:
+        for side, scores in runs.items():
+            for seed, score in enumerate(scores, 1):
+                f.write(json.dumps({"side": side, "seed": seed, "settings": settings, "score_per_epoch": [score],
+                                    "epoch_seconds": [1.0]}) + "\n")
+    result = run("against_transformers/side_by_side.py", "--task", "squad", "--score-tests", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in (tmp_path / "score_tests.md").read_text().splitlines() if line.startswith("| ")]
+    assert len(rows) == 3 and all(row.count("|") == 9 for row in rows), rows  # the header and two tests
+    tests = {t["side"]: t for t in json.load(open(tmp_path / "score_tests.json"))["tests"]}
+    assert set(tests) == {"ours", "random-init"} and {t["peer"] for t in tests.values()} == {"transformers"}
+    for side, test in tests.items():
+        a, b = runs[side], runs["transformers"]
+        va, vb = stats.tvar(a) / len(a), stats.tvar(b) / len(b)
+        t = (sum(a) / len(a) - sum(b) / len(b)) / math.sqrt(va + vb)
+        df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+        assert test["welch_t"] == pytest.approx(t) and test["welch_df"] == pytest.approx(df)
+        assert test["p"] == pytest.approx(2 * stats.t.sf(abs(t), df))
+    assert tests["random-init"]["p"] < 0.01 and f"| {tests['random-init']['p']:.1e} |" in rows[2]
+    assert rows[2].startswith("| random-init | transformers | 9.40 / 9.90 (1, 2) |")
+    assert (tmp_path / "score_tests.png").stat().st_size > 0

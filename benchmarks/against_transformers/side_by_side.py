@@ -38,8 +38,9 @@ as runs finish; later seeds can be added by another invocation with the same set
 and sample sd per side over every run of these settings, wall-time ratios, FLOP/s), ``commands.md``, and
 ``score_tests.json`` / ``score_tests.md``: Welch's t-test (``scipy.stats.ttest_ind``, unequal variances) of the
 last-epoch dev scores of each side of ours (``ours``, ``ours (torch_adamw)``, ``random-init``) against each
-``transformers`` side of the same precision, both with at least two runs, per settings in ``runs.jsonl``.
-``--score-tests`` trains and prepares nothing: it writes those two files from ``--out``'s ``runs.jsonl``:
+``transformers`` side of the same precision, both with at least two runs, per settings in ``runs.jsonl``, and
+``score_tests.png``, those sides' scores by seed. ``--score-tests`` trains and prepares nothing: it writes those
+three files from ``--out``'s ``runs.jsonl``:
 
     .venv/bin/python benchmarks/against_transformers/side_by_side.py --task sst2 --score-tests \
         --out benchmarks/against_transformers/results/sst2_full_1epoch
@@ -426,15 +427,56 @@ def write_score_tests(out, task):
                   "difference of means | Welch's t | df | p |", "|---|---|---|---|---|---|---|---|"]
         for t in (t for t in tests if t["settings"] == settings):
             listed = lambda values, seeds: " / ".join(f"{v:.2f}" for v in values) + f" ({', '.join(map(str, seeds))})"  # noqa: E731
+            p = f"{t['p']:.2f}" if t["p"] >= 0.01 else f"{t['p']:.1e}"
             lines.append(f"| {t['side']} | {t['peer']} | {listed(t['side_scores'], t['side_seeds'])} | "
                          f"{listed(t['peer_scores'], t['peer_seeds'])} | {t['difference']:+.2f} | {t['welch_t']:.2f} | "
-                         f"{t['welch_df']:.2f} | {t['p']:.2f} |" if t["p"] >= 0.01 else f"{t['welch_df']:.2f} | {t['p']:.1e} |")
+                         f"{t['welch_df']:.2f} | {p} |")
         lines.append("")
     if not tests:
         lines.append("No pair of sides with at least two runs each.")
     write_atomic(os.path.join(out, "score_tests.json"), json.dumps({"command": command, "tests": tests}, indent=1) + "\n")
     write_atomic(os.path.join(out, "score_tests.md"), "\n".join(lines).rstrip("\n") + "\n")
+    if tests:
+        plot_score_tests(tests, metric, os.path.join(out, "score_tests.png"))
     return tests
+
+
+def plot_score_tests(tests, metric, path):
+    """One panel per settings: each compared side's dev scores, one dot per seed, its mean a bar."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_settings = {}
+    for t in tests:
+        sides = by_settings.setdefault(t["settings"], {})
+        sides[t["side"]], sides[t["peer"]] = t["side_scores"], t["peer_scores"]
+    fig, axes = plt.subplots(len(by_settings), 1, figsize=(7.5, 2.4 * len(by_settings) + 0.4), squeeze=False)
+    order = lambda side: (not side.startswith("ours"), side.startswith("random"), side)  # noqa: E731
+    for ax, (settings, sides) in zip(axes[:, 0], by_settings.items()):
+        sides = {side: sides[side] for side in sorted(sides, key=order)}  # ours, transformers, random initialisation
+        for x, (side, scores) in enumerate(sides.items()):
+            colour = "tab:blue" if side.startswith("ours") else "tab:gray" if side.startswith("random") else "tab:orange"
+            ax.scatter([x] * len(scores), scores, color=colour, zorder=3)
+            ax.hlines(statistics.mean(scores), x - 0.25, x + 0.25, color=colour)
+            ax.annotate(f"{statistics.mean(scores):.2f}", (x + 0.27, statistics.mean(scores)), va="center", fontsize=8)
+        ax.set_xticks(range(len(sides)), list(sides), fontsize=8)
+        ax.set_xlim(-0.5, len(sides) - 0.2)
+        ax.set_ylabel(f"dev {metric}", fontsize=8)
+        ax.set_title(textwrap.fill(settings, 100), fontsize=7, loc="left")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    temporary = f"{path}.tmp{os.getpid()}.png"
+    try:
+        fig.savefig(temporary, dpi=110)
+        os.replace(temporary, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def bf16_equivalence(rows, side, metric, margin=EQUIVALENCE_MARGIN):
