@@ -77,7 +77,7 @@ qa_quality = _script(os.path.join(ROOT, "benchmarks", "pretraining", "qa_quality
 sst2_experiment = _script(os.path.join(ROOT, "benchmarks", "pretraining", "sst2_experiment.py"), "sst2_experiment")
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))  # the shared helpers
 import results_file  # noqa: E402
-from command_output import CommandLog, relative_to_root, write_atomic  # noqa: E402
+from command_output import CommandLog, relative_to_root, save_figure_atomic, write_atomic  # noqa: E402
 from paired_stats import paired_difference  # noqa: E402
 
 GLUE_TASKS = {"sst2": "SST-2", "rte": "RTE"}
@@ -469,14 +469,7 @@ def plot_score_tests(tests, metric, path):
         ax.set_title(textwrap.fill(settings, 100), fontsize=7, loc="left")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    temporary = f"{path}.tmp{os.getpid()}.png"
-    try:
-        fig.savefig(temporary, dpi=110)
-        os.replace(temporary, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    save_figure_atomic(fig, path)
 
 
 def bf16_equivalence(rows, side, metric, margin=EQUIVALENCE_MARGIN):

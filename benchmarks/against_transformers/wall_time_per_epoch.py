@@ -21,7 +21,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
-from command_output import write_atomic  # noqa: E402
+from command_output import save_figure_atomic, write_atomic  # noqa: E402
 from results_file import add_json_out_options, check_json_out, write_results_file  # noqa: E402
 
 RESULT_KEYS = ("rows", "command")
@@ -120,14 +120,7 @@ def plot(rows, path):
         ax.tick_params(axis="x", labelsize=8)
     axes[-1].set_xlabel("seconds per epoch (all-MiniLM-L6-v2, batch 32)")
     fig.tight_layout()
-    temporary = f"{path}.tmp{os.getpid()}.png"
-    try:
-        fig.savefig(temporary, dpi=110)
-        os.replace(temporary, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    save_figure_atomic(fig, path)
 
 
 def main():

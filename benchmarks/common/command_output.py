@@ -26,6 +26,20 @@ def write_atomic(path, text):
     os.replace(tmp, path)
 
 
+def save_figure_atomic(fig, path, dpi=110):
+    """Save a matplotlib figure to ``path`` in one step, and close it."""
+    import matplotlib.pyplot as plt
+
+    temporary = f"{path}.tmp{os.getpid()}{os.path.splitext(path)[1]}"  # savefig reads the format from the suffix
+    try:
+        fig.savefig(temporary, dpi=dpi)
+        os.replace(temporary, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
 def run_streaming(argv, cwd, env=None, log_path=None, progress=None):
     """Run ``argv``; return its exit status and its output (stdout and stderr together). With ``log_path`` the output
     is appended there as it comes; ``progress`` maps an output line to a line for the console, or None."""
