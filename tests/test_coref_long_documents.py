@@ -209,3 +209,78 @@ def test_bounded_prediction_cache_holds_exactly_entity_cache_size_entities():
     assert earlier.columns["index"].tolist() == [1, 2]
     assert clusters.latest == {1: 1, 2: 2}
     assert earlier.columns["always"].tolist() == [True, True]
+
+
+def test_the_words_beside_a_block_are_the_nearest_real_tokens_words():
+    """[CLS] w0 w1 w2 [SEP] [CLS] w2 w3 [SEP] in blocks of one segment: before the second block lies word 2 (the
+    last real token before it, not word 1), after the first block word 2 (the first real token after it)."""
+    from spanbert_plugin.coref.long_document import _words_beside
+
+    token_word = torch.tensor([-1, 0, 1, 2, -1, -1, 2, 3, -1])
+    assert _words_beside(token_word, 0, 5) == (-2, 2)
+    assert _words_beside(token_word, 5, 9) == (2, -2)
+
+
+def test_after_each_block_the_window_is_measured_from_the_next_blocks_first_word(trained):
+    """In blocks of one segment, the spans kept as antecedent candidates after a block are those starting at most
+    ``max_distance`` words before the next block's first word (the block's last word + 1), and entities' latest
+    mentions."""
+    from spanbert_plugin.coref import long_document
+
+    task, model, _ = trained
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[0]])
+    coref = sample["coref"]
+    real = coref["token_word"] >= 0
+    block_ends = [int(coref["token_word"][real & (coref["token_segment"] == s)].max()) + 1
+                  for s in range(sample["net_input"]["src_tokens"].size(0))]
+    seen, original = [], long_document._forget
+
+    def recorded(earlier, clusters, next_word, max_distance, cache_size):
+        original(earlier, clusters, next_word, max_distance, cache_size)
+        seen.append(next_word)
+
+    long_document._forget = recorded
+    try:
+        with torch.no_grad():
+            long_document.bounded_document_clusters(model, sample, 0.5, 3, 2, block_segments=1)
+    finally:
+        long_document._forget = original
+    assert len(block_ends) > 1 and seen == block_ends
+
+
+def test_a_blocks_loss_labels_its_columns_earlier_spans_first(trained, monkeypatch):
+    """The antecedent columns of a block are the earlier blocks' spans, then its own (as the antecedent indices and
+    the links take them): with no limits, the gold clusters labelling the columns are every block's row labels so
+    far, in block order."""
+    from spanbert_plugin.coref import long_document
+
+    task, model, _ = trained
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[0]])
+    calls, original = [], long_document.antecedent_loss
+
+    def recorded(scores, antecedents, row_cluster, column_cluster):
+        calls.append((row_cluster.clone(), column_cluster.clone()))
+        return original(scores, antecedents, row_cluster, column_cluster)
+
+    monkeypatch.setattr(long_document, "antecedent_loss", recorded)
+    with torch.no_grad():
+        _, loss = long_document.bounded_document_clusters(model, sample, 0.5, None, None, block_segments=1)
+    assert loss is not None and len(calls) > 1
+    assert any(bool(row.gt(0).any()) for row, _ in calls[1:])  # gold mentions beyond the first block
+    for i, (_, columns) in enumerate(calls):
+        assert columns.tolist() == torch.cat([row for row, _ in calls[: i + 1]]).tolist()
+
+
+def test_auto_prediction_is_exact_up_to_exact_prediction_max_words():
+    """--coref-prediction auto predicts a document of exactly --exact-prediction-max-words words exactly, one more in
+    bounded memory; bounded and exact are what they say whatever the length."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref.long_document import predicts_bounded
+
+    auto = SimpleNamespace(coref_prediction="auto", exact_prediction_max_words=100)
+    assert not predicts_bounded(auto, 100) and predicts_bounded(auto, 101)
+    assert predicts_bounded(SimpleNamespace(coref_prediction="bounded", exact_prediction_max_words=100), 5)
+    assert not predicts_bounded(SimpleNamespace(coref_prediction="exact", exact_prediction_max_words=100), 10_000)

@@ -172,6 +172,25 @@ def test_ceafe_alignment_is_optimal():
         assert counts["ceafe_r_num"] == pytest.approx(best)
 
 
+
+def test_a_response_cluster_of_repeated_mentions_only_is_dropped_whole():
+    """The scorer drops a response mention repeating an earlier one; a cluster left with none is no cluster at all
+    (not an empty one counting -1 MUC link and one CEAF-e cluster): {ab} {ab} scores as {ab} alone."""
+    key, response = clusters("{ab}"), clusters("{ab} {ab}")
+    counts = coref_counts(key, response)
+    assert counts == coref_counts(key, clusters("{ab}"))
+    assert (counts["muc_p_num"], counts["muc_p_den"], counts["ceafe_p_den"], counts["bcub_p_den"]) == (1, 1, 1, 2)
+    assert coref_scores(counts)["conll_f1"] == pytest.approx(100.0)
+
+
+def test_an_empty_key_cluster_counts_for_nothing():
+    """An empty key cluster is no entity: it adds no MUC link (not -1) and no CEAF-e cluster to the recall's
+    denominators."""
+    counts = coref_counts([[], ["a", "b"]], clusters("{ab}"))
+    assert counts == coref_counts(clusters("{ab}"), clusters("{ab}"))
+    assert (counts["muc_r_den"], counts["ceafe_r_den"], counts["bcub_r_den"]) == (1, 1, 2)
+    assert coref_scores(counts)["conll_f1"] == pytest.approx(100.0)
+
 CONLL = """#begin document (doc_a); part 000
 doc_a\t0\t0\tAlice\t_\t_\t_\t_\t_\tspk1\t_\t_\t(0)
 doc_a\t0\t1\tsaw\t_\t_\t_\t_\t_\tspk1\t_\t_\t

@@ -447,3 +447,49 @@ def test_coref_a_word_exactly_one_segment_long_is_not_cut_and_sentences_are_coun
     assert out["segment_lengths"].tolist() == [1 + 2, 2 + 2, 6 + 2, 3 + 2]
     assert stats["cut_sentences"] == 1 and stats["cut_words"] == 0
     assert stats["sentences"] == 3
+
+
+def _one_sentence_segments(num_segments):
+    """Arrays of one document of ``num_segments`` segments [CLS] w w [SEP], one sentence each; one gold mention, the
+    first word (cluster 0)."""
+    tokens, words, sentences = [], [], []
+    for s in range(num_segments):
+        tokens += [2, 10 + 2 * s, 11 + 2 * s, 3]
+        words += [-1, 2 * s, 2 * s + 1, -1]
+        sentences += [s] * 4
+    n = len(tokens)
+    return {"doc_tokens": np.array([0, n]), "doc_segments": np.array([0, num_segments]), "doc_gold": np.array([0, 1]),
+            "doc_target": np.array([0, 1]), "segment_lengths": np.full(num_segments, 4), "tokens": np.array(tokens),
+            "token_word": np.array(words), "token_sentence": np.array(sentences), "token_speaker": np.zeros(n, np.int64),
+            "gold": np.array([[0, 0, 0]]), "target": np.array([[1, 1, 0]]), "doc_genre": np.array([0]),
+            "doc_words": np.array([2 * num_segments])}
+
+
+def test_span_drop_removes_a_segment_left_without_words():
+    """A segment whose one sentence is dropped goes whole: no [CLS] [SEP] row of no words is left in the batch."""
+    arrays = _one_sentence_segments(2)
+    dropped = 0
+    for epoch in range(1, 21):
+        ds = CorefDataset(arrays, pad_index=1, span_drop=(0.9, None, "sentence", "drop"), seed=1)
+        ds.set_epoch(epoch)
+        doc = ds[0]
+        if 2 in doc["token_word"].tolist():
+            continue
+        dropped += 1
+        assert doc["tokens"].tolist() == [2, 10, 11, 3] and doc["token_segment"].tolist() == [0, 0, 0, 0]
+        assert doc["target"].tolist() == [[1, 1, 0]] and doc["num_words"] == 2
+        assert ds.collater([{**doc, "id": 0}])["net_input"]["src_tokens"].tolist() == [[2, 10, 11, 3]]
+    assert dropped > 0
+
+
+def test_training_window_starts_at_every_possible_segment():
+    """Three segments, a window of two: it starts at segment 0 or 1 (both drawn over epochs), never beyond."""
+    arrays = _one_sentence_segments(3)
+    firsts = set()
+    for epoch in range(1, 31):
+        ds = CorefDataset(arrays, pad_index=1, max_segments=2, seed=1)
+        ds.set_epoch(epoch)
+        doc = ds[0]
+        assert doc["token_segment"].tolist() == [0] * 4 + [1] * 4
+        firsts.add(int(doc["token_word"][1]) // 2)
+    assert firsts == {0, 1}

@@ -735,6 +735,25 @@ def test_export_carries_the_checkpoints_prediction_settings(tmp_path):
     assert coref_task_state(read_coref_config(str(tmp_path))) == {"trained_genres": ["bc", "nw"]}
 
 
+
+def test_an_export_written_before_the_settings_were_recorded_imports_as_it_scored(tmp_path):
+    """A coref_config.json without "prediction" or "training" (older exports): the import's data folder says the
+    training data held one-mention clusters (those checkpoints all predicted them) and the segment distances are
+    uncapped (0); a recorded no_singletons says the opposite."""
+    from spanbert_plugin.coref.hf_head import coref_task_arguments, training_segments, write_coref_meta
+    from spanbert_plugin.coref.prepare import META_FILE
+
+    data = {"max_segment_length": 24, "max_span_width": 5, "genres": ["nw"]}
+    old = {"data": data, "task_options": {}}
+    assert training_segments(old) == 0
+    args = coref_task_arguments(old)
+    assert args[args.index("--max-training-segments") + 1] == "0"
+    write_coref_meta(old, str(tmp_path))
+    meta = json.loads((tmp_path / META_FILE).read_text())
+    assert meta["singletons"] == {"train": 1} and meta["max_span_width"] == 5
+    write_coref_meta({**old, "prediction": {"no_singletons": True}}, str(tmp_path))
+    assert json.loads((tmp_path / META_FILE).read_text())["singletons"] == {"train": 0}
+
 def test_a_word_cut_by_a_segment_end_is_no_candidate_span():
     """[CLS] w0 w1 w1 [SEP] [CLS] w1 w2 [SEP]: word 1 runs over the segment end; neither of its parts is a span (both
     would be the word span [1, 1], predicted twice), as no mention crossing a segment end is."""

@@ -148,6 +148,45 @@ def test_squad2_scores_agree_with_written_predictions(null_threshold):
     assert 0 < np.count_nonzero(records[:, 6]) < len(records) or null_threshold == 100.0
 
 
+def test_a_question_whose_null_odds_equal_the_threshold_keeps_its_answer():
+    """The v2.0 script's override is null_odds > threshold: at a threshold equal to a question's null odds it keeps
+    its text answer and its record does not count it as answered "no answer"; just below, it does."""
+    from spanbert_plugin.qa.scoring import RECORD_FIELDS, AnswerOptions, score_windows
+
+    split, rng = _answerable_random_split(7)
+    width = int((split.passage_offset + split.passage_lengths()).max()) + 4
+    start, end = rng.normal(size=(2, split.num_windows, width)) * 3
+    windows = np.arange(split.num_windows)
+    result, _ = score_windows(split, windows, start, end, AnswerOptions())
+    says_null = RECORD_FIELDS.index("says_null")
+    checked = 0
+    for q, question in enumerate(split.questions[:10]):
+        odds = result.null_odds[question["id"]]
+        at, records = score_windows(split, windows, start, end, AnswerOptions(null_threshold=odds))
+        if at.predictions[question["id"]] == "":  # no text answer at all: nothing to keep
+            continue
+        assert records[records[:, 0] == q][0, says_null] == 0
+        below, records = score_windows(split, windows, start, end,
+                                       AnswerOptions(null_threshold=float(np.nextafter(odds, -np.inf))))
+        assert below.predictions[question["id"]] == "" and records[records[:, 0] == q][0, says_null] == 1
+        checked += 1
+    assert checked > 0
+
+
+def test_best_threshold_search_runs_in_question_order_whatever_the_records_order():
+    """Two questions of equal null odds, 0 (no answer, answered with text) and 1 (answered right): the official
+    search lowers the bar question by question in question order, so 0's -1 comes first and the best stays the
+    start (50%); records arriving in another order (batches from several workers) score the same."""
+    from spanbert_plugin.qa.scoring import summarize
+
+    # question, exact, f1, has_answer, null_odds, nonempty, says_null
+    q0 = [0, 0.0, 0.0, 0, 0.5, 1, 0]
+    q1 = [1, 1.0, 1.0, 1, 0.5, 1, 0]
+    in_order = summarize(np.array([q0, q1]), with_negative=True)
+    assert in_order["best_f1"] == pytest.approx(50.0) and in_order["best_f1_thresh"] == 0.0
+    assert summarize(np.array([q1, q0]), with_negative=True) == in_order
+
+
 def test_null_override_follows_the_official_script_for_empty_normalising_golds():
     """Official v2.0: a HasAns question scored as "no answer" (na_prob > -t) counts 0, even when its golds normalise to ""."""
     from spanbert_plugin.qa.squad_metrics import evaluate

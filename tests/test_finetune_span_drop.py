@@ -181,6 +181,47 @@ def test_units_never_span_fixed_tokens():
     assert unit_ids(droppable, "sentence", sentence_ids=sentences).tolist() == [-1, 0, 0, 0, 1, 1, -1, 2, 2, 3, -1]
 
 
+
+def test_question_bigrams_when_a_window_opens_inside_a_word():
+    """Question words (5) (6); passage (9 ##) (5) (6) opening inside a word: the partial word is a word of its own,
+    not in the bigram "5 6", so only the bigram's two tokens are protected."""
+    from spanbert_plugin.qa.span_drop import bigram_overlap
+
+    question, question_starts = np.array([5, 6]), np.array([True, True])
+    passage, passage_starts = np.array([9, 5, 6]), np.array([False, True, True])
+    assert bigram_overlap(question, question_starts, passage, passage_starts).tolist() == [False, True, True]
+    # the partial word's own bigram with the next word counts too: question (9) (5)
+    assert bigram_overlap(np.array([9, 5]), question_starts, passage, passage_starts).tolist() == [True, True, False]
+
+
+def test_word_keys_tell_apart_words_that_differ_by_a_token_of_id_0():
+    """A word's key hashes all its token ids in order, id 0 (a word piece in a vocab.txt of any order) included:
+    words (5 ##0), (5), (0) and (0 ##5) have four different keys."""
+    from spanbert_plugin.qa.span_drop import word_keys
+
+    keys, word_of = word_keys(np.array([5, 0, 5, 0, 0, 5]), np.array([True, False, True, True, True, False]))
+    assert word_of.tolist() == [0, 0, 1, 2, 3, 3]
+    assert len(set(keys.tolist())) == 4
+
+
+def test_marker_region_ends_of_folders_without_stored_ends():
+    """The entity region opened at ``start`` ends at its closing marker's last token: the first end marker after it
+    (typed_marker), the last token of the first repeat of the opening word's tokens (typed_marker_punct, here '@' as
+    the two tokens 7 8), the marker itself (ner); the last token when nothing closes it."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.relation.span_drop import marker_region_end
+
+    typed = marker_region_end({"entity_marker": "typed_marker", "markers": {"[E1]": 20, "[/E1]": 21}}, None)
+    assert typed(np.array([0, 20, 5, 6, 21, 8, 2]), 1, 0) == 4
+    assert typed(np.array([0, 20, 5, 6, 2]), 1, 0) == 4
+    ids = {"@": [7, 8], "#": [9]}
+    tokenizer = SimpleNamespace(encode=lambda text: SimpleNamespace(ids=ids[text]))
+    punct = marker_region_end({"entity_marker": "typed_marker_punct"}, tokenizer)
+    assert punct(np.array([0, 7, 8, 5, 7, 8, 6, 2]), 1, 0) == 5
+    assert punct(np.array([0, 9, 5, 6, 9, 8, 2]), 1, 1) == 4
+    assert marker_region_end({"entity_marker": "ner"}, None)(np.array([0, 20, 2]), 1, 0) == 1
+
 def test_bad_options_are_usage_errors(folders):
     for options, message in (({"span_drop_p": 1.0}, "--span-drop-p"), ({"span_drop_p": 0.1, "span_drop_gamma": 0.0},
                                                                          "--span-drop-gamma"),

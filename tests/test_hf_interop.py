@@ -1166,3 +1166,198 @@ def test_only_entity_markers_appended_after_the_vocabulary_become_special(tmp_pa
     assert extended.vocab[-2:] == ["[SUBJ-PERSON]", "madeupword0000"]
     assert extended.extra_special_tokens == ["[SUBJ-PERSON]"]
     assert extended.tok.encode("[SUBJ-PERSON] bill", add_special_tokens=False).ids == [7, 5]
+
+
+def test_appended_tokens_are_those_from_the_first_id_on_without_gaps(tmp_path):
+    """The added tokens of a tokenizer.json from id 3 on, in id order, up to the first missing id."""
+    from spanbert_plugin.hf.tokenizer_files import _appended_tokens
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps({"added_tokens": [{"id": 1, "content": "<pad>"}, {"id": 4, "content": "[E1]"},
+                                                 {"id": 3, "content": "<mask>"}, {"id": 6, "content": "[E3]"}]}))
+    assert _appended_tokens(str(path), 3) == ["<mask>", "[E1]"]
+    assert _appended_tokens(str(path), 6) == ["[E3]"] and _appended_tokens(str(path), 5) == []
+
+
+def test_only_special_added_tokens_of_a_tokenizer_json_are_declared(tmp_path):
+    """A tokenizer.json's added tokens marked special (beyond BERT's five) are kept whole, a plain added token is
+    not; a tokenizer_config.json's additional_special_tokens are, naming the file that declares them."""
+    from spanbert_plugin.hf.tokenizer_files import _declared_special_tokens
+
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"added_tokens": [
+        {"id": 5, "content": "[E2]", "special": True}, {"id": 6, "content": "hello", "special": False},
+        {"id": 2, "content": "[CLS]", "special": True}]}))
+    config = {"additional_special_tokens": ["[E1]"]}
+    assert _declared_special_tokens(str(tmp_path), config) == {
+        "[E1]": str(tmp_path / "tokenizer_config.json"), "[E2]": str(tmp_path / "tokenizer.json")}
+
+
+def test_a_side_head_with_one_of_its_two_files_is_refused(tmp_path):
+    """Either of a side head's files without the other is an error naming both (the head would be dropped silently);
+    neither: no such head."""
+    from spanbert_plugin.hf.files import InteropError
+    from spanbert_plugin.hf.heads import RELATION
+
+    assert RELATION.load_config(str(tmp_path)) is None
+    (tmp_path / RELATION.weights_file).write_bytes(b"")
+    with pytest.raises(InteropError, match=f"{RELATION.weights_file}: .* needs {RELATION.config_file}"):
+        RELATION.load_config(str(tmp_path))
+    (tmp_path / RELATION.weights_file).unlink()
+    (tmp_path / RELATION.config_file).write_text("{}")
+    with pytest.raises(InteropError, match=f"{RELATION.config_file}: .* needs {RELATION.weights_file}"):
+        RELATION.load_config(str(tmp_path))
+
+
+def test_hf_names_map_onto_ours_and_back():
+    """cls.predictions.decoder.bias (the MLM bias as some checkpoints name it) is lm_head.bias; a classification
+    head's dense is BERT's pooler, and takes its place in the export over a pooler an import kept."""
+    from spanbert_plugin.hf.interop import from_hf_state_dict, to_hf_state_dict
+
+    bias = torch.arange(3.0)
+    ours, ignored = from_hf_state_dict({"cls.predictions.decoder.bias": bias})
+    assert list(ours) == ["lm_head.bias"] and ours["lm_head.bias"] is bias and ignored == []
+    dense, pooler, out = torch.ones(2, 2), torch.zeros(2, 2), torch.full((3, 2), 2.0)
+    state = {"classification_heads.h.dense.weight": dense, "classification_heads.h.out_proj.weight": out,
+             "pooler.weight": pooler}
+    theirs = to_hf_state_dict(state, "h")
+    assert sorted(theirs) == ["bert.pooler.dense.weight", "classifier.weight"]
+    assert theirs["bert.pooler.dense.weight"] is dense and theirs["classifier.weight"] is out
+    assert to_hf_state_dict({"pooler.weight": pooler})["bert.pooler.dense.weight"] is pooler
+
+
+def test_sequence_classifier_is_told_by_the_pooler_or_the_architecture():
+    from spanbert_plugin.hf.interop import is_sequence_classifier
+
+    classifier, pooler = {"classifier.weight": 0}, {"classifier.weight": 0, "bert.pooler.dense.weight": 0}
+    assert is_sequence_classifier(pooler) and is_sequence_classifier(classifier, ["BertForSequenceClassification"])
+    assert not is_sequence_classifier(classifier) and not is_sequence_classifier(pooler, ["BertForTokenClassification"])
+    assert not is_sequence_classifier({"bert.pooler.dense.weight": 0}, ["BertForSequenceClassification"])
+
+
+def test_bert_config_carries_each_setting_of_the_model():
+    """Every transformers setting from its own fairseq option: the dropouts (hidden, attention, classifier), the
+    initialiser's standard deviation, the LayerNorm epsilon."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.hf.interop import bert_config_of
+
+    class Dictionary(list):
+        def pad(self):
+            return 1
+
+    cfg = SimpleNamespace(encoder_embed_dim=8, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_embed_dim=16,
+                          dropout=0.1, attention_dropout=0.2, pooler_dropout=0.3, max_positions=32, type_vocab_size=2,
+                          init_std=0.05, layer_norm_eps=1e-7)
+    config = bert_config_of(cfg, Dictionary(["a"] * 10))
+    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob, config.classifier_dropout) == (0.1, 0.2, 0.3)
+    assert (config.initializer_range, config.layer_norm_eps, config.vocab_size, config.pad_token_id) == (0.05, 1e-7, 10, 1)
+
+
+def test_import_command_line_takes_the_pooler_dropout_from_classifier_dropout_else_hidden_dropout():
+    from spanbert_plugin.hf.interop import _training_command_line
+
+    config = {"num_hidden_layers": 1, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2,
+              "max_position_embeddings": 1024, "hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.3}
+
+    def option(cli, name):
+        return cli[cli.index(name) + 1]
+
+    cli = _training_command_line("work", config, {}, "hf")
+    assert option(cli, "--pooler-dropout") == "0.2" and option(cli, "--attention-dropout") == "0.3"
+    assert option(cli, "--tokens-per-sample") == "512"
+    assert option(_training_command_line("work", {**config, "classifier_dropout": 0.0}, {}, "hf"), "--pooler-dropout") == "0.0"
+
+
+def test_qa_settings_windows_may_fill_every_position(tmp_path):
+    """qa_settings.json windows of exactly max_position_embeddings tokens fit the model; one more does not."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.hf.files import InteropError
+    from spanbert_plugin.hf.interop import _register_task_heads
+
+    settings = {"max_seq_length": 64, "doc_stride": 16, "max_query_length": 16, "n_best": 20, "max_answer_length": 30,
+                "with_negative": False, "null_threshold": 0.0, "validated_null_threshold": None}
+    (tmp_path / "qa_settings.json").write_text(json.dumps(settings))
+    model = SimpleNamespace(register_qa_head=lambda: None)
+    heads, state = _register_task_heads(model, {"qa_outputs.weight": torch.zeros(2, 8)},
+                                        {"max_position_embeddings": 64}, str(tmp_path))
+    assert len(heads) == 1 and state["qa_settings"]["max_seq_length"] == 64
+    with pytest.raises(InteropError, match="max_seq_length 64 exceeds the model's 63 positions"):
+        _register_task_heads(model, {"qa_outputs.weight": torch.zeros(2, 8)}, {"max_position_embeddings": 63},
+                             str(tmp_path))
+
+
+def test_a_generic_tokenizer_class_folder_is_read_from_its_tokenizer_json_alone(tmp_path):
+    """tokenizer_class PreTrainedTokenizerFast: transformers reads the folder from tokenizer.json as it is (its
+    BertNormalizer lower-cases), whatever tokenizer_config.json's do_lower_case says; the import reads it so."""
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import AutoTokenizer
+
+    from spanbert_plugin.hf.tokenizer_files import _wordpiece_tokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "Hello", "world"]
+    BertWordPieceTokenizer({p: i for i, p in enumerate(vocab)}, lowercase=True).save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                                "do_lower_case": False}))
+    ours, note = _wordpiece_tokenizer(str(tmp_path), str(tmp_path / "tokenizer.json"))
+    text = "Hello WORLD"
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path))(text, add_special_tokens=False)["input_ids"]
+    assert ours.lowercase and note is None
+    assert ours.encode(text).ids.tolist() == theirs == [5, 7]
+
+
+def test_sentencepiece_model_rebuilt_on_import_keeps_the_special_ids(spm_data, tmp_path):
+    """Export then import of a sentencepiece tokenizer: the model rebuilt from tokenizer.json names the same pieces
+    bos, eos, pad and unk as the model exported, so sentencepiece's own add_bos/add_eos add the same ids."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.tokenization import load_tokenizer
+    from spanbert_plugin.hf.tokenizer_files import read_hf_tokenizer, save_hf_tokenizer
+
+    tokenizer = load_tokenizer(spm_data)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "scratch").mkdir()
+    save_hf_tokenizer(tokenizer, SpanBertDictionary.from_tokenizer(tokenizer), str(tmp_path / "hf"), 64)
+    back, _, _ = read_hf_tokenizer(str(tmp_path / "hf"), str(tmp_path / "hf" / "tokenizer.json"), str(tmp_path / "scratch"))
+    specs = []
+    for path in (tokenizer.model_file, back.model_file):
+        proto = sentencepiece_model_pb2.ModelProto()
+        with open(path, "rb") as f:
+            proto.ParseFromString(f.read())
+        specs.append(tuple(getattr(proto.trainer_spec, f"{role}_id") for role in ("bos", "eos", "pad", "unk")))
+    assert specs[0] == specs[1] == (0, 2, 1, 3)
+    text = "the value of a list"
+    assert spm.SentencePieceProcessor(model_file=back.model_file).encode(text, add_bos=True, add_eos=True) == \
+        spm.SentencePieceProcessor(model_file=tokenizer.model_file).encode(text, add_bos=True, add_eos=True)
+
+
+def test_relation_export_names_the_classes_only_of_a_head_of_as_many_classes(tmp_path):
+    """relation_config.json gives a head the task's labels only where they are as many as its classes (else an
+    import would map the head's rows onto the wrong names)."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.hf.heads import RELATION, _write_relation
+    from spanbert_plugin.model.relation_head import RelationHead
+
+    heads = {"two": RelationHead(8, 2, "cls", 0.0), "three": RelationHead(8, 3, "cls", 0.0)}
+    hub = SimpleNamespace(model=SimpleNamespace(relation_heads=heads), task=SimpleNamespace(labels=["no", "yes"]))
+    _write_relation(hub, str(tmp_path))
+    written = json.loads((tmp_path / RELATION.config_file).read_text())["heads"]
+    assert written["two"] == {"pooling": "cls", "num_classes": 2, "labels": ["no", "yes"]}
+    assert written["three"] == {"pooling": "cls", "num_classes": 3}
+
+
+def test_a_decoder_differing_from_the_embeddings_in_one_weight_is_untied(wordpiece_vocab, tmp_path):
+    """The MLM decoder is tied only when it equals the word embeddings in every weight: one weight apart, it is a
+    decoder of its own (warned about; the MLM head starts fresh)."""
+    from spanbert_plugin.cli.import_hf import main
+
+    hf_model = random_hf_bert(tmp_path / "hf", wordpiece_vocab, "BertForMaskedLM", tie_word_embeddings=False)
+    with torch.no_grad():
+        hf_model.cls.predictions.decoder.weight.copy_(hf_model.bert.embeddings.word_embeddings.weight)
+        hf_model.cls.predictions.decoder.weight[5, 3] += 1.0
+    hf_model.save_pretrained(str(tmp_path / "hf"))
+    status, _, err = call(main, ["--hf", tmp_path / "hf", "--out", tmp_path / "out"])
+    assert status == 0 and "is not tied to the word embeddings" in err, err

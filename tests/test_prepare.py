@@ -412,3 +412,17 @@ def test_the_sentencepiece_sample_is_a_file_of_its_own_and_gone_when_writing_it_
     with pytest.raises(OSError, match="No space left"):
         tokenization.sampled_training_text(corpus_files[0], str(failing), 500, 0)
     assert list(failing.iterdir()) == []
+
+
+def test_sentencepiece_sample_counts_a_last_line_without_a_line_break(tmp_path):
+    """Three lines, the last without its line break, and a limit of 2: a sample of 2 of the lines is written (the
+    unterminated last line counts); a limit of 3 keeps the text itself."""
+    from spanbert_plugin.core import tokenization
+
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"one\ntwo\nthree")
+    assert tokenization.sampled_training_text(str(text), str(tmp_path), 3, 0) == str(text)
+    sample = tokenization.sampled_training_text(str(text), str(tmp_path), 2, 0)
+    assert sample != str(text)
+    lines = open(sample, "rb").read().splitlines()
+    assert len(lines) == 2 and set(lines) < {b"one", b"two", b"three"}

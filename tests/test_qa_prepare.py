@@ -598,3 +598,15 @@ def test_qa_split_whose_questions_file_lost_its_last_line_is_damaged(tmp_path):
     path.write_text(path.read_text().splitlines(keepends=True)[0])
     with pytest.raises(UsageError, match="damaged or truncated"):
         QASplit.load(str(tmp_path), "valid")
+
+
+def test_question_bounds_and_windows_of_index_each_questions_own_windows():
+    """Questions 0, 1, 2, 3 with 2, 1, 0 and 3 windows: bounds [0, 2, 3, 3, 6]; question 2 has none."""
+    from spanbert_plugin.qa.windows import QASplit
+
+    empty = np.zeros(0, np.int64)
+    split = QASplit(question_index=np.array([0, 0, 1, 3, 3, 3]), start_positions=empty, end_positions=empty,
+                    passage_offset=empty, token_offsets=empty, char_start=empty, char_end=empty, max_context=empty,
+                    questions=[{"id": str(q)} for q in range(4)])
+    assert split.question_bounds().tolist() == [0, 2, 3, 3, 6]
+    assert [split.windows_of(q) for q in range(4)] == [slice(0, 2), slice(2, 3), slice(3, 3), slice(3, 6)]

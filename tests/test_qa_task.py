@@ -389,6 +389,19 @@ def test_question_with_more_windows_than_a_batch_stays_whole():
         assert oversize and all(len(np.unique(question_index[batches[owner[q]]])) == 1 for q in oversize)
 
 
+
+def test_question_batches_are_filled_up_to_the_limits():
+    """Whole questions go into a batch while it stays within the limits, up to them exactly: ten one-window
+    questions of 10 tokens under --max-tokens 40 are batches of 4, 4 and 2; questions of 1, 2, 1, 3, 1 windows under
+    --batch-size 3 are batches of 3 (1 + 2), 1, 3 and 1 windows."""
+    from spanbert_plugin.qa.dataset import question_batches
+
+    batches = question_batches(np.arange(10), np.full(10, 10), np.arange(10), max_tokens=40)
+    assert [b.tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    question_index = np.repeat(np.arange(5), [1, 2, 1, 3, 1])
+    batches = question_batches(question_index, np.full(8, 10), np.arange(8), max_sentences=3)
+    assert [b.tolist() for b in batches] == [[0, 1, 2], [3], [4, 5, 6], [7]]
+
 def test_training_batches_hold_every_window_and_a_small_max_tokens_is_one_line(qa_data):
     """Training batches go through fairseq's batching plus its dropped tail (the shared helper): a --max-tokens below
     the longest window was fairseq's AssertionError traceback."""

@@ -355,6 +355,28 @@ def test_dataset_batches_every_example():
         dataset.batch_by_size(dataset.ordered_indices(), max_tokens=longest - 1)
 
 
+
+def test_training_order_is_by_length_with_ties_shuffled_per_epoch():
+    """A shuffled (training) split is ordered by length, as few pad tokens need; within a length the order is drawn
+    anew each epoch from (seed, epoch), the same on every run."""
+    from fairseq.data import ListDataset
+
+    from spanbert_plugin.relation.dataset import RelationDataset
+
+    sizes = np.array([5, 3, 5, 3, 4, 5, 3, 5])
+    tokens = ListDataset([torch.arange(int(n)) for n in sizes], sizes=sizes)
+    dataset = RelationDataset(tokens, np.zeros(8, np.int64), np.ones((8, 2), np.int64), pad_index=0, shuffle=True)
+    orders = []
+    for epoch in range(1, 6):
+        dataset.set_epoch(epoch)
+        order = dataset.ordered_indices()
+        assert sorted(order.tolist()) == list(range(8))
+        assert sizes[order].tolist() == sorted(sizes.tolist())
+        orders.append(order.tolist())
+    assert len({tuple(o) for o in orders}) > 1  # ties in another order in some epoch
+    dataset.set_epoch(2)
+    assert dataset.ordered_indices().tolist() == orders[1]
+
 @needs_tacred
 @needs_uncased
 def test_tacred_sample_with_bert_uncased(tmp_path, capsys):

@@ -85,6 +85,21 @@ def test_sentencepiece_offsets_leave_out_the_zero_width_characters_before_a_word
         assert text.rindex(word) in starts, word
 
 
+
+def test_sentencepiece_piece_of_an_invisible_character_inside_a_word_keeps_it(spm_data):
+    """Only a word-initial piece's '\u2581' stands for the invisible characters before it: a piece inside a word that
+    stands for an invisible character normalisation keeps (U+2060 WORD JOINER, U+00AD SOFT HYPHEN) spans that
+    character, so every character of the text but the spaces lies in exactly one token, none empty."""
+    from spanbert_plugin.core.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(spm_data)
+    for text in ("value\u2060list", "the value\u00adof"):
+        enc = tokenizer.encode(text)
+        covered = [i for start, end in enc.offsets for i in range(start, end)]
+        assert all(start < end for start, end in enc.offsets), (enc.tokens, enc.offsets)
+        assert sorted(covered) == [i for i, c in enumerate(text) if c != " "], (enc.tokens, enc.offsets)
+
+
 def test_relation_entity_after_a_zero_width_word_keeps_its_own_tokens(spm_data):
     """A TACRED word of a zero-width space before the object: the marker wraps the object's tokens, not the word
     before it (the zero-width character used to pull the next word's first piece into the word before it)."""

@@ -65,3 +65,13 @@ def _corpus(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text((TEXT + "\n") * 5, encoding="utf-8")
     return path
+
+
+def test_unknown_tokens_warn_only_above_one_percent():
+    """More than 1% of tokens unknown warns: exactly 1% (1 of 100) does not, 2 of 100 does."""
+    from types import SimpleNamespace
+
+    tokenizer = SimpleNamespace(lowercase=True, vocab=["[UNK]", "the"])
+    assert VocabularyFit(tokens=100, unk_tokens=1).warnings(tokenizer, "text") == []
+    lines = VocabularyFit(tokens=100, unk_tokens=2).warnings(tokenizer, "text")
+    assert len(lines) == 1 and "2 of 100 tokens (2.0%)" in lines[0]
