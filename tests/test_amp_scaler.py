@@ -61,3 +61,26 @@ def test_a_resumed_scaler_grows_at_the_command_lines_interval():
     resumed = _amp([torch.nn.Parameter(torch.zeros(3))], "--amp-scale-window", "50")
     resumed.load_state_dict(saved.state_dict())
     assert resumed.scaler.get_growth_interval() == 50 and resumed.scaler.get_scale() == saved.scaler.get_scale()
+
+
+def test_an_overflow_that_brings_the_scale_down_to_the_minimum_stops_training():
+    """fairseq's rule: an overflow whose backed-off scale (half the scale) is at or below --min-loss-scale raises."""
+    for init_scale, stops in ((2.0, True), (4.0, False)):
+        weight = torch.nn.Parameter(torch.zeros(3))
+        amp = _amp([weight], "--min-loss-scale", "1")
+        amp._grad_scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+        amp.backward((weight * torch.tensor([1.0, float("inf"), 0.0])).sum())  # an overflow in the gradients
+        if stops:
+            with pytest.raises(FloatingPointError, match=r"Minimum loss scale reached \(1.0\)"):
+                amp.clip_grad_norm(0.0)
+        else:
+            assert not torch.isfinite(amp.clip_grad_norm(0.0))
+
+
+def test_a_resumed_amp_scaler_has_the_saved_scale_and_growth_tracker():
+    saved = _amp([torch.nn.Parameter(torch.zeros(3))])
+    state = dict(saved.scaler.state_dict(), scale=32.0, _growth_tracker=7)
+    saved.scaler.load_state_dict(state)
+    resumed = _amp([torch.nn.Parameter(torch.zeros(3))])
+    resumed.load_state_dict(saved.state_dict())
+    assert resumed.scaler.get_scale() == 32.0 and resumed.scaler.state_dict()["_growth_tracker"] == 7

@@ -189,3 +189,63 @@ def test_the_training_forward_stays_in_bfloat16_where_the_model_and_amp_share_a_
     optimizer = SimpleNamespace(backward=lambda loss: loss.backward())
     OneDictionaryTask.train_step(task, torch.randn(3, 8), Model(8, 4), criterion, optimizer, update_num=1)
     assert seen == [torch.bfloat16]
+
+
+def _run_task_cfg(**common):
+    """A task config inside a run config, as fairseq hands the task its section."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"common": {"cpu": True, **common}, "optimizer": {"_name": "adam"},
+                             "task": {"_name": "sentence_classification", "bf16_autocast": False, "tf32": False}}).task
+
+
+@pytest.mark.parametrize("flag", ["fp16", "memory_efficient_fp16", "bf16", "memory_efficient_bf16", "amp"])
+def test_any_one_half_precision_mode_makes_the_run_half_precision(flag):
+    from spanbert_plugin.core.precision import run_precision
+
+    assert run_precision(_run_task_cfg(**{flag: True})) == "half"
+    assert run_precision(_run_task_cfg()) == "fp32"
+
+
+def test_fp16_on_a_cpu_is_refused_only_with_the_flat_copy():
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.precision import refuse_half_precision_a_cpu_cannot_run
+
+    refuse_half_precision_a_cpu_cannot_run(_run_task_cfg(fp16=True, fp16_no_flatten_grads=True))
+    refuse_half_precision_a_cpu_cannot_run(_run_task_cfg(fp16=True, memory_efficient_fp16=True))
+    with pytest.raises(UsageError, match="^--fp16 on a CPU needs --fp16-no-flatten-grads"):
+        refuse_half_precision_a_cpu_cannot_run(_run_task_cfg(fp16=True))
+
+
+@pytest.mark.parametrize("capability, turned_on", [((8, 0), True), ((9, 0), True), ((7, 5), False)])
+def test_tf32_is_turned_on_from_compute_capability_8_0(capability, turned_on, monkeypatch):
+    from types import SimpleNamespace
+
+    from spanbert_plugin.core.precision import enable_tf32
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *device: "a GPU")
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        enable_tf32(SimpleNamespace(tf32=True))
+        assert torch.backends.cuda.matmul.allow_tf32 == turned_on and torch.backends.cudnn.allow_tf32 == turned_on
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_only_fairseqs_amp_optimizer_gets_a_cuda_autocast_around_the_forward():
+    import contextlib
+    import warnings
+    from types import SimpleNamespace
+
+    from fairseq.optim.amp_optimizer import AMPOptimizer
+
+    from spanbert_plugin.core.precision import amp_autocast
+
+    assert isinstance(amp_autocast(SimpleNamespace()), contextlib.nullcontext)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CUDA autocast on a host without CUDA: disabled, with a warning
+        context = amp_autocast(AMPOptimizer.__new__(AMPOptimizer))
+    assert isinstance(context, torch.autocast) and context.device == "cuda"

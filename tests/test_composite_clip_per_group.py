@@ -53,3 +53,20 @@ def test_sixteen_bit_gradients_are_clipped_by_their_fp32_norm():
     clip_group([weight], 1.0)
     assert weight.grad.dtype == torch.float16
     torch.testing.assert_close(weight.grad.float().norm(), torch.tensor(1.0), rtol=1e-3, atol=0)
+
+
+def test_a_scaled_step_clips_the_unscaled_gradients_and_only_the_groups_that_step():
+    """fairseq hands the step the loss scale: the groups are clipped on the true gradients, divided once; with
+    ``groups`` only those groups step, and the others' gradients are left as they are."""
+    encoder, head = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(4))
+    head.param_group = "coref_head"
+    optimizer = _optimizer(1.0, [encoder, head])
+    encoder.grad, head.grad = torch.full((3,), 0.2), torch.full((4,), 10.0)  # scale 2: true gradients 0.1 and 5
+    optimizer.step(scale=2.0)
+    torch.testing.assert_close(encoder.detach(), torch.full((3,), -0.1))
+    torch.testing.assert_close(head.detach(), torch.full((4,), -0.5), rtol=1e-5, atol=1e-6)
+    encoder.grad, head.grad = torch.full((3,), 0.1), torch.full((4,), 5.0)
+    optimizer.step(groups={"default"})
+    torch.testing.assert_close(encoder.detach(), torch.full((3,), -0.2))
+    torch.testing.assert_close(head.detach(), torch.full((4,), -0.5), rtol=1e-5, atol=1e-6)  # did not step
+    torch.testing.assert_close(head.grad, torch.full((4,), 5.0))  # nor was clipped

@@ -53,3 +53,34 @@ def test_evaluation_zero_and_one_probabilities_behave_as_torch():
     assert torch.equal(tiny, F.dropout(torch.ones(1000), 1e-6, True)) and tiny.max().item() > 1.0  # scaled: not skipped
     module = Dropout(0.3).eval()
     assert module(x) is x and isinstance(module, torch.nn.Dropout) and module.state_dict() == {}
+
+
+def test_every_16_bit_field_drops_exactly_the_rounded_share(monkeypatch):
+    """Fed each of the 65,536 16-bit fields once, the mask drops exactly round(p * 65,536) of them: the drop
+    probability is that count over 65,536, not one level more or less."""
+    import numpy as np
+
+    from spanbert_plugin.model import dropout as dropout_module
+
+    class EveryField:
+        def __init__(self, seed):
+            pass
+
+        def random_raw(self, size):
+            return np.arange(1 << 16, dtype=np.uint16).view(np.uint64)[:size]
+
+    monkeypatch.setattr(dropout_module.np.random, "PCG64", EveryField)
+    for p in (0.1, 0.25, 0.5):
+        y = dropout(torch.ones(1 << 16), p)
+        assert int((y == 0).sum()) == round(p * 65536)
+
+
+def test_sizes_that_are_not_a_multiple_of_four_are_masked_whole():
+    """Four 16-bit fields come from each 64-bit draw: a tensor of 4k + 1..3 elements still gets a field each."""
+    torch.manual_seed(4)
+    for shape in ((7,), (3, 5), (2, 3, 3)):
+        x = torch.ones(shape, requires_grad=True)
+        y = dropout(x, 0.5)
+        y.sum().backward()
+        assert y.shape == shape and set(y.unique().tolist()) <= {0.0, 2.0}
+        torch.testing.assert_close(x.grad, y.detach())  # the gradient is the mask times the scale

@@ -581,3 +581,36 @@ def test_a_new_training_leaves_out_another_runs_relation_head():
     assert not [k for k in model.state_dict() if k.startswith("relation_heads.")]
     assert torch.equal(model.classification_heads["cls_head"].out_proj.weight,
                        trained.classification_heads["cls_head"].out_proj.weight)
+
+
+def test_grown_rows_keep_the_models_fresh_weights_and_a_record_less_checkpoint_of_the_same_size_loads():
+    symbols = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]
+    torch.manual_seed(0)
+    saved = _tiny_model(SpanBertDictionary(symbols)).state_dict()
+    model = _tiny_model(SpanBertDictionary(symbols + ["[E1]", "[E2]"]))
+    fresh = model.encoder.embeddings.word_embeddings.weight.detach().clone()
+    model.load_state_dict(dict(saved))
+    embed = model.encoder.embeddings.word_embeddings.weight
+    assert torch.equal(embed[:25], saved["encoder.embeddings.word_embeddings.weight"])
+    assert torch.equal(embed[25:], fresh[25:]) and embed[25:].abs().min() > 0  # N(0, init_std) rows, not zeros
+    assert torch.equal(model.lm_head.bias[25:], torch.zeros(2)) and torch.equal(model.sbo_head.bias[25:], torch.zeros(2))
+    old_style = {k: v for k, v in saved.items() if not k.startswith("vocabulary.")}
+    _tiny_model(SpanBertDictionary(symbols)).load_state_dict(old_style)  # the same size: nothing to check
+
+
+def test_saved_head_rows_are_taken_in_the_mapped_order_or_left_out():
+    symbols = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]
+    torch.manual_seed(1)
+    trained = _tiny_model(SpanBertDictionary(symbols))
+    trained.register_classification_head("head", num_classes=3)
+    saved = trained.state_dict()
+    for rows in ([2, 0, 1], None):
+        model = _tiny_model(SpanBertDictionary(symbols))
+        model.register_classification_head("head", num_classes=3)
+        fresh = model.classification_heads["head"].out_proj.weight.detach().clone()
+        model.map_saved_head("classification_heads", "head", rows)
+        model.load_state_dict(dict(saved))
+        out_proj = model.classification_heads["head"].out_proj
+        expected = fresh if rows is None else saved["classification_heads.head.out_proj.weight"][rows]
+        assert torch.equal(out_proj.weight, expected)
+        assert torch.equal(model.classification_heads["head"].dense.weight, saved["classification_heads.head.dense.weight"])

@@ -365,3 +365,18 @@ def test_resuming_with_another_optimizer_is_one_line(imported, family_data, tmp_
     assert proc.returncode == 1 and lines[-1].startswith(f"error: resuming from {tmp_path / 'ck'}: Optimizer does not "
                                                          "match; please reset the optimizer (--reset-optimizer)")
     assert "Traceback" not in proc.stderr
+
+
+def test_the_per_group_clipping_composite_optimizer_is_refused_beside_flat_fp16_copies_and_amp():
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.precision import refuse_flat_fp16_copies_of_grouped_parameters
+
+    def run(**common):
+        return OmegaConf.create({"common": {"fp16": True, **common}, "optimizer": {"_name": "composite_clip_per_group"},
+                                 "task": {"_name": "coreference"}}).task
+
+    with pytest.raises(UsageError, match=r"^--fp16 with the composite optimizer needs --fp16-no-flatten-grads"):
+        refuse_flat_fp16_copies_of_grouped_parameters(run())
+    with pytest.raises(UsageError, match=r"^--amp does not work with the composite_clip_per_group optimizer"):
+        refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False, amp=True))
+    refuse_flat_fp16_copies_of_grouped_parameters(run(fp16_no_flatten_grads=True))

@@ -112,3 +112,26 @@ def test_another_fairseq_keeps_its_copies(monkeypatch, caplog):
     assert not use_multi_tensor_copies(optimizer)
     assert "_sync_fp16_grads_to_fp32" not in vars(optimizer)
     assert "stay one copy per parameter tensor" in caplog.text
+
+
+def test_a_parameter_frozen_after_the_optimizer_was_built_stays_as_fairseqs_copies_leave_it(monkeypatch):
+    """--freeze-encoder-updates freezes parameters of an optimizer already built (with --fp16-no-flatten-grads):
+    fairseq's copies skip them both ways, so their fp16 weights stay where they were, although weight decay moves
+    their fp32 copies."""
+    runs = []
+    for fast in (False, True):
+        model = _model(False)
+        optimizer = _optimizer(model, False, monkeypatch)
+        if fast:
+            assert use_multi_tensor_copies(optimizer)
+        model["hidden"].requires_grad_(False)
+        before = model["hidden"].weight.detach().clone()
+        for step in range(3):
+            optimizer.zero_grad()
+            optimizer.backward(_forward(model, step))
+            optimizer.multiply_grads(1 / 16)
+            optimizer.clip_grad_norm(0.5)
+            optimizer.step()
+        assert torch.equal(model["hidden"].weight, before)
+        runs.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))

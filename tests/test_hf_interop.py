@@ -1361,3 +1361,38 @@ def test_a_decoder_differing_from_the_embeddings_in_one_weight_is_untied(wordpie
     hf_model.save_pretrained(str(tmp_path / "hf"))
     status, _, err = call(main, ["--hf", tmp_path / "hf", "--out", tmp_path / "out"])
     assert status == 0 and "is not tied to the word embeddings" in err, err
+
+
+def _hub_stub(type_vocab_size=2):
+    """What the hub's token-type and decoding methods read: the dictionary, the token-type table, a tokenizer."""
+    import types
+
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+
+    dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(10)])
+    embeddings = types.SimpleNamespace(token_type_embeddings=torch.nn.Embedding(type_vocab_size, 4))
+    return types.SimpleNamespace(dictionary=dictionary,
+                                 model=types.SimpleNamespace(encoder=types.SimpleNamespace(embeddings=embeddings)),
+                                 tokenizer=types.SimpleNamespace(decode=lambda ids: " ".join(map(str, ids))))
+
+
+def test_hub_token_types_of_padded_pairs_and_decoding_without_padding():
+    from spanbert_plugin.model.hub_interface import SpanBertHubInterface
+
+    hub = _hub_stub()
+    tokens = torch.tensor([[2, 7, 8, 3, 9, 3, 0, 0],  # [CLS] a a [SEP] b [SEP] [PAD] [PAD]
+                           [2, 7, 3, 8, 9, 10, 3, 0]])
+    assert SpanBertHubInterface.segment_labels(hub, tokens).tolist() == [[0, 0, 0, 0, 1, 1, 0, 0],
+                                                                          [0, 0, 0, 1, 1, 1, 1, 0]]
+    one_type = _hub_stub(type_vocab_size=1)
+    assert SpanBertHubInterface.segment_labels(one_type, tokens).tolist() == [[0] * 8, [0] * 8]
+    assert SpanBertHubInterface.decode(hub, tokens[0]) == "7 8 9"
+
+
+def test_hub_counts_of_one_and_the_first_of_several_data_folders():
+    from spanbert_plugin.model.hub_interface import _stored_data, check_count
+
+    assert check_count("answer", "topk", 1) == 1
+    with pytest.raises(ValueError, match="topk must be an integer of at least 1, got 0"):
+        check_count("answer", "topk", 0)
+    assert _stored_data({"cfg": {"task": {"data": "/data/a:/data/b:/data/c"}}}) == "/data/a"

@@ -63,3 +63,15 @@ def test_checkpoint_without_counters_loads_as_before():
     b = build(FP16Optimizer)
     b.load_state_dict(old_style)
     assert b.scaler.loss_scale == a.scaler.loss_scale and b.scaler._iter == 0
+
+
+def test_a_resumed_scaler_is_the_saved_one_in_every_field():
+    """Every field of fairseq's DynamicLossScaler, the overflow tolerance's _last_rescale_iter too, comes back."""
+    a = build(FP16Optimizer)
+    advance(a, 3)
+    with pytest.raises(OverflowError):
+        a.scaler.check_overflow(float("inf"))
+    advance(a, 2)
+    b = build(FP16Optimizer)
+    b.load_state_dict(a.state_dict())
+    assert vars(b.scaler) == vars(a.scaler) and a.scaler._last_rescale_iter == 3

@@ -265,3 +265,97 @@ def test_set_num_updates_reaches_each_module_with_its_own_method_once(spm_data):
     assert model.encoder.encoder.layer[1].counter.numbers == [7, 8, 8] and model.counter.numbers == [7, 8]
     # the methods the walk skips only pass the number on (fairseq-fixed 0.12.3.1); another fairseq fails here
     assert source_sha256(BaseFairseqModel.set_num_updates, FairseqEncoder.set_num_updates) == FAIRSEQ_NUMBER_PASSERS_SHA256
+
+
+def _small_model(max_positions=16, dim=32):
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+
+    torch.manual_seed(0)
+    dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)])
+    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=dim, encoder_ffn_embed_dim=2 * dim,
+                         encoder_attention_heads=2, dropout=0.0, attention_dropout=0.0, max_positions=max_positions,
+                         sbo_position_dim=8)
+    return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary)).eval(), dictionary
+
+
+def test_sbo_of_every_row_reads_its_own_rows_boundaries():
+    """Two rows, a span in each: the SBO logits of a token are the head on x[row, left], x[row, right] of its row."""
+    model, _ = _small_model()
+    x = torch.randn(2, 10, 32)
+    masked = torch.zeros(2, 10, dtype=torch.bool)
+    masked[0, 2:4] = True  # boundaries 1 and 4
+    masked[1, 5:8] = True  # boundaries 4 and 8
+    left = torch.tensor([[1] * 10, [4] * 10])
+    right = torch.tensor([[4] * 10, [8] * 10])
+    offset = torch.arange(10).expand(2, 10) - left
+    with torch.no_grad():
+        out = model.pretraining_heads(x, masked, left, right, offset)
+        rows, columns = masked.nonzero(as_tuple=True)
+        expected = model.sbo_head(x[rows, left[rows, columns]], x[rows, right[rows, columns]], offset[rows, columns])
+    assert torch.equal(out["sbo_index"], torch.arange(5))
+    torch.testing.assert_close(out["sbo_logits"], expected)
+
+
+def test_inputs_as_long_as_the_position_table_are_taken():
+    model, _ = _small_model(max_positions=16)
+    tokens = torch.randint(5, 25, (2, 16))
+    with torch.no_grad():
+        assert model(tokens, features_only=True)[0].shape == (2, 16, 32)
+        with pytest.raises(ValueError, match="input of 17 tokens exceeds the model's 16 positions"):
+            model(torch.randint(5, 25, (2, 17)), features_only=True)
+
+
+def test_padding_to_a_length_multiple_pads_only_lengths_between_multiples():
+    model, dictionary = _small_model(max_positions=16)
+    model.encoder.length_multiple = 8
+    tokens = torch.randint(5, 25, (2, 8))
+    assert model.encoder._pad_to_length_multiple(tokens, None)[0] is tokens
+    padded, segments = model.encoder._pad_to_length_multiple(tokens[:, :5], torch.zeros(2, 5, dtype=torch.long))
+    assert padded.shape == segments.shape == (2, 8) and padded[:, 5:].eq(dictionary.pad()).all()
+    assert model.encoder._pad_to_length_multiple(torch.randint(5, 25, (2, 13)), None)[0].shape == (2, 16)
+
+
+def test_the_padding_embedding_starts_at_zero():
+    model, dictionary = _small_model()
+    embedding = model.encoder.embeddings.word_embeddings.weight
+    assert embedding[dictionary.pad()].eq(0).all() and embedding[dictionary.pad() + 1].ne(0).all()
+
+
+def test_without_token_types_every_token_has_type_0():
+    model, _ = _small_model()
+    embeddings = model.encoder.embeddings
+    tokens = torch.randint(5, 25, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(embeddings(tokens), embeddings(tokens, torch.zeros_like(tokens)))
+        assert not torch.allclose(embeddings(tokens), embeddings(tokens, torch.ones_like(tokens)))
+
+
+def test_attention_divides_the_scores_by_the_square_root_of_the_head_dimension_on_both_paths():
+    """softmax(q k^T / sqrt(hidden / heads)) on the explicit path (AD-DROP's probabilities) and the fused one, with
+    weights large enough that the scale matters (BERT's N(0, 0.02) initialisation makes attention nearly uniform)."""
+    import math
+
+    from spanbert_plugin.model.layers import BertLayer
+
+    torch.manual_seed(3)
+    layer = BertLayer(hidden=32, heads=4, ffn=64, eps=1e-12, dropout=0.0, attention_dropout=0.0).eval()
+    x = torch.randn(2, 6, 32) * 3
+    with torch.no_grad():
+        out, probs = layer(x, return_probs=True)
+        sa = layer.attention.self
+        q, k = (t.view(2, 6, 4, 8).transpose(1, 2) for t in (sa.query(x), sa.key(x)))
+        torch.testing.assert_close(probs, torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), dim=-1))
+        torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-5)
+
+
+def test_padding_is_masked_out_of_attention_where_the_caller_does_not_say_whether_there_is_any():
+    """On a CPU the encoder looks for padding itself (has_padding unset): a padded row's real tokens get the states
+    they get alone, beside a row without padding."""
+    model, dictionary = _small_model()
+    tokens = torch.randint(5, 25, (1, 6))
+    padded = torch.cat([tokens, torch.full((1, 3), dictionary.pad())], dim=1)
+    with torch.no_grad():
+        alone = model(tokens, features_only=True)[0]
+        batch = model(torch.cat([padded, torch.randint(5, 25, (1, 9))]), features_only=True)[0]
+    torch.testing.assert_close(batch[0, :6], alone[0], rtol=0, atol=1e-5)

@@ -426,3 +426,23 @@ def test_sentencepiece_sample_counts_a_last_line_without_a_line_break(tmp_path):
     assert sample != str(text)
     lines = open(sample, "rb").read().splitlines()
     assert len(lines) == 2 and set(lines) < {b"one", b"two", b"three"}
+
+
+def test_control_symbols_include_the_mask_and_symbols_may_hold_spaces(tmp_path):
+    """special_mask() marks every control symbol ([MASK] too: it is never masked or drawn as a random token);
+    dict.txt's count is the field after the last space, so a symbol with a space reads back whole."""
+    symbols = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a b", "c"]
+    dictionary = SpanBertDictionary(symbols, [0, 0, 0, 0, 0, 7, 3])
+    assert dictionary.special_mask().tolist() == [True] * 5 + [False, False]
+    dictionary.save(str(tmp_path / "dict.txt"))
+    again = SpanBertDictionary.load(str(tmp_path / "dict.txt"))
+    assert again.symbols == symbols and again.count == [0, 0, 0, 0, 0, 7, 3] and again.index("a b") == 5
+
+
+def test_a_sentencepiece_dictionary_appends_the_mask_with_count_0_after_the_counted_pieces(spm_data):
+    """spanbert-prepare counts the tokenizer's pieces; from_tokenizer adds <mask> after them, counted 0."""
+    tokenizer = load_tokenizer(spm_data)
+    counts = np.arange(len(tokenizer.vocab), dtype=np.int64)
+    dictionary = SpanBertDictionary.from_tokenizer(tokenizer, counts)
+    assert dictionary.symbols == list(tokenizer.vocab) + ["<mask>"] and dictionary.mask_index == len(tokenizer.vocab)
+    assert dictionary.count == counts.tolist() + [0]

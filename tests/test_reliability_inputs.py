@@ -649,3 +649,13 @@ def test_a_prepared_jsonl_with_more_records_than_the_split_is_refused(tmp_path):
     assert read_jsonl(str(path), expected=3) == [{"id": "a"}, {"id": "b"}, {"id": "c"}]
     with pytest.raises(UsageError, match=r"3 records where the split has 2"):
         read_jsonl(str(path), expected=2)
+
+
+def test_token_items_of_a_vocabulary_past_16_bits_are_checked_with_their_own_width(tmp_path):
+    """A vocabulary past 65,535 symbols stores int32 ids: the .bin's expected size is 4 bytes a token, not 2."""
+    from spanbert_plugin.core.datasets import check_token_item_files, load_token_items
+    from spanbert_plugin.core.finetune_io import write_token_items
+
+    write_token_items([[5, 6, 70000], [8, 9]], str(tmp_path / "valid"), vocab_size=70001)
+    assert check_token_item_files(str(tmp_path / "valid")).itemsize == 4
+    assert load_token_items(str(tmp_path / "valid"), None, "valid")[0].tolist() == [5, 6, 70000]

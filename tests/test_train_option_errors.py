@@ -306,3 +306,15 @@ def test_a_restore_file_with_reset_optimizer_starts_a_new_training(tmp_path):
     assert not starts_anew_from({**cfg, "reset_optimizer": False}, other)  # a resume of that run's state
     finetune = str(tmp_path / "pretrained.pt")
     assert starts_anew_from({"save_dir": str(tmp_path / "ck"), "finetune_from_model": finetune}, finetune)
+
+
+def test_the_largest_token_id_a_dictionary_holds_is_one_less_than_its_size(tmp_path):
+    from spanbert_plugin.core.datasets import refuse_token_ids_beyond
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.errors import UsageError
+
+    dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+    path = str(tmp_path / "valid.bin")
+    refuse_token_ids_beyond(path, 5, dictionary)  # the last symbol's id
+    with pytest.raises(UsageError, match=r"valid.bin: token id 6, beyond the 6 symbols of .*dict.txt"):
+        refuse_token_ids_beyond(path, 6, dictionary)

@@ -650,3 +650,59 @@ def test_paired_ratios_are_per_repeat_with_a_geometric_mean_and_its_interval(tmp
     (out / "notes.txt").write_text("mine\n")
     with pytest.raises(SystemExit, match="did not write"):
         update_cost.main()
+
+
+def _stub_trainer(clip_norm):
+    """What reduce_and_log_stats_without_reads reads of fairseq's trainer: --clip-norm, the task's reduce_metrics."""
+    def reduce_metrics(logging_outputs, criterion):
+        metrics.log_scalar("loss", sum(log["loss"] for log in logging_outputs) / len(logging_outputs), round=3)
+
+    return types.SimpleNamespace(cfg=types.SimpleNamespace(optimization=types.SimpleNamespace(clip_norm=clip_norm)),
+                                 task=types.SimpleNamespace(reduce_metrics=reduce_metrics), get_criterion=lambda: None)
+
+
+def test_the_run_logs_the_updates_loss_gnorm_and_the_share_of_updates_above_the_clip_norm():
+    """fairseq's _reduce_and_log_stats: the run's aggregators get the update's metrics, gnorm (the mean over
+    updates) and clip, the percentage of updates whose norm was above --clip-norm (a norm equal to it is not
+    clipped); with --clip-norm 0 no clip at all. Numbers and tensors alike."""
+    with metrics.aggregate(new_root=True) as run:
+        for loss, norm in ((2.0, 1.0), (4.0, 3.0), (3.0, torch.tensor(1.0)), (3.0, torch.tensor(2.5))):
+            values = logging_reads.reduce_and_log_stats_without_reads(_stub_trainer(1.0), [{"loss": loss}], 8, norm)
+        assert values["sample_size"] == 8 and values["loss"] == 3.0  # the update's own values
+        assert run.get_smoothed_value("loss") == 3.0
+        assert run.get_smoothed_value("gnorm") == pytest.approx((1.0 + 3.0 + 1.0 + 2.5) / 4)
+        assert run.get_smoothed_value("clip") == 50.0
+    with metrics.aggregate(new_root=True) as run:
+        logging_reads.reduce_and_log_stats_without_reads(_stub_trainer(0.0), [{"loss": 1.0}], 1, torch.tensor(5.0))
+        assert "clip" not in run and run.get_smoothed_value("gnorm") == 5.0
+
+
+def test_a_norm_equal_to_the_threshold_is_not_counted_above_it():
+    from spanbert_plugin.core.metrics import log_percent_above
+
+    with metrics.aggregate(new_root=True) as aggregator:
+        for norm in (2.0, 1.0, 0.5, 1.0):
+            log_percent_above("clip", torch.tensor(norm), 1.0, round=1)
+        assert float(aggregator["clip"].val) == 0.0  # the last update's flag: 1.0 is not above 1.0
+        assert aggregator.get_smoothed_value("clip") == 25.0
+
+
+def test_mfu_is_the_share_of_the_peak_given_of_every_worker():
+    flops_log = model_flops.FlopsLog(peak_tflops_option=2.0)
+    flops_log.prepare(torch.nn.Linear(2, 2), "fp32", 4)
+    assert flops_log.peak == 2.0 and flops_log.world_size == 4  # the option, on a device the table lacks too
+    assert flops_log.mfu({"tflops": types.SimpleNamespace(avg=torch.tensor(1.6))}) == 20.0  # 100 x 1.6 / (2 x 4)
+    assert flops_log.mfu({}) is None
+
+
+def test_a_mean_of_no_units_logs_its_sum_times_the_scale_as_its_value():
+    """fairseq's criteria log sum * scale / max(count, 1): an update without units (no SBO target in a batch) has
+    that last value, read without a division by zero (a checkpoint reads it), and adds nothing to the mean."""
+    from spanbert_plugin.core.metrics import log_mean
+
+    with metrics.aggregate(new_root=True) as aggregator:
+        log_mean("loss", torch.tensor(3.0), 2, 2.0)
+        log_mean("loss", torch.tensor(0.5), 0, 2.0)
+        assert float(aggregator["loss"].val) == 1.0 and float(aggregator["loss"].avg) == 3.0
+        log_mean("number", 0.5, 0, 2.0)
+        assert aggregator["number"].val == 1.0
