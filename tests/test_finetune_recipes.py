@@ -280,18 +280,20 @@ def test_coreference_recipes_train_under_fp16(imported, family_data, tmp_path):
                           "optimization.max_update=2", "task.coref_ffnn_size=32")
         assert "loss_scale=" in proc.stdout + proc.stderr and "lr_coref_head=" in proc.stdout + proc.stderr
 
-def test_flat_fp16_copies_of_grouped_parameters_are_one_line():
+
+@pytest.mark.parametrize("optimizer", ["composite", "composite_clip_per_group"])
+def test_flat_fp16_copies_of_grouped_parameters_are_one_line(optimizer):
     from spanbert_plugin.core.errors import UsageError
     from spanbert_plugin.core.precision import refuse_flat_fp16_copies_of_grouped_parameters
 
     def run(**common):
-        return OmegaConf.create({"common": {"fp16": True, **common}, "optimizer": {"_name": "composite"},
+        return OmegaConf.create({"common": {"fp16": True, **common}, "optimizer": {"_name": optimizer},
                                  "task": {"_name": "coreference"}}).task
 
     with pytest.raises(UsageError, match=r"^--fp16 with the composite optimizer needs --fp16-no-flatten-grads"):
         refuse_flat_fp16_copies_of_grouped_parameters(run())
     refuse_flat_fp16_copies_of_grouped_parameters(run(fp16_no_flatten_grads=True))
-    with pytest.raises(UsageError, match=r"^--amp does not work with the composite optimizer"):
+    with pytest.raises(UsageError, match=rf"^--amp does not work with the {optimizer} optimizer"):
         refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False, amp=True))
     refuse_flat_fp16_copies_of_grouped_parameters(run(memory_efficient_fp16=True))
     refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False))
@@ -366,17 +368,3 @@ def test_resuming_with_another_optimizer_is_one_line(imported, family_data, tmp_
                                                          "match; please reset the optimizer (--reset-optimizer)")
     assert "Traceback" not in proc.stderr
 
-
-def test_the_per_group_clipping_composite_optimizer_is_refused_beside_flat_fp16_copies_and_amp():
-    from spanbert_plugin.core.errors import UsageError
-    from spanbert_plugin.core.precision import refuse_flat_fp16_copies_of_grouped_parameters
-
-    def run(**common):
-        return OmegaConf.create({"common": {"fp16": True, **common}, "optimizer": {"_name": "composite_clip_per_group"},
-                                 "task": {"_name": "coreference"}}).task
-
-    with pytest.raises(UsageError, match=r"^--fp16 with the composite optimizer needs --fp16-no-flatten-grads"):
-        refuse_flat_fp16_copies_of_grouped_parameters(run())
-    with pytest.raises(UsageError, match=r"^--amp does not work with the composite_clip_per_group optimizer"):
-        refuse_flat_fp16_copies_of_grouped_parameters(run(fp16=False, amp=True))
-    refuse_flat_fp16_copies_of_grouped_parameters(run(fp16_no_flatten_grads=True))
