@@ -147,13 +147,19 @@ def fixed_global_seeds():
 @pytest.fixture(scope="session", autouse=True)
 def temporary_directory_of_the_session(tmp_path_factory):
     """Temporary files of the tests and of every command they start (TMPDIR) go under pytest's own temporary
-    folder, which pytest rotates, rather than into /tmp."""
+    folder, which pytest rotates, rather than into /tmp. torch.compile's kernel cache stays where torch keeps it
+    (under the temporary folder of the machine, unless TORCHINDUCTOR_CACHE_DIR says otherwise): in a fresh folder
+    every run, the compile test would generate and build its kernels again (25 s here, against 4 s from the cache)."""
+    import getpass
     import tempfile
 
+    kernel_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                             f"torchinductor_{getpass.getuser()}")
     folder = str(tmp_path_factory.mktemp("tmpdir"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", folder)
         patch.setattr(tempfile, "tempdir", folder)
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", kernel_cache)
         yield folder
 
 
