@@ -444,3 +444,71 @@ def test_the_masks_of_several_layers_read_the_host_once():
     for layer, attribution in attributions.items():  # the same candidates as each layer computed alone
         assert torch.equal(candidate_mask(attribution, padding, 0.5),
                            candidate_mask(attribution, padding, 0.5, row_candidates(padding, 0.5)))
+
+
+def test_ad_drop_probabilities_at_the_bounds_are_accepted():
+    """p and q are probabilities in the closed interval [0, 1]: both ends are valid options."""
+    from spanbert_plugin.qa.task import ExtractiveQAConfig
+
+    for p, q in ((1.0, 1.0), (0.0, 0.0), (1.0, 0.0), (0.0, 1.0)):
+        check_ad_drop_options(ExtractiveQAConfig(seed=1, ad_drop_p=p, ad_drop_q=q))
+
+
+def test_q_zero_drops_nothing_and_trains_as_plain_fine_tuning():
+    """With --ad-drop-q 0 no candidate is ever dropped: AD-DROP is off (no attribution pass), whatever p is."""
+    task, criterion, model = qa_task(ad_drop_p=0.5, ad_drop_q=0.0)
+    task.begin_epoch(2, model)  # an AD-DROP epoch under cross-tuning
+    assert not task.ad_drop_enabled and not task.ad_drop_active()
+    criterion.ad_drop_objective = None  # an attribution pass would fail here
+    _, _, log = task.train_step(qa_sample([10, 6]), model, criterion, _Backward(), update_num=3)
+    assert "ad_drop_entries" not in log and "ad_drop_dropped" not in log
+
+
+def test_micro_batches_of_one_update_draw_distinct_masks():
+    """Under --update-freq the k-th micro-batch of an update draws from (seed, epoch, update, k): the masks of two
+    micro-batches of one update differ, and the count restarts at the next update."""
+    task, criterion, model = qa_task(ad_drop_p=0.5, ad_drop_q=0.5, ad_drop_attribution="random")
+    task.begin_epoch(2, model)
+    sample = qa_sample([12, 9])
+    padding = sample["net_input"]["src_tokens"].eq(model.encoder.padding_idx)
+    shape = (2, model.encoder.encoder.layer[0].heads, 12, 12)
+
+    def expected(update, micro_batch):
+        return drop_masks({0: None}, padding, 0.5, 0.5, mask_generator("cpu", 5, 2, update, micro_batch), shape)[0]
+
+    first, second = (task.ad_drop_masks(sample, model, criterion, update_num=4)[0] for _ in range(2))
+    after = task.ad_drop_masks(sample, model, criterion, update_num=5)[0]
+    assert torch.equal(first, expected(4, 0)) and torch.equal(second, expected(4, 1))
+    assert not torch.equal(first, second)
+    assert torch.equal(after, expected(5, 0))
+
+
+def test_the_attribution_pass_runs_in_training_mode_after_a_validation():
+    """The first (attribution) pass runs in training mode, dropout on, as in the authors' code, also on the first
+    step after a validation left the model in eval mode."""
+    task, criterion, model = qa_task(ad_drop_p=0.5, ad_drop_q=0.5)
+    task.begin_epoch(2, model)
+    modes, objective = [], criterion.ad_drop_objective
+
+    def recording_objective(m, sample):
+        modes.append(m.training)
+        return objective(m, sample)
+
+    criterion.ad_drop_objective = recording_objective
+    model.eval()
+    task.train_step(qa_sample([10, 6]), model, criterion, _Backward(), update_num=1)
+    assert modes == [True]
+
+
+def test_masks_differ_between_data_parallel_ranks():
+    """The mask generator's seed includes the data-parallel rank: two workers at the same (seed, epoch, update,
+    micro-batch) draw different masks."""
+    padding = padded_tokens([9, 4]).eq(0)
+    shape = (2, 2, 9, 9)
+
+    def masks(rank):
+        return drop_masks({0: None}, padding, 0.5, 0.5, mask_generator("cpu", 1, 2, 3, 0, rank), shape=shape)[0]
+
+    assert torch.equal(masks(1), masks(1))
+    assert torch.equal(masks(0), drop_masks({0: None}, padding, 0.5, 0.5, mask_generator("cpu", 1, 2, 3), shape)[0])
+    assert not torch.equal(masks(0), masks(1))

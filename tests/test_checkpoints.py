@@ -168,3 +168,75 @@ def test_reading_a_starting_checkpoints_options_keeps_safe_loading(tmp_path):
     assert stored_checkpoint(str(tmp_path / "foreign.pt")) == {}
     assert stored_model_options(str(tmp_path / "foreign.pt")) is None
     assert not marker.exists()
+
+
+def test_diagnosis_tells_a_fairseq_checkpoint_by_its_cfg_or_its_args(tmp_path):
+    """A readable file with model weights and either a run config (``cfg``, current fairseq) or legacy ``args`` is a
+    fairseq checkpoint: a load that failed on it for another reason keeps its own error (no diagnosis)."""
+    import argparse
+
+    from spanbert_plugin.core.checkpoint_loading import diagnose_checkpoint
+
+    weights = {"encoder.weight": torch.zeros(2)}
+    files = {"cfg.pt": {"model": weights, "cfg": {"model": {"encoder_layers": 2}}},
+             "args.pt": {"model": weights, "args": argparse.Namespace(arch="spanbert_tiny")},
+             "weights_only.pt": {"model": weights}}
+    for name, state in files.items():
+        torch.save(state, tmp_path / name)
+    error = KeyError("upgrade_state_dict")
+    assert diagnose_checkpoint(str(tmp_path / "cfg.pt"), error) is None
+    assert diagnose_checkpoint(str(tmp_path / "args.pt"), error) is None
+    assert diagnose_checkpoint(str(tmp_path / "weights_only.pt"), error).startswith(
+        "a PyTorch file but not a fairseq checkpoint")
+
+
+def test_a_tasks_absolute_data_folder_reaches_the_run_config_checkpoints_save(tmp_path, monkeypatch):
+    """fairseq hands a task a merged copy of the run's task section (its parent: the run); the absolute data folder
+    the task resolves is copied into the run's config, which checkpoints save. Another task's section is left alone."""
+    from omegaconf import OmegaConf
+
+    from spanbert_plugin.core.tasks import prepared_data_folder
+
+    (tmp_path / "prep").mkdir()
+    (tmp_path / "prep" / "dict.txt").write_text("w 1\n")
+    monkeypatch.chdir(tmp_path)
+
+    def merged_copy(run, name):
+        copy = OmegaConf.create({"_name": name, "data": "prep"})
+        copy._set_parent(run)  # as fairseq's merge_with_parent leaves it
+        return copy
+
+    run = OmegaConf.create({"task": {"_name": "sentence_classification", "data": "prep"}, "common": {"seed": 1}})
+    copy = merged_copy(run, "sentence_classification")
+    assert prepared_data_folder(copy, "t", "spanbert-prepare-classification") == str(tmp_path / "prep")
+    assert run.task.data == str(tmp_path / "prep") and run.task._name == "sentence_classification"
+    other = OmegaConf.create({"task": {"_name": "extractive_qa", "data": "prep"}})
+    prepared_data_folder(merged_copy(other, "sentence_classification"), "t", "spanbert-prepare-classification")
+    assert other.task.data == "prep" and other.task._name == "extractive_qa"
+
+
+def test_a_recorded_relative_data_folder_beside_the_checkpoint_is_not_gone(tmp_path, monkeypatch):
+    """A relative ``task.data`` is looked for from the working directory and from the checkpoint's folder, as the
+    loaders do: found beside the checkpoint it is not reported gone; found nowhere, it is."""
+    import os
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.finetune_io import refuse_a_recorded_data_folder_that_is_gone
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    checkpoint = str(tmp_path / "ck" / "checkpoint_best.pt")
+    monkeypatch.chdir(tmp_path / "x" / "y")  # '../data' is no folder from here, but is from the checkpoint's folder
+    refuse_a_recorded_data_folder_that_is_gone(checkpoint, "../data")
+    refuse_a_recorded_data_folder_that_is_gone(checkpoint, str(tmp_path / "data"))
+    with pytest.raises(UsageError, match=r"the data folder it was trained on, \.\./gone, no longer exists"):
+        refuse_a_recorded_data_folder_that_is_gone(checkpoint, "../data" + os.pathsep + "../gone")
+
+
+def test_the_resume_hint_names_the_other_checkpoints_not_the_damaged_one(tmp_path):
+    from spanbert_plugin.core.checkpoint_loading import _other_checkpoints
+
+    for name in ("checkpoint_last.pt", "checkpoint2.pt", "checkpoint1.pt", "notes.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    assert _other_checkpoints(str(tmp_path / "checkpoint_last.pt")) == ["checkpoint1.pt", "checkpoint2.pt"]

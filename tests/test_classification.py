@@ -786,3 +786,21 @@ def test_hub_classify_truncates_a_pair_longest_first_to_max_seq_length():
     # [CLS] a b c [SEP] d e f g [SEP]
     assert given == [("head", [1, 97, 98, 99, 2, 100, 101, 102, 103, 2])]
     assert result["label"] == "pos" and result["probabilities"] == pytest.approx({"neg": 0.25, "pos": 0.75})
+
+
+def test_other_labels_are_refused_after_loading_when_the_training_folder_is_gone(tmp_path, monkeypatch):
+    """With the training folder gone (``_check_same_labels`` cannot read it), the labels the checkpoint saved, which
+    loading puts in the task's state, are compared with the --data folder's: other labels are one line."""
+    from spanbert_plugin.classification import predict
+    from spanbert_plugin.core.errors import UsageError
+
+    def loaded(saved, data_labels):
+        task = SimpleNamespace(state=SimpleNamespace(labels=saved), labels=data_labels)
+        cfg = SimpleNamespace(task=SimpleNamespace(data=str(tmp_path / "data")))
+        monkeypatch.setattr(predict, "load_finetuned_checkpoint", lambda *args, **kwargs: ("model", task, cfg))
+        return predict.load_classifier("ck.pt", str(tmp_path / "data"))
+
+    assert loaded(["neg", "pos"], ["neg", "pos"])[0] == "model"
+    with pytest.raises(UsageError, match=r"labels \['neg', 'neutral', 'pos'\] differ from the checkpoint's "
+                                         r"\['neg', 'pos'\]"):
+        loaded(["neg", "pos"], ["neg", "neutral", "pos"])

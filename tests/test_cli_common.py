@@ -277,3 +277,21 @@ def test_predict_split_outputs_refuses_a_split_with_an_example_left_out():
     # batches [3, 0], [4, 1], [2]: the last (partial) batch never comes
     with pytest.raises(RuntimeError, match=r"split 'valid': 1 of 5 examples were not evaluated"):
         predict_split_outputs(_Model(), _Task(drop_last_batch=True), _CFG, "valid", lambda s: s["x"], (1,))
+
+
+def test_a_bug_raised_while_handling_a_usage_error_keeps_its_traceback(capsys):
+    """Only fairseq's bare ``Exception`` re-wrapping a UsageError is shown as the UsageError's line; an exception of
+    another type raised while one was handled (a bug in the handler) keeps its traceback."""
+    from spanbert_plugin.core.errors import _hook
+
+    try:
+        try:
+            raise UsageError("--data x: no such folder")
+        except UsageError:
+            raise KeyError("missing_key")
+    except KeyError as err:
+        bug = err
+    shown = []
+    _hook(lambda *exc_info: shown.append(exc_info))(KeyError, bug, bug.__traceback__)
+    assert shown and shown[0][1] is bug
+    assert capsys.readouterr().err == ""

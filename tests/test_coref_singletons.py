@@ -237,3 +237,68 @@ def test_prediction_reads_whole_documents_whatever_the_training_window(singleton
     assert task.dataset("train").max_segments == 1
     predict_documents(model.eval(), task, "train")
     assert task.dataset("train").max_segments == 0
+
+
+def test_eval_json_counts_and_top_scores_are_the_chosen_conventions():
+    """eval.json's top-level scores and summed counts are those of the checkpoint's scoring convention, under either
+    convention; each convention's own scores sit under its name."""
+    from spanbert_plugin.coref.metrics import add_counts
+    from spanbert_plugin.coref.predict import evaluation, scores_of
+
+    gold = [[[(0, 0), (3, 3)], [(5, 6)]], [[(1, 2)], [(4, 4), (7, 7), (9, 9)]]]
+    predicted = [[[(0, 0), (3, 3)], [(8, 8)]], [[(1, 2), (4, 4)], [(7, 7), (9, 9)]]]
+    totals = {c: {} for c in CONVENTIONS}
+    for key, response in zip(gold, predicted):
+        for c, counts in convention_counts(key, response).items():
+            totals[c] = add_counts(totals[c], counts)
+    assert totals[CONVENTIONS[0]] != totals[CONVENTIONS[1]]  # the singletons make a difference here
+    for convention in CONVENTIONS:
+        result = evaluation(gold, predicted, convention)
+        assert result["convention"] == convention and result["counts"] == totals[convention]
+        assert result["conll_f1"] == scores_of(totals[convention])["conll_f1"] == result[convention]["conll_f1"]
+        flat = coref_scores(totals[convention])
+        assert result["muc"] == {part: flat[f"muc_{part}"] for part in ("p", "r", "f1")}
+
+
+def test_a_threshold_sweep_predicts_every_document_at_each_threshold(monkeypatch):
+    """predict_documents: the predictions at the checkpoint's threshold, and for each swept threshold the clusters
+    the head gives at that threshold (one exact pass per document, its outputs reused)."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref import predict
+
+    passes = []
+    monkeypatch.setattr(predict, "predicts_bounded", lambda cfg, num_words: False)
+    monkeypatch.setattr(predict, "document_outputs", lambda model, sample: passes.append(sample["doc"]) or sample["doc"])
+    monkeypatch.setattr(predict, "predicted_clusters", lambda doc, token_word, threshold: [(doc, threshold)])
+    monkeypatch.setattr(predict, "gold_clusters", lambda gold: gold)
+
+    class Documents:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            return index
+
+        def collater(self, items):
+            return {"doc": items[0], "coref": {"num_words": 4, "token_word": torch.zeros(4)}, "gold": ["gold", items[0]]}
+
+    documents = Documents()
+    task = SimpleNamespace(cfg=None, singleton_threshold=0.5, load_dataset=lambda split, training: None,
+                           dataset=lambda split: documents)
+    predicted, gold, swept = predict.predict_documents(torch.nn.Linear(1, 1), task, "valid", (0.2, 0.9))
+    assert predicted == [[(0, 0.5)], [(1, 0.5)]] and gold == [["gold", 0], ["gold", 1]]
+    assert swept == {0.2: [[(0, 0.2)], [(1, 0.2)]], 0.9: [[(0, 0.9)], [(1, 0.9)]]}
+    assert passes == [0, 1]
+
+
+def test_a_text_of_only_white_space_is_refused(tmp_path):
+    """--text with nothing to resolve (only spaces, tabs and line breaks) is one line, not an empty prediction."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.coref.predict import read_input_text
+
+    (tmp_path / "blank.txt").write_text(" \n\t\n  \n", encoding="utf-8")
+    with pytest.raises(UsageError, match="blank.txt: empty or only white space"):
+        read_input_text(str(tmp_path / "blank.txt"))
+    (tmp_path / "text.txt").write_text("\n Anna said she would come.\n", encoding="utf-8")
+    assert read_input_text(str(tmp_path / "text.txt")) == "\n Anna said she would come.\n"

@@ -414,3 +414,70 @@ def test_fairseq_import_does_not_ask_for_tensorboardx():
     from fairseq.tasks import text_to_speech
 
     assert text_to_speech.SummaryWriter is not None
+
+
+def test_a_sibling_whose_name_extends_the_destinations_is_not_inside_it(tmp_path, monkeypatch):
+    """'out2/...' and 'outside.txt' are beside 'out', not inside it; a working directory 'out_run' is no part of
+    'out': none of them is a reason to refuse --out out."""
+    (tmp_path / "out_run").mkdir()
+    (tmp_path / "out2").mkdir()
+    (tmp_path / "out2" / "model.pt").write_bytes(b"weights")
+    (tmp_path / "outside.txt").write_text("x")
+    monkeypatch.chdir(tmp_path / "out_run")
+    out = str(tmp_path / "out")
+    check_destination(out, "spanbert-export-hf", [str(tmp_path / "out2" / "model.pt"), str(tmp_path / "outside.txt")],
+                      False, "--out")
+    check_destination(out, "spanbert-prepare", [file_utils.FolderReadWhole(str(tmp_path / "out2"))], False)
+    with pytest.raises(OutputError, match="is or holds the input"):
+        check_destination(out, "spanbert-export-hf", [os.path.join(out, "model.pt")], False, "--out")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputError, match="working directory"):
+        check_destination(str(tmp_path), "spanbert-export-hf", [], False, "--out")
+
+
+def test_a_destination_inside_a_corpus_folder_as_written_is_refused(tmp_path, monkeypatch):
+    """A destination reached through a link inside a folder read whole lies inside it as written (the next run reads
+    the folder through the link): refused like one inside it after resolving links."""
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("text\n")
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "corpus" / "linked")
+    monkeypatch.chdir(tmp_path)
+    corpus = file_utils.FolderReadWhole("corpus")
+    with pytest.raises(OutputError, match="lies inside the input folder corpus"):
+        check_destination("corpus/linked/out", "spanbert-prepare", [corpus], False)
+    with pytest.raises(OutputError, match="lies inside the input folder corpus"):
+        check_destination("corpus/new", "spanbert-prepare", [corpus], False)
+    check_destination("elsewhere/out", "spanbert-prepare", [corpus], False)
+
+
+def test_files_a_user_puts_in_the_destination_during_the_run_are_never_lost(shapes):
+    """The destination is checked again just before the swap: a file written into it while the command ran (or a
+    folder of files made where there was none) stops the swap, and stays."""
+    with pytest.raises(OutputError, match=r"did not write \(notes.txt\)"):
+        with atomic_directory("hf", "spanbert-export-hf", [], True, "--out") as work:
+            open(os.path.join(work, "config.json"), "w").write("new")
+            (shapes / "hf" / "notes.txt").write_text("mine")
+    assert (shapes / "hf" / "notes.txt").read_text() == "mine" and (shapes / "hf" / "config.json").read_text() == "{}"
+    with pytest.raises(OutputError, match="not written by a spanbert command"):
+        with atomic_directory("fresh", "spanbert-export-hf", [], False, "--out") as work:
+            open(os.path.join(work, "config.json"), "w").write("new")
+            (shapes / "fresh").mkdir()
+            (shapes / "fresh" / "results.txt").write_text("mine")
+    assert os.listdir(shapes / "fresh") == ["results.txt"] and not leftovers(shapes)
+
+
+def test_links_and_a_linked_manifest_in_a_destination_are_never_replaced(shapes):
+    """A link to a folder that a user put in an earlier output is a file of theirs (the listing names it); a
+    manifest that is a link (to another output's) does not make a folder a spanbert output."""
+    (shapes / "elsewhere").mkdir()
+    os.symlink(shapes / "elsewhere", shapes / "hf" / "data")
+    _refused(r"did not write \(data\)", "hf", "spanbert-export-hf", [], True, "--out")
+    os.remove(shapes / "hf" / "data")
+    (shapes / "mine").mkdir()
+    (shapes / "mine" / "config.json").write_text("mine")
+    os.symlink(shapes / "hf" / MANIFEST, shapes / "mine" / MANIFEST)
+    _refused("not written by a spanbert command", "mine", "spanbert-export-hf", [], True, "--out")
+    (shapes / "only_a_link").mkdir()
+    os.symlink(shapes / "elsewhere", shapes / "only_a_link" / "data")
+    _refused("not written by a spanbert command", "only_a_link", "spanbert-export-hf", [], True, "--out")

@@ -614,3 +614,56 @@ def test_saved_head_rows_are_taken_in_the_mapped_order_or_left_out():
         expected = fresh if rows is None else saved["classification_heads.head.out_proj.weight"][rows]
         assert torch.equal(out_proj.weight, expected)
         assert torch.equal(model.classification_heads["head"].dense.weight, saved["classification_heads.head.dense.weight"])
+
+
+def test_a_resumed_run_keeps_the_heads_of_its_checkpoint(tmp_path):
+    """OneDictionaryTask.build_model marks a model that starts a new training from --finetune-from-model
+    (only_heads_of_this_run: another run's heads stay behind), never one resuming its own checkpoint_last.pt."""
+    from omegaconf import OmegaConf
+
+    from spanbert_plugin.core.tasks import OneDictionaryTask
+
+    class Base:
+        def build_model(self, cfg, from_checkpoint=False):
+            return SimpleNamespace(only_heads_of_this_run=False)
+
+    class Task(OneDictionaryTask, Base):
+        trains_pretraining_heads = True
+
+    pretrained = tmp_path / "pretrained.pt"
+    torch.save({"model": {}, "cfg": {"model": {}}}, pretrained)
+
+    def built(save_dir, reset_optimizer=False):
+        run = OmegaConf.create({
+            "common": {"cpu": True}, "task": {"_name": "t", "compile": False}, "model": {"_name": "m"},
+            "checkpoint": {"save_dir": str(save_dir), "restore_file": "checkpoint_last.pt",
+                           "finetune_from_model": str(pretrained), "reset_optimizer": reset_optimizer,
+                           "reset_dataloader": False}})
+        task = Task.__new__(Task)
+        task.cfg = run.task
+        return task.build_model(run.model).only_heads_of_this_run
+
+    assert built(tmp_path / "new_run")  # first launch: a new training from the pretrained checkpoint
+    (tmp_path / "run").mkdir()
+    torch.save({"model": {}, "cfg": {"model": {}}}, tmp_path / "run" / "checkpoint_last.pt")
+    assert not built(tmp_path / "run")  # a resume of the run's own checkpoint_last.pt
+    assert not built(tmp_path / "run", reset_optimizer=True)  # still the run's own state (its epoch, its heads)
+
+
+def test_a_tokenizer_folder_whose_dict_lists_the_vocabulary_out_of_order_is_refused(wordpiece_data, tmp_path):
+    """dict.txt must list the tokenizer's vocabulary in id order (token ids are the checkpoint's): two lines swapped
+    keep its length but map ids to other words."""
+    import shutil
+
+    from spanbert_plugin.core.finetune_io import load_tokenizer_folder
+    from spanbert_plugin.core.tokenization import TokenizerError
+
+    folder = tmp_path / "tok"
+    shutil.copytree(wordpiece_data, folder)
+    tokenizer, dictionary = load_tokenizer_folder(str(folder))
+    assert dictionary.symbols[: len(tokenizer.vocab)] == list(tokenizer.vocab)
+    lines = (folder / "dict.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[100], lines[101] = lines[101], lines[100]
+    (folder / "dict.txt").write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(TokenizerError, match="does not list the tokenizer's vocabulary in id order"):
+        load_tokenizer_folder(str(folder))

@@ -368,3 +368,25 @@ def test_resuming_with_another_optimizer_is_one_line(imported, family_data, tmp_
                                                          "match; please reset the optimizer (--reset-optimizer)")
     assert "Traceback" not in proc.stderr
 
+
+def test_a_size_without_an_architecture_default_must_match_the_checkpoint(tmp_path):
+    """An option the model's architecture gives no default for cannot be told apart from one given on purpose: a
+    value other than the checkpoint's is a UsageError, not silently replaced."""
+    from spanbert_plugin.core.checkpoint_loading import take_shape_from_checkpoint
+    from spanbert_plugin.core.errors import UsageError
+
+    path = _saved(tmp_path, encoder_layers=6)
+    with pytest.raises(UsageError, match=r"^--encoder-layers 4 \(model.encoder_layers\) contradicts .*encoder_layers 6"):
+        take_shape_from_checkpoint({"_name": "not_an_architecture", "encoder_layers": 4}, path)
+    assert take_shape_from_checkpoint({"_name": "not_an_architecture", "encoder_layers": 6}, path) == {}
+
+
+def test_starting_checkpoint_is_none_when_the_named_file_is_not_there(tmp_path):
+    from spanbert_plugin.core.checkpoint_loading import starting_checkpoint
+
+    cfg = {"save_dir": str(tmp_path / "run"), "restore_file": str(tmp_path / "typo.pt"), "finetune_from_model": None}
+    assert starting_checkpoint(cfg) is None
+    missing = {"save_dir": str(tmp_path / "run"), "restore_file": None, "finetune_from_model": str(tmp_path / "no.pt")}
+    assert starting_checkpoint(missing) is None
+    os.makedirs(tmp_path / "run" / "checkpoint_last.pt")  # a folder of that name: no checkpoint either
+    assert starting_checkpoint({**cfg, "restore_file": str(tmp_path / "run" / "checkpoint_last.pt")}) is None

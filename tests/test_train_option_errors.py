@@ -318,3 +318,32 @@ def test_the_largest_token_id_a_dictionary_holds_is_one_less_than_its_size(tmp_p
     refuse_token_ids_beyond(path, 5, dictionary)  # the last symbol's id
     with pytest.raises(UsageError, match=r"valid.bin: token id 6, beyond the 6 symbols of .*dict.txt"):
         refuse_token_ids_beyond(path, 6, dictionary)
+
+
+def test_the_save_dirs_own_last_checkpoint_is_a_resume_even_with_reset_optimizer(tmp_path):
+    """Only both resets start afresh in the run's own --save-dir: with --reset-optimizer alone fairseq goes on with
+    its epoch, updates and best score there, so the run is no new training."""
+    from spanbert_plugin.core.checkpoint_loading import starts_anew_from
+
+    last = str(tmp_path / "ck" / "checkpoint_last.pt")
+    cfg = {"save_dir": str(tmp_path / "ck"), "restore_file": None, "finetune_from_model": None,
+           "reset_optimizer": True, "reset_dataloader": False}
+    assert not starts_anew_from(cfg, last)
+    assert starts_anew_from({**cfg, "reset_dataloader": True}, last)
+
+
+def test_a_missing_finetune_model_is_refused_only_where_fairseq_would_load_it(tmp_path):
+    """fairseq loads --finetune-from-model only on a first launch (no checkpoint_last.pt in --save-dir) without
+    --continue-once: a pretrained file removed after the first launch, or one --continue-once stands in for, is no
+    error; on a first launch it is."""
+    from spanbert_plugin.core.checkpoint_loading import refuse_a_named_checkpoint_that_is_missing
+    from spanbert_plugin.core.errors import UsageError
+
+    missing = str(tmp_path / "removed_pretrained.pt")
+    cfg = {"save_dir": str(tmp_path / "ck"), "restore_file": "checkpoint_last.pt", "finetune_from_model": missing}
+    with pytest.raises(UsageError, match=f"--finetune-from-model {missing}: no such checkpoint"):
+        refuse_a_named_checkpoint_that_is_missing(cfg)
+    refuse_a_named_checkpoint_that_is_missing({**cfg, "continue_once": str(tmp_path / "other_run.pt")})
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "checkpoint_last.pt").write_bytes(b"x")  # a relaunch: fairseq resumes checkpoint_last.pt
+    refuse_a_named_checkpoint_that_is_missing(cfg)
