@@ -165,6 +165,15 @@ def test_arch_spanbert_base_takes_the_checkpoint_shape_and_resumes(imported, fam
     saved = torch.load(tmp_path / "ck" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert saved["optimizer_history"][-1]["num_updates"] == 4
     assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
+    # another run going on from that one (--continue-once, no --finetune-from-model) takes the shape from it too
+    # (it was built at spanbert_base's own size, and fairseq stopped: "please ensure that the architectures match")
+    train = _train(family_data["cls"], checkpoint, tmp_path / "next", "--max-update", "6",
+                   "--continue-once", str(tmp_path / "ck" / "checkpoint_last.pt"))
+    i = train.index("--finetune-from-model")
+    run_cli(train[:i] + train[i + 2:])
+    saved = torch.load(tmp_path / "next" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    assert saved["optimizer_history"][-1]["num_updates"] == 6  # its optimizer state and updates go on
+    assert {k: saved["cfg"]["model"][k] for k in SHAPE} == SHAPE
 
 
 def test_continued_pretraining_takes_the_checkpoint_shape(imported, corpus_files, tmp_path):

@@ -278,10 +278,11 @@ def test_a_dict_txt_shorter_than_the_data_ids_is_one_line(family_data, tmp_path,
 @pytest.mark.parametrize("flag, message", [
     ("--restore-file", "--restore-file {path}: no such checkpoint (fairseq would start from fresh weights)"),
     ("--finetune-from-model", "--finetune-from-model {path}: no such checkpoint"),
+    ("--continue-once", "--continue-once {path}: no such checkpoint (fairseq would start from fresh weights)"),
 ])
 def test_a_named_checkpoint_that_is_missing_is_one_line(family_data, tmp_path, flag, message):
-    """fairseq trained a missing --restore-file (a typo) from fresh weights after one log line, and stopped on a
-    missing --finetune-from-model with a traceback."""
+    """fairseq trained a missing --restore-file or --continue-once (a typo) from fresh weights after one log line,
+    and stopped on a missing --finetune-from-model with a traceback."""
     path = str(tmp_path / "typo" / "checkpoint_best.pt")
     proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", flag, path)
     assert_one_line_error(proc, tmp_path / "ck", message.format(path=path))
@@ -343,7 +344,29 @@ def test_a_missing_finetune_model_is_refused_only_where_fairseq_would_load_it(tm
     cfg = {"save_dir": str(tmp_path / "ck"), "restore_file": "checkpoint_last.pt", "finetune_from_model": missing}
     with pytest.raises(UsageError, match=f"--finetune-from-model {missing}: no such checkpoint"):
         refuse_a_named_checkpoint_that_is_missing(cfg)
+    (tmp_path / "other_run.pt").write_bytes(b"x")
     refuse_a_named_checkpoint_that_is_missing({**cfg, "continue_once": str(tmp_path / "other_run.pt")})
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "checkpoint_last.pt").write_bytes(b"x")  # a relaunch: fairseq resumes checkpoint_last.pt
     refuse_a_named_checkpoint_that_is_missing(cfg)
+
+
+def test_a_first_launch_starts_from_continue_once_before_the_pretrained_model(tmp_path):
+    """fairseq's first launch loads --continue-once (another run's checkpoint, its optimizer state included) in the
+    place of --finetune-from-model, and checkpoint_last.pt once the run has one: the plugin takes the shape, labels
+    and heads from the file fairseq loads, and a continued run is no new training."""
+    from spanbert_plugin.core.checkpoint_loading import (refuse_a_named_checkpoint_that_is_missing, starting_checkpoint,
+                                                         starts_anew_from)
+
+    pretrained, other = tmp_path / "pretrained.pt", tmp_path / "other_run_last.pt"
+    pretrained.write_bytes(b"x")
+    other.write_bytes(b"x")
+    cfg = {"save_dir": str(tmp_path / "ck"), "restore_file": "checkpoint_last.pt", "finetune_from_model": str(pretrained),
+           "continue_once": str(other)}
+    assert starting_checkpoint(cfg) == str(other) and not starts_anew_from(cfg, str(other))
+    assert starting_checkpoint({**cfg, "finetune_from_model": None}) == str(other)
+    assert starting_checkpoint({**cfg, "continue_once": None}) == str(pretrained)
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "checkpoint_last.pt").write_bytes(b"x")  # a relaunch resumes the run's own checkpoint
+    assert starting_checkpoint(cfg) == str(tmp_path / "ck" / "checkpoint_last.pt")
+    refuse_a_named_checkpoint_that_is_missing({**cfg, "continue_once": str(tmp_path / "removed.pt")})

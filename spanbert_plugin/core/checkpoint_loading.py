@@ -211,15 +211,17 @@ def save_dir_last_checkpoint(checkpoint_cfg) -> str:
 def starting_checkpoint(checkpoint_cfg):
     """The file fairseq-train will load first (as ``checkpoint_utils.load_checkpoint`` chooses it), or None.
 
-    ``checkpoint_last.pt`` in ``save_dir`` when it exists (a resumed run), else
-    ``--finetune-from-model``; an explicit ``--restore-file`` otherwise.
+    ``checkpoint_last.pt`` in ``save_dir`` when it exists (a resumed run), else ``--continue-once`` (the run
+    goes on from another run's checkpoint), else ``--finetune-from-model``; an explicit ``--restore-file``
+    otherwise.
     """
     restore = checkpoint_cfg.get("restore_file") or "checkpoint_last.pt"
     if restore != "checkpoint_last.pt":
         path = restore
     else:
         last = save_dir_last_checkpoint(checkpoint_cfg)
-        path = last if os.path.exists(last) else checkpoint_cfg.get("finetune_from_model")
+        path = last if os.path.exists(last) else (checkpoint_cfg.get("continue_once")
+                                                  or checkpoint_cfg.get("finetune_from_model"))
     return path if path and os.path.isfile(path) else None
 
 
@@ -235,9 +237,10 @@ def starts_anew_from(checkpoint_cfg, path) -> bool:
 
 
 def refuse_a_named_checkpoint_that_is_missing(checkpoint_cfg, distributed_cfg=None) -> None:
-    """UsageError for a ``--restore-file`` or (on a first launch) ``--finetune-from-model`` that is no file: fairseq
-    starts a missing ``--restore-file`` from fresh weights after one log line (a typo trains a new model in the
-    place of a resumed one), and stops on a missing ``--finetune-from-model`` with a traceback.
+    """UsageError for a ``--restore-file`` or (on a first launch) ``--continue-once`` or ``--finetune-from-model``
+    that is no file: fairseq starts a missing ``--restore-file`` or ``--continue-once`` from fresh weights after one
+    log line (a typo trains a new model in the place of a resumed one), and stops on a missing
+    ``--finetune-from-model`` with a traceback.
 
     Left to fairseq: names it suffixes (``--checkpoint-suffix``, sharded FSDP state, model parallel parts), and a
     ``--restore-file`` naming the save-dir's own ``checkpoint_last.pt``, which launch scripts pass on every launch (the
@@ -254,9 +257,12 @@ def refuse_a_named_checkpoint_that_is_missing(checkpoint_cfg, distributed_cfg=No
     if (restore != "checkpoint_last.pt" and os.path.abspath(restore) != os.path.abspath(last)
             and not PathManager.isfile(restore)):
         raise UsageError(f"--restore-file {restore}: no such checkpoint (fairseq would start from fresh weights)")
-    finetune = checkpoint_cfg.get("finetune_from_model")
-    if (finetune and restore == "checkpoint_last.pt" and not checkpoint_cfg.get("continue_once")
-            and not os.path.exists(last) and not PathManager.isfile(finetune)):
+    if restore != "checkpoint_last.pt" or os.path.exists(last):
+        return  # fairseq loads neither of the others then
+    continue_once, finetune = checkpoint_cfg.get("continue_once"), checkpoint_cfg.get("finetune_from_model")
+    if continue_once and not PathManager.isfile(continue_once):
+        raise UsageError(f"--continue-once {continue_once}: no such checkpoint (fairseq would start from fresh weights)")
+    if finetune and not continue_once and not PathManager.isfile(finetune):
         raise UsageError(f"--finetune-from-model {finetune}: no such checkpoint")
 
 
