@@ -205,6 +205,11 @@ def test_the_wall_time_table_is_what_its_script_makes_of_the_committed_runs(tmp_
     mean = lambda side: sum(r["epoch_seconds"][0] for r in runs if r["side"] == side) / 3  # noqa: E731
     row = committed["rows"][0]
     assert row["ours_over_group_by_length"] == pytest.approx(mean("ours") / mean("transformers (group_by_length)"))
+    elsewhere = run("against_transformers/wall_time_per_epoch.py", "--results", str(tmp_path / "none"), "--out",
+                    str(tmp_path / "none.json"))
+    assert elsewhere.returncode == 1 and elsewhere.stderr.strip().startswith(
+        f"wall_time_per_epoch.py: --results {tmp_path / 'none'}: No such file or directory") and "\n" not in (
+        elsewhere.stderr.strip()) and not (tmp_path / "none.json").exists()
 
 
 def test_score_tests_write_every_row_whole_with_welchs_p_and_a_plot(tmp_path):

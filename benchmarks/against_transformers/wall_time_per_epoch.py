@@ -41,7 +41,7 @@ PADDING = re.compile(r"^- Trainer default \(random batches\): [\d,]+ tokens comp
 
 
 def side_seconds(runs_path, side, seeds):
-    """{"seconds": mean seconds per epoch, "runs": the seeds, "epochs": epochs counted} of ``side``, or None."""
+    """{"seconds": mean seconds per epoch, "seeds": its runs' seeds, "epochs": epochs counted} of ``side``, or None."""
     with open(runs_path, encoding="utf-8") as f:
         runs = [json.loads(line) for line in f if line.strip()]
     chosen = [run for run in runs if run["side"] == side and (seeds is None or run["seed"] in seeds)]
@@ -130,7 +130,10 @@ def main():
     add_json_out_options(parser)
     args = parser.parse_args()
     table_path = check_json_out(parser, args, "wall_time_per_epoch.py", RESULT_KEYS)
-    rows = [read_row(machine, data, folder, seeds, args.results) for machine, data, folder, seeds in ROWS]
+    try:
+        rows = [read_row(machine, data, folder, seeds, args.results) for machine, data, folder, seeds in ROWS]
+    except OSError as error:  # a --results folder without side_by_side.py's folders
+        sys.exit(f"wall_time_per_epoch.py: --results {args.results}: {error.strerror}: {error.filename}")
     command = " ".join(["benchmarks/against_transformers/wall_time_per_epoch.py", "--out",
                         os.path.relpath(os.path.abspath(args.out), ROOT), *(["--force"] if args.force else [])])
     write_results_file(args.out, {"command": command, "rows": rows})
