@@ -78,6 +78,16 @@ def bert_uncased_tokenizer():
     return tokenizer, SpanBertDictionary.from_tokenizer(tokenizer)
 
 
+def tiny_spanbert(dictionary, layers=1, dim=32, heads=2, max_positions=64, **options):
+    """A SpanBertModel of one small shape (FFN 2 x ``dim``) over ``dictionary``; ``options`` are further
+    SpanBertConfig fields (dropouts, sbo_position_dim)."""
+    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
+
+    cfg = SpanBertConfig(encoder_layers=layers, encoder_embed_dim=dim, encoder_ffn_embed_dim=2 * dim,
+                         encoder_attention_heads=heads, max_positions=max_positions, **options)
+    return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+
+
 def skip_unless_required(message):
     """Skip the test with ``message``, or fail it when REQUIRE_SHARED_DATA=1: under CI every test input (shared
     data, the spaCy pipeline of the [linguistic] extra, the real encoder of the package index) must be there."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import bin_path, run_cli
+from conftest import bin_path, run_cli, tiny_spanbert
 from spanbert_plugin.core.errors import UsageError
 from spanbert_plugin.addrop.attribution import (candidate_counts, candidate_mask, drop_mask, drop_masks, mask_generator,
                                                 pseudo_label_logit_sum, pseudo_label_span_objective, row_candidates)
@@ -20,14 +20,10 @@ from test_qa_task import QA_TRAIN, synthetic_squad
 def tiny_model(layers=2, dim=32, heads=4, seed=0):
     """A spanbert encoder without dropout (so passes are deterministic) and its dictionary."""
     from spanbert_plugin.core.dictionary import SpanBertDictionary
-    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     torch.manual_seed(seed)
     dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)])
-    cfg = SpanBertConfig(encoder_layers=layers, encoder_embed_dim=dim, encoder_ffn_embed_dim=2 * dim,
-                         encoder_attention_heads=heads, dropout=0.0, attention_dropout=0.0, pooler_dropout=0.0,
-                         max_positions=64)
-    model = SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+    model = tiny_spanbert(dictionary, layers, dim, heads, dropout=0.0, attention_dropout=0.0, pooler_dropout=0.0)
     model.register_classification_head("cls", num_classes=3)
     model.register_qa_head()
     return model.train(), dictionary

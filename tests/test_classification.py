@@ -9,7 +9,8 @@ import pytest
 import torch
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-from conftest import bert_uncased_tokenizer, bin_path, needs_shared_data, require_shared_data, run_cli, run_gloo_ranks, shared_path
+from conftest import (bert_uncased_tokenizer, bin_path, needs_shared_data, require_shared_data, run_cli, run_gloo_ranks,
+                      shared_path, tiny_spanbert)
 from spanbert_plugin.classification.prepare import (
     ReadOptions,
     Table,
@@ -295,16 +296,13 @@ def _write_jsonl(path, examples, regression=False):
 def test_classification_head_with_another_class_count_starts_fresh(spm_data, caplog):
     """--finetune-from-model of a 3-class checkpoint into a 2-class task: the encoder loads, the head is re-created."""
     from spanbert_plugin.core.dictionary import SpanBertDictionary
-    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
 
     dictionary = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
-    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=64, encoder_ffn_embed_dim=128,
-                         encoder_attention_heads=2, max_positions=64)
     torch.manual_seed(0)
-    trained = SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+    trained = tiny_spanbert(dictionary, dim=64)
     trained.register_classification_head("sentence_classification_head", num_classes=3)
     trained.register_classification_head("other_head", num_classes=4)
-    model = SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+    model = tiny_spanbert(dictionary, dim=64)
     model.register_classification_head("sentence_classification_head", num_classes=2)
     fresh = {k: v.clone() for k, v in model.classification_heads.state_dict().items()}
     with caplog.at_level("WARNING"):
@@ -320,7 +318,7 @@ def test_classification_head_with_another_class_count_starts_fresh(spm_data, cap
                        trained.classification_heads["other_head"].out_proj.weight)
     # the same shape loads the checkpoint's head, silently
     caplog.clear()
-    again = SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
+    again = tiny_spanbert(dictionary, dim=64)
     again.register_classification_head("sentence_classification_head", num_classes=3)
     again.load_state_dict(trained.state_dict())
     assert torch.equal(again.classification_heads["sentence_classification_head"].out_proj.weight,

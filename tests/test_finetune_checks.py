@@ -6,16 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import tiny_spanbert
 from spanbert_plugin.core.dictionary import SpanBertDictionary
 from spanbert_plugin.core.errors import UsageError
-
-
-def _tiny_model(dictionary):
-    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
-
-    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
-                         encoder_attention_heads=2, max_positions=64)
-    return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
 
 
 # --- checkpoint vocabulary against the data's dict.txt -------------------------------------------------------------
@@ -26,7 +19,7 @@ def test_checkpoint_from_another_tokenizer_is_refused_naming_both(spm_data, word
     wp_dict = SpanBertDictionary.load(os.path.join(wordpiece_data, "dict.txt"))
     assert len(wp_dict) > len(spm_dict)
     with pytest.raises(UsageError) as err:
-        _tiny_model(wp_dict).load_state_dict(_tiny_model(spm_dict).state_dict())
+        tiny_spanbert(wp_dict).load_state_dict(tiny_spanbert(spm_dict).state_dict())
     message = str(err.value)
     assert "\n" not in message and "does not start with the checkpoint's vocabulary" in message
     assert f"sentencepiece ({os.path.join(spm_data, 'spm.model')}); {len(spm_dict)} symbols" in message
@@ -39,36 +32,36 @@ def test_same_size_vocabulary_with_other_symbols_is_refused(spm_data):
     swapped = list(symbols)
     swapped[10], swapped[11] = swapped[11], swapped[10]
     with pytest.raises(UsageError, match="symbol 10 is"):
-        _tiny_model(SpanBertDictionary(swapped)).load_state_dict(_tiny_model(SpanBertDictionary(symbols)).state_dict())
+        tiny_spanbert(SpanBertDictionary(swapped)).load_state_dict(tiny_spanbert(SpanBertDictionary(symbols)).state_dict())
 
 
 def test_appended_symbols_grow_and_the_record_follows(spm_data):
     """Symbols appended (entity markers) extend the checkpoint's vocabulary; the new model records the grown one."""
     symbols = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt")).symbols
     grown = SpanBertDictionary(symbols + ["[SUBJ-PERSON]", "[OBJ-CITY]"])
-    model = _tiny_model(grown)
-    model.load_state_dict(_tiny_model(SpanBertDictionary(symbols)).state_dict())
+    model = tiny_spanbert(grown)
+    model.load_state_dict(tiny_spanbert(SpanBertDictionary(symbols)).state_dict())
     assert model.vocabulary.symbol_hashes.shape == (len(grown),)
     assert model.encoder.embeddings.word_embeddings.weight.shape[0] == len(grown)
     # the grown checkpoint loads into a model over the same dictionary, and refuses the shorter one
-    _tiny_model(grown).load_state_dict(model.state_dict())
+    tiny_spanbert(grown).load_state_dict(model.state_dict())
     with pytest.raises(UsageError, match=f"has {len(grown)} symbols but the data's dict.txt has {len(symbols)}: "
                                          "the checkpoint was trained with"):
-        _tiny_model(SpanBertDictionary(symbols)).load_state_dict(model.state_dict())
+        tiny_spanbert(SpanBertDictionary(symbols)).load_state_dict(model.state_dict())
 
 
 def test_checkpoint_without_vocabulary_record_is_checked_by_size(spm_data, wordpiece_data):
     """Checkpoints written before the record: a larger data vocabulary still loads (grown), a smaller one is refused."""
     spm_dict = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
     wp_dict = SpanBertDictionary.load(os.path.join(wordpiece_data, "dict.txt"))
-    old_style = {k: v for k, v in _tiny_model(spm_dict).state_dict().items() if not k.startswith("vocabulary.")}
-    model = _tiny_model(wp_dict)
+    old_style = {k: v for k, v in tiny_spanbert(spm_dict).state_dict().items() if not k.startswith("vocabulary.")}
+    model = tiny_spanbert(wp_dict)
     model.load_state_dict(dict(old_style))
     assert torch.equal(model.encoder.embeddings.word_embeddings.weight[: len(spm_dict)],
                        old_style["encoder.embeddings.word_embeddings.weight"])
     smaller = SpanBertDictionary(spm_dict.symbols[:-5])
     with pytest.raises(UsageError, match=f"has {len(spm_dict)} symbols but the data's dict.txt has {len(smaller)}"):
-        _tiny_model(smaller).load_state_dict(dict(old_style))
+        tiny_spanbert(smaller).load_state_dict(dict(old_style))
 
 
 def test_finetune_from_a_checkpoint_of_another_tokenizer_stops_fairseq_train(spm_data, wordpiece_data, tmp_path):
@@ -570,10 +563,10 @@ def test_a_new_training_leaves_out_another_runs_relation_head():
     head it does not, as it does another run's classification and QA heads."""
     torch.manual_seed(0)
     dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])
-    trained = _tiny_model(dictionary)
+    trained = tiny_spanbert(dictionary)
     trained.register_classification_head("cls_head", num_classes=2)
     trained.register_relation_head("other_relations", 3)
-    model = _tiny_model(dictionary)
+    model = tiny_spanbert(dictionary)
     model.register_classification_head("cls_head", num_classes=2)
     model.only_heads_of_this_run = True  # what the task sets for --finetune-from-model
     model.load_state_dict(trained.state_dict())
@@ -586,8 +579,8 @@ def test_a_new_training_leaves_out_another_runs_relation_head():
 def test_grown_rows_keep_the_models_fresh_weights_and_a_record_less_checkpoint_of_the_same_size_loads():
     symbols = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]
     torch.manual_seed(0)
-    saved = _tiny_model(SpanBertDictionary(symbols)).state_dict()
-    model = _tiny_model(SpanBertDictionary(symbols + ["[E1]", "[E2]"]))
+    saved = tiny_spanbert(SpanBertDictionary(symbols)).state_dict()
+    model = tiny_spanbert(SpanBertDictionary(symbols + ["[E1]", "[E2]"]))
     fresh = model.encoder.embeddings.word_embeddings.weight.detach().clone()
     model.load_state_dict(dict(saved))
     embed = model.encoder.embeddings.word_embeddings.weight
@@ -595,17 +588,17 @@ def test_grown_rows_keep_the_models_fresh_weights_and_a_record_less_checkpoint_o
     assert torch.equal(embed[25:], fresh[25:]) and embed[25:].abs().min() > 0  # N(0, init_std) rows, not zeros
     assert torch.equal(model.lm_head.bias[25:], torch.zeros(2)) and torch.equal(model.sbo_head.bias[25:], torch.zeros(2))
     old_style = {k: v for k, v in saved.items() if not k.startswith("vocabulary.")}
-    _tiny_model(SpanBertDictionary(symbols)).load_state_dict(old_style)  # the same size: nothing to check
+    tiny_spanbert(SpanBertDictionary(symbols)).load_state_dict(old_style)  # the same size: nothing to check
 
 
 def test_saved_head_rows_are_taken_in_the_mapped_order_or_left_out():
     symbols = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]
     torch.manual_seed(1)
-    trained = _tiny_model(SpanBertDictionary(symbols))
+    trained = tiny_spanbert(SpanBertDictionary(symbols))
     trained.register_classification_head("head", num_classes=3)
     saved = trained.state_dict()
     for rows in ([2, 0, 1], None):
-        model = _tiny_model(SpanBertDictionary(symbols))
+        model = tiny_spanbert(SpanBertDictionary(symbols))
         model.register_classification_head("head", num_classes=3)
         fresh = model.classification_heads["head"].out_proj.weight.detach().clone()
         model.map_saved_head("classification_heads", "head", rows)

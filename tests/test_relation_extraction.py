@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bin_path, needs_shared_data, run_cli, run_gloo_ranks, shared_path
+from conftest import bin_path, needs_shared_data, run_cli, run_gloo_ranks, shared_path, tiny_spanbert
 from spanbert_plugin.cli import predict_re, prepare_re
 from spanbert_plugin.core.dictionary import SpanBertDictionary
 from spanbert_plugin.relation.metrics import relation_counts, relation_scores
@@ -269,23 +269,15 @@ def test_relation_scores_hand_computed():
     assert relation_scores(relation_counts([0, 0], [0, 0]))["f1"] == 0.0
 
 
-def _tiny_model(dictionary):
-    from spanbert_plugin.model.spanbert import SpanBertConfig, SpanBertEncoder, SpanBertModel
-
-    cfg = SpanBertConfig(encoder_layers=1, encoder_embed_dim=128, encoder_ffn_embed_dim=256,
-                         encoder_attention_heads=2, max_positions=64)
-    return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
-
-
 def test_checkpoint_with_a_larger_vocabulary_is_a_one_line_error(spm_data):
     """A checkpoint whose vocabulary has more symbols than the data's dict.txt: UsageError naming both sizes."""
     from spanbert_plugin.core.errors import UsageError
 
     full = SpanBertDictionary.load(os.path.join(spm_data, "dict.txt"))
     smaller = SpanBertDictionary(full.symbols[:-10])
-    model = _tiny_model(smaller)
+    model = tiny_spanbert(smaller, dim=128)
     with pytest.raises(UsageError, match=f"has {len(full)} symbols but the data's dict.txt has {len(full) - 10}"):
-        model.load_state_dict(_tiny_model(full).state_dict())
+        model.load_state_dict(tiny_spanbert(full, dim=128).state_dict())
 
 
 def test_vocabulary_growth_keeps_old_rows(spm_data, caplog):
@@ -294,11 +286,11 @@ def test_vocabulary_growth_keeps_old_rows(spm_data, caplog):
     markers = assign_marker_ids(old_dict.symbols, "typed_marker")
     assert len(markers.appended) == len(MARKER_TABLE)  # sentencepiece has no [unused] entries
     new_dict = SpanBertDictionary(old_dict.symbols + markers.appended)
-    pretrained = _tiny_model(old_dict)
+    pretrained = tiny_spanbert(old_dict, dim=128)
     with torch.no_grad():
         pretrained.lm_head.bias.normal_()
         pretrained.sbo_head.bias.normal_()
-    model = _tiny_model(new_dict)
+    model = tiny_spanbert(new_dict, dim=128)
     model.register_relation_head("relation_head", 3, "entity_start")
     with caplog.at_level("INFO"):
         model.load_state_dict(pretrained.state_dict())
@@ -319,7 +311,7 @@ def test_vocabulary_growth_keeps_old_rows(spm_data, caplog):
 
 def test_relation_head_poolings():
     torch.manual_seed(0)
-    model = _tiny_model(SpanBertDictionary(TINY_VOCAB))
+    model = tiny_spanbert(SpanBertDictionary(TINY_VOCAB), dim=128)
     model.register_relation_head("cls", 3, "cls")
     model.register_relation_head("ent", 3, "entity_start")
     model.eval()
