@@ -40,10 +40,8 @@ ROWS = (
 PADDING = re.compile(r"^- Trainer default \(random batches\): [\d,]+ tokens computed with padding \((?P<factor>[\d.]+)x")
 
 
-def side_seconds(runs_path, side, seeds):
+def side_seconds(runs, side, seeds):
     """{"seconds": mean seconds per epoch, "seeds": its runs' seeds, "epochs": epochs counted} of ``side``, or None."""
-    with open(runs_path, encoding="utf-8") as f:
-        runs = [json.loads(line) for line in f if line.strip()]
     chosen = [run for run in runs if run["side"] == side and (seeds is None or run["seed"] in seeds)]
     if not chosen:
         return None
@@ -62,8 +60,10 @@ def padding_factor(summary_path):
 
 def read_row(machine, data, folder, seeds, results):
     where = os.path.join(results, folder)
+    with open(os.path.join(where, "runs.jsonl"), encoding="utf-8") as f:
+        runs = [json.loads(line) for line in f if line.strip()]
     row = {"machine": machine, "data": data, "folder": os.path.relpath(where, ROOT),
-           "sides": {side: side_seconds(os.path.join(where, "runs.jsonl"), side, seeds) for side in SIDES},
+           "sides": {side: side_seconds(runs, side, seeds) for side in SIDES},
            "default_padding": padding_factor(os.path.join(where, "summary.md"))}
     if row["sides"][OURS] is None:
         sys.exit(f"wall_time_per_epoch.py: {where}/runs.jsonl: no run of side '{OURS}'")
