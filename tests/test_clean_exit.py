@@ -158,7 +158,9 @@ from fairseq_cli.train import cli_main
 
 if sys.argv[1] == "bare":  # fairseq's own iterators: persistent workers for every epoch
     from spanbert_plugin.core.tasks import OneDictionaryTask
+    from torch.utils.data import _utils
     del OneDictionaryTask.get_batch_iterator
+    _utils.MP_STATUS_CHECK_INTERVAL = 1.0  # how long the freeing iterator waits for a worker before killing it (5 s)
 
 killed = []
 terminate = multiprocessing.process.BaseProcess.terminate
@@ -178,12 +180,12 @@ finally:
 
 def test_an_epoch_iterator_stops_its_workers_when_the_epoch_ends(spm_data, tmp_path):
     """A training epoch's iterator is built anew each epoch: its workers stop with the epoch, so a garbage
-    collection that frees it later kills nothing (fairseq's persistent workers: 2 killed per epoch, each after a
-    5 s wait, and each leaving a pymp-* folder)."""
+    collection that frees it later kills nothing (fairseq's persistent workers: 2 killed per epoch, each after
+    torch's 5 s wait, 1 s in this test, and each leaving a pymp-* folder)."""
     script = tmp_path / "epochs.py"
     script.write_text(EPOCHS_WITH_A_COLLECTION_EACH)
     runs = {}
-    for mode in ("bare", "plugin"):  # side by side: the bare run spends most of its time in fairseq's 5 s waits
+    for mode in ("bare", "plugin"):  # side by side: the bare run spends most of its time in those waits
         temporary = short_temporary_folder(mode)
         train = [spm_data, "--user-dir", "user_dir", "--task", "spanbert_pretraining", "--criterion", "span_bert",
                  "--arch", "spanbert_tiny", "--encoder-layers", "1", "--encoder-embed-dim", "32",
