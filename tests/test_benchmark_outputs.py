@@ -48,6 +48,44 @@ def test_coref_cost_refuses_a_users_folder_before_measuring(tmp_path):
     assert not (tmp_path / "work").exists()  # nothing prepared, nothing measured
 
 
+def test_coref_cost_grows_per_doubling_of_the_words_whatever_sizes_were_measured():
+    sys.path.insert(0, os.path.join(BENCHMARKS, "coreference"))
+    import coref_cost
+
+    short, long_ = {"words": 1000, "seconds": 2.0}, {"words": 4000, "seconds": 8.0}  # 4x the time over two doublings
+    assert coref_cost.per_doubling(short, long_, "seconds") == pytest.approx(2.0)
+    rows = [dict(shape="tiny", mode="train", words=w, tokens=w, seconds=t, peak_rss_mib=m)
+            for w, t, m in ((1000, 2.0, 100.0), (4000, 8.0, 400.0), (8000, 12.0, 400.0))]
+    table = coref_cost.table([*rows, dict(shape="tiny", mode="train", words=16000, error="out of memory")])
+    assert [line.split(" | ")[-2:] for line in table.splitlines()[2:5]] == [["", " |"], ["2.00", "2.00 |"],
+                                                                            ["1.50", "1.00 |"]]
+    assert "peak GPU" not in table  # no row ran on a GPU: no column of blanks
+    assert table.splitlines()[-1] == "- tiny train 16,000 words: failed: out of memory"
+
+
+def test_coref_cost_draws_its_committed_rows_again_and_refuses_a_file_of_other_rows(tmp_path):
+    """--from-results measures nothing: the committed folder's table and plot come back from its rows (the table
+    as committed), in a new folder or in place; a results.json of other rows is one line, nothing written."""
+    import shutil
+
+    committed = os.path.join(BENCHMARKS, "coreference", "coref_cost")
+    copy = tmp_path / "coref_cost"
+    shutil.copytree(committed, copy)
+    result = run("coreference/coref_cost.py", "--from-results", str(copy), "--out", str(copy), "--force")
+    assert result.returncode == 0, result.stderr
+    table = lambda folder: open(os.path.join(folder, "results.md")).read().split("\n\nThe rows of")[0]  # noqa: E731
+    assert table(copy) == table(committed)
+    assert json.load(open(copy / "results.json")) == json.load(open(os.path.join(committed, "results.json")))
+    assert (copy / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "results.json").write_text(json.dumps([{"shape": "tiny", "mode": "train", "words": 1000}]))
+    refused = run("coreference/coref_cost.py", "--from-results", str(tmp_path / "other"), "--out", str(tmp_path / "out"))
+    assert refused.returncode == 1 and refused.stderr.strip() == (
+        f"coref_cost: --from-results {tmp_path / 'other' / 'results.json'}: row 1 is not one of this script's "
+        "(an object with shape, mode, words, tokens, seconds, peak_rss_mib)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_loss_curve_refuses_a_users_folder_before_training(tmp_path):
     model, data = tmp_path / "imported", tmp_path / "data"
     model.mkdir()
@@ -62,18 +100,14 @@ def test_loss_curve_refuses_a_users_folder_before_training(tmp_path):
 
 
 @pytest.mark.parametrize("folder, command", [
-    ("coreference/coref_cost", "coref_cost.py"), ("coreference/coref_cost/mention_loss_0", "coref_cost.py"),
-    ("coreference/coref_cost/mention_loss_1", "coref_cost.py"),
+    ("coreference/coref_cost", "coref_cost.py"), ("coreference/coref_cost_mention_loss_0", "coref_cost.py"),
+    ("coreference/coref_cost_mention_loss_1", "coref_cost.py"),
     ("cpu_speed/bf16_autocast/loss_curve", "bf16_autocast_loss_curve.py"),
     ("pretraining/continued_pretraining/lr_choice_on_dev", "lr_choice_on_dev.py"),
     ("against_transformers/results/qa_inference", "qa_inference.py"),
     ("against_transformers/results/qa_inference_all_recheck", "qa_inference.py")])
 def test_committed_results_are_replaced_only_by_their_script_and_only_with_force(folder, command):
     destination = os.path.join(BENCHMARKS, folder)
-    if folder == "coreference/coref_cost":  # its two sub-folders are other runs' outputs: never replaced with it
-        with pytest.raises(OutputError, match="did not write"):
-            check_destination(destination, command, force=True, flag="--out")
-        return
     check_destination(destination, command, force=True, flag="--out")
     with pytest.raises(OutputError, match="pass --force"):
         check_destination(destination, command, force=False, flag="--out")
