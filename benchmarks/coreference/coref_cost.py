@@ -186,8 +186,9 @@ def table(results) -> str:
     for r in done:
         key = (r["shape"], r["mode"])
         before = previous.get(key)
-        growth_t = f"{per_doubling(before, r, 'seconds'):.2f}" if before else ""
-        growth_m = f"{per_doubling(before, r, 'peak_rss_mib'):.2f}" if before else ""
+        grew = before is not None and r["words"] > before["words"]  # a size measured twice has no doubling
+        growth_t = f"{per_doubling(before, r, 'seconds'):.2f}" if grew else ""
+        growth_m = f"{per_doubling(before, r, 'peak_rss_mib'):.2f}" if grew else ""
         gpu_cell = (f"{r['peak_gpu_mib']:,.0f} | " if "peak_gpu_mib" in r else "– | ") if gpu else ""
         lines.append(f"| {r['shape']} | {r['mode']} | {r['words']:,} | {r['tokens']:,} | {r['seconds']:.2f} | "
                      f"{r['peak_rss_mib']:,.0f} | {gpu_cell}{growth_t} | {growth_m} |")
@@ -198,7 +199,7 @@ def table(results) -> str:
 
 def plot(results, path: str) -> None:
     """Seconds and peak memory per document against its words, log-log, a line per shape and mode; a size that
-    failed is marked on the memory panel above its line's last point."""
+    failed is marked on the memory panel beside its line's last point."""
     import matplotlib
 
     matplotlib.use("Agg")
