@@ -88,6 +88,16 @@ def tiny_spanbert(dictionary, layers=1, dim=32, heads=2, max_positions=64, **opt
     return SpanBertModel(cfg, SpanBertEncoder(cfg, dictionary))
 
 
+def training_batches(task, model, dataset, max_tokens):
+    """A task's batches of ``dataset`` as fairseq's Trainer.get_train_iterator asks for them: the examples bounded by
+    the least of the task's and the model's positions and ``max_tokens``, and those over it skipped."""
+    from fairseq import utils
+
+    return task.get_batch_iterator(
+        dataset, max_tokens=max_tokens, max_sentences=None, ignore_invalid_inputs=True,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions(), max_tokens))
+
+
 def skip_unless_required(message):
     """Skip the test with ``message``, or fail it when REQUIRE_SHARED_DATA=1: under CI every test input (shared
     data, the spaCy pipeline of the [linguistic] extra, the real encoder of the package index) must be there."""

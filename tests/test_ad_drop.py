@@ -508,3 +508,20 @@ def test_masks_differ_between_data_parallel_ranks():
     assert torch.equal(masks(1), masks(1))
     assert torch.equal(masks(0), drop_masks({0: None}, padding, 0.5, 0.5, mask_generator("cpu", 1, 2, 3), shape)[0])
     assert not torch.equal(masks(0), masks(1))
+
+
+def test_ad_drop_on_a_model_other_than_spanbert_is_one_line_when_the_model_is_built():
+    """AD-DROP masks the attention of the plugin's encoder layers: fairseq's own roberta has none the task can reach, so
+    --ad-drop-p with --arch roberta_base is one line naming the option, before any update."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin.registry  # noqa: F401  (the plugin's tasks, for fairseq's parser)
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "unused", "--task", "extractive_qa", "--criterion", "extractive_qa", "--arch", "roberta_base",
+        "--encoder-layers", "1", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+        "--encoder-attention-heads", "2", "--ad-drop-p", "0.3", "--cpu"])
+    task, _, _ = qa_task(ad_drop_p=0.3)
+    with pytest.raises(UsageError, match=r"^AD-DROP \(--ad-drop-p\) needs a spanbert model, got RobertaModel$"):
+        task.build_model(convert_namespace_to_omegaconf(args).model)

@@ -151,3 +151,93 @@ def test_a_checkpoint_name_outside_the_inputs_folder_is_allowed(tmp_path, monkey
     (tmp_path / "run" / "checkpoint1.pt").write_text("not a checkpoint")
     assert main(["--inputs", "run/checkpoint1.pt", "--output", "checkpoint1.pt"]) == 1
     assert "run/checkpoint1.pt: a text file, not a PyTorch checkpoint" in capsys.readouterr().err  # the input's turn
+
+
+@pytest.mark.parametrize("number", ["--num-epoch-checkpoints", "--num-update-checkpoints"])
+def test_the_last_n_checkpoints_of_several_folders_are_refused_before_anything_is_read(number, tmp_path, capsys):
+    from spanbert_plugin.cli.average_checkpoints import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--inputs", str(tmp_path / "run1"), str(tmp_path / "run2"), number, "2", "--output", str(tmp_path / "a.pt")])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"{PROG}: error: with --num-epoch-checkpoints or --num-update-checkpoints, --inputs names one folder")
+
+
+def small_checkpoint(path, **weights):
+    """A fairseq-shaped checkpoint of the given weights (enough for averaging, which reads only ``model``)."""
+    torch.save({"model": weights, "cfg": {"model": {}}}, path)
+    return path
+
+
+@pytest.mark.parametrize("second, expected", [
+    ([1, 2], "a PyTorch file but not a fairseq checkpoint (no 'model' entry)"),
+    ({"model": {"w": torch.zeros(2), "step": 3}}, "its 'model' entry holds something other than tensors"),
+    ({"model": {"w": torch.zeros(3)}}, "another model: w has shape (3,), (2,) in "),
+    ({"model": {"w": torch.zeros(2, dtype=torch.long)}}, "w is torch.int64, torch.float32 in "),
+], ids=["not a dict", "not tensors", "another shape", "integer weight"])
+def test_an_input_that_cannot_be_averaged_is_one_line_naming_it(tmp_path, capsys, second, expected):
+    from spanbert_plugin.cli.average_checkpoints import main
+
+    first = small_checkpoint(tmp_path / "first.pt", w=torch.ones(2))
+    torch.save(second, tmp_path / "second.pt")
+    assert main(["--inputs", str(first), str(tmp_path / "second.pt"), "--output", str(tmp_path / "a.pt")]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"{PROG}: error: {tmp_path / 'second.pt'}: {expected}" + (str(first) if expected.endswith(" in ") else "")]
+    assert sorted(os.listdir(tmp_path)) == ["first.pt", "second.pt"]
+
+
+@pytest.mark.parametrize("flag, count", [("--num-epoch-checkpoints", "0"), ("--num-update-checkpoints", "-1")])
+def test_a_count_of_checkpoints_below_one_is_refused(tmp_path, capsys, flag, count):
+    from spanbert_plugin.cli.average_checkpoints import main
+
+    small_checkpoint(tmp_path / "checkpoint1.pt", w=torch.ones(2))
+    assert main(["--inputs", str(tmp_path), flag, count, "--output", str(tmp_path / "a.pt")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"{PROG}: error: {flag} {count}: expected at least 1"]
+    assert os.listdir(tmp_path) == ["checkpoint1.pt"]
+
+
+def test_an_output_name_the_file_system_refuses_is_one_line(tmp_path, capsys):
+    """A name longer than the file system allows passes the checks made before reading (it does not exist); its
+    creation fails: one line naming --output and the reason, and nothing written."""
+    from spanbert_plugin.cli.average_checkpoints import main
+
+    inputs = [str(small_checkpoint(tmp_path / f"checkpoint{i}.pt", w=torch.full((2,), float(i)))) for i in (1, 2)]
+    output = str(tmp_path / ("a" * 300 + ".pt"))
+    assert main(["--inputs", *inputs, "--output", output]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{PROG}: error: --output {output}: cannot be created (File name too long)"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint1.pt", "checkpoint2.pt"]
+
+
+def test_a_full_disk_while_writing_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from spanbert_plugin.cli.average_checkpoints import main
+
+    inputs = [str(small_checkpoint(tmp_path / f"checkpoint{i}.pt", w=torch.full((2,), float(i)))) for i in (1, 2)]
+
+    def fills_the_disk(obj, f):
+        f.write(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", fills_the_disk)
+    output = str(tmp_path / "average.pt")
+    assert main(["--inputs", *inputs, "--output", output]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{PROG}: error: writing {output}: no space left on the device ("), lines
+    assert "MiB free there now" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint1.pt", "checkpoint2.pt"]  # neither the file nor its temporary
+
+
+def test_another_failure_while_writing_propagates_and_leaves_nothing(tmp_path, monkeypatch):
+    from spanbert_plugin.core.checkpoint_averaging import write_new_checkpoint
+
+    def fails(obj, f):
+        f.write(b"half a checkpoint")
+        raise RuntimeError("another failure")
+
+    monkeypatch.setattr(torch, "save", fails)
+    with pytest.raises(RuntimeError, match="another failure"):
+        write_new_checkpoint({"model": {}}, str(tmp_path / "average.pt"))
+    assert os.listdir(tmp_path) == []

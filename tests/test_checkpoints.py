@@ -1,4 +1,5 @@
 """Checkpoint reliability: damaged or foreign files, relative data paths of older checkpoints."""
+import os
 import shutil
 
 import pytest
@@ -240,3 +241,132 @@ def test_the_resume_hint_names_the_other_checkpoints_not_the_damaged_one(tmp_pat
     for name in ("checkpoint_last.pt", "checkpoint2.pt", "checkpoint1.pt", "notes.txt"):
         (tmp_path / name).write_bytes(b"x")
     assert _other_checkpoints(str(tmp_path / "checkpoint_last.pt")) == ["checkpoint1.pt", "checkpoint2.pt"]
+
+
+def _zip_entry_data_offset(path, suffix):
+    """Byte offset of the stored (uncompressed) data of the zip entry whose name ends in ``suffix``."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(suffix))
+    with open(path, "rb") as f:
+        f.seek(info.header_offset + 26)
+        name_length, extra_length = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+    return info.header_offset + 30 + name_length + extra_length
+
+
+def test_damaged_zip_archives_and_legacy_files_are_named(tmp_path):
+    """A complete zip archive can still be damaged (its central directory, an entry's bytes), and a checkpoint of
+    torch's legacy (pre-zip) format can be cut short: each is one line naming the file and what is wrong."""
+    from fairseq import checkpoint_utils
+
+    from spanbert_plugin.core.checkpoint_loading import CheckpointError
+
+    state = {"model": {"w": torch.arange(100.0)}, "cfg": {"model": {}}}
+    torch.save(state, tmp_path / "sound.pt")
+    raw = (tmp_path / "sound.pt").read_bytes()
+    directory = raw.find(b"PK\x01\x02")  # the central directory's first entry
+    (tmp_path / "directory.pt").write_bytes(raw[:directory] + b"XXXX" + raw[directory + 4:])
+    data = bytearray(raw)
+    data[_zip_entry_data_offset(tmp_path / "sound.pt", "/data/0") + 5] ^= 0xFF  # a byte of the weights flipped
+    (tmp_path / "flipped.pt").write_bytes(bytes(data))
+    torch.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    legacy = (tmp_path / "legacy.pt").read_bytes()
+    assert legacy[:1] == b"\x80"  # a pickle stream
+    (tmp_path / "legacy_cut.pt").write_bytes(legacy[: len(legacy) // 2])
+    expected = {"directory.pt": "damaged checkpoint (Bad magic number for central directory)",
+                "flipped.pt": "damaged checkpoint (its entry sound/data/0 fails the CRC check)",
+                "legacy_cut.pt": "truncated or damaged checkpoint (RuntimeError: unexpected EOF"}
+    for name, problem in expected.items():
+        with pytest.raises(CheckpointError) as err:
+            checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / name))
+        assert str(err.value).startswith(f"{tmp_path / name}: {problem}"), str(err.value)
+        assert "\n" not in str(err.value)
+
+
+def test_a_folder_given_as_a_checkpoint_keeps_its_own_error(tmp_path):
+    """Only files are diagnosed: fairseq's error for a folder is left as it is (it names the folder itself)."""
+    from fairseq import checkpoint_utils
+
+    from spanbert_plugin.core.checkpoint_loading import diagnose_checkpoint
+
+    assert diagnose_checkpoint(str(tmp_path), OSError("any")) is None
+    with pytest.raises(IsADirectoryError, match=str(tmp_path)):
+        checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path))
+
+
+@pytest.mark.parametrize("options", [{"checkpoint_suffix": "-shard0"}, {"model_parallel_size": 2}],
+                         ids=["checkpoint suffix", "model parallel"])
+def test_a_restore_file_fairseq_names_with_a_suffix_is_left_to_fairseq(tmp_path, options):
+    """Under --checkpoint-suffix or model parallelism fairseq reads another file than the one named: a missing
+    --restore-file is no error of the plugin's then (without them it is)."""
+    from spanbert_plugin.core.checkpoint_loading import refuse_a_named_checkpoint_that_is_missing
+    from spanbert_plugin.core.errors import UsageError
+
+    checkpoint = {"save_dir": str(tmp_path), "restore_file": str(tmp_path / "missing.pt")}
+    with pytest.raises(UsageError, match="missing.pt: no such checkpoint"):
+        refuse_a_named_checkpoint_that_is_missing(checkpoint)
+    refuse_a_named_checkpoint_that_is_missing({**checkpoint, **options})
+    refuse_a_named_checkpoint_that_is_missing(checkpoint, {"ddp_backend": "fully_sharded", "use_sharded_state": True})
+
+
+def test_a_saved_head_of_another_size_is_left_to_the_models_loading(tmp_path):
+    """A classifier checkpoint for 3 labels, fine-tuned on 2: the head's rows are neither reordered nor dropped here
+    (the model's loading leaves the whole head out)."""
+    from spanbert_plugin.core.checkpoint_loading import match_saved_head_labels
+
+    class Model:
+        mapped = []
+
+        def map_saved_head(self, *args):
+            self.mapped.append(args)
+
+    torch.save({"model": {"classification_heads.head.out_proj.weight": torch.zeros(3, 4)},
+                "task_state": {"labels": ["a", "b", "c"]}}, tmp_path / "three.pt")
+    model = Model()
+    match_saved_head_labels(model, str(tmp_path / "three.pt"), "classification_heads", "head", ["b", "a"])
+    assert model.mapped == []
+    match_saved_head_labels(model, str(tmp_path / "three.pt"), "classification_heads", "head", ["c", "b", "a"])
+    assert model.mapped == [("classification_heads", "head", [2, 1, 0])]  # the same size: reordered
+
+
+def test_the_model_options_of_a_legacy_checkpoint_come_from_its_args(tmp_path):
+    import argparse
+
+    from spanbert_plugin.core.checkpoint_loading import stored_model_options
+
+    torch.save({"model": {}, "args": argparse.Namespace(arch="spanbert_base", encoder_layers=2)}, tmp_path / "args.pt")
+    torch.save({"model": {}}, tmp_path / "neither.pt")
+    assert stored_model_options(str(tmp_path / "args.pt")) == {"arch": "spanbert_base", "encoder_layers": 2}
+    assert stored_model_options(str(tmp_path / "neither.pt")) is None
+
+
+LEGACY_PRETRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "legacy_layout", "pretrain")
+
+
+def test_a_hub_checkpoint_that_is_missing_or_records_no_data_folder_is_one_line(tmp_path):
+    from spanbert_plugin.core.checkpoint_loading import CheckpointError
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    with pytest.raises(CheckpointError) as err:
+        SpanBertModel.from_pretrained(str(tmp_path), "checkpoint_best.pt")
+    assert str(err.value) == f"{tmp_path / 'checkpoint_best.pt'}: no such checkpoint"
+    state = torch.load(os.path.join(LEGACY_PRETRAIN, "checkpoint.pt"), weights_only=True)
+    state["cfg"]["task"]["data"] = ""  # and no dict.txt beside it
+    torch.save(state, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError) as err:
+        SpanBertModel.from_pretrained(str(tmp_path), "checkpoint.pt")
+    assert str(err.value) == (f"{tmp_path / 'checkpoint.pt'}: records no data folder; pass data_name_or_path= (--data) "
+                              "with dict.txt")
+
+
+def test_the_hub_refuses_more_tokens_than_the_models_positions():
+    from spanbert_plugin.model.spanbert import SpanBertModel
+
+    hub = SpanBertModel.from_pretrained(LEGACY_PRETRAIN, "checkpoint.pt", data_name_or_path=LEGACY_PRETRAIN)
+    positions = hub.model.max_positions()
+    tokens = hub.encode("the " * positions)
+    assert len(tokens) > positions
+    with pytest.raises(ValueError, match=f"^{len(tokens)} tokens exceed the model's {positions} positions$"):
+        hub.extract_features(tokens)
+    assert hub.extract_features(tokens[:positions]).shape[:2] == (1, positions)

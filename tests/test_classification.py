@@ -10,7 +10,7 @@ import torch
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from conftest import (bert_uncased_tokenizer, bin_path, needs_shared_data, require_shared_data, run_cli, run_gloo_ranks,
-                      shared_path, tiny_spanbert)
+                      shared_path, tiny_spanbert, training_batches)
 from spanbert_plugin.classification.prepare import (
     ReadOptions,
     Table,
@@ -802,3 +802,203 @@ def test_other_labels_are_refused_after_loading_when_the_training_folder_is_gone
     with pytest.raises(UsageError, match=r"labels \['neg', 'neutral', 'pos'\] differ from the checkpoint's "
                                          r"\['neg', 'pos'\]"):
         loaded(["neg", "pos"], ["neg", "neutral", "pos"])
+
+
+# ---------------------------------------------------------------- more bad input: columns, formats, JSON Lines, options
+
+MORE_BAD_INPUTS = {  # case -> ({file name: content}, arguments ({name}: that file's path), expected message)
+    "three text columns": ({"train.tsv": "a\tb\tc\t0\nd\te\tf\t1\n"}, ["--text-columns", "0,1,2", "--label-column", "3"],
+                           "--text-columns '0,1,2': expected one or two column names or 0-based indices, comma-separated"),
+    "two label columns": ({"train.tsv": "a\t0\t1\nb\t1\t0\n"}, ["--text-columns", "0", "--label-column", "1,2"],
+                          "--label-column '1,2': expected one column name or 0-based index"),
+    "unknown extension": ({"train.txt": "a\t0\nb\t1\n"}, ["--text-columns", "0", "--label-column", "1"],
+                          "{train.txt}: cannot tell the format from the extension; pass --format tsv, csv or jsonl"),
+    # one field over the csv module's limit (an opening quote never closed swallows the rest of a file the same way)
+    "csv field over the limit": ({"train.csv": 'text,label\n"' + "x" * 131073 + '",0\n'},
+                                 ["--text-columns", "text", "--label-column", "label"],
+                                 "{train.csv}:2: field larger than field limit (131072)"),
+    "name without a header line": ({"train.tsv": "a\t0\nb\t1\n"},
+                                   ["--text-columns", "sentence", "--label-column", "1", "--header", "no"],
+                                   "{train.tsv}: --text-columns 'sentence' is a name, but the file is read without a "
+                                   "header line"),
+    "JSON Lines column by index": ({"train.jsonl": '{"text": "a", "label": "x"}\n'},
+                                   ["--text-columns", "0", "--label-column", "label"],
+                                   "{train.jsonl}: --text-columns 0 is an index; JSON Lines columns are named by key"),
+    "JSON Lines line not JSON": ({"train.jsonl": '{"text": "a", "label": "x"}\n{"text": "b",\n'},
+                                 ["--text-columns", "text", "--label-column", "label"],
+                                 "{train.jsonl}:2: not a JSON object (Expecting property name enclosed in double quotes: "
+                                 "line 1 column 14 (char 13))"),
+    "JSON Lines line a list": ({"train.jsonl": '{"text": "a", "label": "x"}\n["b", "y"]\n'},
+                               ["--text-columns", "text", "--label-column", "label"],
+                               "{train.jsonl}:2: expected a JSON object, got list"),
+    "JSON Lines text a number": ({"train.jsonl": '{"text": "a", "label": "x"}\n{"text": 12.5, "label": "y"}\n'},
+                                 ["--text-columns", "text", "--label-column", "label"],
+                                 "{train.jsonl}:2: 'text' must be a string, got 12.5"),
+    "JSON Lines label null": ({"train.jsonl": '{"text": "a", "label": "x"}\n{"text": "b", "label": null}\n'},
+                              ["--text-columns", "text", "--label-column", "label"],
+                              "{train.jsonl}:2: 'label' must be a string or number, got null"),
+    "regression label infinite": ({"train.tsv": "a\t0.5\nb\tinf\n"},
+                                  ["--text-columns", "0", "--label-column", "1", "--regression"],
+                                  "{train.tsv}:2: label 'inf' is not a finite number"),
+    "max-seq-length below a pair's specials": ({"train.tsv": "a\tb\t0\nc\td\t1\n"},
+                                               ["--text-columns", "0,1", "--label-column", "2", "--max-seq-length", "3"],
+                                               "--max-seq-length 3: too short for any text (at least 4 for pairs)"),
+    "test file with fewer texts": ({"train.tsv": "a\tb\t0\nc\td\t1\ne\tf\t0\n", "test.tsv": "g\nh\n"},
+                                   ["--text-columns", "0,1", "--label-column", "2", "--test", "{test.tsv}",
+                                    "--test-text-columns", "0"],
+                                   "--test-text-columns: 1 column(s), but --text-columns gives 2; a test file has the "
+                                   "same texts as the others"),
+    "test layout without a test file": ({"train.tsv": "a\t0\nb\t1\n"},
+                                        ["--text-columns", "0", "--label-column", "1", "--test-header", "yes"],
+                                        "--test-text-columns and --test-header describe the --test files; give --test"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MORE_BAD_INPUTS))
+def test_more_bad_input_is_one_line_naming_file_line_or_flag_and_writes_nothing(case, wordpiece_data, tmp_path, capsys):
+    files, extra, message = MORE_BAD_INPUTS[case]
+    for name, content in files.items():
+        (tmp_path / name).write_text(content, encoding="utf-8")
+    paths = {"{" + name + "}": str(tmp_path / name) for name in files}
+    train = str(tmp_path / next(iter(files)))
+    status = prepare_main(["--train", train, "--valid", train, "--tokenizer-from", wordpiece_data, "--destdir",
+                           str(tmp_path / "out"), *(paths.get(arg, arg) for arg in extra)])
+    err = capsys.readouterr().err.strip()
+    for placeholder, path in paths.items():
+        message = message.replace(placeholder, path)
+    assert status == 1 and err == f"spanbert-prepare-classification: error: {message}", err
+    assert sorted(os.listdir(tmp_path)) == sorted(files)  # no output, no temporary folder
+
+
+def test_format_flag_reads_any_extension_and_test_header_applies_to_the_test_file_only(wordpiece_data, tmp_path):
+    """--format tsv reads .txt files; --test-header yes skips the test file's header line while --header no keeps the
+    first line of train and valid as data."""
+    (tmp_path / "train.txt").write_text("first text\tneg\nsecond text\tpos\nthird text\tpos\n", encoding="utf-8")
+    (tmp_path / "test.txt").write_text("sentence\tlabel\nfourth text\tpos\nfifth text\tneg\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert prepare_main(["--train", str(tmp_path / "train.txt"), "--valid", str(tmp_path / "train.txt"),
+                         "--test", str(tmp_path / "test.txt"), "--tokenizer-from", wordpiece_data, "--destdir", str(out),
+                         "--text-columns", "0", "--label-column", "1", "--format", "tsv", "--header", "no",
+                         "--test-header", "yes"]) == 0
+    meta = json.load(open(out / "classification.json"))
+    assert meta["labels"] == ["neg", "pos"]
+    assert np.load(out / "train.labels.npy").tolist() == [0, 1, 1]  # the first line is data
+    assert np.load(out / "test.labels.npy").tolist() == [1, 0]  # the header line is skipped, the labels read
+    from spanbert_plugin.core.finetune_io import load_tokenizer_folder
+
+    tokenizer, dictionary = load_tokenizer_folder(wordpiece_data)
+    items = MMapIndexedDataset(str(out / "test"))
+    assert [items[i].tolist() for i in range(len(items))] == [
+        [dictionary.bos(), *tokenizer.encode(text).ids.tolist(), dictionary.eos()] for text in ("fourth text", "fifth text")]
+
+
+def test_more_than_two_text_columns_and_a_meta_file_of_another_shape_are_refused_through_the_api(tmp_path):
+    """prepare_classification called from Python (the command's parse_columns refuses three columns before); a
+    classification.json holding a list is named, not a TypeError."""
+    from spanbert_plugin.classification.prepare import PrepareOptions, prepare_classification, read_meta
+    from spanbert_plugin.core.errors import UsageError
+
+    (tmp_path / "t.tsv").write_text("a\tb\tc\t0\n", encoding="utf-8")
+    options = PrepareOptions(str(tmp_path / "tok"), str(tmp_path / "out"), ReadOptions(text_columns=[0, 1, 2], label_column=3))
+    with pytest.raises(UsageError, match=r"^--text-columns: expected one or two columns, got 3$"):
+        prepare_classification(str(tmp_path / "t.tsv"), str(tmp_path / "t.tsv"), options)
+    assert sorted(os.listdir(tmp_path)) == ["t.tsv"]
+    (tmp_path / "classification.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(UsageError, match=re.escape(f"{tmp_path / 'classification.json'}: expected a JSON object, found list")):
+        read_meta(str(tmp_path))
+
+
+def _two_class_folder(wordpiece_data, tmp_path):
+    (tmp_path / "train.tsv").write_text("first text\tneg\nsecond text\tpos\n", encoding="utf-8")
+    out = tmp_path / "prepared"
+    assert prepare_main(["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "train.tsv"),
+                         "--tokenizer-from", wordpiece_data, "--destdir", str(out), "--text-columns", "0",
+                         "--label-column", "1"]) == 0
+    return out
+
+
+def test_a_split_not_prepared_and_labels_of_another_kind_than_the_meta_file_are_one_line(wordpiece_data, tmp_path):
+    """--valid-subset test on a folder prepared without --test names the missing file; a classification.json edited to
+    say regression over class-index labels is refused when the split loads (its integers would be read as targets)."""
+    from spanbert_plugin.classification.dataset import ClassificationDataset
+    from spanbert_plugin.classification.task import SentenceClassificationConfig, SentenceClassificationTask
+    from spanbert_plugin.core.errors import UsageError
+
+    out = _two_class_folder(wordpiece_data, tmp_path)
+    task = SentenceClassificationTask.setup_task(SentenceClassificationConfig(data=str(out), seed=1))
+    with pytest.raises(UsageError, match=re.escape(f"{out / 'test'}.idx: no such file (split 'test' of a "
+                                                   "spanbert-prepare-classification folder)")):
+        ClassificationDataset.load(str(out), "test", task.dictionary)
+    meta = json.loads((out / "classification.json").read_text(encoding="utf-8"))
+    (out / "classification.json").write_text(json.dumps({**meta, "regression": True, "num_classes": 1, "labels": None}),
+                                             encoding="utf-8")
+    task = SentenceClassificationTask.setup_task(SentenceClassificationConfig(data=str(out), seed=1))
+    with pytest.raises(UsageError, match=re.escape(f"{out}: split 'train' has class labels, but classification.json "
+                                                   "says regression=True")):
+        task.load_dataset("train")
+
+
+def test_a_model_with_fewer_positions_than_the_prepared_length_is_refused_when_built(wordpiece_data, tmp_path):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from spanbert_plugin.core.errors import UsageError
+
+    out = _two_class_folder(wordpiece_data, tmp_path)  # the default --max-seq-length, 128
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(out), "--user-dir", "user_dir", "--task", "sentence_classification", "--criterion",
+        "sentence_classification", "--arch", "spanbert_tiny", "--max-positions", "64", "--cpu"])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    with pytest.raises(UsageError, match=re.escape(f"{out}: prepared with --max-seq-length 128, but the model has 64 "
+                                                   "positions")):
+        task.build_model(cfg.model)
+
+
+def test_hub_classify_of_a_regression_checkpoint_returns_the_models_value():
+    """A regression head has one output, the predicted value itself (no softmax over classes)."""
+    from spanbert_plugin.classification.hub import hub_classify
+    from spanbert_plugin.classification.task import SentenceClassificationTask
+
+    task = object.__new__(SentenceClassificationTask)  # only what hub.classify reads
+    task.meta, task.regression, task.labels = {"max_seq_length": 16}, True, None
+    task.cfg = SimpleNamespace(classification_head_name="sts")
+    given = []
+
+    def predict(head, tokens):
+        given.append((head, tokens.tolist()))
+        return torch.tensor([[3.25]], dtype=torch.float16)
+
+    hub = SimpleNamespace(
+        task=task, predict=predict,
+        tokenizer=SimpleNamespace(encode=lambda t: SimpleNamespace(ids=np.array([ord(w) for w in t.split()]))),
+        dictionary=SimpleNamespace(bos=lambda: 1, eos=lambda: 2))
+    assert hub_classify(hub, "a b", "c") == {"value": 3.25}
+    assert given == [("sts", [1, 97, 98, 2, 99, 2])]
+
+
+def test_max_tokens_below_the_longest_example_is_one_line_in_training_not_a_skipped_example(wordpiece_data, tmp_path):
+    """fairseq-train filters the training split by the least of the task's, the model's and --max-tokens' limits, and
+    skipped the longer examples with a warning: the run trained on less data than prepared. Named as in batching."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from spanbert_plugin.core.errors import UsageError
+
+    out = _two_class_folder(wordpiece_data, tmp_path)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(out), "--user-dir", "user_dir", "--task", "sentence_classification", "--criterion",
+        "sentence_classification", "--arch", "spanbert_tiny", "--max-tokens", "3", "--cpu"])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    longest = int(dataset.sizes.max())
+    assert longest > 3
+
+
+    with pytest.raises(UsageError, match=r"^--max-tokens 3: an example is longer, and a batch holds whole examples"):
+        training_batches(task, model, dataset, 3)
+    batches = training_batches(task, model, dataset, longest).next_epoch_itr(shuffle=False)
+    assert sorted(i for batch in batches for i in batch["id"].tolist()) == [0, 1]

@@ -295,3 +295,22 @@ def test_a_bug_raised_while_handling_a_usage_error_keeps_its_traceback(capsys):
     _hook(lambda *exc_info: shown.append(exc_info))(KeyError, bug, bug.__traceback__)
     assert shown and shown[0][1] is bug
     assert capsys.readouterr().err == ""
+
+
+def test_progress_on_a_terminal_is_tqdms_bar_redrawn_in_place_and_nothing_without_stderr(monkeypatch):
+    import io
+
+    from spanbert_plugin.core import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(progress.sys, "stderr", terminal)
+    for _ in progress.progress_bar(range(3), desc="encode", unit="doc"):
+        pass
+    assert "\r" in terminal.getvalue() and "encode" in terminal.getvalue() and "3/3" in terminal.getvalue()
+    monkeypatch.setattr(progress.sys, "stderr", None)  # pythonw, or a daemon whose stderr was closed
+    bar = progress.progress_bar(range(3), desc="encode")
+    assert bar.disable and list(bar) == [0, 1, 2]

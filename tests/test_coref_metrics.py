@@ -10,6 +10,7 @@ Expected values are (recall, precision, F1).
 """
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -236,10 +237,17 @@ def test_conll_writer_round_trip():
         ("#begin document (d); part 0\n\n#end document\n", "x.conll:1: empty document"),
         ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ 3\n#end document\n", "malformed coreference field"),
         ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ -\n", "has no #end document"),
+        # a token line must hold the word (column 4) and the coreference column: a CoNLL-2003 line has 4 columns
+        ("#begin document (d); part 0\nEU NNP B-NP B-ORG\n#end document\n",
+         "x.conll:2: a token line needs at least 5 columns (word in column 4, coreference last), got 4"),
+        ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ -\n#begin document (e); part 0\n",
+         "x.conll:3: #begin document inside document (d); part 0 (line 1) without its #end document"),
+        ("#begin document (d); part 0\nd 0 0 w _ _ _ _ _ _ _ _ -\n#end document\n#end document\n",
+         "x.conll:4: #end document without #begin document"),
     ],
 )
 def test_conll_reader_errors(text, message):
-    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+    with pytest.raises(UsageError, match=re.escape(message)):
         read_conll("x.conll", text)
 
 
@@ -252,6 +260,36 @@ def test_jsonlines_reader_and_errors():
     assert again.clusters == doc.clusters and again.words == doc.words
     with pytest.raises(UsageError, match=r"x.jsonlines:1: cluster span \[2, 3\] is outside document nw/x"):
         read_jsonlines("x.jsonlines", line.replace("[2, 2]", "[2, 3]"))
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"doc_key": "d", "sentences": [["x"]]}\n{"doc_key": "e", "sentences": [["y"]]\n',
+         "x.jsonlines:2: not valid JSON (Expecting ',' delimiter: line 1 column 38 (char 37))"),
+        ('{"doc_key": "d", "sentences": [["x"]]}\n["e", [["y"]]]\n',
+         "x.jsonlines:2: a JSON-lines document needs doc_key and sentences"),
+        ('{"doc_key": "d", "words": ["x"]}\n', "x.jsonlines:1: a JSON-lines document needs doc_key and sentences"),
+        ('{"doc_key": "d", "sentences": [[], []]}\n', "x.jsonlines:1: empty document d (no words)"),
+    ],
+)
+def test_jsonlines_reader_names_the_line_of_a_bad_document(text, message):
+    with pytest.raises(UsageError) as caught:
+        read_jsonlines("x.jsonlines", text)
+    assert str(caught.value) == message
+
+
+def test_comment_lines_inside_a_document_are_kept_in_place_and_those_outside_are_dropped():
+    """A "#" line inside a document is no token: it is copied to the prediction where it stood (the scorer skips
+    it); one between documents belongs to none."""
+    text = ("# a file comment\n#begin document (d); part 000\nd 0 0 Anna x x x x x - (0)\n# speaker change\n"
+            "d 0 1 she x x x x x - (0)\n\n#end document\n")
+    (doc,) = read_conll("x.conll", text)
+    assert doc.words == ["Anna", "she"] and doc.clusters == [[(0, 0), (1, 1)]]
+    assert doc.lines == text.splitlines()[1:]
+    assert doc.token_lines.tolist() == [1, 3]
+    assert with_coref_column(doc, [[(1, 1)]]) == ["#begin document (d); part 000", "d 0 0 Anna x x x x x - -",
+                                                  "# speaker change", "d 0 1 she x x x x x - (0)", "", "#end document"]
 
 
 def test_a_mention_closes_the_latest_open_mention_of_its_cluster():

@@ -493,3 +493,122 @@ def test_training_window_starts_at_every_possible_segment():
         assert doc["token_segment"].tolist() == [0] * 4 + [1] * 4
         firsts.add(int(doc["token_word"][1]) // 2)
     assert firsts == {0, 1}
+
+
+def test_a_folder_reads_its_conll_and_json_lines_files_in_name_order(tmp_path):
+    """A folder given as a split: its .conll, .gold_conll, .v4_gold_conll, .jsonlines and .jsonl files, sorted by
+    path; other files (a README, a .txt) are not documents."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "b.v4_gold_conll").write_text("#begin document (b); part 000\nb 0 0 w x x x x x - (0)\n\n#end document\n")
+    write_jsonl(folder / "a.jsonl", [{"doc_key": "a", "sentences": [["x"]]}])
+    write_jsonl(folder / "c.jsonlines", [{"doc_key": "c", "sentences": [["y"]]}])
+    (folder / "README.txt").write_text("not a document\n")
+    assert [doc.doc_key for doc in read_split(str(folder), "--train")] == ["a", "(b); part 000", "c"]
+
+
+@pytest.mark.parametrize("make_spec,message", [
+    (lambda t: (t / "empty").mkdir() or str(t / "empty"), "--train {}: a folder without .conll or .jsonlines files"),
+    (lambda t: str(t / "*.conll"), "--train {}: the pattern matches no file"),
+    (lambda t: str(t / "gone.conll"), "--train {}: no such file or folder"),
+    (lambda t: (t / "blank.conll").write_text("\n \n") and str(t / "blank.conll"),
+     "{}: empty (expected CoNLL-2012 or JSON lines)"),
+])
+def test_an_input_that_names_no_document_is_one_line_and_writes_nothing(wordpiece_data, tmp_path, capsys, make_spec,
+                                                                         message):
+    spec = make_spec(tmp_path)
+    dest = tmp_path / "out"
+    assert prepare(["--train", spec, "--tokenizer-from", wordpiece_data, "--destdir", str(dest)]) == 1
+    assert capsys.readouterr().err == f"spanbert-prepare-coref: error: {message.format(spec)}\n"
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--train", "a.jsonl", "--max-segment-length", "7"], "--max-segment-length must be at least 8, got 7"),
+    (["--train", "a.jsonl", "--max-span-width", "0"], "--max-span-width must be at least 1, got 0"),
+    ([], "give at least one of --train, --valid, --test"),
+])
+def test_bad_prepare_options_are_one_line_and_write_nothing(wordpiece_data, tmp_path, capsys, args, message):
+    write_jsonl(tmp_path / "a.jsonl", [{"doc_key": "d", "sentences": [["x"]]}])
+    args = [str(tmp_path / a) if a.endswith(".jsonl") else a for a in args]
+    dest = tmp_path / "out"
+    assert prepare([*args, "--tokenizer-from", wordpiece_data, "--destdir", str(dest)]) == 1
+    assert capsys.readouterr().err == f"spanbert-prepare-coref: error: {message}\n"
+    assert not dest.exists()
+
+
+def test_documents_shared_by_valid_and_test_without_train_are_not_checked():
+    """The check compares --valid and --test with --train only: without --train there is nothing to leak from."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.coref.conll import CorefDocument
+    from spanbert_plugin.coref.prepare import check_shared_documents
+
+    doc = CorefDocument("d", ["x"], np.zeros(1, np.int64), ["-"], [], "a.jsonl:1")
+    check_shared_documents({"valid": [doc], "test": [doc]}, refuse=True)  # no UsageError
+    with pytest.raises(UsageError, match="1 of the 1 --valid documents are also in --train"):
+        check_shared_documents({"train": [doc], "valid": [doc]}, refuse=True)
+
+
+@pytest.mark.parametrize("stats,expected", [
+    (None, False),  # no prepare_stats.json either: no singleton known
+    ({"train": {"singletons": 0}, "valid": {"singletons": 3}}, False),  # the training split decides
+    ({"train": {"singletons": 2}}, True),
+    ({"valid": {"singletons": 0}, "test": {"singletons": 1}}, True),  # without a training split: any split
+    ({"valid": {"documents": 4}}, False),  # stats written before singletons were counted
+])
+def test_a_folder_prepared_before_coref_meta_counted_singletons_reads_them_from_its_stats(tmp_path, stats, expected):
+    from spanbert_plugin.coref.prepare import data_has_singletons
+
+    if stats is not None:
+        (tmp_path / "prepare_stats.json").write_text(json.dumps(stats))
+    assert data_has_singletons(str(tmp_path), {"max_segment_length": 384}) is expected
+
+
+def test_documents_of_a_split_that_was_not_prepared_are_one_line(tmp_path):
+    from spanbert_plugin.core.errors import UsageError
+
+    with pytest.raises(UsageError) as caught:
+        load_documents(str(tmp_path), "test")
+    assert str(caught.value) == f"{tmp_path / 'test.docs.jsonl'}: no such file; the folder has no split 'test'"
+
+
+def test_span_drop_mask_mode_masks_whole_unprotected_units_in_place():
+    """--span-drop-mode mask: nothing is removed; the tokens of dropped sentences become the mask id, whole
+    sentences at a time; [CLS]/[SEP] and the sentence holding a gold mention (the first) never are."""
+    arrays = _one_sentence_segments(4)
+    plain = CorefDataset(arrays, pad_index=1)[0]
+    masked_sentences = set()
+    for epoch in range(1, 11):
+        ds = CorefDataset(arrays, pad_index=1, span_drop=(0.5, None, "sentence", "mask"), mask_index=99, seed=1)
+        ds.set_epoch(epoch)
+        doc = ds[0]
+        for key in ("token_word", "token_sentence", "token_segment", "target"):
+            assert np.array_equal(doc[key], plain[key]), key
+        masked = doc["tokens"] == 99
+        assert np.array_equal(doc["tokens"][~masked], plain["tokens"][~masked])
+        assert not masked[plain["token_word"] < 0].any() and not masked[plain["token_sentence"] == 0].any()
+        real = plain["token_word"] >= 0
+        for sentence in range(1, 4):
+            words = real & (plain["token_sentence"] == sentence)
+            assert masked[words].all() or not masked[words].any()  # a sentence is masked whole or not at all
+            if masked[words].all():
+                masked_sentences.add(sentence)
+    assert masked_sentences == {1, 2, 3}
+
+
+def test_a_data_parallel_worker_left_without_a_document_gets_an_empty_batch(wordpiece_data, tmp_path):
+    """Three documents over two workers: fairseq pads the second worker's shard with an empty batch, which the
+    collater turns into {} (fairseq's dummy batch) rather than failing."""
+    from spanbert_plugin.coref.task import CoreferenceConfig, CoreferenceTask
+
+    docs = [{"doc_key": f"d{i}", "sentences": [[f"w{i}", "x"]]} for i in range(3)]
+    dest = str(tmp_path / "d")
+    assert prepare(["--train", write_jsonl(tmp_path / "a.jsonl", docs), "--tokenizer-from", wordpiece_data,
+                    "--destdir", dest]) == 0
+    task = CoreferenceTask.setup_task(CoreferenceConfig(data=dest))
+    task.load_dataset("train", training=False)
+    shards = [list(task.get_batch_iterator(task.dataset("train"), num_shards=2, shard_id=shard,
+                                           disable_iterator_cache=True).next_epoch_itr(shuffle=False))
+              for shard in (0, 1)]
+    assert [[batch["id"].tolist() if batch else batch for batch in shard] for shard in shards] == [[[0], [2]],
+                                                                                                  [[1], {}]]

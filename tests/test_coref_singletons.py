@@ -293,12 +293,122 @@ def test_a_threshold_sweep_predicts_every_document_at_each_threshold(monkeypatch
 
 
 def test_a_text_of_only_white_space_is_refused(tmp_path):
-    """--text with nothing to resolve (only spaces, tabs and line breaks) is one line, not an empty prediction."""
+    """--text with nothing to resolve (only spaces, tabs and line breaks, or zero-width and other invisible
+    characters, which strip() keeps) is one line, not an empty prediction."""
     from spanbert_plugin.core.errors import UsageError
     from spanbert_plugin.coref.predict import read_input_text
 
-    (tmp_path / "blank.txt").write_text(" \n\t\n  \n", encoding="utf-8")
-    with pytest.raises(UsageError, match="blank.txt: empty or only white space"):
-        read_input_text(str(tmp_path / "blank.txt"))
+    for name, text in (("blank.txt", " \n\t\n  \n"), ("invisible.txt", "\u200b\u2060 \u00ad\n\u200e")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        with pytest.raises(UsageError, match=f"{name}: empty or only white space and invisible characters, no word"):
+            read_input_text(str(tmp_path / name))
     (tmp_path / "text.txt").write_text("\n Anna said she would come.\n", encoding="utf-8")
     assert read_input_text(str(tmp_path / "text.txt")) == "\n Anna said she would come.\n"
+
+
+def test_a_threshold_sweep_predicts_a_long_document_again_at_each_threshold(monkeypatch):
+    """predict_documents: a document predicted in bounded memory runs once per threshold (its entity cache depends
+    on it), the checkpoint's first; only that first run's notice is shown."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref import predict
+
+    runs = []
+    monkeypatch.setattr(predict, "predicts_bounded", lambda cfg, num_words: num_words > 10)
+    monkeypatch.setattr(predict, "document_clusters", lambda model, task, sample, threshold, notice: (
+        notice(f"bounded {sample['doc']}"), runs.append((sample["doc"], threshold)), [(sample["doc"], threshold)])[-1])
+    monkeypatch.setattr(predict, "document_outputs", lambda model, sample: sample["doc"])
+    monkeypatch.setattr(predict, "predicted_clusters", lambda doc, token_word, threshold: [(doc, "exact", threshold)])
+    monkeypatch.setattr(predict, "gold_clusters", lambda gold: gold)
+
+    class Documents:
+        words = [50, 4]  # the first document is long
+
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            return index
+
+        def collater(self, items):
+            return {"doc": items[0], "coref": {"num_words": self.words[items[0]], "token_word": torch.zeros(4)},
+                    "gold": ["gold", items[0]]}
+
+    documents, notices = Documents(), []
+    task = SimpleNamespace(cfg=None, singleton_threshold=0.5, load_dataset=lambda split, training: None,
+                           dataset=lambda split: documents)
+    predicted, gold, swept = predict.predict_documents(torch.nn.Linear(1, 1), task, "valid", (0.2, 0.9),
+                                                       notices.append)
+    assert predicted == [[(0, 0.5)], [(1, "exact", 0.5)]] and gold == [["gold", 0], ["gold", 1]]
+    assert swept == {0.2: [[(0, 0.2)], [(1, "exact", 0.2)]], 0.9: [[(0, 0.9)], [(1, "exact", 0.9)]]}
+    assert runs == [(0, 0.5), (0, 0.2), (0, 0.9)] and notices == ["bounded 0"]
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"max_antecedent_distance": 0}, "--max-antecedent-distance must be at least 1, got 0"),
+    ({"entity_cache_size": -2}, "--entity-cache-size must be at least 1, got -2"),
+    ({"join_wrapped_lines": True}, "--join-wrapped-lines applies to --text only"),
+    ({"genre": "nw"}, "--genre applies to --text only"),
+])
+def test_predict_refuses_options_out_of_place_before_loading(tmp_path, options, message):
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.coref.predict import predict_split
+
+    with pytest.raises(UsageError) as caught:
+        predict_split(str(tmp_path / "none.pt"), None, None, str(tmp_path / "out"), **options)
+    assert str(caught.value) == message
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_docs_file_that_does_not_match_the_npz_is_one_line_and_writes_nothing(wordpiece_data, tmp_path, monkeypatch):
+    """valid.docs.jsonl from another preparation (one document short): the predictions could not be written as the
+    documents' lines; refused before anything is written."""
+    from spanbert_plugin.cli.prepare_coref import main
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.coref import predict
+
+    dest = str(tmp_path / "data")
+    docs = synthetic_documents(2, 3, sentences=2)
+    assert main(["--train", write_jsonl(tmp_path / "d.jsonl", docs), "--valid", str(tmp_path / "d.jsonl"),
+                 "--tokenizer-from", wordpiece_data, "--destdir", dest, "--max-segment-length", "48"]) == 0
+    docs_file = os.path.join(dest, "valid.docs.jsonl")
+    with open(docs_file, encoding="utf-8") as f:
+        first = f.readline()
+    with open(docs_file, "w", encoding="utf-8") as f:
+        f.write(first)
+    task, model, _ = build(dest)
+    monkeypatch.setattr(predict, "load_finetuned_checkpoint", lambda checkpoint, name, data, cpu: (model.eval(), task,
+                                                                                                   None))
+    out = tmp_path / "out"
+    with pytest.raises(UsageError) as caught:
+        predict.predict_split(str(tmp_path / "c.pt"), dest, "valid", str(out))
+    assert str(caught.value) == (f"{dest}: valid.npz holds 2 documents but valid.docs.jsonl 1; prepare the folder "
+                                 "again")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["", "\u200b\u2060\ufeff", "\n\u200e"])
+def test_raw_text_without_a_word_resolves_to_no_cluster_without_the_model(text):
+    """Text of no word (empty, or only zero-width and format characters, which separate words but are none): no
+    clusters, and the model is never run (its tokenizer and dictionary are not even read)."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref.predict import resolve_text, split_words
+
+    words, offsets, sentences = split_words(text, "sentence")
+    assert words == [] and offsets == [] and sentences.tolist() == []
+    task = SimpleNamespace(dictionary=None, meta=None, singleton_threshold=None)
+    assert resolve_text(None, task, None, text, genre="other") == []
+
+
+def test_a_threshold_sweep_that_is_not_numbers_is_an_argument_error(tmp_path, capsys):
+    from spanbert_plugin.cli.predict_coref import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(["--checkpoint", str(tmp_path / "none.pt"), "--out", str(tmp_path / "out"),
+              "--singleton-threshold-sweep", "0.3,high"])
+    assert caught.value.code == 2  # argparse's status for an option it cannot read
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "spanbert-predict-coref: error: argument --singleton-threshold-sweep: expected comma-separated numbers in "
+        "(0, 1), got '0.3,high'")
+    assert not os.path.exists(tmp_path / "out")

@@ -787,3 +787,141 @@ def test_raw_text_clusters_are_listed_by_their_first_mention(monkeypatch):
     clusters = coref_predict.resolve_text(torch.nn.Linear(1, 1), task, None, text, genre="nw")
     assert clusters == [[{"text": "w0", "start": 0, "end": 2}, {"text": "w9", "start": 27, "end": 29}],
                         [{"text": "w3", "start": 9, "end": 11}, {"text": "w5", "start": 15, "end": 17}]]
+
+
+def test_a_document_whose_every_word_is_cut_by_a_segment_end_has_no_span_and_no_loss():
+    """One word longer than a segment (spanbert-prepare-coref cuts it into three): no candidate span at all. The
+    head's top spans were empty and ranking them failed inside torch.cat (a traceback at training and validation);
+    now the document has no span, so no cluster, and a loss of 0 that backpropagates."""
+    torch.manual_seed(0)
+    head = CorefHead(hidden=8, ffnn_size=8, max_span_width=4, feature_size=4, depth=1, max_top_antecedents=5,
+                     dropout=0.0)
+    token_word = torch.tensor([-1, 0, 0, -1, -1, 0, 0, -1, -1, 0, -1])
+    token_segment = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2])
+    token_sentence = torch.where(token_word >= 0, 0, -1)
+    features = torch.randn(11, 8)
+    for training in (True, False):
+        out = head.train(training)(features, token_word, token_sentence, token_segment, torch.zeros(11, dtype=torch.long),
+                                   torch.tensor([0]), 1, target=torch.zeros((0, 3), dtype=torch.long))
+        assert out["starts"].numel() == 0 and out["scores"].shape == (0, 2) and out["antecedents"].shape == (0, 1)
+        assert out["loss"].item() == 0.0
+        assert head_module.predicted_clusters(out, token_word, singleton_threshold=0.0) == []
+    out["loss"].backward()
+
+
+def test_bounded_prediction_passes_over_blocks_without_a_span():
+    """Bounded prediction, one segment a block: words 0 and 1, then word 2 cut over three segments. The blocks
+    of word 2 hold no candidate span (each part continues beyond its block) while earlier spans wait as
+    antecedents; every predicted span lies in the first block."""
+    from spanbert_plugin.coref.long_document import bounded_document_clusters
+
+    torch.manual_seed(0)
+    head = CorefHead(hidden=8, ffnn_size=8, max_span_width=4, feature_size=4, depth=1, max_top_antecedents=5,
+                     dropout=0.0).eval()
+    src = torch.tensor([[2, 10, 11, 3], [2, 12, 3, 1], [2, 12, 3, 1], [2, 12, 3, 1]])
+
+    class Encoder(torch.nn.Module):
+        padding_idx = 1
+
+        def forward(self, tokens):
+            return torch.randn(*tokens.shape, 8)
+
+    token_word = torch.tensor([-1, 0, 1, -1, -1, 2, -1, -1, 2, -1, -1, 2, -1])
+    coref = {"token_word": token_word, "token_sentence": torch.where(token_word >= 0, 0, -1),
+             "token_segment": torch.tensor([0] * 4 + [1] * 3 + [2] * 3 + [3] * 3),
+             "token_speaker": torch.zeros(13, dtype=torch.long), "genre": torch.tensor([0]), "num_words": 3}
+    model = SimpleNamespace(coref_head=head, encoder=Encoder())
+    with torch.no_grad():
+        clusters, loss = bounded_document_clusters(model, {"net_input": {"src_tokens": src}, "coref": coref}, 0.0,
+                                                   max_antecedent_distance=10, entity_cache_size=5, block_segments=1)
+    assert loss is None and clusters and {span for c in clusters for span in c} <= {(0, 0), (1, 1), (0, 1)}
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("max_span_width", 0, "--max-span-width must be at least 1, got 0"),
+    ("max_top_antecedents", 0, "--max-top-antecedents must be at least 1, got 0"),
+    ("coref_ffnn_size", 0, "--coref-ffnn-size must be at least 1, got 0"),
+    ("coref_feature_size", -1, "--coref-feature-size must be at least 1, got -1"),
+    ("top_span_ratio", 0.0, "--top-span-ratio must be in (0, 1], got 0.0"),
+    ("top_span_ratio", 1.5, "--top-span-ratio must be in (0, 1], got 1.5"),
+    ("max_training_segments", -1, "--max-training-segments must be at least 0, got -1"),
+    ("coref_depth", -1, "--coref-depth must be at least 0, got -1"),
+    ("exact_prediction_max_words", 0, "--exact-prediction-max-words must be at least 1, got 0"),
+    ("max_antecedent_distance", 0, "--max-antecedent-distance must be at least 1, got 0"),
+    ("entity_cache_size", 0, "--entity-cache-size must be at least 1, got 0"),
+])
+def test_bad_coreference_task_options_are_one_line(synthetic_data, option, value, message):
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.coref.task import CoreferenceConfig, CoreferenceTask
+
+    with pytest.raises(UsageError) as caught:
+        CoreferenceTask.setup_task(CoreferenceConfig(data=synthetic_data, **{option: value}))
+    assert str(caught.value) == message
+
+
+def test_a_model_that_is_not_spanbert_or_too_short_for_the_segments_is_one_line(synthetic_data):
+    from spanbert_plugin.core.errors import UsageError
+
+    for positions in (["--max-positions", "64"], []):  # without: roberta asked the task, which has no limit (None)
+        with pytest.raises(UsageError) as caught:
+            build(synthetic_data, "--arch", "roberta", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
+                  "--encoder-attention-heads", "2", *positions)
+        assert str(caught.value) == "coreference needs a spanbert model (--arch spanbert_*), got RobertaModel"
+    with pytest.raises(UsageError) as caught:  # the folder's segments hold up to 48 tokens
+        build(synthetic_data, "--max-positions", "32")
+    assert str(caught.value) == (f"{synthetic_data}: segments of up to 48 tokens exceed the model's 32 positions; "
+                                 "prepare again with a smaller --max-segment-length")
+
+
+def test_a_split_that_was_not_prepared_and_a_dictionary_without_mask_are_one_line(synthetic_data, tmp_path):
+    import shutil
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.coref.task import CoreferenceConfig, CoreferenceTask
+
+    task = CoreferenceTask.setup_task(CoreferenceConfig(data=synthetic_data))
+    with pytest.raises(UsageError) as caught:
+        task.load_dataset("test")
+    assert str(caught.value) == (f"{os.path.join(synthetic_data, 'test')}.npz: no such file (split 'test' was not "
+                                 f"prepared in {synthetic_data})")
+    # a dict.txt whose mask symbol was renamed (the ids unchanged): SpanDrop's mask mode has no token to mask with
+    folder = tmp_path / "data"
+    shutil.copytree(synthetic_data, folder)
+    lines = (folder / "dict.txt").read_text(encoding="utf-8").splitlines()
+    (folder / "dict.txt").write_text("\n".join(line.replace("[MASK] ", "[MASKED] ") for line in lines) + "\n",
+                                     encoding="utf-8")
+    task = CoreferenceTask.setup_task(CoreferenceConfig(data=str(folder), span_drop_p=0.5, span_drop_mode="mask"))
+    with pytest.raises(UsageError) as caught:
+        task.load_dataset("train")
+    assert str(caught.value) == "--span-drop-mode mask: the dictionary has no mask symbol"
+    task.load_dataset("valid")  # no SpanDrop outside training: no mask needed
+
+
+def test_hub_coref_on_a_checkpoint_without_a_coreference_head_says_so():
+    from spanbert_plugin.coref.hub import hub_coref
+
+    hub = SimpleNamespace(model=torch.nn.Linear(1, 1))
+    with pytest.raises(ValueError) as caught:
+        hub_coref(hub, "Anna said she would come.")
+    assert str(caught.value) == "this checkpoint has no coreference head; fine-tune it with --task coreference first"
+
+
+def test_a_damaged_coref_config_json_is_one_line(tmp_path):
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.coref.hf_head import HEAD_OPTIONS, read_coref_config
+
+    assert read_coref_config(str(tmp_path)) is None  # no coreference head in the export
+    path = tmp_path / "coref_config.json"
+    options = {name: 1 for name in HEAD_OPTIONS}
+    for text, message in (
+            ('{"task_options": {', "not valid JSON (Expecting property name enclosed in double quotes: line 1 "
+                                   "column 19 (char 18))"),
+            (json.dumps({"task_options": options}), f"expected task_options ({', '.join(HEAD_OPTIONS)}) and data"),
+            (json.dumps({"task_options": {**options, "extra": 1}, "data": {}}), "expected task_options"),
+            (json.dumps([options, {}]), "expected task_options")):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(UsageError) as caught:
+            read_coref_config(str(tmp_path))
+        assert str(caught.value).startswith(f"{path}: {message}")
+    path.write_text(json.dumps({"task_options": options, "data": {}}), encoding="utf-8")
+    assert read_coref_config(str(tmp_path))["task_options"] == options

@@ -109,3 +109,61 @@ def test_a_copy_without_overwrite_keeps_an_existing_destination(tmp_path):
     dst.write_bytes(b"old")
     assert PathManager.copy(str(src), str(dst), overwrite=False) is False
     assert dst.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == [src.name, dst.name]
+
+
+def test_a_copy_onto_checkpoint_last_that_fills_the_disk_is_one_line(tmp_path, monkeypatch):
+    import shutil
+
+    from fairseq.file_io import PathManager
+
+    new, last = tmp_path / "checkpoint_2_40.pt", tmp_path / "checkpoint_last.pt"
+    new.write_bytes(b"n" * 4096)
+    last.write_bytes(b"o" * 4096)
+
+    def fills_the_disk(src, dst):
+        with open(dst, "wb") as f:
+            f.write(b"n" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device", dst)
+
+    monkeypatch.setattr(shutil, "copyfile", fills_the_disk)
+    with pytest.raises(UsageError) as raised:
+        PathManager.copy(str(new), str(last), overwrite=True)
+    message = str(raised.value)
+    assert message.startswith(f"copying {new} to {last}: no space left on the device (") and "\n" not in message
+    assert last.read_bytes() == b"o" * 4096 and sorted(os.listdir(tmp_path)) == [new.name, last.name]
+
+
+def test_a_copy_between_remote_paths_is_left_to_fairseqs_path_manager():
+    """A --save-dir on another file system (an iopath URL) has no local rename: the original copy does it."""
+    from spanbert_plugin.core.checkpoint_saving import atomic_copy
+
+    calls = []
+    copy = atomic_copy(lambda src, dst, overwrite: calls.append((src, dst, overwrite)) or "copied")
+    assert copy("s3://bucket/checkpoint_2_40.pt", "s3://bucket/checkpoint_last.pt", True) == "copied"
+    assert calls == [("s3://bucket/checkpoint_2_40.pt", "s3://bucket/checkpoint_last.pt", True)]
+
+
+def test_a_full_disk_under_parent_folders_the_run_made_still_says_the_space_left(tmp_path):
+    """The parents made for a new destination are removed before the message is written: the space left is read
+    from the nearest folder that remains (on the same device)."""
+    destination = tmp_path / "new" / "deeper" / "out"
+    with pytest.raises(OutputError) as raised:
+        with atomic_directory(str(destination), "spanbert-test"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    message = str(raised.value)
+    assert message.startswith(f"--destdir {destination}: no space left on the device (") and "MiB free there now" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_whose_free_space_cannot_be_read_is_still_one_line(tmp_path, monkeypatch):
+    import shutil
+
+    from spanbert_plugin.core.file_utils import disk_full_message
+
+    def unreadable(folder):
+        raise PermissionError(errno.EACCES, "Permission denied", folder)
+
+    monkeypatch.setattr(shutil, "disk_usage", unreadable)
+    assert disk_full_message("writing out.pt", str(tmp_path)) == (
+        "writing out.pt: no space left on the device (its free space unknown); free some space or choose a folder on "
+        "another device")

@@ -481,3 +481,60 @@ def test_links_and_a_linked_manifest_in_a_destination_are_never_replaced(shapes)
     (shapes / "only_a_link").mkdir()
     os.symlink(shapes / "elsewhere", shapes / "only_a_link" / "data")
     _refused("not written by a spanbert command", "only_a_link", "spanbert-export-hf", [], True, "--out")
+
+
+@pytest.mark.parametrize("manifest", ["{not json", "[]", '{"command": "spanbert-export-hf"}'],
+                         ids=["not JSON", "not an object", "no file list"])
+def test_a_damaged_manifest_makes_the_folder_a_users_own(shapes, manifest):
+    """Without a readable list of the files a command wrote, nothing in the folder is known to be replaceable."""
+    before = snapshot(shapes)
+    (shapes / "hf" / MANIFEST).write_text(manifest)
+    _refused(f"--out hf: exists and was not written by a spanbert command \\(no {MANIFEST}\\); it is never replaced",
+             "hf", "spanbert-export-hf", [], True, "--out")
+    (shapes / "hf" / MANIFEST).write_text(json.dumps({"command": "spanbert-export-hf", "files": ["config.json"]}))
+    assert snapshot(shapes) == before
+
+
+def test_an_empty_destination_path_is_refused(shapes):
+    _refused("^--out: empty path$", "", "spanbert-export-hf", [], False, "--out")
+
+
+def test_a_destination_under_a_folder_that_is_not_writable_is_refused(shapes, monkeypatch):
+    """(The tests may run as root, whom permissions do not stop: the answer of os.access is simulated.)"""
+    real_access = os.access
+    monkeypatch.setattr(file_utils.os, "access", lambda path, mode, **kw: False if mode == os.W_OK else real_access(path, mode))
+    _refused(f"^--out new/hf: {shapes} is not writable$", "new/hf", "spanbert-export-hf", [], False, "--out")
+    assert not (shapes / "new").exists()
+
+
+def test_an_output_is_written_from_a_thread_other_than_the_main_one(shapes):
+    """Only the main thread can set signal handlers: a command's library code run from another thread (a caller's
+    worker) writes its output without them, and leaves the main thread's handlers as they were."""
+    import threading
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    errors = []
+
+    def export():
+        try:
+            with atomic_directory("hf", "spanbert-export-hf", [], True, "--out") as work:
+                with open(os.path.join(work, "config.json"), "w") as f:
+                    f.write("new")
+        except BaseException as err:  # noqa: BLE001 - reported by the test below
+            errors.append(err)
+
+    worker = threading.Thread(target=export)
+    worker.start()
+    worker.join()
+    assert errors == []
+    assert (shapes / "hf" / "config.json").read_text() == "new" and not leftovers(shapes)
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+def test_a_parent_folder_someone_else_uses_meanwhile_is_kept_when_the_run_fails(shapes):
+    """The parents a failed run made are removed, deepest first, up to one that is no longer empty."""
+    with pytest.raises(RuntimeError, match="the run failed"):
+        with atomic_directory("new/deeper/hf", "spanbert-export-hf", [], False, "--out"):
+            (shapes / "new" / "theirs.txt").write_text("another process's file")
+            raise RuntimeError("the run failed")
+    assert sorted(os.listdir(shapes / "new")) == ["theirs.txt"] and not leftovers(shapes)

@@ -2,6 +2,9 @@
 import json
 import os
 import re
+import subprocess
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -178,3 +181,112 @@ def test_span_drop_units_are_those_its_items_can_be_cut_into(tmp_path):
                     "--arch", "spanbert_tiny", "--span-drop-p", "0.1", "--span-drop-unit", "separator", "--cpu",
                     "--save-dir", str(tmp_path / "ck")], check=False)
     assert proc.returncode == 2 and "invalid choice: 'separator' (choose from 'token', 'chunk')" in proc.stderr
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--sizes", "200,x", "--sizes '200,x': expected comma-separated integers"),
+    ("--seeds", "1,0", "--seeds '1,0': expected positive integers"),
+    ("--sizes", ",", "--sizes ',': expected positive integers"),
+])
+def test_findanimals_refuses_lists_that_are_not_positive_integers(option, value, message, tmp_path, capsys):
+    from spanbert_plugin.cli.findanimals import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--out", str(tmp_path / "out"), option, value])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"spanbert-findanimals: error: argument {option}: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("methods", ["baseline,bogus", ","])
+def test_findanimals_refuses_unknown_or_no_methods(methods, tmp_path, capsys):
+    from spanbert_plugin.cli.findanimals import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--out", str(tmp_path / "out"), "--methods", methods])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"spanbert-findanimals: error: --methods {methods!r}: expected a comma-separated subset of baseline, spandrop, "
+        "beta_spandrop, spanmask")
+    assert not (tmp_path / "out").exists()
+
+
+def test_findanimals_seq_len_below_an_animal_name_is_one_line_before_any_run(tmp_path, capsys, monkeypatch):
+    from spanbert_plugin.cli import findanimals
+
+    monkeypatch.setattr(findanimals, "run_all", lambda *args: pytest.fail("a run started"))
+    assert findanimals.main(["--out", str(tmp_path / "out"), "--animals", "cat,mouse", "--seq-len", "4"]) == 1
+    assert capsys.readouterr().err.strip() == ("spanbert-findanimals: error: --seq-len 4 is shorter than the longest "
+                                               "animal name (5 letters)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_batch_collates_to_fairseqs_dummy_batch():
+    """A data-parallel worker left without a batch (fewer batches than workers) is given an empty list; fairseq takes
+    the empty dict for a dummy batch."""
+    from spanbert_plugin.spandrop.find_animals_data import FindAnimalsDataset
+
+    dictionary = SimpleNamespace(index=lambda c: 4 + ord(c) - ord("a"), pad=lambda: 0)
+    rng = np.random.default_rng(0)
+    dataset = FindAnimalsDataset(dictionary, ["cat"], *generate(2, 8, ["cat"], 0.5, "uniform", rng))
+    assert dataset.collater([]) == {}
+
+
+def test_a_child_run_never_starts_once_the_experiment_stops():
+    from spanbert_plugin.spandrop.find_animals_experiment import ChildRuns, RunFailed
+
+    children = ChildRuns()
+    children.stop()
+    with pytest.raises(RunFailed, match="^stopped before this run started$"):
+        children.run([sys.executable, "-c", "raise SystemExit('must not run')"], dict(os.environ))
+    assert not children._live
+
+
+class _StubbornChild:
+    """A child process that ignores SIGTERM: wait() outlasts the grace period until it is killed."""
+
+    def __init__(self):
+        self.calls = []
+
+    def poll(self):
+        return None if "kill" not in self.calls else -9
+
+    def terminate(self):
+        self.calls.append("terminate")
+
+    def kill(self):
+        self.calls.append("kill")
+
+    def wait(self, timeout=None):
+        self.calls.append(f"wait {timeout}")
+        if "kill" not in self.calls:
+            raise subprocess.TimeoutExpired("fairseq-train", timeout)
+        return -9
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period():
+    from spanbert_plugin.spandrop.find_animals_experiment import ChildRuns
+
+    children, child = ChildRuns(grace=2.5), _StubbornChild()
+    children._live.add(child)
+    children.stop()
+    assert child.calls == ["terminate", "wait 2.5", "kill", "wait None"]
+
+
+def test_a_second_interrupt_while_stopping_still_stops_every_child(monkeypatch):
+    """Ctrl-C pressed again while run_all stops its children: the stop is made again, not abandoned."""
+    from spanbert_plugin.spandrop import find_animals_experiment as experiment
+
+    stops = []
+
+    def stop(self):
+        stops.append(self)
+        if len(stops) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiment.ChildRuns, "stop", stop)
+    monkeypatch.setattr(experiment, "run_one", lambda method, size, seed, options, children: (12.5, 1.0))
+    options = experiment.RunOptions(seq_len=8, max_update=1, animals="cat")
+    rows = list(experiment.run_all(["baseline", "spandrop"], [4], [1], options, jobs=1))
+    assert sorted((r["method"], r["error"]) for r in rows) == [("baseline", 12.5), ("spandrop", 12.5)]
+    assert len(stops) == 2 and stops[0] is stops[1]

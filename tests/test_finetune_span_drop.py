@@ -550,3 +550,50 @@ def test_sentencepiece_pieces_that_merge_a_final_mark_end_a_sentence():
 
     assert all(map(ends_a_sentence, [".", "\\u2581.", ").", "\\u2581`).", "...", "?", "!", "\\u2581again!"]))
     assert not any(map(ends_a_sentence, ["\\u2581", "x", "\\u2581Mr", ".)", "<s>", "[SEP]", "\\u2581.x", ""]))
+
+
+def test_a_punctuation_marker_too_near_the_end_to_be_closed_runs_to_the_last_token():
+    """typed_marker_punct search (folders without stored region ends): an opening '@' (tokens 7 8) with fewer tokens
+    after it than an opening and a closing word take has no closing word: its region runs to the last token."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.relation.span_drop import marker_region_end
+
+    ids = {"@": [7, 8], "#": [9]}
+    punct = marker_region_end({"entity_marker": "typed_marker_punct"},
+                              SimpleNamespace(encode=lambda text: SimpleNamespace(ids=ids[text])))
+    assert punct(np.array([0, 5, 7, 8, 2]), 2, 0) == 4  # 3 tokens from the '@' on, 4 needed
+    assert punct(np.array([0, 5, 7, 8, 7, 8]), 2, 0) == 5  # 4: the closing '@' right after
+
+
+def test_relation_span_drop_of_a_folder_without_stored_region_ends_finds_them_by_search(tmp_path, caplog):
+    """A folder prepared before the region ends were stored in the .npz: SpanDrop finds each region's closing '@'/'#'
+    (with a warning), and, for mentions without such a word, draws exactly the items of the folder that stores them."""
+    import shutil
+
+    from spanbert_plugin.relation.prepare import load_region_ends
+
+    tok = make_tokenizer_folder(str(tmp_path / "tok"), VOCAB)
+    synthetic_re(tmp_path / "re.json", 40, 3)
+    stored = str(tmp_path / "stored")
+    assert prepare_re.main(["--train", str(tmp_path / "re.json"), "--valid", str(tmp_path / "re.json"), "--tokenizer-from",
+                            tok, "--destdir", stored, "--entity-marker", "typed_marker_punct"]) == 0
+    legacy = str(tmp_path / "legacy")
+    shutil.copytree(stored, legacy)
+    with np.load(os.path.join(stored, "train.npz")) as arrays:
+        np.savez(os.path.join(legacy, "train.npz"), labels=arrays["labels"], entity_positions=arrays["entity_positions"])
+    assert load_region_ends(legacy, "train") is None and load_region_ends(stored, "train") is not None
+    options = {"span_drop_p": 0.5, "span_drop_unit": "token"}
+    with caplog.at_level("WARNING", logger="spanbert_plugin.relation.span_drop"):
+        searched = task_of("re", legacy, **options).datasets["train"]
+    assert f"{legacy}: prepared without the entities' region ends; SpanDrop finds each mention's closing '@'/'#' by " \
+           "search" in caplog.text
+    expected = task_of("re", stored, **options).datasets["train"]
+    dropped = 0
+    for index in range(len(expected)):
+        a, b = searched[index], expected[index]
+        assert a["net_input.src_tokens"].tolist() == b["net_input.src_tokens"].tolist()
+        assert list(a["net_input.entity_positions"]) == list(b["net_input.entity_positions"])
+        dropped += int(searched.dataset.defn["net_input.src_tokens"].dataset.dataset[index].numel()
+                       - a["net_input.src_tokens"].numel())
+    assert dropped > 0  # SpanDrop did drop tokens: the comparison is not one of untouched items

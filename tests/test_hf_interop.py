@@ -1396,3 +1396,209 @@ def test_hub_counts_of_one_and_the_first_of_several_data_folders():
     with pytest.raises(ValueError, match="topk must be an integer of at least 1, got 0"):
         check_count("answer", "topk", 0)
     assert _stored_data({"cfg": {"task": {"data": "/data/a:/data/b:/data/c"}}}) == "/data/a"
+
+
+def test_import_refuses_what_spanbert_cannot_hold_in_one_line(wordpiece_vocab, tmp_path):
+    """Settings, weights and folders an import cannot map onto spanbert: one line naming the file, nothing written."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "out"
+    hf_dir = tmp_path / "hf"
+    random_hf_bert(hf_dir, wordpiece_vocab)
+    config = json.loads((hf_dir / "config.json").read_text())
+    weights = load_file(str(hf_dir / "model.safetensors"))
+
+    def variant(name, config_changes=None, weights_changed=None, remove=()):
+        bad = tmp_path / name
+        shutil.copytree(hf_dir, bad)
+        (bad / "config.json").write_text(json.dumps({**config, **(config_changes or {})}))
+        if weights_changed is not None:
+            save_file(weights_changed, str(bad / "model.safetensors"))
+        for file_name in remove:
+            (bad / file_name).unlink()
+        return bad
+
+    _import_error(variant("relative", {"position_embedding_type": "relative_key"}), out,
+                  "config.json: position_embedding_type 'relative_key'; only absolute positions map onto spanbert")
+    _import_error(variant("relu", {"hidden_act": "relu"}), out, "config.json: hidden_act 'relu'; spanbert uses exact (erf) gelu")
+    _import_error(variant("novocab", remove=["vocab.txt"]), out,
+                  "novocab: no vocab.txt or tokenizer.json (a WordPiece or sentencepiece tokenizer is required)")
+    _import_error(variant("noembeddings", weights_changed={k: v for k, v in weights.items()
+                                                             if "word_embeddings" not in k and "decoder" not in k}),
+                  out, "noembeddings: no embeddings.word_embeddings.weight in the weights")
+    # weights of two layers, a config of one: the second layer's weights would have nowhere to go
+    _import_error(variant("fewerlayers", {"num_hidden_layers": 1}), out,
+                  "fewerlayers: weight encoder.encoder.layer.1.attention.output.LayerNorm.bias has no counterpart in spanbert")
+    bin_dir = variant("checkpointbin", remove=["model.safetensors"])
+    torch.save({"state_dict": weights, "epoch": 3}, bin_dir / "pytorch_model.bin")  # a training script's checkpoint
+    _import_error(bin_dir, out, "pytorch_model.bin: expected a dictionary of tensors (a state dict)")
+
+
+def test_import_refuses_task_heads_it_cannot_rebuild(wordpiece_vocab, tmp_path):
+    """A QA head of another number of outputs, QA settings without the QA head, a sequence classifier without its
+    pooler: one line each."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "out"
+    random_hf_bert(tmp_path / "qa3", wordpiece_vocab, "BertForQuestionAnswering", num_labels=3)
+    _import_error(tmp_path / "qa3", out, "qa3: qa_outputs has 3 outputs; extractive QA needs 2 (start, end)")
+    random_hf_bert(tmp_path / "settings", wordpiece_vocab)
+    (tmp_path / "settings" / "qa_settings.json").write_text(json.dumps({"max_seq_length": 64}))
+    _import_error(tmp_path / "settings", out, f"{tmp_path / 'settings' / 'qa_settings.json'}: the folder has no "
+                                              "qa_outputs weights for these settings")
+    classifier = tmp_path / "classifier"
+    random_hf_bert(classifier, wordpiece_vocab, "BertForSequenceClassification", num_labels=2)
+    weights = load_file(str(classifier / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if not k.startswith("bert.pooler.")}, str(classifier / "model.safetensors"))
+    _import_error(classifier, out, "classifier: a classifier without bert.pooler.dense weights; "
+                                   "BertForSequenceClassification has both")
+
+
+@pytest.mark.parametrize("heads, weights_of, expected", [
+    ({}, None, "{config}: expected a non-empty 'heads' object"),
+    ({"re": {"pooling": "mean", "num_classes": 3}}, None,
+     "{config}: head 're' needs a pooling (cls, entity_start) and num_classes"),
+    ({"re": {"pooling": "cls"}}, None, "{config}: head 're' needs a pooling (cls, entity_start) and num_classes"),
+    ({"re": {"pooling": "entity_start", "num_classes": 3}}, ("cls", 3),
+     "{weights}: head 're' does not match {config} (entity_start pooling, 3 classes, hidden 8)"),
+    ({"re": {"pooling": "cls", "num_classes": 4}}, ("cls", 3),
+     "{weights}: head 're' does not match {config} (cls pooling, 4 classes, hidden 8)"),
+], ids=["no heads", "unknown pooling", "no class count", "other pooling", "other class count"])
+def test_relation_head_files_that_disagree_are_one_line(tmp_path, heads, weights_of, expected):
+    from safetensors.torch import save_file
+
+    from spanbert_plugin.hf.files import InteropError
+    from spanbert_plugin.hf.heads import RELATION, read_relation_heads
+    from spanbert_plugin.model.relation_head import RelationHead
+
+    config, weights = tmp_path / RELATION.config_file, tmp_path / RELATION.weights_file
+    config.write_text(json.dumps({"heads": heads}))
+    pooling, classes = weights_of or ("cls", 3)
+    save_file({f"re.{k}": v.contiguous() for k, v in RelationHead(8, classes, pooling, 0.0).state_dict().items()},
+              str(weights))
+    with pytest.raises(InteropError) as raised:
+        read_relation_heads(str(tmp_path), 8)
+    assert str(raised.value) == expected.format(config=config, weights=weights)
+    config.write_text(json.dumps({"heads": {"re": {"pooling": pooling, "num_classes": classes}}}))
+    assert read_relation_heads(str(tmp_path), 8)["re"].out_proj.out_features == classes  # the files agreeing: read
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"position_slots": 0, "position_dim": 16}, "position_slots must be a positive integer, found 0"),
+    ({"position_slots": 15}, "position_dim must be a positive integer, found None"),
+    ({"position_slots": 15, "position_dim": "16"}, "position_dim must be a positive integer, found '16'"),
+])
+def test_an_sbo_config_without_its_shape_is_one_line(tmp_path, config, expected):
+    from spanbert_plugin.hf.files import InteropError
+    from spanbert_plugin.hf.heads import SBO
+
+    with pytest.raises(InteropError) as raised:
+        SBO.model_arguments(config, str(tmp_path))
+    assert str(raised.value) == f"{tmp_path / SBO.config_file}: {expected}"
+    assert SBO.model_arguments({"position_slots": 15, "position_dim": 16}, str(tmp_path)) == [
+        "--sbo-position-slots", "15", "--sbo-position-dim", "16"]
+
+
+def _unigram_tokenizer_json(path, **changes):
+    """A sentencepiece-shaped Unigram tokenizer.json (byte fallback on, two byte pieces), then edited by ``changes``
+    (top-level keys, or ``model`` keys as ``model__key``)."""
+    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import Unigram
+
+    pieces = [("<unk>", 0.0), ("<s>", 0.0), ("</s>", 0.0), ("▁a", -1.0), ("b", -2.0), ("<0x41>", -9.0), ("<0x42>", -9.0)]
+    tok = Tokenizer(Unigram(pieces, unk_id=0, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(Regex("^ "), "")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.save(str(path))
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    for key, value in changes.items():
+        node, key = (spec["model"], key[len("model__"):]) if key.startswith("model__") else (spec, key)
+        node[key] = value
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return str(path)
+
+
+def test_a_unigram_tokenizer_json_rebuilds_byte_pieces_as_bytes(tmp_path):
+    from sentencepiece import sentencepiece_model_pb2
+
+    from spanbert_plugin.hf.tokenizer_files import spm_model_from_unigram_json
+
+    spm_model_from_unigram_json(_unigram_tokenizer_json(tmp_path / "tokenizer.json"), str(tmp_path / "spm.model"))
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((tmp_path / "spm.model").read_bytes())
+    Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
+    assert [(p.piece, p.type) for p in proto.pieces] == [
+        ("<unk>", Piece.UNKNOWN), ("<s>", Piece.NORMAL), ("</s>", Piece.NORMAL), ("▁a", Piece.NORMAL),
+        ("b", Piece.NORMAL), ("<0x41>", Piece.BYTE), ("<0x42>", Piece.BYTE)]
+    assert proto.trainer_spec.byte_fallback
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"model__vocab": {"<unk>": 0}}, "a Unigram model without its [piece, score] list"),
+    ({"pre_tokenizer": {"type": "Whitespace"}}, "a Unigram tokenizer that is not a sentencepiece model's (normaliser "),
+    ({"added_tokens": [{"id": 8, "content": "<mask>", "special": True}]},
+     "added tokens outside the unigram vocabulary (<mask>); only tokens appended after it without gaps"),
+], ids=["no piece list", "another pre-tokenizer", "a gap before an added token"])
+def test_a_unigram_tokenizer_json_sentencepiece_cannot_reproduce_is_one_line(tmp_path, changes, expected):
+    from spanbert_plugin.hf.files import InteropError
+    from spanbert_plugin.hf.tokenizer_files import spm_model_from_unigram_json
+
+    path = _unigram_tokenizer_json(tmp_path / "tokenizer.json", **changes)
+    with pytest.raises(InteropError) as raised:
+        spm_model_from_unigram_json(path, str(tmp_path / "spm.model"))
+    assert str(raised.value).startswith(f"{path}: {expected}") and "\n" not in str(raised.value)
+    assert not (tmp_path / "spm.model").exists()
+
+
+def test_only_a_unigram_sentencepiece_model_is_exported(tmp_path):
+    from sentencepiece import sentencepiece_model_pb2
+
+    from spanbert_plugin.hf.files import InteropError
+    from spanbert_plugin.hf.tokenizer_files import unigram_tokenizer_from_spm
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.trainer_spec.model_type = 2  # BPE
+    proto.pieces.add(piece="<unk>", score=0.0, type=sentencepiece_model_pb2.ModelProto.SentencePiece.UNKNOWN)
+    (tmp_path / "spm.model").write_bytes(proto.SerializeToString())
+    with pytest.raises(InteropError) as raised:
+        unigram_tokenizer_from_spm(str(tmp_path / "spm.model"))
+    assert str(raised.value) == f"{tmp_path / 'spm.model'}: only sentencepiece unigram models can be exported"
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"extra_special_tokens": {"entity_start": "[E1]", "entity_end": {"content": "[/E1]"}}}, None),
+    ({"additional_special_tokens": "[E1]"}, "additional_special_tokens must be a list of tokens, found '[E1]'"),
+    ({"additional_special_tokens": ["[E1]", 7]}, "additional_special_tokens holds 7, not a token"),
+    ({"extra_special_tokens": [{"id": 5}]}, "extra_special_tokens holds {'id': 5}, not a token"),
+], ids=["named tokens", "not a list", "a number", "no content"])
+def test_declared_special_tokens_are_a_list_or_a_mapping_of_tokens(tmp_path, config, expected):
+    """transformers 4.x may name its extra tokens ({name: token}); anything but tokens is one line naming the file."""
+    from spanbert_plugin.hf.files import InteropError
+    from spanbert_plugin.hf.tokenizer_files import _declared_special_tokens
+
+    if expected is None:
+        assert _declared_special_tokens(str(tmp_path), config) == {"[E1]": str(tmp_path / "tokenizer_config.json"),
+                                                                  "[/E1]": str(tmp_path / "tokenizer_config.json")}
+        return
+    with pytest.raises(InteropError) as raised:
+        _declared_special_tokens(str(tmp_path), config)
+    assert str(raised.value) == f"{tmp_path / 'tokenizer_config.json'}: {expected}"
+
+
+def test_a_tokenizer_json_alone_without_berts_normaliser_is_refused(tmp_path):
+    """A folder whose only tokenizer file is a WordPiece tokenizer.json with another normaliser: transformers'
+    settings are taken as given, and reading the file names the normaliser it cannot reproduce."""
+    from tokenizers import BertWordPieceTokenizer
+
+    from spanbert_plugin.core.tokenization import TokenizerError
+    from spanbert_plugin.hf.tokenizer_files import _wordpiece_tokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+    path = tmp_path / "tokenizer.json"
+    BertWordPieceTokenizer({t: i for i, t in enumerate(vocab)}).save(str(path))
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    spec["normalizer"] = {"type": "NFKC"}
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(TokenizerError) as raised:
+        _wordpiece_tokenizer(str(tmp_path), str(path))
+    assert str(raised.value).startswith(f'{path}: normalizer {{"type": "NFKC"}}; expected BERT\'s (BertNormalizer')

@@ -152,3 +152,22 @@ def test_recipes_run_from_any_folder_and_a_plugin_error_is_the_last_line(tmp_pat
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == f"error: {missing}: no such data folder", proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
+
+
+def test_hydra_keeps_its_own_report_of_errors_that_are_not_the_plugins():
+    """Only a plugin error makes hydra re-raise (to the one-line hook); any other exception, and any other
+    variable hydra asks about, get hydra's own answer."""
+    from spanbert_plugin.core.errors import UsageError, _hydra_reraises_usage_errors
+
+    asked = []
+    is_env_set = _hydra_reraises_usage_errors(lambda name: asked.append(name) or False)
+    try:
+        raise KeyError("a bug")
+    except KeyError:
+        assert is_env_set("HYDRA_FULL_ERROR") is False
+    try:
+        raise UsageError("--flag: bad")
+    except UsageError:
+        assert is_env_set("HYDRA_FULL_ERROR") is True
+        assert is_env_set("HYDRA_OTHER") is False
+    assert asked == ["HYDRA_FULL_ERROR", "HYDRA_OTHER"]

@@ -399,3 +399,43 @@ def test_pre_training_without_the_sbo_under_pytorch_ddp(spm_data, tmp_path):
     assert len(_losses(output)) == 3
     weights = _final_weights(tmp_path / "two")
     assert "sbo_head.dense1.weight" in weights  # kept in the checkpoint, as fine-tuning keeps the pre-training heads
+
+
+def test_a_slurm_task_without_a_node_list_is_refused(slurm_task, monkeypatch):
+    """A task an sbatch script started itself (no srun step): there is no node list to find the first host in."""
+    monkeypatch.delenv("SLURM_STEP_NODELIST")
+    monkeypatch.delenv("SLURM_JOB_NODELIST")
+    cfg = _distributed_cfg("--distributed-world-size", "2", "--distributed-port", "12345", "--distributed-backend", "gloo")
+    with pytest.raises(UsageError) as raised:
+        distributed_utils.infer_init_method(cfg)
+    assert str(raised.value) == "a Slurm task without SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: start it with srun"
+
+
+@pytest.mark.parametrize("scontrol, reason", [
+    ("#!/bin/sh\nexit 3\n", "returned non-zero exit status 3"),
+    (None, "No such file or directory"),
+], ids=["fails", "missing"])
+def test_a_node_list_scontrol_cannot_expand_is_one_line(slurm_task, tmp_path, monkeypatch, scontrol, reason):
+    if scontrol is None:
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no scontrol anywhere
+    else:
+        (tmp_path / "bin" / "scontrol").write_text(scontrol)
+    cfg = _distributed_cfg("--distributed-world-size", "2", "--distributed-port", "12345", "--distributed-backend", "gloo")
+    with pytest.raises(UsageError) as raised:
+        distributed_utils.infer_init_method(cfg)
+    message = str(raised.value)
+    assert message.startswith("Slurm's node list 'node-[a,b]': 'scontrol show hostnames' failed (") and reason in message
+    assert "\n" not in message
+
+
+def test_a_world_size_other_than_the_launchers_trains_with_the_launchers(monkeypatch, caplog):
+    import logging
+
+    for key, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    cfg = _distributed_cfg("--distributed-world-size", "4", "--distributed-backend", "gloo")
+    with caplog.at_level(logging.INFO, logger="spanbert_plugin.core.launchers"):
+        distributed_utils.infer_init_method(cfg)
+    assert (cfg.distributed_world_size, cfg.distributed_rank) == (2, 1)
+    assert "--distributed-world-size 4: torchrun started 2 processes; training with 2" in caplog.messages

@@ -38,3 +38,37 @@ def test_classification_checkpoint_of_the_old_layout_predicts_the_same(tmp_path)
         rows = [json.loads(line) for line in f]
     probs = np.array([[row["probabilities"][label] for label in ("0", "1")] for row in rows])
     np.testing.assert_allclose(probs, expected["valid_probs"], rtol=0, atol=1e-5)
+
+
+def _legacy_args_checkpoint(folder, recorded_data):
+    """The pre-training fixture rewritten in fairseq's older layout: the options as an ``args`` namespace (``cfg``
+    None), which fairseq's loader turns into a run config, recording ``recorded_data`` as the data folder."""
+    import argparse
+    import shutil
+
+    import torch
+
+    shutil.copytree(os.path.join(FIXTURE, "pretrain"), folder)
+    state = torch.load(os.path.join(folder, "checkpoint.pt"), weights_only=True)
+    cfg = state["cfg"]
+    options = {k: v for section in cfg.values() if isinstance(section, dict) for k, v in section.items()
+               if not k.startswith("_")}
+    options.update(arch=cfg["model"]["_name"], task=cfg["task"]["_name"], criterion=cfg["criterion"]["_name"],
+                   optimizer=cfg["optimizer"]["_name"], lr_scheduler=cfg["lr_scheduler"]["_name"], data=recorded_data)
+    state["args"], state["cfg"] = argparse.Namespace(**options), None
+    torch.save(state, os.path.join(folder, "args.pt"))
+
+
+def test_a_checkpoint_of_fairseqs_args_layout_loads_with_the_data_folder_given(tmp_path):
+    """fairseq builds such a checkpoint's model and task from its ``args``: the data folder given to the hub (and the
+    plugin's user dir) must reach them there, not only the run config derived from them."""
+    from spanbert_plugin import SpanBertModel
+
+    folder = str(tmp_path / "legacy")
+    _legacy_args_checkpoint(folder, "/nonexistent/data")
+    expected = np.load(os.path.join(FIXTURE, "expected.npz"))
+    hub = SpanBertModel.from_pretrained(folder, "args.pt", data_name_or_path=folder).eval()
+    assert hub.cfg.task.data == folder
+    tokens = hub.encode("The module is good and the code is fine.")
+    np.testing.assert_array_equal(tokens.numpy(), expected["tokens"])
+    np.testing.assert_allclose(hub.extract_features(tokens).detach().numpy(), expected["features"], rtol=0, atol=1e-5)

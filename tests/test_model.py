@@ -358,3 +358,27 @@ def test_padding_is_masked_out_of_attention_where_the_caller_does_not_say_whethe
         alone = model(tokens, features_only=True)[0]
         batch = model(torch.cat([padded, torch.randint(5, 25, (1, 9))]), features_only=True)[0]
     torch.testing.assert_close(batch[0, :6], alone[0])  # float32 defaults: the padded keys count exactly 0
+
+
+def test_without_masked_positions_the_mlm_head_predicts_every_position():
+    """model(tokens) as fairseq's RoBERTa answers it: MLM logits for every token, row-major."""
+    model, _ = _small_model()
+    tokens = torch.randint(5, 25, (2, 7))
+    with torch.no_grad():
+        out, _ = model(tokens)
+        features, _ = model(tokens, features_only=True)
+        assert out["mlm_logits"].shape == (14, model.lm_head.bias.numel())
+        torch.testing.assert_close(out["mlm_logits"], model.lm_head(features.reshape(14, -1)), rtol=0, atol=0)
+
+
+def test_a_coreference_head_in_a_checkpoint_of_another_task_is_left_out():
+    """A coreference model fine-tuned further for another task (--finetune-from-model): its head's weights have no
+    module here and are dropped, so the strict load of the rest goes through."""
+    model, _ = _small_model()
+    assert model.coref_head is None
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["coref_head.mention_scorer.weight"] = torch.ones(1, 96)
+    state["coref_head.coarse_scores_once"] = torch.tensor(True)
+    model.upgrade_state_dict_named(state, "")
+    assert not [k for k in state if k.startswith("coref_head.")]
+    model.load_state_dict(state, strict=True)

@@ -91,6 +91,8 @@ def test_bad_inputs(tmp_path, corpus_files, capsys):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\nhello\n")
     (tmp_path / "tiny.txt").write_text("a small text\nwith few pieces\n\nanother doc\n")
     (tmp_path / "control.txt").write_text("\x07\n")  # a document the tokenizer keeps nothing of
+    # one paragraph of 5,000 bytes (a corpus of a document per line): longer than any line sentencepiece trains on
+    (tmp_path / "one_line.txt").write_text(" ".join(f"word{i % 97}" for i in range(800)) + "\n")
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "no_files").mkdir()
     cases = [
@@ -107,6 +109,9 @@ def test_bad_inputs(tmp_path, corpus_files, capsys):
         (["--train", corpus_files[1], "--vocab-size", "20"], "--vocab-size 20 is too small: this text needs at least"),
         (["--train", corpus_files[1], "--valid", str(tmp_path / "control.txt"), "--vocab-size", "300"],
          "control.txt: the valid split's 1 documents hold no token the tokenizer keeps"),
+        (["--train", str(tmp_path / "one_line.txt")],
+         "one_line.txt: no line of at most 4192 bytes for sentencepiece to train on (it skips longer ones): put each "
+         "sentence or paragraph on a line of its own"),
     ]
     if os.geteuid() != 0:  # root reads a mode-000 file anyway; test_unreadable_corpus_in_process simulates it
         (tmp_path / "locked.txt").write_text("text\n")
@@ -180,6 +185,8 @@ def test_the_last_documents_are_held_out_in_order_and_blank_lines_count_as_said(
     (["--wordpiece-vocab", "V", "--vocab-size", "500"], "--vocab-size applies to sentencepiece only"),
     (["--valid", "V", "--valid-fraction", "0.1"], "--valid-fraction and --valid exclude each other"),
     (["--vocab-size", "5"], "--vocab-size must be at least 8"),
+    (["--character-coverage", "0"], "--character-coverage must be in (0, 1], got 0.0"),
+    (["--character-coverage", "1.5"], "--character-coverage must be in (0, 1], got 1.5"),
 ])
 def test_conflicting_options(args, expected, tmp_path, corpus_files, capsys):
     assert cli_main(["--train", corpus_files[1], "--destdir", str(tmp_path / "out"), *args]) == 1
@@ -446,3 +453,77 @@ def test_a_sentencepiece_dictionary_appends_the_mask_with_count_0_after_the_coun
     dictionary = SpanBertDictionary.from_tokenizer(tokenizer, counts)
     assert dictionary.symbols == list(tokenizer.vocab) + ["<mask>"] and dictionary.mask_index == len(tokenizer.vocab)
     assert dictionary.count == counts.tolist() + [0]
+
+
+def test_a_vocabulary_bound_that_keeps_shrinking_is_one_line(tmp_path, corpus_files, monkeypatch, capsys):
+    """Without --vocab-size, prepare retries with the largest size sentencepiece says the text supports; should the
+    bound shrink on every retry (three tries), the command stops with one line asking for --vocab-size."""
+    from spanbert_plugin.core.tokenization import SentencePieceTokenizer, VocabSizeTooLarge
+
+    asked = []
+
+    def always_too_large(text_file, workdir, vocab_size, **options):
+        asked.append(vocab_size)
+        raise VocabSizeTooLarge(f"{text_file}: too large", 900 - len(asked))
+
+    monkeypatch.setattr(SentencePieceTokenizer, "train", staticmethod(always_too_large))
+    dest = tmp_path / "out"
+    assert cli_main(["--train", corpus_files[1], "--destdir", str(dest)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"spanbert-prepare: error: {corpus_files[1]}: could not fit a sentencepiece vocabulary to this "
+                       "text; pass --vocab-size")
+    assert asked == [8000, 899, 898]
+    assert [re.search(r"using (\d+)", line).group(1) for line in err[:-1]] == ["899", "898"]  # each size it then tries
+    assert not dest.exists() and not leftovers(tmp_path)
+
+
+def test_another_sentencepiece_failure_is_one_line_naming_the_text(tmp_path, monkeypatch):
+    from spanbert_plugin.core import tokenization
+    from spanbert_plugin.core.tokenization import SentencePieceTokenizer, TokenizerError
+
+    def fails(**options):
+        raise RuntimeError("INTERNAL: something else")
+
+    monkeypatch.setattr(tokenization, "_train_sentencepiece", fails)
+    (tmp_path / "text.txt").write_text("a line\n")
+    with pytest.raises(TokenizerError) as raised:
+        SentencePieceTokenizer.train(str(tmp_path / "text.txt"), str(tmp_path), 100)
+    assert str(raised.value) == f"{tmp_path / 'text.txt'}: sentencepiece training failed: INTERNAL: something else"
+
+
+def test_sentencepiece_training_interrupted_stops_its_child_process(monkeypatch):
+    """Training runs in a child process: Ctrl-C (here raised by the wait itself) kills it and waits for it."""
+    from spanbert_plugin.core import tokenization
+
+    calls = []
+
+    class Child:
+        def __init__(self, *args, **kwargs):
+            calls.append("start")
+
+        def communicate(self):
+            raise KeyboardInterrupt
+
+        def kill(self):
+            calls.append("kill")
+
+        def wait(self):
+            calls.append("wait")
+
+    monkeypatch.setattr(tokenization.subprocess, "Popen", Child)
+    with pytest.raises(KeyboardInterrupt):
+        tokenization._train_sentencepiece(input="text.txt", model_prefix="spm", vocab_size=100)
+    assert calls == ["start", "kill", "wait"]
+
+
+def test_the_default_corpus_skips_sources_that_do_not_parse(tmp_path):
+    """A standard library may hold files this Python cannot parse (another version's syntax, a legacy encoding, a
+    null byte): they are left out, the other modules still give their documents."""
+    from spanbert_plugin.pretraining.default_corpus import module_documents
+
+    docstring = "This module explains how the value of a named attribute is found and returned."
+    (tmp_path / "a_good.py").write_text(f'"""{docstring}"""\n', encoding="utf-8")
+    (tmp_path / "b_syntax.py").write_text('"""A docstring that is fine but the code after it is not."""\nprint "old"\n')
+    (tmp_path / "c_latin1.py").write_bytes('"""Caf\xe9 docstring written in a legacy encoding of bytes."""\n'.encode("latin-1"))
+    (tmp_path / "d_null.py").write_bytes(b'"""A docstring followed by a null byte in the source code."""\n\x00\n')
+    assert list(module_documents(str(tmp_path))) == [[docstring]]

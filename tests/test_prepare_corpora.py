@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from conftest import needs_shared_data, require_spacy_pipeline, shared_path
+from conftest import needs_shared_data, require_spacy_pipeline, shared_path, skip_unless_required
 
 from spanbert_plugin.cli.prepare import main as cli_main
 from spanbert_plugin.pretraining import prepare as prepare_module
@@ -253,3 +253,23 @@ def test_a_documents_spans_shift_by_the_tokens_of_the_lines_before():
     joined = document_spans(lines, np.array([5, 4, 3]))
     assert set(joined) == set(SPAN_KINDS)
     assert joined["entities"].tolist() == [[1, 2], [9, 11]] and joined["noun_phrases"].tolist() == [[0, 1], [10, 12]]
+
+
+def test_a_spacy_pipeline_that_cannot_annotate_is_one_line(tmp_path, capsys):
+    """--spacy-model naming no installed pipeline, or a pipeline without the parser and the entity recogniser that
+    the annotations come from: one line before the corpus is read, nothing written."""
+    try:
+        import spacy
+    except ImportError:
+        skip_unless_required("spaCy is not installed (pip install -e .[linguistic])")
+    corpus, vocab = write_wordpiece_corpus(str(tmp_path), 40)
+    spacy.blank("en").to_disk(tmp_path / "blank_pipeline")
+    cases = [("no_such_pipeline_xyz", "--spacy-model no_such_pipeline_xyz: cannot load this spaCy pipeline ([E050] "),
+             (str(tmp_path / "blank_pipeline"), f"--spacy-model {tmp_path / 'blank_pipeline'}: the pipeline lacks ner and "
+                                                "parser (named entities need ner, noun phrases need parser)")]
+    for model, expected in cases:
+        assert cli_main(["--train", corpus, "--wordpiece-vocab", vocab, "--annotate", "spacy", "--spacy-model", model,
+                         "--destdir", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"spanbert-prepare: error: {expected}"), err
+    assert not (tmp_path / "out").exists()

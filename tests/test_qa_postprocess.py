@@ -370,3 +370,17 @@ def test_equal_scores_rank_the_earlier_window_start_and_end_first():
     start[:, 3:11], end[:, 3:11] = 0.0, 0.0  # every passage span scores 0 (window 0's last three columns: padding)
     nbest = postprocess(split, np.arange(2), start, end, n_best=4).nbest["q0"]
     assert [entry["text"] for entry in nbest] == ["the", "the cat", "the cat sat", "the cat sat on"]
+
+
+def test_no_window_answers_no_question_and_the_options_must_be_positive():
+    """Windows of no question (an empty batch): an empty result; an n-best of 0 or answers of at most 0 tokens are
+    refused (the library call; the commands and the criterion refuse them as options)."""
+    split = make_split([CAT, "a b c"], [(0, 0, 10, None, 3), (1, 0, 3, None, 3)],
+                       [{"id": "q0", "context_index": 0, "answers": []}, {"id": "q1", "context_index": 1, "answers": []}])
+    result = postprocess(split, np.zeros(0, np.int64), np.zeros((0, 16)), np.zeros((0, 16)))
+    assert len(result) == 0 and result.question_indices.tolist() == [] and result.predictions == {}
+    one = postprocess(split, np.array([1]), background(1, 16), background(1, 16))
+    assert len(one) == 1 and one.ids == ["q1"]
+    for options in ({"n_best": 0}, {"max_answer_length": 0}):
+        with pytest.raises(ValueError, match="^n_best and max_answer_length must be positive$"):
+            postprocess(split, np.array([1]), background(1, 16), background(1, 16), **options)

@@ -413,7 +413,45 @@ BAD_INPUTS = {
     "tokenizer_files_missing": (lambda t: ["--train", _squad_with(t, lambda p: None), "--tokenizer-from",
                                            _tokenizer_without_vocab(t)], "vocab.txt"),
     "no_input_file": (lambda t: ["--tokenizer-from", "."], "--train"),
+    "query_length_zero": (lambda t: ["--train", _squad_with(t, lambda p: None), "--max-query-length", "0"],
+                          "error: --max-query-length must be at least 1, got 0"),
+    "empty_file": (lambda t: ["--train", _write(t, "x.json", " \n\t\n")], "x.json: file is empty"),
+    "mrqa_header_only": (lambda t: ["--train", _write(t, "x.jsonl", '{"header": {"dataset": "d"}}\n')],
+                         "x.jsonl: MRQA header line but no context lines"),
+    "context_not_string": (lambda t: ["--train", _squad_with(t, lambda p: p[0].update(context=["a", "b"]))],
+                           "in.json: question id p0q0: context is not a string"),
+    "question_not_object": (lambda t: ["--train", _squad_with(t, lambda p: p[0]["qas"].insert(1, "Where?"))],
+                            "in.json: question 2 of the file is not a JSON object"),
+    "question_text_missing": (lambda t: ["--train", _squad_with(t, lambda p: p[0]["qas"][0].pop("question"))],
+                              "in.json: question id p0q0: 'question' is missing or not a string"),
+    "no_questions": (lambda t: ["--train", _write(t, "x.json", json.dumps(
+        {"version": "1.1", "data": [{"paragraphs": [{"context": "a b", "qas": []}]}]}))], "x.json: no questions"),
+    "no_paragraphs": (lambda t: ["--train", _write(t, "x.json", json.dumps({"data": [{"title": "t"}]}))],
+                      "x.json: data[0] has no paragraphs list (not SQuAD)"),
+    "no_qas": (lambda t: ["--train", _write(t, "x.json", json.dumps({"data": [{"paragraphs": [{"context": "a"}]}]}))],
+               "x.json: data[0].paragraphs[0]: no qas list (not SQuAD)"),
+    "not_mrqa_record": (lambda t: ["--valid", _write(t, "x.jsonl", '{"header": {}}\n["a b", []]\n')],
+                        "x.jsonl:2: neither an MRQA header nor an object with context and qas[] (not MRQA)"),
+    "mrqa_answers_not_strings": (lambda t: ["--valid", _mrqa(t, answers=[["a"]])],
+                                 "x.jsonl:2: question id q: 'answers' must be a list of strings"),
+    "mrqa_no_detected_answers": (lambda t: ["--valid", _mrqa(t, detected_answers=[])],
+                                 "x.jsonl:2: question id q: 'detected_answers' is missing or empty"),
+    "mrqa_bad_detected_answer": (lambda t: ["--valid", _mrqa(t, detected_answers=[{"text": "a", "char_spans": [[0]]}])],
+                                 "x.jsonl:2: question id q: detected_answers need 'text' and 'char_spans' "
+                                 "[[start, end], ...]"),
+    # the answer is what the context holds there, but only white space: no token to label with --strict
+    "strict_answer_without_token": (lambda t: ["--train", _write(t, "x.json", json.dumps({"version": "1.1", "data": [
+        {"paragraphs": [{"context": "river  bank", "qas": [
+            {"id": "q1", "question": "where?", "answers": [{"text": " ", "answer_start": 5}]}]}]}]})), "--strict"],
+                                    "x.json: question id q1: answer ' ' at character 5 covers no token (e.g. only "
+                                    "white space); without --strict such answers are counted and left out of training"),
 }
+
+
+def _mrqa(tmp_path, **qa):
+    """An MRQA file of one context and one question, its fields replaced by ``qa``."""
+    question = {"qid": "q", "question": "?", "answers": ["a"], "detected_answers": [{"text": "a", "char_spans": [[0, 0]]}]}
+    return _write(tmp_path, "x.jsonl", '{"header": {}}\n' + json.dumps({"context": "a b c", "qas": [{**question, **qa}]}))
 
 
 def _tokenizer_without_vocab(tmp_path):
@@ -600,6 +638,30 @@ def test_qa_split_whose_questions_file_lost_its_last_line_is_damaged(tmp_path):
         QASplit.load(str(tmp_path), "valid")
 
 
+def test_qa_split_whose_contexts_file_lost_a_passage_is_damaged_and_a_missing_split_is_named(tmp_path):
+    """Questions of passages 0 and 1, but contexts.jsonl cut after passage 0: load names the file as damaged. A split
+    that was never prepared (spanbert-predict-qa --split test) names its windows file."""
+    from spanbert_plugin.core.errors import UsageError
+
+    split = QASplit(question_index=np.array([0, 1]), start_positions=np.array([0, 0]), end_positions=np.array([0, 0]),
+                    passage_offset=np.array([3, 3]), token_offsets=np.array([0, 1, 2]), char_start=np.array([0, 0]),
+                    char_end=np.array([1, 1]), max_context=np.array([True, True]),
+                    questions=[{"id": f"q{i}", "question": "x", "context_index": i, "answers": [],
+                                "is_impossible": False} for i in range(2)],
+                    contexts=["a", "b"])
+    split.save(str(tmp_path), "valid")
+    assert QASplit.load(str(tmp_path), "valid").contexts == ["a", "b"]
+    path = tmp_path / "valid.contexts.jsonl"
+    path.write_text(path.read_text().splitlines(keepends=True)[0])
+    with pytest.raises(UsageError) as caught:
+        QASplit.load(str(tmp_path), "valid")
+    assert str(caught.value) == (f"{path}: damaged or truncated (1 passages, but the questions name more); copy it "
+                                 "again or prepare the folder again")
+    with pytest.raises(FileNotFoundError) as missing:
+        QASplit.load(str(tmp_path), "test")
+    assert str(missing.value) == f"{tmp_path / 'test'}.windows.npz: no such file (not a spanbert-prepare-qa split 'test')"
+
+
 def test_question_bounds_and_windows_of_index_each_questions_own_windows():
     """Questions 0, 1, 2, 3 with 2, 1, 0 and 3 windows: bounds [0, 2, 3, 3, 6]; question 2 has none."""
     from spanbert_plugin.qa.windows import QASplit
@@ -610,3 +672,24 @@ def test_question_bounds_and_windows_of_index_each_questions_own_windows():
                     questions=[{"id": str(q)} for q in range(4)])
     assert split.question_bounds().tolist() == [0, 2, 3, 3, 6]
     assert [split.windows_of(q) for q in range(4)] == [slice(0, 2), slice(2, 3), slice(3, 3), slice(3, 6)]
+
+
+def test_contexts_without_questions_are_counted_and_left_out(wordpiece_data, tmp_path):
+    """A SQuAD paragraph or an MRQA context line whose qas list is empty: no context of the split (the questions'
+    context_index count the others) and counted as contexts_without_questions."""
+    squad = write_squad(tmp_path / "s.json", [{"context": "unused passage", "qas": []},
+                                              {"context": "river bank", "qas": [
+                                                  {"id": "q1", "question": "where?",
+                                                   "answers": [{"text": "bank", "answer_start": 6}]}]},
+                                              {"context": "another unused one", "qas": []}], version="1.1")
+    mrqa = _write(tmp_path, "m.jsonl", "\n".join([
+        '{"header": {}}', json.dumps({"context": "unused passage", "qas": []}),
+        json.dumps({"context": "river bank", "qas": [{"qid": "q1", "question": "where?", "answers": ["bank"],
+                                                      "detected_answers": [{"text": "bank", "char_spans": [[6, 9]]}]}]})]))
+    tokenizer, dictionary = load_tokenizer_folder(wordpiece_data)
+    for path, unused in ((squad, 2), (mrqa, 1)):
+        qa = read_qa_file(path)
+        assert qa.contexts == ["river bank"] and qa.contexts_without_questions == unused
+        assert qa.questions[0]["context_index"] == 0 and (qa.answer_start.tolist(), qa.answer_end.tolist()) == ([6], [10])
+        features = featurize(qa, tokenizer, dictionary.bos_index, dictionary.eos_index, CONFIG, training=True)
+        assert (features.stats["contexts"], features.stats["contexts_without_questions"]) == (1, unused)

@@ -511,3 +511,137 @@ def test_near_ties_measure_the_null_odds_from_the_threshold():
                              null_odds={"q0": 5.05, "q1": 0.05, "q2": 7.0}, nbest={q: clear_lead for q in ("q0", "q1", "q2")})
     # |5.05 - 5| < 0.1 only for q0; q1's odds are near 0, not near the threshold
     assert near_ties(result, 0.1, null_threshold=5.0).tolist() == [0]
+
+
+def qa_setup(data, *extra):
+    """The run config and the task fairseq-train would build from these arguments (in-process)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin.registry  # noqa: F401  (the plugin's task, criterion and models)
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--task", "extractive_qa", "--criterion", "extractive_qa", "--arch", "spanbert_tiny",
+        "--encoder-layers", "1", "--cpu", *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    return cfg, tasks.setup_task(cfg.task)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--arch", "roberta", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2"],
+     "extractive_qa needs a spanbert model (--arch spanbert_*), got RobertaModel"),
+    (["--max-positions", "32"],
+     "{data}: windows of up to 64 tokens exceed the model's 32 positions; prepare the data again with a smaller "
+     "--max-seq-length"),
+])
+def test_a_model_that_is_not_spanbert_or_shorter_than_the_windows_is_one_line(qa_data, extra, message):
+    from spanbert_plugin.core.errors import UsageError
+
+    cfg, task = qa_setup(qa_data, *extra)
+    with pytest.raises(UsageError) as caught:
+        task.build_model(cfg.model)
+    assert str(caught.value) == message.format(data=qa_data)
+
+
+@pytest.mark.parametrize("flag,value", [("--n-best", "0"), ("--max-answer-length", "-1")])
+def test_answer_options_that_allow_no_answer_are_refused_before_training(qa_data, flag, value):
+    """--n-best 0 or --max-answer-length below 1 left no answer to validate: accepted, they failed at the first
+    validation, after a whole epoch of training, with postprocess's ValueError traceback."""
+    from spanbert_plugin.core.errors import UsageError
+
+    cfg, task = qa_setup(qa_data, flag, value)
+    with pytest.raises(UsageError) as caught:
+        task.build_criterion(cfg.criterion)
+    assert str(caught.value) == f"{flag} must be at least 1, got {value}"
+    cfg, task = qa_setup(qa_data, "--n-best", "1", "--max-answer-length", "1")
+    criterion = task.build_criterion(cfg.criterion)
+    assert (criterion.n_best, criterion.max_answer_length) == (1, 1)
+
+
+def test_a_split_whose_token_files_are_missing_or_from_another_preparation_is_one_line(qa_data, tmp_path):
+    """valid.bin/.idx gone, or train.bin/.idx copied from the valid split: under fairseq-train these were a
+    FileNotFoundError and a ValueError traceback; now one line naming the files."""
+    import shutil
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.qa.task import ExtractiveQAConfig, ExtractiveQATask
+
+    data = tmp_path / "data"
+    shutil.copytree(qa_data, data)
+    os.remove(data / "valid.bin")
+    for suffix in (".bin", ".idx"):
+        shutil.copyfile(os.path.join(qa_data, "valid" + suffix), data / f"train{suffix}")
+    task = ExtractiveQATask.setup_task(ExtractiveQAConfig(data=str(data), seed=1))
+    with pytest.raises(UsageError) as caught:
+        task.load_dataset("valid")
+    assert str(caught.value) == (f"{data / 'valid'}.bin/.idx: no such file (split 'valid' has its windows.npz); copy "
+                                 "the split's .bin and .idx too, or prepare the folder again")
+    windows = {split: json.load(open(os.path.join(qa_data, "prepare_stats.json")))[split]["windows"]
+               for split in ("train", "valid")}
+    with pytest.raises(UsageError) as caught:
+        task.load_dataset("train")
+    assert str(caught.value) == (f"{data / 'train'}.bin/.idx: {windows['valid']} windows, but {data / 'train'}."
+                                 f"windows.npz describes {windows['train']}: the files come from different "
+                                 "preparations; prepare the folder again")
+
+
+def test_windows_longer_than_max_tokens_name_max_tokens(qa_data):
+    """fairseq bounds the training windows by --max-tokens too (the least of it and the model's positions): the
+    error named the model's positions (128 here) as 40 and asked for a smaller --max-seq-length."""
+    from fairseq import utils
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.qa.task import ExtractiveQAConfig, ExtractiveQATask
+
+    task = ExtractiveQATask.setup_task(ExtractiveQAConfig(data=qa_data, seed=1))
+    task.load_dataset("train")
+    dataset = task.datasets["train"]
+    assert (dataset.sizes > 40).any() and dataset.sizes.max() == 64
+    with pytest.raises(UsageError) as caught:  # as fairseq's Trainer.get_train_iterator asks for the batches
+        task.get_batch_iterator(dataset, max_tokens=40, max_positions=utils.resolve_max_positions(
+            task.max_positions(), 128, 40), disable_iterator_cache=True)
+    assert str(caught.value) == ("--max-tokens 40: an example is longer, and a batch holds whole examples; give at "
+                                 "least the longest example's length, or leave --max-tokens out")
+    batches = task.get_batch_iterator(dataset, max_tokens=64, max_positions=utils.resolve_max_positions(
+        task.max_positions(), 128, 64), disable_iterator_cache=True).next_epoch_itr(shuffle=False)
+    assert sum(len(batch["id"]) for batch in batches) == len(dataset)  # the longest window's length is enough
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda s: [1, 2], "expected a JSON object, found list"),
+    (lambda s: {**s, "with_negative": "yes"}, "with_negative must be true or false, found 'yes'"),
+    (lambda s: {**s, "null_threshold": None}, "null_threshold must be a number, found None"),
+    (lambda s: {**s, "null_threshold": True}, "null_threshold must be a number, found True"),
+    (lambda s: {**s, "validated_null_threshold": "0.5"}, "validated_null_threshold must be a number or null, found '0.5'"),
+])
+def test_qa_settings_with_a_value_of_the_wrong_kind_are_one_line(tmp_path, edit, message):
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.qa.hf_settings import read_qa_settings
+
+    settings = {"max_seq_length": 64, "doc_stride": 16, "max_query_length": 16, "n_best": 20, "max_answer_length": 30,
+                "with_negative": True, "null_threshold": 0.0, "validated_null_threshold": -1.5}
+    path = tmp_path / "qa_settings.json"
+    path.write_text(json.dumps(settings))
+    assert read_qa_settings(str(path)) == settings
+    path.write_text(json.dumps(edit(settings)))
+    with pytest.raises(UsageError) as caught:
+        read_qa_settings(str(path))
+    assert str(caught.value) == f"{path}: {message}"
+
+
+def test_hub_answer_refusals_that_need_no_model():
+    """A blank question, a checkpoint without a QA head, and null_threshold='validation' on an imported checkpoint
+    whose export recorded no validated threshold: each a ValueError saying so."""
+    from spanbert_plugin.qa.answer import answer_question, hub_answer
+
+    with pytest.raises(ValueError, match="^answer\\(\\) needs a non-empty question$"):
+        answer_question(None, None, None, " \n", "Dora lives in Perth .")
+    with pytest.raises(ValueError, match="^this checkpoint has no QA head; fine-tune it with --task extractive_qa "
+                                         "first$"):
+        hub_answer(SimpleNamespace(model=SimpleNamespace()), "Where does Dora live ?", "Dora lives in Perth .")
+    recorded = {"max_seq_length": 64, "doc_stride": 16, "max_query_length": 16, "n_best": 20, "max_answer_length": 30,
+                "with_negative": True, "null_threshold": 0.0, "validated_null_threshold": None}
+    hub = SimpleNamespace(model=SimpleNamespace(qa_outputs=object()),
+                          task=SimpleNamespace(state=SimpleNamespace(state_dict={"qa_settings": recorded})))
+    with pytest.raises(ValueError, match="^null_threshold='validation': this checkpoint holds no validated threshold"):
+        hub_answer(hub, "Where does Dora live ?", "Dora lives in Perth .", null_threshold="validation")

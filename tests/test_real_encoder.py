@@ -160,6 +160,12 @@ def test_normalizer_rules_follow_tokenizer_json(tmp_path, lowercase, strip_accen
     ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}, "added_tokens": []},
      "missing required special tokens [MASK]"),
     ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}}, "added token '[MASK]' (id 4) lies beyond the 4 WordPiece tokens"),
+    ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 3}},
+     "token '[MASK]' has id 3, not a unique integer"),
+    ({"model__vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": "4"}},
+     "token '[MASK]' has id '4', not a unique integer"),
+    ({"added_tokens": [{"id": 5, "content": "<e1>", "special": True}]},
+     "added token '<e1>' (id 5) is not the WordPiece vocabulary's token of that id"),
 ])
 def test_tokenizer_json_it_cannot_reproduce_is_one_line(tmp_path, changes, message):
     from spanbert_plugin.core.tokenization import TokenizerError, WordPieceTokenizer
@@ -168,3 +174,24 @@ def test_tokenizer_json_it_cannot_reproduce_is_one_line(tmp_path, changes, messa
     with pytest.raises(TokenizerError) as err:
         WordPieceTokenizer.from_tokenizer_json(path)
     assert str(err.value).startswith(path + ":") and message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_damaged_tokenizer_json_is_one_line_and_has_no_normaliser_settings(tmp_path):
+    """A tokenizer.json that is not JSON (a cut download), or not an object: reading it is one line naming the file;
+    asking for its normaliser's settings answers None, as for a file without BERT's normaliser."""
+    from spanbert_plugin.core.tokenization import TokenizerError, WordPieceTokenizer
+
+    path = _tokenizer_json(tmp_path, lowercase=False, strip_accents=True)
+    assert WordPieceTokenizer.normaliser_settings(path) == (False, True, True)
+    with open(path, "rb") as f:
+        whole = f.read()
+    with open(path, "wb") as f:
+        f.write(whole[: len(whole) // 2])
+    with pytest.raises(TokenizerError) as err:
+        WordPieceTokenizer.from_tokenizer_json(path)
+    assert str(err.value).startswith(f"{path}:") and "not valid JSON" in str(err.value) and "\n" not in str(err.value)
+    assert WordPieceTokenizer.normaliser_settings(path) is None
+    for content in ('["not", "an", "object"]', '{"normalizer": {"type": "NFKC"}}'):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(content)
+        assert WordPieceTokenizer.normaliser_settings(path) is None

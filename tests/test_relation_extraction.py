@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bin_path, needs_shared_data, run_cli, run_gloo_ranks, shared_path, tiny_spanbert
+from conftest import bin_path, needs_shared_data, run_cli, run_gloo_ranks, shared_path, tiny_spanbert, training_batches
 from spanbert_plugin.cli import predict_re, prepare_re
 from spanbert_plugin.core.dictionary import SpanBertDictionary
 from spanbert_plugin.relation.metrics import relation_counts, relation_scores
@@ -218,6 +218,11 @@ def _bad(example, **changes):
     ("empty file", "", [BORN], "file is empty"),
     ("empty list", [], [BORN], "no examples"),
     ("not JSON", "{not json", [BORN], ":1: not valid JSON"),
+    ("JSON list cut short", "[" + json.dumps(BORN) + ",\n{oops", [BORN],
+     ":2: not valid JSON (Expecting property name enclosed in double quotes, column 2)"),
+    ("example not an object", [BORN, ["Bill", "born"]], [BORN], "example at position 1: expected a JSON object, got list"),
+    ("empty relation", [_bad(BORN, relation="")], [BORN], "example born: 'relation' must be a non-empty string"),
+    ("type not a string", [_bad(BORN, obj_type=["CITY"])], [BORN], "example born: 'obj_type' must be a string"),
     ("unseen label", [BORN], [BORN, _bad(FOUNDED, relation="org:founded_by")],
      "example founded: relation 'org:founded_by' does not occur in the training file"),
     # an id-less example's id is its position: 1 here, which the first example names explicitly
@@ -582,3 +587,147 @@ def test_punctuation_markers_write_a_type_of_several_words_as_lower_case_words()
     from spanbert_plugin.relation.markers import punct_marker_words
 
     assert punct_marker_words("OBJ", "STATE_OR_PROVINCE") == (["#", "^", "state", "or", "province", "^"], ["#"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--labels", "{labels}"], "--labels {labels}: label 'org:founded_by' listed twice"),
+    (["--max-seq-length", "3"], "--max-seq-length 3: must be at least 4 ([CLS], two markers, [SEP])"),
+])
+def test_bad_options_are_one_line_errors(tmp_path, capsys, tiny_tok, extra, message):
+    train = write_examples(tmp_path / "train.json", [BORN, FOUNDED])
+    labels = tmp_path / "labels.txt"
+    labels.write_text("per:city_of_birth\norg:founded_by\nno_relation\norg:founded_by\n")
+    status, err, dest = prepare(tmp_path, capsys, train, train, *(a.replace("{labels}", str(labels)) for a in extra))
+    assert status == 1 and err == f"spanbert-prepare-re: error: {message.replace('{labels}', str(labels))}\n", err
+    assert not os.path.exists(dest) and not [p for p in os.listdir(tmp_path) if p.startswith(".spanbert-tmp")]
+
+
+def _prepared(tmp_path, capsys, examples=(BORN, FOUNDED), *extra, dest="re"):
+    train = write_examples(tmp_path / f"{dest}_train.json", list(examples))
+    status, err, destdir = prepare(tmp_path, capsys, train, train, *extra, dest=dest)
+    assert status == 0, err
+    return destdir
+
+
+def test_a_split_missing_or_damaged_in_the_prepared_folder_is_one_line(tmp_path, capsys, tiny_tok):
+    """--valid-subset test on a folder prepared without --test names the .bin/.idx; a split whose .npz is missing, or
+    holds the arrays of another number of examples (a file copied from another preparation), names the .npz; the
+    latter was a ValueError traceback about dataset lengths."""
+    import shutil
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.relation.dataset import RelationDataset
+
+    data = _prepared(tmp_path, capsys)
+    dictionary = SpanBertDictionary.load(os.path.join(data, "dict.txt"))
+    with pytest.raises(UsageError, match=f"^{data}/test.bin/.idx: no such file \\(split 'test' was not prepared in {data}\\)$"):
+        RelationDataset.load(data, "test", dictionary)
+    for suffix in (".bin", ".idx"):
+        shutil.copyfile(os.path.join(data, "valid" + suffix), os.path.join(data, "test" + suffix))
+    with pytest.raises(UsageError, match=f"^{data}/test.npz: no such file \\(split 'test' was not prepared in {data}\\)$"):
+        RelationDataset.load(data, "test", dictionary)
+    other = _prepared(tmp_path, capsys, [BORN, FOUNDED, dict(BORN, id="again")], dest="three")
+    shutil.copyfile(os.path.join(other, "train.npz"), os.path.join(data, "train.npz"))
+    shutil.copyfile(os.path.join(other, "train.examples.jsonl"), os.path.join(data, "train.examples.jsonl"))
+    with pytest.raises(UsageError, match=f"^{data}/train.npz: damaged or truncated \\(3 labels for the 2 examples of "
+                                         "train.idx\\)"):
+        RelationDataset.load(data, "train", dictionary)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--arch", "roberta_base", "--encoder-layers", "1", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+      "--encoder-attention-heads", "2"],
+     "relation_extraction needs a spanbert model (--arch spanbert_*), got RobertaModel"),
+    (["--arch", "spanbert_tiny", "--max-positions", "64"],
+     "{data}: examples of up to 128 tokens exceed the model's 64 positions; prepare the data again with a smaller "
+     "--max-seq-length"),
+])
+def test_a_model_the_task_cannot_use_is_refused_when_built(tmp_path, capsys, tiny_tok, extra, message):
+    from fairseq import tasks
+
+    from spanbert_plugin.core.errors import UsageError
+
+    data = _prepared(tmp_path, capsys)
+    cfg = _training_config(data, *extra)
+    task = tasks.setup_task(cfg.task)
+    with pytest.raises(UsageError) as error:
+        task.build_model(cfg.model)
+    assert str(error.value) == message.replace("{data}", data)
+
+
+def _training_config(data, *extra):
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import spanbert_plugin.registry  # noqa: F401  (the plugin's tasks, for fairseq's parser)
+
+    arch = [] if "--arch" in extra else ["--arch", "spanbert_tiny"]
+    return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--task", "relation_extraction", "--criterion", "relation_extraction", *arch, "--cpu", *extra]))
+
+
+def test_max_tokens_below_the_longest_example_names_max_tokens_in_training(tmp_path, capsys, tiny_tok):
+    """fairseq-train filters the training split by the least of the task's, the model's and --max-tokens' limits: an
+    example longer than --max-tokens was reported as longer than 'the model's 6 positions' (the model has 512), with
+    the advice to prepare the data again. The option is named instead, as in batching."""
+    from fairseq import tasks
+
+    from spanbert_plugin.core.errors import UsageError
+
+    data = _prepared(tmp_path, capsys)  # 8 tokens each
+    cfg = _training_config(data, "--max-tokens", "6")
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    assert dataset.sizes.tolist() == [8, 8]
+
+
+    with pytest.raises(UsageError, match=r"^--max-tokens 6: an example is longer, and a batch holds whole examples"):
+        training_batches(task, model, dataset, 6)
+    batches = training_batches(task, model, dataset, 8).next_epoch_itr(shuffle=False)
+    assert sorted(i for batch in batches for i in batch["id"].tolist()) == [0, 1]
+
+
+def test_dataset_sizes_and_the_filter_of_examples_longer_than_the_model():
+    from fairseq.data import ListDataset
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.relation.dataset import RelationDataset
+
+    items = [torch.arange(n) for n in (4, 9, 6, 9)]
+    dataset = RelationDataset(ListDataset(items, sizes=np.array([4, 9, 6, 9])), np.zeros(4, np.int64),
+                              np.ones((4, 2), np.int64), pad_index=0)
+    assert [dataset.num_tokens(i) for i in range(4)] == [dataset.size(i) for i in range(4)] == [4, 9, 6, 9]
+    indices = np.arange(4)
+    kept, ignored = dataset.filter_indices_by_size(indices, 9)
+    assert kept.tolist() == [0, 1, 2, 3] and ignored == []
+    with pytest.raises(UsageError, match=r"^2 examples are longer than the model's 8 positions; prepare the data again "
+                                         "with a smaller --max-seq-length$"):
+        dataset.filter_indices_by_size(indices, 8)
+
+
+def test_prediction_data_prepared_with_other_labels_than_the_training_folder_is_refused(tmp_path, capsys, tiny_tok):
+    """The check spanbert-predict-re makes while the training folder still exists, before any model is built."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.relation.predict import _check_same_labels
+
+    trained_on = _prepared(tmp_path, capsys)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("per:city_of_birth\norg:founded_by\n")
+    data = _prepared(tmp_path, capsys, (BORN, FOUNDED), "--labels", str(labels), dest="other")
+    _check_same_labels(_prepared(tmp_path, capsys, dest="same"), trained_on)  # prepared alike: accepted
+    with pytest.raises(UsageError) as error:
+        _check_same_labels(data, trained_on)
+    assert str(error.value) == f"--data {data}: its labels differ from those of {trained_on}, which the checkpoint was " \
+                               "trained on"
+
+
+def test_a_relation_head_refuses_an_unknown_pooling_and_entity_pooling_without_positions():
+    from spanbert_plugin.model.relation_head import RelationHead
+
+    with pytest.raises(ValueError, match=r"^unknown relation pooling 'mean'; expected one of cls, entity_start$"):
+        RelationHead(8, 3, "mean", dropout=0.0)
+    head = RelationHead(8, 3, "entity_start", dropout=0.0)
+    with pytest.raises(ValueError, match=r"^entity_start pooling needs entity_positions \(B x 2\)$"):
+        head(torch.zeros(2, 5, 8))

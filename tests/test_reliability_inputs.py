@@ -420,6 +420,27 @@ def damaged_token_items(tmp_path, name):
     return lambda: load_token_items(str(tmp_path / "valid"), None, "valid")
 
 
+def _token_items_with_index(tmp_path, change):
+    from spanbert_plugin.core.datasets import load_token_items
+    from spanbert_plugin.core.finetune_io import write_token_items
+
+    write_token_items([[5, 6, 7], [8, 9], [10]], str(tmp_path / "valid"), vocab_size=100)
+    change(tmp_path / "valid.idx")
+    return lambda: load_token_items(str(tmp_path / "valid"), None, "valid")
+
+
+def index_cut_in_its_header(tmp_path, name):
+    return _token_items_with_index(tmp_path, lambda index: index.write_bytes(index.read_bytes()[:10]))
+
+
+def index_of_another_format(tmp_path, name):
+    return _token_items_with_index(tmp_path, lambda index: index.write_bytes(b"NOTFAIRSQ" + index.read_bytes()[9:]))
+
+
+def index_replaced_by_a_folder(tmp_path, name):
+    return _token_items_with_index(tmp_path, lambda index: (index.unlink(), index.mkdir()))
+
+
 def damaged_prepared_json(tmp_path, name):
     from spanbert_plugin.core.finetune_io import read_prepared_json
 
@@ -483,6 +504,9 @@ def relation_examples_cut_at_a_line_end(tmp_path, name):
     (damaged_arrays, "valid.npz", r"damaged or truncated \(File is not a zip file\)"),
     (damaged_token_items, "valid.idx", r"damaged or truncated \(\d+ bytes where its header gives \d+\)"),
     (damaged_token_items, "valid.bin", r"damaged or truncated \(\d+ bytes where valid.idx gives \d+\)"),
+    (index_cut_in_its_header, "valid.idx", r"damaged or truncated \(10 bytes, shorter than a fairseq index's header\)"),
+    (index_of_another_format, "valid.idx", r"damaged or truncated \(not a fairseq memory-mapped index\)"),
+    (index_replaced_by_a_folder, "valid.idx", r"damaged or truncated \(Is a directory\)"),
     (damaged_prepared_json, "classification.json", ":1: not valid JSON"),
     (damaged_qa_config, "qa_config.json", ":1: not valid JSON"),
 ])
@@ -659,3 +683,122 @@ def test_token_items_of_a_vocabulary_past_16_bits_are_checked_with_their_own_wid
     write_token_items([[5, 6, 70000], [8, 9]], str(tmp_path / "valid"), vocab_size=70001)
     assert check_token_item_files(str(tmp_path / "valid")).itemsize == 4
     assert load_token_items(str(tmp_path / "valid"), None, "valid")[0].tolist() == [5, 6, 70000]
+
+
+def test_an_empty_fine_tuning_split_is_one_line_when_its_token_ids_are_checked(tmp_path):
+    """An empty .bin cannot be memory-mapped: the token-id check skips it, and the split is named as empty."""
+    from spanbert_plugin.core.datasets import load_token_items
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+    from spanbert_plugin.core.finetune_io import write_token_items
+
+    write_token_items([], str(tmp_path / "valid"), vocab_size=100)
+    assert os.path.getsize(tmp_path / "valid.bin") == 0
+    dictionary = SpanBertDictionary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+    with pytest.raises(UsageError) as raised:
+        load_token_items(str(tmp_path / "valid"), dictionary, "valid", check_ids=True)
+    assert str(raised.value) == f"{tmp_path / 'valid'}.bin: empty, split 'valid' holds no tokens; prepare it again from examples"
+
+
+def test_input_files_that_cannot_be_read_are_one_line(tmp_path, monkeypatch):
+    import gzip
+
+    from spanbert_plugin.core import file_utils
+    from spanbert_plugin.core.file_utils import load_arrays, read_jsonl
+
+    with pytest.raises(UsageError, match=f"^--train {re.escape(str(tmp_path))}: not a regular file$"):
+        read_text(str(tmp_path), "--train")
+    damaged = tmp_path / "corpus.txt.gz"
+    damaged.write_bytes(gzip.compress("some text\n".encode() * 100)[:-20])  # a valid header, its end cut off
+    with pytest.raises(UsageError, match=f"^--train {re.escape(str(damaged))}: damaged gzip file \\("):
+        read_text(str(damaged), "--train", allow_gzip=True)
+    assert read_text(write_text(tmp_path / "whole.txt.gz", "x"), "--train", allow_gzip=True) == "x"  # not gzip: as is
+    for load, name in ((load_arrays, "valid.labels.npy"), (read_jsonl, "valid.examples.jsonl")):
+        with pytest.raises(UsageError, match=f"^{re.escape(str(tmp_path / name))}: no such file$"):
+            load(str(tmp_path / name))
+
+    def refused(path, mode="r", *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(file_utils, "open", refused, raising=False)  # (the tests may run as root)
+    with pytest.raises(UsageError, match=f"^--train {re.escape(str(tmp_path / 'whole.txt.gz'))}: cannot be read "
+                                         r"\(Permission denied\)$"):
+        read_text(str(tmp_path / "whole.txt.gz"), "--train")
+
+
+def test_a_checkpoint_file_that_holds_no_dictionary_names_no_data_folder(tmp_path):
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    assert checkpoint_inputs(str(tmp_path / "list.pt")) == [str(tmp_path / "list.pt")]
+
+
+def tokenizer_folder(folder, meta=True, dict_lines=None):
+    """A hand-made WordPiece tokenizer folder (spanbert_tokenizer.json, vocab.txt, dict.txt)."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ada", "met", "bo"]
+    os.makedirs(folder)
+    write_text(os.path.join(folder, "vocab.txt"), "\n".join(vocab) + "\n")
+    if meta:
+        write_text(os.path.join(folder, "spanbert_tokenizer.json"), '{"type": "wordpiece", "lowercase": true}')
+    lines = [f"{symbol} 0" for symbol in vocab] if dict_lines is None else dict_lines
+    write_text(os.path.join(folder, "dict.txt"), "\n".join(lines) + "\n")
+    return str(folder)
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda folder: str(folder), "--tokenizer-from {folder}: no such folder"),
+    (lambda folder: tokenizer_folder(folder, meta=False),
+     "--tokenizer-from {folder}: no spanbert_tokenizer.json (expected a spanbert-prepare or spanbert-import-hf output)"),
+    (lambda folder: tokenizer_folder(folder, dict_lines=["[PAD] 0", "[UNK] 0", "[CLS] 0", "[SEP] 0", "[MASK] 0",
+                                                         "ada 0", "met 0", "bo 0", "ada 3"]),
+     "{folder}/dict.txt: duplicate symbol 'ada'"),
+], ids=["no folder", "no tokenizer record", "duplicate symbol"])
+def test_a_tokenizer_folder_that_cannot_be_used_is_one_line(tmp_path, capsys, monkeypatch, make, expected):
+    folder = make(tmp_path / "tok")
+    squad_file = write_text(tmp_path / "train.json", json.dumps(squad([question()])))
+    monkeypatch.chdir(tmp_path)
+    assert prepare_qa.main(["--train", squad_file, "--tokenizer-from", folder, "--destdir", "out"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"spanbert-prepare-qa: error: {expected.format(folder=tmp_path / 'tok')}"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_without_its_commands_record_is_named_as_not_its_output(tmp_path):
+    from spanbert_plugin.core.finetune_io import read_prepared_json
+
+    with pytest.raises(UsageError) as raised:
+        read_prepared_json(str(tmp_path), "relation.json", "spanbert-prepare-re")
+    assert str(raised.value) == f"{tmp_path / 'relation.json'}: no such file; {tmp_path} is not a spanbert-prepare-re folder"
+
+
+@pytest.mark.parametrize("meta, expected", [
+    (None, "spanbert_tokenizer.json: no such file (not a spanbert-prepare directory?)"),
+    ('["wordpiece"]', "spanbert_tokenizer.json: expected a JSON object with the tokenizer's type"),
+    ('{"type": "wordpiece", "model_max_length": 0}',
+     "spanbert_tokenizer.json: model_max_length must be a positive integer, found 0"),
+    ('{"type": "wordpiece", "model_max_length": "512"}',
+     "spanbert_tokenizer.json: model_max_length must be a positive integer, found '512'"),
+    ('{"type": "wordpiece", "extra_special_tokens": "<e1>"}',
+     "spanbert_tokenizer.json: extra_special_tokens must be a list of vocabulary tokens, found '<e1>'"),
+    ('{"type": "wordpiece", "extra_special_tokens": ["<e1>"]}', "vocab.txt: has no token '<e1>', declared a special token"),
+    ('{"type": "bpe"}', "spanbert_tokenizer.json: unknown tokenizer type 'bpe'"),
+], ids=["missing", "not an object", "length 0", "length a string", "extra tokens not a list", "extra token not in the "
+        "vocabulary", "unknown type"])
+def test_a_tokenizer_record_that_cannot_be_used_is_one_line_naming_the_file(tmp_path, meta, expected):
+    from spanbert_plugin.core.tokenization import TokenizerError, load_tokenizer
+
+    folder = tokenizer_folder(tmp_path / "tok", meta=False)
+    if meta is not None:
+        write_text(os.path.join(folder, "spanbert_tokenizer.json"), meta)
+    with pytest.raises(TokenizerError) as raised:
+        load_tokenizer(folder)
+    assert str(raised.value) == os.path.join(folder, expected)
+
+
+def test_a_vocab_txt_may_end_in_a_blank_line_but_holds_each_token_once(tmp_path):
+    from spanbert_plugin.core.tokenization import TokenizerError, read_wordpiece_vocab
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ada", "##s"]
+    path = write_text(tmp_path / "vocab.txt", "\n".join(vocab) + "\n\n")  # an editor's trailing blank line
+    assert read_wordpiece_vocab(path) == vocab
+    write_text(tmp_path / "vocab.txt", "\n".join([*vocab, "bo", "ada"]) + "\n")
+    with pytest.raises(TokenizerError) as raised:
+        read_wordpiece_vocab(path)
+    assert str(raised.value) == f"{path}:9: duplicate token 'ada' (first on line 6)"

@@ -143,3 +143,75 @@ def test_segmentation_units():
     assert segment(tokens, droppable, "token").tolist() == [-1, 0, 1, 2, 3, 4, 5, -1]
     assert segment(tokens, droppable, "chunk", chunk_size=4).tolist() == [-1, 0, 0, 0, 0, 1, 1, -1]
     assert segment(tokens, droppable, "separator", separator=9).tolist() == [-1, 0, 0, 0, 1, 1, 2, -1]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"unit": "word"}, "--span-drop-unit must be one of token, chunk, separator, explicit, got 'word'"),
+    ({"mode": "hide"}, "--span-drop-mode must be drop or mask, got 'hide'"),
+    ({"unit": "separator"}, "--span-drop-unit separator needs a separator token"),
+    ({"mode": "mask"}, "--span-drop-mode mask needs a mask symbol"),
+])
+def test_wrapper_settings_it_cannot_apply_are_refused(options, message):
+    with pytest.raises(UsageError) as error:
+        SpanDropDataset([], 0.1, **options)
+    assert str(error.value) == message
+
+
+def test_explicit_units_need_items_carrying_span_ids():
+    ds = SpanDropDataset(_items(), 0.3, unit="explicit", seed=1)
+    with pytest.raises(UsageError) as error:
+        ds[0]
+    assert str(error.value) == "--span-drop-unit explicit: this task's items carry no span_ids; use token, chunk or separator"
+
+
+def test_p_zero_returns_the_item_untouched():
+    item = _items()[0]
+    out = SpanDropDataset([item], 0.0, seed=1)[0]
+    assert out.keys() == item.keys() and torch.equal(out["source"], item["source"])
+    assert out["label_positions"].tolist() == [25] and out["supporting"].tolist() == [12, 30]
+
+
+def test_explicit_span_ids_drop_whole_spans_and_keep_the_fixed_tokens():
+    """span_ids carried by the items are the units: a span's tokens go or stay together, -1 tokens always stay, the
+    label's span is kept and its position follows."""
+    span_ids = np.array([-1, 0, 0, 0, 1, 1, 2, -1, 3, 3, 3, 3, 4, 5, 5, -1])
+    source = torch.arange(100, 116)
+    ds = SpanDropDataset([{"id": 0, "source": source, "span_ids": span_ids, "label_positions": np.array([9])}], 0.5,
+                         unit="explicit", seed=3)
+    kept_spans = set()
+    for epoch in range(1, 30):
+        ds.set_epoch(epoch)
+        item = ds[0]
+        kept = np.isin(source.numpy(), item["source"].numpy())
+        assert "span_ids" not in item and kept[span_ids == -1].all()
+        for span in range(6):
+            assert kept[span_ids == span].all() or not kept[span_ids == span].any()
+        assert kept[span_ids == 3].all() and item["source"][item["label_positions"][0]] == 109
+        kept_spans.add(tuple(span for span in range(6) if kept[span_ids == span].all()))
+    assert len(kept_spans) > 5  # the draws differ between epochs: whole spans were dropped, not nothing
+
+
+def test_protected_supporting_spans_are_never_dropped_and_their_positions_follow():
+    base = _items()
+    original = base[0]["source"].numpy()
+    lost = 0
+    protected = SpanDropDataset(base, 0.9, protect_supporting=True, seed=8)
+    plain = SpanDropDataset(base, 0.9, seed=8)
+    for epoch in range(1, 20):
+        protected.set_epoch(epoch)
+        plain.set_epoch(epoch)
+        item = protected[0]
+        src = item["source"].numpy()
+        assert (src[item["supporting"].numpy()] == original[[12, 30]]).all() and len(src) < len(original)
+        lost += 2 - len(plain[0]["supporting"])
+    assert lost > 0  # without the protection p = 0.9 drops them
+
+
+def test_wrapper_sizes_are_those_of_the_wrapped_dataset():
+    """Upper bounds for fairseq's batching: dropping only shortens an item."""
+    from fairseq.data import ListDataset
+
+    items = [torch.arange(n) for n in (5, 9, 7)]
+    ds = SpanDropDataset(ListDataset(items, sizes=np.array([5, 9, 7])), 0.5, seed=2)
+    assert ds.sizes.tolist() == [5, 9, 7]
+    assert [ds.size(i) for i in range(3)] == [ds.num_tokens(i) for i in range(3)] == [5, 9, 7]

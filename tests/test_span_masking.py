@@ -522,3 +522,28 @@ def test_hydra_trains_with_named_entity_masking(litbank_annotated, tmp_path):
                                  "task.mask_scheme=named_entity")
     assert _masking_settings(output)["mask_scheme"] == "named_entity"
     assert state["cfg"]["task"]["mask_scheme"] == "named_entity" and state["optimizer_history"][-1]["num_updates"] == 1
+
+
+def test_a_control_token_inside_a_block_splits_its_words():
+    """A block whose maskable tokens are not one run (a literal [SEP] or [MASK] in the text is the tokenizer's control
+    symbol): the first maskable token after the gap starts a word even as a continuation piece, a word ends at the
+    gap, and the control token itself is never masked."""
+    word_starts = make_vocab()
+    starter = np.flatnonzero(word_starts[5:])[:2] + 5
+    inner = np.flatnonzero(~word_starts[5:])[:5] + 5
+    tokens = np.array([BOS, starter[0], inner[0], inner[1], MASK, inner[2], inner[3], starter[1], inner[4], EOS])
+    maskable = ~NEVER[tokens]
+    maskable[0] = maskable[-1] = False
+    for scheme in ("span", "word"):
+        m = masker(word_starts, scheme=scheme, mask_ratio=0.5)
+        word_start, word_end, word_of_pos, single_run = m._words(tokens, maskable, maskable.nonzero()[0])
+        assert not single_run
+        assert word_start.tolist() == [1, 5, 7] and word_end.tolist() == [4, 7, 9]
+        assert word_of_pos[maskable].tolist() == [0, 0, 0, 1, 1, 2, 2]
+        rng = np.random.default_rng(11)
+        for _ in range(300):
+            out = m(tokens, rng, return_spans=True)
+            masked = out.target != PAD
+            assert masked.any() and not masked[[0, 4, 9]].any()
+            for start, end in out.spans:
+                assert start in (1, 5, 7) and end in (4, 7, 9)

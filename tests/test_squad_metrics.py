@@ -280,3 +280,25 @@ def test_question_scores_match_the_official_definitions_on_squad_dev():
                         official_question_scores(prediction, answers, rules)), (qa["id"], prediction, rules)
                 compared += 1
     assert compared == 10570
+
+
+def test_gold_answers_are_the_official_scripts_gold_lists():
+    """v1.1 compares with every gold as given; v2.0 drops golds that normalise to "" and, none left, compares with
+    "" (get_raw_scores), as official_question_scores writes it."""
+    from spanbert_plugin.qa.squad_metrics import gold_answers
+
+    for _, answers in HAND_CASES:
+        assert gold_answers(answers, "v1") == list(answers)
+        assert gold_answers(answers, "v2") == ([a for a in answers if official_normalize(a)] or [""])
+    assert gold_answers(["The", "a.", "Paris"], "v2") == ["Paris"] and gold_answers([".", "the"], "v2") == [""]
+
+
+def test_v2_without_any_prediction_finds_no_threshold_and_v1_takes_no_probabilities():
+    """No question answered: every score, and the best-threshold search over the answered questions, is 0 (the
+    official script counts a missing question as wrong); no-answer probabilities mean nothing under v1.1 rules."""
+    result = evaluate(V2_QUESTIONS, {}, na_probs={}, na_prob_thresh=0.5, rules="v2")
+    assert (result["exact"], result["f1"], result["missing"]) == (0.0, 0.0, 4)
+    assert (result["best_exact"], result["best_exact_thresh"], result["best_f1"], result["best_f1_thresh"]) == (0, 0, 0, 0)
+    assert best_threshold(np.zeros(0), np.zeros(0), np.zeros(0, bool), np.zeros(0, bool)) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="^no-answer probabilities need rules='v2'$"):
+        evaluate([{"id": "a", "answers": ["Paris"]}], {"a": "Paris"}, na_probs={"a": 0.1})

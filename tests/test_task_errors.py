@@ -205,3 +205,83 @@ def test_an_empty_split_file_is_one_line(spm_data, tmp_path):
     _, task = pretraining(str(data))
     with pytest.raises(UsageError, match=r"valid\.bin: empty, split 'valid' holds no tokens"):
         task.load_dataset("valid")
+
+
+BERT_CONTROLS = ["[PAD] 0", "[UNK] 0", "[CLS] 0", "[SEP] 0", "[MASK] 0"]
+
+
+@pytest.mark.parametrize("meta, symbols, expected", [
+    ('{"type": "wordpiece"}', [*BERT_CONTROLS, "a 1", "a 2"],
+     "{folder}: unreadable spanbert-prepare folder: {folder}/dict.txt: duplicate symbol 'a'"),
+    ('{"type": "wordpiece"}', ["[PAD] 0", "[UNK] 0", "[CLS] 0", "[MASK] 0", "a 1"],
+     "{folder}: unreadable spanbert-prepare folder: {folder}/dict.txt: missing control symbols [SEP]"),
+    ('{"type": "bpe"}', [*BERT_CONTROLS, "a 1"],
+     "{folder}/spanbert_tokenizer.json: unknown tokenizer type 'bpe'; expected sentencepiece or wordpiece"),
+    ('["wordpiece"]', [*BERT_CONTROLS, "a 1"],
+     "{folder}/spanbert_tokenizer.json: expected a JSON object with the tokenizer's type"),
+], ids=["duplicate symbol", "no end symbol", "unknown tokenizer", "not an object"])
+def test_a_damaged_prepared_folder_is_one_line_naming_the_file(tmp_path, meta, symbols, expected):
+    from spanbert_plugin.pretraining.task import load_prepared_folder
+
+    (tmp_path / "spanbert_tokenizer.json").write_text(meta, encoding="utf-8")
+    (tmp_path / "dict.txt").write_text("\n".join(symbols) + "\n", encoding="utf-8")
+    with pytest.raises(UsageError) as raised:
+        load_prepared_folder(str(tmp_path))
+    assert str(raised.value) == expected.format(folder=tmp_path)
+
+
+@pytest.mark.parametrize("data", ["", ":"])
+def test_a_data_value_naming_no_folder_is_refused(data):
+    from spanbert_plugin.pretraining.task import data_folders
+
+    with pytest.raises(UsageError, match=r"^spanbert_pretraining needs a data folder \(spanbert-prepare --destdir\): "
+                                         r"give DATA or task\.data=DATA$"):
+        data_folders(data)
+
+
+def test_a_combined_split_has_a_maskable_token_when_any_of_its_parts_has_one(tmp_path):
+    """train, train1, ... of one folder load as one concatenated split (fairseq's combine): each part is read."""
+    from fairseq.data import ConcatDataset
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from spanbert_plugin.core.finetune_io import write_token_items
+    from spanbert_plugin.pretraining.task import has_maskable_token
+
+    never_mask = np.array([True, True, True, False, False])  # ids 3 and 4 are text
+    write_token_items([[0, 1], [2]], str(tmp_path / "train"), vocab_size=5)
+    write_token_items([[1, 2, 0]], str(tmp_path / "train1"), vocab_size=5)
+    write_token_items([[0, 4, 1]], str(tmp_path / "train2"), vocab_size=5)
+    parts = [MMapIndexedDataset(str(tmp_path / name)) for name in ("train", "train1", "train2")]
+    assert not has_maskable_token(ConcatDataset(parts[:2]), never_mask)
+    assert has_maskable_token(ConcatDataset(parts), never_mask)
+
+
+def _annotated_copy(spm_data, tmp_path, documents_annotated):
+    """A copy of ``spm_data`` whose valid split has entity annotations for ``documents_annotated`` documents
+    (None: none at all) and whose other splits have none."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    from spanbert_plugin.core.finetune_io import write_token_items
+
+    data = tmp_path / "annotated"
+    shutil.copytree(spm_data, data)
+    if documents_annotated is not None:
+        write_token_items([[0, 1]] * documents_annotated, str(data / "valid.entities"), vocab_size=1000)
+    return data, len(MMapIndexedDataset(str(data / "valid")))
+
+
+@pytest.mark.parametrize("documents_annotated", [None, 1])
+def test_annotations_missing_or_of_another_number_of_documents_are_one_line_when_loaded(spm_data, tmp_path,
+                                                                                       documents_annotated):
+    """fairseq-validate builds the model from a checkpoint (no start-up check of the annotations), then loads the
+    split: a missing annotations file, or one of another number of documents, is named there."""
+    data, documents = _annotated_copy(spm_data, tmp_path, documents_annotated)
+    assert documents > 1
+    cfg, task = pretraining(str(data), "--mask-scheme", "named_entity")
+    task.build_model(cfg.model, from_checkpoint=True)
+    with pytest.raises(UsageError) as raised:
+        task.load_dataset("valid")
+    assert str(raised.value) == f"{data / 'valid.entities'}.bin: " + (
+        "no entities annotations; --mask-scheme named_entity needs a folder prepared with spanbert-prepare "
+        "--annotate spacy" if documents_annotated is None else
+        f"1 annotated documents for {documents} documents; prepare the folder again")

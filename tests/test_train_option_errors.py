@@ -370,3 +370,46 @@ def test_a_first_launch_starts_from_continue_once_before_the_pretrained_model(tm
     (tmp_path / "ck" / "checkpoint_last.pt").write_bytes(b"x")  # a relaunch resumes the run's own checkpoint
     assert starting_checkpoint(cfg) == str(tmp_path / "ck" / "checkpoint_last.pt")
     refuse_a_named_checkpoint_that_is_missing({**cfg, "continue_once": str(tmp_path / "removed.pt")})
+
+
+def _fine_tuning_task_config(data, task):
+    import spanbert_plugin.registry  # noqa: F401  (the plugin's tasks, as --user-dir registers them)
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [data, "--task", task, "--arch", "spanbert_tiny",
+                                                                        "--cpu"])
+    return convert_namespace_to_omegaconf(args).task
+
+
+@pytest.mark.parametrize("task, command, first_file", [
+    ("sentence_classification", "spanbert-prepare-classification", "dict.txt"),
+    ("extractive_qa", "spanbert-prepare-qa", "qa_config.json"),
+    ("relation_extraction", "spanbert-prepare-re", "dict.txt"),
+    ("coreference", "spanbert-prepare-coref", "dict.txt"),
+])
+def test_a_fine_tuning_task_on_a_folder_its_command_did_not_write_is_one_line(tmp_path, task, command, first_file):
+    from fairseq import tasks
+
+    from spanbert_plugin.core.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        tasks.setup_task(_fine_tuning_task_config(str(tmp_path), task))
+    assert str(raised.value) == f"{tmp_path / first_file}: no such file; {tmp_path} is not a {command} folder"
+    cfg = _fine_tuning_task_config(str(tmp_path), task)
+    cfg.data = ""  # fairseq-hydra-train without task.data
+    with pytest.raises(UsageError) as raised:
+        tasks.setup_task(cfg)
+    assert str(raised.value) == f"{task} needs a data folder ({command} --destdir)"
+
+
+def test_compile_with_a_model_that_has_no_compiled_path_is_one_line():
+    """--compile with another architecture (fairseq's roberta, say): the plugin compiles only spanbert's layers."""
+    import torch
+
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.tasks import compile_for_training
+
+    with pytest.raises(UsageError) as raised:
+        compile_for_training(torch.nn.Linear(2, 2), None, None)
+    assert str(raised.value) == "--compile: Linear has no compiled training path; use a spanbert architecture"

@@ -706,3 +706,61 @@ def test_a_mean_of_no_units_logs_its_sum_times_the_scale_as_its_value():
         assert float(aggregator["loss"].val) == 1.0 and float(aggregator["loss"].avg) == 3.0
         log_mean("number", 0.5, 0, 2.0)
         assert aggregator["number"].val == 1.0
+
+
+def test_deferred_meters_take_numbers_nothing_and_tensor_weights_as_fairseqs_meters_do():
+    """A key logged as a tensor in one update and as a number (or None, or with a tensor weight) in another: the
+    deferred meters add them up as fairseq's meters do."""
+    from fairseq.logging.meters import AverageMeter, SumMeter
+
+    from spanbert_plugin.core.metrics import DeferredAverageMeter, DeferredSumMeter
+
+    logged = [(torch.tensor(2.0), 3), (4.0, 1), (None, 5), (torch.tensor(1.0), torch.tensor(2))]
+    reference, deferred = AverageMeter(round=3), DeferredAverageMeter(round=3)
+    for value, weight in logged:
+        reference.update(value, weight)
+        deferred.update(value, weight)
+    deferred.update_mean(None, 4)  # no mean logged: nothing counted
+    assert float(deferred.avg) == float(reference.avg) == (2.0 * 3 + 4.0 * 1 + 1.0 * 2) / 6
+    assert int(deferred.count) == int(reference.count) == 6
+    sums, reference_sums = DeferredSumMeter(), SumMeter()
+    for value in (torch.tensor(2.0), 3.0, None, torch.tensor(1.0)):
+        sums.update(value)
+        reference_sums.update(value)
+    assert float(sums.sum) == float(reference_sums.sum) == 6.0
+
+
+def test_fairseqs_own_tasks_keep_fairseqs_logging_method():
+    """A task outside the plugin (here: a stand-in) gets fairseq's _reduce_and_log_stats, which returns the values
+    read; a plugin task gets values read on demand, a mapping of the same items."""
+    from spanbert_plugin.core.tasks import OneDictionaryTask
+
+    trainer = _stub_trainer(0.0)
+    trainer.tpu, trainer._warn_once = False, set()
+    with metrics.aggregate(new_root=True):
+        values = Trainer._reduce_and_log_stats(trainer, [{"loss": 3.0}], 8)
+    assert not isinstance(values, logging_reads.UpdateValuesOnDemand) and values == {"loss": 3.0, "sample_size": 8}
+    plugin_task = OneDictionaryTask.__new__(OneDictionaryTask)  # its type is all the routing asks about
+    plugin_task.reduce_metrics = trainer.task.reduce_metrics
+    trainer.task = plugin_task
+    with metrics.aggregate(new_root=True):
+        deferred = Trainer._reduce_and_log_stats(trainer, [{"loss": 3.0}], 8)
+    assert isinstance(deferred, logging_reads.UpdateValuesOnDemand)
+    assert len(deferred) == 2 and dict(deferred) == values
+
+
+def test_a_dummy_batch_trains_nothing_and_logs_no_flops(spm_data):
+    """fairseq hands a worker that has run out of batches a dummy one with ignore_grad: its loss counts for nothing
+    (every gradient 0) and it adds no model FLOPs."""
+    cfg, task, model, criterion = build(spm_data)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[i] for i in range(4)])
+    optimizer = types.SimpleNamespace(backward=lambda loss: loss.backward())
+    for ignore_grad in (False, True):
+        model.zero_grad(set_to_none=True)
+        loss, _, logging_output = task.train_step(sample, model, criterion, optimizer, 0, ignore_grad=ignore_grad)
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        assert grads
+        assert all(not g.any() for g in grads) == ignore_grad and (float(loss.detach()) == 0.0) == ignore_grad
+        assert ("model_flops" in logging_output) != ignore_grad

@@ -159,9 +159,23 @@ def every_example_batched(batch_by_size, indices, max_tokens=None, max_sentences
     except AssertionError as err:
         if "should not exceed max_tokens" not in str(err):
             raise
-        raise UsageError(f"--max-tokens {max_tokens}: an example is longer, and a batch holds whole examples; give "
-                         "at least the longest example's length, or leave --max-tokens out") from None
+        raise max_tokens_error(max_tokens) from None
     return complete_batches(indices, batches)
+
+
+def max_tokens_error(max_tokens) -> UsageError:
+    """The one-line error for a ``--max-tokens`` below the longest example (a batch holds whole examples)."""
+    return UsageError(f"--max-tokens {max_tokens}: an example is longer, and a batch holds whole examples; give at "
+                      "least the longest example's length, or leave --max-tokens out")
+
+
+def check_max_tokens(sizes, max_tokens) -> None:
+    """Before a task's batches are made: fairseq-train filters the training split by the least of the task's, the
+    model's and ``--max-tokens``' limits, and skips what exceeds it with a warning (a dataset that refuses to drop
+    examples would blame the model's positions). An example longer than ``--max-tokens`` is that option's error, as
+    in batching."""
+    if max_tokens is not None and len(sizes) and int(np.max(sizes)) > max_tokens:
+        raise max_tokens_error(max_tokens)
 
 
 def complete_batches(indices, batches):

@@ -293,6 +293,8 @@ def is_disk_full(err: BaseException) -> bool:
 
 def disk_full_message(what: str, folder: str) -> str:
     """One line: the device of ``folder`` is full, with the space left there."""
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # removed since (the parents a failed output made): its device is its parent's
     try:
         free = f"{shutil.disk_usage(folder).free / 2**20:,.1f} MiB free there now"
     except OSError:

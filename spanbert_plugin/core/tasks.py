@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from . import clean_exit
 from .cpu_paths import keep_freed_memory
+from .datasets import check_max_tokens
 from .errors import UsageError
 from .run_config import run_section
 from .fp16_copies import use_multi_tensor_copies
@@ -130,9 +131,12 @@ class OneDictionaryTask:
         Non-persistent workers stop when their epoch ends. The plugin's exit handler is registered again here, so it
         runs before handlers registered since the plugin was imported (atexit runs the last registered first):
         ``torch._dynamo``, imported by ``--compile``, frees what the workers need before they are stopped.
+
+        An example longer than ``--max-tokens`` is that option's error (``check_max_tokens``).
         """
         if "update_epoch_batch_itr" not in kwargs:
             dataset = self._evaluation_form(dataset)
+        check_max_tokens(getattr(dataset, "sizes", ()), kwargs.get("max_tokens", args[0] if args else None))
         clean_exit.install()
         iterator = super().get_batch_iterator(dataset, *args, **kwargs)
         if self.dataset_to_epoch_iter.get(dataset) is not iterator:

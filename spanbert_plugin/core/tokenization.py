@@ -43,6 +43,7 @@ CASE_FOLDING_RULE = "nmt_nfkc_cf"  # sentencepiece's NFKC + case folding normali
 # command on the same corpus got another vocabulary.
 SPM_TRAINING_LINES = 2_000_000
 SPM_SAMPLE_SEED = 0
+SPM_MAX_LINE_BYTES = 4192  # sentencepiece's max_sentence_length: it trains on no longer line
 
 
 class TokenizerError(UsageError):
@@ -302,6 +303,11 @@ class SentencePieceTokenizer(SpanTokenizer):
                 raise TokenizerError(
                     f"{text_file}: --vocab-size {vocab_size} is too small: this text needs at least "
                     f"{need.group(1) if need else 'more'} pieces (one per character, plus the special symbols)"
+                ) from None
+            if "!sentences_.empty()" in message:  # sentencepiece's own check: it kept no line to train on
+                raise TokenizerError(
+                    f"{text_file}: no line of at most {SPM_MAX_LINE_BYTES} bytes for sentencepiece to train on (it "
+                    "skips longer ones): put each sentence or paragraph on a line of its own"
                 ) from None
             raise TokenizerError(f"{text_file}: sentencepiece training failed: {message}") from None
         finally:

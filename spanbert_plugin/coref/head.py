@@ -261,6 +261,8 @@ class CorefHead(nn.Module):
                 best = scores.masked_fill(~allowed, float("-inf")).topk(K, dim=1)
                 chosen.append(best.indices)
                 valid.append(torch.isfinite(best.values))
+        if not chosen:  # no span to rank: every word of the document (or block) is cut by a segment end
+            return index.new_zeros((0, K)), torch.zeros((0, K), dtype=torch.bool, device=index.device)
         return torch.cat(chosen), torch.cat(valid)
 
     def _pair_projections(self, g):

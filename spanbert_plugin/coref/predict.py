@@ -295,10 +295,11 @@ def resolve_text(model, task, tokenizer, text: str, line_breaks: str = "sentence
 
 def read_input_text(path: str) -> str:
     """The text of ``--text`` (gzip decompressed, a byte-order mark dropped, as every input's); UsageError naming
-    the file when it cannot be read or is empty or blank (an empty prediction would pass for a result)."""
+    the file when it cannot be read or holds no word (an empty prediction would pass for a result)."""
     text = read_text(path, "--text", allow_gzip=True)
-    if not text.strip():
-        raise UsageError(f"--text {path}: empty or only white space (expected the text to resolve)")
+    if _WORD.search(text) is None:  # zero-width and other invisible characters are no words either
+        raise UsageError(f"--text {path}: empty or only white space and invisible characters, no word (expected the "
+                         "text to resolve)")
     return text
 
 

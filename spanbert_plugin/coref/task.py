@@ -147,6 +147,12 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
         return str(self.cfg.scoring_convention)
 
     def build_model(self, cfg, from_checkpoint=False):
+        from fairseq.models import ARCH_MODEL_REGISTRY
+
+        # before building: another model may need the task's max_positions(), which is None here (whole documents)
+        model_class = ARCH_MODEL_REGISTRY.get(getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
+        if model_class is not None and not hasattr(model_class, "register_coref_head"):
+            raise UsageError(f"coreference needs a spanbert model (--arch spanbert_*), got {model_class.__name__}")
         model = super().build_model(cfg, from_checkpoint)
         if not hasattr(model, "register_coref_head"):
             raise UsageError(f"coreference needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")

@@ -306,13 +306,15 @@ def build_tokenizer(args, workdir, reader):
 def _train_sentencepiece(args, workdir, text_file, shown):
     coverage = 0.9995 if args.character_coverage is None else args.character_coverage
     vocab_size = DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
-    for _ in range(3):  # sentencepiece's bound can shrink a little on the retry
+    for attempt in range(3):  # sentencepiece's bound can shrink a little on the retry
         try:
             return SentencePieceTokenizer.train(text_file, workdir, vocab_size, character_coverage=coverage,
                                                 lowercase=args.lowercase)
         except VocabSizeTooLarge as err:
             if args.vocab_size is not None or err.largest < 8:
                 raise
+            if attempt == 2:
+                break  # no retry left: no warning announcing a size that is not tried
             logger.warning(f"{shown}: too small for the default vocabulary of {DEFAULT_VOCAB_SIZE} pieces; "
                            f"using {err.largest}, the largest it supports (set --vocab-size to choose)")
             vocab_size = err.largest

@@ -109,6 +109,8 @@ def load_prepared_folder(folder: str):
         dictionary = SpanBertDictionary.load(os.path.join(folder, "dict.txt"))
     except (OSError, ValueError) as e:
         raise UsageError(f"{folder}: unreadable spanbert-prepare folder: {e}") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{meta_path}: expected a JSON object with the tokenizer's type")
     if meta.get("type") not in _WORD_START_RULES:
         raise UsageError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}; expected sentencepiece or wordpiece")
     if dictionary.mask_index is None:

@@ -20,6 +20,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..addrop.attribution import pseudo_label_span_objective
+from ..core.errors import UsageError
 from ..core.metrics import BITS, log_mean, log_sum_to_this_validation, total
 
 
@@ -50,6 +51,9 @@ class ExtractiveQACriterion(FairseqCriterion):
 
     def __init__(self, task, n_best=20, max_answer_length=30, null_threshold=0.0):
         super().__init__(task)
+        for flag, value in (("--n-best", n_best), ("--max-answer-length", max_answer_length)):
+            if value < 1:  # no answer to validate: postprocess would fail at the first validation
+                raise UsageError(f"{flag} must be at least 1, got {value}")
         self.n_best, self.max_answer_length, self.null_threshold = n_best, max_answer_length, null_threshold
 
     def ad_drop_objective(self, model, sample):

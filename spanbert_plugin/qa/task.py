@@ -86,8 +86,12 @@ class ExtractiveQATask(ADDropMixin, OneDictionaryTask, FairseqTask):
             raise missing_split_error(self.cfg.data, split, "spanbert-prepare-qa")
         windows = load_token_items(prefix, self.dictionary, split, check_ids=True)
         if windows is None:
-            raise FileNotFoundError(f"{prefix}.bin/.idx: no such dataset (split {split!r})")
+            raise UsageError(f"{prefix}.bin/.idx: no such file (split {split!r} has its windows.npz); copy the split's "
+                             ".bin and .idx too, or prepare the folder again")
         qa = self.qa_split(split)
+        if len(windows) != qa.num_windows:
+            raise UsageError(f"{prefix}.bin/.idx: {len(windows)} windows, but {prefix}.windows.npz describes "
+                             f"{qa.num_windows}: the files come from different preparations; prepare the folder again")
         is_train = self.loads_training_form(split, kwargs)  # training shuffles windows; evaluation keeps questions whole
         dataset = ExtractiveQADataset(
             windows, qa, split, self.dictionary.pad(), group_questions=not is_train, shuffle=is_train, seed=self.cfg.seed

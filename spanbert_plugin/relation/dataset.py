@@ -15,6 +15,7 @@ from fairseq.data import (
 )
 
 from ..core.errors import UsageError
+from ..core.file_utils import damaged_file_error
 from .prepare import load_split_arrays
 from ..core.datasets import every_example_batched, load_token_items
 
@@ -52,6 +53,10 @@ class RelationDataset(BaseWrapperDataset):
             raise UsageError(f"{prefix}.bin/.idx: no such file (split {split!r} was not prepared in {folder})")
         tokens = load_token_items(prefix, dictionary, split, check_ids=True)
         labels, positions, _ = load_split_arrays(folder, split)
+        for name, values in (("labels", labels), ("entity positions", positions)):
+            if len(values) != len(tokens):  # an .npz copied from another preparation
+                raise damaged_file_error(prefix + ".npz", f"{len(values)} {name} for the {len(tokens)} examples of "
+                                                          f"{split}.idx")
         if transform is not None:
             tokens, positions = transform(tokens, positions)
         return cls(tokens, labels, positions, dictionary.pad(), shuffle, seed)
