@@ -525,3 +525,25 @@ def test_ad_drop_on_a_model_other_than_spanbert_is_one_line_when_the_model_is_bu
     task, _, _ = qa_task(ad_drop_p=0.3)
     with pytest.raises(UsageError, match=r"^AD-DROP \(--ad-drop-p\) needs a spanbert model, got RobertaModel$"):
         task.build_model(convert_namespace_to_omegaconf(args).model)
+
+
+def test_the_mixin_refuses_an_attribution_its_criterion_cannot_compute():
+    """A task of one's own built on ADDropMixin (the plugin's tasks accept only their own criterion): gradient
+    attribution needs the criterion's ad_drop_objective, so another criterion is one line; random attribution needs
+    none and builds it."""
+    from fairseq.tasks import FairseqTask
+    from omegaconf import OmegaConf
+
+    from spanbert_plugin.addrop.task_mixin import ADDropConfig, ADDropMixin
+
+    class OwnTask(ADDropMixin, FairseqTask):
+        pass
+
+    criterion = OmegaConf.create({"_name": "cross_entropy", "sentence_avg": False})
+    task = OwnTask(ADDropConfig(ad_drop_p=0.3, ad_drop_attribution="gradient"))
+    with pytest.raises(UsageError) as caught:
+        task.build_criterion(criterion)
+    assert str(caught.value) == ("--ad-drop-attribution gradient: criterion CrossEntropyCriterion has no "
+                                 "ad_drop_objective; use the task's own criterion")
+    built = OwnTask(ADDropConfig(ad_drop_p=0.3, ad_drop_attribution="random")).build_criterion(criterion)
+    assert type(built).__name__ == "CrossEntropyCriterion"

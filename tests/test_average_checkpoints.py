@@ -241,3 +241,23 @@ def test_another_failure_while_writing_propagates_and_leaves_nothing(tmp_path, m
     with pytest.raises(RuntimeError, match="another failure"):
         write_new_checkpoint({"model": {}}, str(tmp_path / "average.pt"))
     assert os.listdir(tmp_path) == []
+
+
+def test_no_room_for_the_temporary_file_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The temporary file itself cannot be made (no inode left: ENOSPC before a byte is written): the disk-full
+    line, and the claimed --output name is given up again."""
+    import errno
+    import tempfile
+
+    from spanbert_plugin.core.checkpoint_averaging import write_new_checkpoint
+    from spanbert_plugin.core.file_utils import OutputError
+
+    def no_inode_left(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_inode_left)
+    output = str(tmp_path / "average.pt")
+    with pytest.raises(OutputError) as err:
+        write_new_checkpoint({"model": {}}, output)
+    assert str(err.value).startswith(f"writing {output}: no space left on the device (") and "\n" not in str(err.value)
+    assert os.listdir(tmp_path) == []

@@ -370,3 +370,73 @@ def test_the_hub_refuses_more_tokens_than_the_models_positions():
     with pytest.raises(ValueError, match=f"^{len(tokens)} tokens exceed the model's {positions} positions$"):
         hub.extract_features(tokens)
     assert hub.extract_features(tokens[:positions]).shape[:2] == (1, positions)
+
+
+def test_a_legacy_format_file_that_is_not_a_fairseq_checkpoint_is_one_line(tmp_path):
+    """A file of torch's legacy (pre-zip) format, which torch cannot memory-map, is still looked into: weights without
+    a run config are named as not a fairseq checkpoint (fairseq itself fails on it with a KeyError), and a legacy
+    checkpoint's model options are read."""
+    import argparse
+
+    from fairseq import checkpoint_utils
+
+    from spanbert_plugin.core.checkpoint_loading import CheckpointError, stored_model_options
+
+    torch.save({"model": {"w": torch.zeros(2)}}, tmp_path / "weights.pt", _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointError) as err:
+        checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "weights.pt"))
+    assert str(err.value) == (f"{tmp_path / 'weights.pt'}: a PyTorch file but not a fairseq checkpoint "
+                              "(no 'model' and 'cfg' entries)")
+    legacy_args = {"model": {}, "args": argparse.Namespace(arch="spanbert_base", encoder_layers=2)}
+    torch.save(legacy_args, tmp_path / "args.pt", _use_new_zipfile_serialization=False)
+    assert stored_model_options(str(tmp_path / "args.pt")) == {"arch": "spanbert_base", "encoder_layers": 2}
+
+
+def test_only_fairseqs_optimizer_and_criterion_mismatch_on_resume_becomes_one_line(tmp_path):
+    """The resume's AssertionError that the optimizer or criterion differ is a UsageError naming --save-dir; any
+    other assertion is fairseq's own and propagates as it is."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.core.checkpoint_loading import _resume_hint
+    from spanbert_plugin.core.errors import UsageError
+
+    def failing(message):
+        def load_checkpoint(cfg, trainer, **kwargs):
+            raise AssertionError(message)
+        return _resume_hint(load_checkpoint)
+
+    cfg = SimpleNamespace(save_dir=str(tmp_path), finetune_from_model=None)
+    with pytest.raises(UsageError) as err:
+        failing("Optimizer does not match; please reset the optimizer (--reset-optimizer). FP16Optimizer vs Adam")(cfg, None)
+    assert str(err.value) == (f"resuming from {tmp_path}: Optimizer does not match; please reset the optimizer "
+                              "(--reset-optimizer). FP16Optimizer vs Adam; or train in a new --save-dir")
+    with pytest.raises(AssertionError, match="^something else$") as err:
+        failing("something else")(cfg, None)
+    assert not isinstance(err.value, UsageError)
+
+
+def test_the_checkpoint_broadcast_passes_other_objects_unchanged_and_the_checks_install_once():
+    """fairseq broadcasts other objects than loaded states too; installing the checks again wraps nothing twice."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+    from omegaconf import OmegaConf
+
+    from spanbert_plugin.core.checkpoint_loading import _plain_cfg_broadcast, install_checkpoint_checks
+
+    sent = []  # the type of what is sent (of its cfg for a state)
+
+    def send(obj, *args, **kwargs):
+        sent.append(type(obj["cfg"]) if isinstance(obj, dict) else type(obj))
+        return obj
+
+    broadcast = _plain_cfg_broadcast(send)
+    assert broadcast([1, 2], 0, None) == [1, 2] and broadcast(None) is None
+    state = broadcast({"model": {}, "cfg": OmegaConf.create({"task": {"data": "d"}})})
+    assert sent[-1] is dict and OmegaConf.is_config(state["cfg"]) and state["cfg"].task.data == "d"
+    install_checkpoint_checks()
+    wrapped = (checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_checkpoint,
+               distributed_utils.broadcast_object)
+    install_checkpoint_checks()
+    assert (checkpoint_utils.load_checkpoint_to_cpu, checkpoint_utils.load_checkpoint,
+            distributed_utils.broadcast_object) == wrapped
+    assert all(getattr(f, "spanbert_checked", False) for f in wrapped)

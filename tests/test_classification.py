@@ -804,6 +804,26 @@ def test_other_labels_are_refused_after_loading_when_the_training_folder_is_gone
         loaded(["neg", "pos"], ["neg", "neutral", "pos"])
 
 
+def test_prediction_data_prepared_with_the_training_labels_is_accepted_and_other_labels_refused(tmp_path):
+    """The check spanbert-predict-classification makes while the training folder still exists, before any model is
+    built: the same labels (in the same order) pass, any other list is one line naming --data."""
+    from spanbert_plugin.classification.predict import _check_same_labels
+    from spanbert_plugin.core.errors import UsageError
+
+    def folder(name, labels):
+        os.makedirs(tmp_path / name)
+        meta = {"regression": False, "labels": labels, "num_classes": len(labels)}
+        (tmp_path / name / "classification.json").write_text(json.dumps(meta))
+        return str(tmp_path / name)
+
+    trained_on = folder("train", ["neg", "pos"])
+    assert _check_same_labels(folder("same", ["neg", "pos"]), trained_on) is None
+    other = folder("other", ["pos", "neg"])
+    with pytest.raises(UsageError) as error:
+        _check_same_labels(other, trained_on)
+    assert str(error.value) == f"--data {other}: labels ['pos', 'neg'] differ from the checkpoint's ['neg', 'pos']"
+
+
 # ---------------------------------------------------------------- more bad input: columns, formats, JSON Lines, options
 
 MORE_BAD_INPUTS = {  # case -> ({file name: content}, arguments ({name}: that file's path), expected message)

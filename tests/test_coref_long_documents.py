@@ -273,6 +273,36 @@ def test_a_blocks_loss_labels_its_columns_earlier_spans_first(trained, monkeypat
         assert columns.tolist() == torch.cat([row for row, _ in calls[: i + 1]]).tolist()
 
 
+def test_without_the_mention_loss_a_blocks_loss_is_its_antecedent_loss(trained, monkeypatch):
+    """--mention-loss-weight 0 (c2f-coref's loss, no singletons): the bounded loss is the sum of the blocks'
+    antecedent losses, no mention loss is computed, and over one block it is the exact head's loss."""
+    from spanbert_plugin.coref import long_document
+
+    task, model, criterion = trained
+    head = model.coref_head
+    assert head.mention_loss_weight > 0  # the fixture's model trains with it: the weight is what this test changes
+    monkeypatch.setattr(head, "mention_loss_weight", 0.0)
+    sample = task.dataset("valid").collater([task.dataset("valid")[0]])
+    losses, original = [], long_document.antecedent_loss
+
+    def recorded(*args):
+        losses.append(original(*args))
+        return losses[-1]
+
+    monkeypatch.setattr(long_document, "antecedent_loss", recorded)
+    with torch.no_grad():
+        whole = long_document.bounded_document_clusters(model, sample, 0.5, None, None, block_segments=10_000)[1]
+        monkeypatch.setattr(head, "mention_loss", lambda *a: pytest.fail("mention loss computed at weight 0"))
+        losses.clear()
+        _, in_blocks = long_document.bounded_document_clusters(model, sample, 0.5, None, None, block_segments=1)
+    assert len(losses) > 1 and torch.allclose(in_blocks, sum(losses))
+    monkeypatch.undo()  # the exact head's loss at weight 0, computed independently of the bounded path
+    monkeypatch.setattr(head, "mention_loss_weight", 0.0)
+    with torch.no_grad():
+        out, _ = model(sample["net_input"]["src_tokens"], coref=sample["coref"])
+    assert torch.allclose(whole, out["loss"], rtol=1e-5), (whole, out["loss"])
+
+
 def test_auto_prediction_is_exact_up_to_exact_prediction_max_words():
     """--coref-prediction auto predicts a document of exactly --exact-prediction-max-words words exactly, one more in
     bounded memory; bounded and exact are what they say whatever the length."""

@@ -612,3 +612,37 @@ def test_a_data_parallel_worker_left_without_a_document_gets_an_empty_batch(word
               for shard in (0, 1)]
     assert [[batch["id"].tolist() if batch else batch for batch in shard] for shard in shards] == [[[0], [2]],
                                                                                                   [[1], {}]]
+
+
+def test_json_lines_speakers_are_read_per_word_and_written_into_the_speaker_column(tmp_path):
+    """c2f-coref's ``speakers`` (one per word): each word keeps its own, and the CoNLL lines synthesised for the
+    scorer carry it in column 10, so they read back with the same speakers and clusters."""
+    record = {"doc_key": "bc/cctv/00/cctv_0000_0", "sentences": [["Hi", "Bob"], ["Hi", "Ann", "."]],
+              "speakers": [["Ann", "Ann"], ["Bob", "Bob", "Bob"]], "clusters": [[[1, 1], [4, 4]], [[3, 3], [0, 0]]]}
+    [doc] = read_split(write_jsonl(tmp_path / "a.jsonl", [record]), "--train")
+    assert doc.speakers == ["Ann", "Ann", "Bob", "Bob", "Bob"]
+    assert doc.sentence_ids.tolist() == [0, 0, 1, 1, 1]
+    assert doc.clusters == [[(0, 0), (3, 3)], [(1, 1), (4, 4)]]
+    assert [doc.lines[i].split("\t")[9] for i in doc.token_lines] == doc.speakers
+    [again] = read_conll("gold.conll", "\n".join(doc.lines) + "\n")
+    assert again.speakers == doc.speakers and again.clusters == doc.clusters and again.words == doc.words
+
+
+def test_json_lines_empty_clusters_are_dropped_and_do_not_shift_the_others(tmp_path):
+    """An empty cluster ``[]`` names no mention: it is skipped, not kept as a cluster of no spans."""
+    record = {"doc_key": "d", "sentences": [["a", "b", "c"]], "clusters": [[], [[0, 0], [2, 2]], []]}
+    [doc] = read_split(write_jsonl(tmp_path / "a.jsonl", [record]), "--train")
+    assert doc.clusters == [[(0, 0), (2, 2)]]
+    assert [doc.lines[i].split("\t")[-1] for i in doc.token_lines] == ["(0)", "-", "(0)"]
+
+
+def test_conll_blank_lines_between_documents_are_skipped(tmp_path):
+    """Blank lines before the first ``#begin document`` and between documents belong to no document."""
+    text = ("\n#begin document (a); part 000\na 0 0 x _ _ _ _ _ _ _ _ (0)\na 0 1 y _ _ _ _ _ _ _ _ (0)\n\n"
+            "#end document\n\n\n#begin document (b); part 000\nb 0 0 z _ _ _ _ _ _ _ _ -\n\n#end document\n")
+    first, second = read_conll("a.conll", text)
+    assert (first.doc_key, first.words, first.clusters) == ("(a); part 000", ["x", "y"], [[(0, 0), (1, 1)]])
+    assert (second.doc_key, second.words, second.clusters) == ("(b); part 000", ["z"], [])
+    assert first.lines[-1] == second.lines[-1] == "#end document" and second.lines[0].startswith("#begin")
+    assert first.lines[0].startswith("#begin") and len(second.lines) == 4
+

@@ -209,6 +209,22 @@ def test_data_without_singletons_keeps_the_ontonotes_defaults(wordpiece_data, tm
     assert task.cfg.mention_loss_weight == 0.3 and task.scoring_convention == "with_singletons"
 
 
+def test_prediction_options_override_a_dataclass_task_config():
+    """A task built in Python from a CoreferenceConfig (not a checkpoint's DictConfig): the options given replace
+    the config's values and those left None keep them."""
+    from types import SimpleNamespace
+
+    from spanbert_plugin.coref.predict import apply_prediction_options
+    from spanbert_plugin.coref.task import CoreferenceConfig
+
+    task = SimpleNamespace(cfg=CoreferenceConfig(singleton_threshold=0.5, no_singletons=True))
+    before = CoreferenceConfig(singleton_threshold=0.5, no_singletons=True)
+    apply_prediction_options(task, no_singletons=False, singleton_threshold=0.25, max_antecedent_distance=7)
+    assert (task.cfg.no_singletons, task.cfg.singleton_threshold, task.cfg.max_antecedent_distance) == (False, 0.25, 7)
+    for name in ("scoring_convention", "coref_prediction", "entity_cache_size"):
+        assert getattr(task.cfg, name) == getattr(before, name)
+
+
 def test_data_with_singletons_predicts_them(singleton_data):
     task, _, _ = build(singleton_data)
     assert task.cfg.no_singletons is False and task.singleton_threshold == 0.5

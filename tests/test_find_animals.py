@@ -273,6 +273,41 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period():
     assert child.calls == ["terminate", "wait 2.5", "kill", "wait None"]
 
 
+class _FinishedChild(_StubbornChild):
+    """A child that has already exited (its thread has not yet taken it out of the live set)."""
+
+    def poll(self):
+        return 0
+
+    def wait(self, timeout=None):
+        self.calls.append(f"wait {timeout}")
+        return 0
+
+
+def test_a_child_that_already_exited_is_not_signalled_when_the_experiment_stops():
+    from spanbert_plugin.spandrop.find_animals_experiment import ChildRuns
+
+    children, finished, running = ChildRuns(grace=2.5), _FinishedChild(), _StubbornChild()
+    running.wait = lambda timeout=None: running.calls.append(f"wait {timeout}")  # exits on SIGTERM
+    children._live.update([finished, running])
+    children.stop()
+    assert finished.calls == ["wait 2.5"] and running.calls == ["terminate", "wait 2.5"]
+
+
+def test_a_run_that_exits_0_without_a_validation_result_fails_in_one_line():
+    """fairseq-train's output without a 'valid |' record (its log format changed): RunFailed naming the run, not an
+    IndexError or an error rate read from nothing."""
+    from spanbert_plugin.spandrop.find_animals_experiment import RunFailed, RunOptions, run_one
+
+    class Children:
+        def run(self, args, env):
+            return subprocess.CompletedProcess(args, 0, '{"epoch": 1, "train_loss": "0.69"}\n', "")
+
+    with pytest.raises(RunFailed) as caught:
+        run_one("spandrop", 16, 3, RunOptions(seq_len=8, max_update=1, animals="cat"), Children())
+    assert str(caught.value) == "spandrop size 16 seed 3: no validation result in its output"
+
+
 def test_a_second_interrupt_while_stopping_still_stops_every_child(monkeypatch):
     """Ctrl-C pressed again while run_all stops its children: the stop is made again, not abandoned."""
     from spanbert_plugin.spandrop import find_animals_experiment as experiment

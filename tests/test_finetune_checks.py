@@ -180,6 +180,41 @@ def test_best_threshold_search_runs_in_question_order_whatever_the_records_order
     assert summarize(np.array([q1, q0]), with_negative=True) == in_order
 
 
+def test_squad2_summary_of_only_answerable_or_only_unanswerable_questions():
+    """A SQuAD 2.0 validation that scored only answerable (or only unanswerable) questions, as --max-valid-steps
+    can: the missing group's f1 is left out (not a mean of nothing) and the threshold search still runs."""
+    from spanbert_plugin.qa.scoring import summarize
+
+    # question, exact, f1, has_answer, null_odds, nonempty, says_null
+    answerable = np.array([[0, 1.0, 1.0, 1, 2.0, 1, 0],
+                           [1, 0.0, 0.5, 1, 3.0, 1, 1]])  # said "no answer" at the threshold: scores 0
+    out = summarize(answerable, with_negative=True)
+    assert set(out) == {"em", "f1", "has_ans_f1", "best_f1", "best_f1_thresh"}
+    assert out["em"] == pytest.approx(50.0) and out["f1"] == pytest.approx(50.0)
+    assert out["has_ans_f1"] == pytest.approx(50.0)
+    # answering both (threshold 3.0) gains 1 + 0.5 of 2 questions
+    assert (out["best_f1"], out["best_f1_thresh"]) == (pytest.approx(75.0), 3.0)
+
+    unanswerable = np.array([[0, 0.0, 0.0, 0, 1.0, 1, 0],   # answered with text: wrong
+                             [1, 0.0, 0.0, 0, 5.0, 1, 1]])  # said "no answer": right
+    out = summarize(unanswerable, with_negative=True)
+    assert set(out) == {"em", "f1", "no_ans_f1", "best_f1", "best_f1_thresh"}
+    assert out["em"] == pytest.approx(50.0) and out["no_ans_f1"] == pytest.approx(50.0)
+    # answering any question only loses: "no answer" everywhere (threshold 0.0) scores both
+    assert (out["best_f1"], out["best_f1_thresh"]) == (pytest.approx(100.0), 0.0)
+
+
+def test_a_validation_that_scored_no_question_logs_nan():
+    """No record (a validation of no step): the summary is empty and every QA metric logs nan, not 0."""
+    from spanbert_plugin.qa.criterion import _summary_value
+    from spanbert_plugin.qa.scoring import RECORD_FIELDS, summarize
+
+    assert summarize(np.zeros((0, len(RECORD_FIELDS))), with_negative=True) == {}
+    meters = {"_qa_records": SimpleNamespace(sum=torch.zeros(len(RECORD_FIELDS), 3, dtype=torch.float64))}
+    for key in ("em", "f1", "best_f1"):
+        assert np.isnan(_summary_value(meters, key, True))
+
+
 def test_null_override_follows_the_official_script_for_empty_normalising_golds():
     """Official v2.0: a HasAns question scored as "no answer" (na_prob > -t) counts 0, even when its golds normalise to ""."""
     from spanbert_plugin.qa.squad_metrics import evaluate

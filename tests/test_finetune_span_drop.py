@@ -204,6 +204,18 @@ def test_word_keys_tell_apart_words_that_differ_by_a_token_of_id_0():
     assert len(set(keys.tolist())) == 4
 
 
+def test_question_bigrams_of_an_empty_passage_or_question_protect_nothing():
+    """A window of an empty passage (a context the tokenizer reads as no token gets one empty window) protects
+    nothing and fails on no empty array; an empty question shares no bigram with a passage."""
+    from spanbert_plugin.qa.span_drop import bigram_overlap, word_keys
+
+    keys, word_of = word_keys(np.zeros(0, np.int64), np.zeros(0, bool))
+    assert keys.tolist() == [] and word_of.tolist() == []
+    empty, no_starts = np.zeros(0, np.int64), np.zeros(0, bool)
+    assert bigram_overlap(np.array([5, 6]), np.array([True, True]), empty, no_starts).tolist() == []
+    assert bigram_overlap(empty, no_starts, np.array([5, 6]), np.array([True, True])).tolist() == [False, False]
+
+
 def test_marker_region_ends_of_folders_without_stored_ends():
     """The entity region opened at ``start`` ends at its closing marker's last token: the first end marker after it
     (typed_marker), the last token of the first repeat of the opening word's tokens (typed_marker_punct, here '@' as
@@ -472,6 +484,26 @@ def test_relation_regions_whose_mention_holds_the_marker_word_survive(tmp_path, 
             assert after[new: new + length] == before[starts[index][role]: ends[index][role] + 1]
 
 
+def test_span_drop_mask_mode_on_a_dictionary_without_mask_is_one_line(folders, tmp_path):
+    """A dict.txt whose mask symbol was renamed (the ids unchanged): mask mode has no token to mask with, while drop
+    mode and the splits without SpanDrop load as before."""
+    import shutil
+
+    folder = tmp_path / "cls"
+    shutil.copytree(folders["cls"], folder)
+    lines = (folder / "dict.txt").read_text(encoding="utf-8").splitlines()
+    assert sum(line.startswith("[MASK] ") for line in lines) == 1
+    (folder / "dict.txt").write_text("\n".join(line.replace("[MASK] ", "[MASKED] ") for line in lines) + "\n",
+                                     encoding="utf-8")
+    task = SentenceClassificationTask.setup_task(SentenceClassificationConfig(data=str(folder), span_drop_p=0.5,
+                                                                              span_drop_mode="mask"))
+    with pytest.raises(UsageError) as caught:
+        task.load_dataset("train")
+    assert str(caught.value) == "--span-drop-mode mask: the dictionary has no mask symbol"
+    task.load_dataset("valid")  # no SpanDrop outside training
+    assert isinstance(task_of("cls", str(folder), span_drop_p=0.5).datasets["train"], ClassificationSpanDropDataset)
+
+
 @pytest.mark.parametrize("unit", UNITS)
 def test_classification_segment_a_follows_and_rate(folders, unit):
     p = 0.25
@@ -566,9 +598,11 @@ def test_a_punctuation_marker_too_near_the_end_to_be_closed_runs_to_the_last_tok
     assert punct(np.array([0, 5, 7, 8, 7, 8]), 2, 0) == 5  # 4: the closing '@' right after
 
 
-def test_relation_span_drop_of_a_folder_without_stored_region_ends_finds_them_by_search(tmp_path, caplog):
-    """A folder prepared before the region ends were stored in the .npz: SpanDrop finds each region's closing '@'/'#'
-    (with a warning), and, for mentions without such a word, draws exactly the items of the folder that stores them."""
+@pytest.mark.parametrize("mode", ["typed_marker_punct", "typed_marker", "ner"])
+def test_relation_span_drop_of_a_folder_without_stored_region_ends_finds_them_by_search(tmp_path, caplog, mode):
+    """A folder prepared before the region ends were stored in the .npz: SpanDrop finds each region's end (the
+    closing '@'/'#', with a warning, the end marker, or the ner marker itself, both exact and so without one), and,
+    for mentions without such a word, draws exactly the items of the folder that stores them."""
     import shutil
 
     from spanbert_plugin.relation.prepare import load_region_ends
@@ -577,7 +611,7 @@ def test_relation_span_drop_of_a_folder_without_stored_region_ends_finds_them_by
     synthetic_re(tmp_path / "re.json", 40, 3)
     stored = str(tmp_path / "stored")
     assert prepare_re.main(["--train", str(tmp_path / "re.json"), "--valid", str(tmp_path / "re.json"), "--tokenizer-from",
-                            tok, "--destdir", stored, "--entity-marker", "typed_marker_punct"]) == 0
+                            tok, "--destdir", stored, "--entity-marker", mode]) == 0
     legacy = str(tmp_path / "legacy")
     shutil.copytree(stored, legacy)
     with np.load(os.path.join(stored, "train.npz")) as arrays:
@@ -586,8 +620,9 @@ def test_relation_span_drop_of_a_folder_without_stored_region_ends_finds_them_by
     options = {"span_drop_p": 0.5, "span_drop_unit": "token"}
     with caplog.at_level("WARNING", logger="spanbert_plugin.relation.span_drop"):
         searched = task_of("re", legacy, **options).datasets["train"]
-    assert f"{legacy}: prepared without the entities' region ends; SpanDrop finds each mention's closing '@'/'#' by " \
-           "search" in caplog.text
+    warned = f"{legacy}: prepared without the entities' region ends; SpanDrop finds each mention's closing '@'/'#' by " \
+             "search" in caplog.text
+    assert warned == (mode == "typed_marker_punct"), caplog.text
     expected = task_of("re", stored, **options).datasets["train"]
     dropped = 0
     for index in range(len(expected)):

@@ -1602,3 +1602,27 @@ def test_a_tokenizer_json_alone_without_berts_normaliser_is_refused(tmp_path):
     with pytest.raises(TokenizerError) as raised:
         _wordpiece_tokenizer(str(tmp_path), str(path))
     assert str(raised.value).startswith(f'{path}: normalizer {{"type": "NFKC"}}; expected BERT\'s (BertNormalizer')
+
+
+def test_a_classification_head_of_another_inner_size_is_refused_by_the_export(wordpiece_vocab, tmp_path):
+    """transformers' classifier reads the pooler's output, of the hidden size: a head whose dense layer has another
+    size (registered with inner_dim) has no transformers counterpart. One line naming the checkpoint and the head;
+    nothing written."""
+    from spanbert_plugin.cli.export_hf import main
+    from spanbert_plugin.hf.interop import IMPORTED_HEAD
+
+    _classifier_dir(tmp_path / "hf", wordpiece_vocab)
+    _import(tmp_path / "hf", tmp_path / "ck")
+    state = torch.load(tmp_path / "ck" / "model.pt", weights_only=True)
+    weights, head = state["model"], f"classification_heads.{IMPORTED_HEAD}."
+    classes = weights[head + "out_proj.weight"].size(0)
+    torch.manual_seed(2)
+    weights[head + "dense.weight"], weights[head + "dense.bias"] = torch.randn(16, 64), torch.randn(16)
+    weights[head + "out_proj.weight"] = torch.randn(classes, 16)
+    torch.save(state, tmp_path / "ck" / "inner16.pt")
+    checkpoint = tmp_path / "ck" / "inner16.pt"
+    status, _, err = call(main, ["--checkpoint", checkpoint, "--out", tmp_path / "o"])
+    assert status == 1 and not (tmp_path / "o").exists(), err
+    assert len(err.strip().splitlines()) == 1 and err.strip().endswith(
+        f"{checkpoint}: classification head {IMPORTED_HEAD} has inner size 16; transformers' pooler needs the hidden "
+        "size 64"), err

@@ -382,3 +382,50 @@ def test_a_coreference_head_in_a_checkpoint_of_another_task_is_left_out():
     model.upgrade_state_dict_named(state, "")
     assert not [k for k in state if k.startswith("coref_head.")]
     model.load_state_dict(state, strict=True)
+
+
+def test_padding_to_a_length_multiple_leaves_the_features_as_they_are():
+    """Padded up to the multiple (then masked and cut off) or already a multiple (run as it is, unmasked where the
+    host says there is no padding): the features are those of the model without a length multiple."""
+    model, _ = _small_model(max_positions=16)
+    model.eval()
+    tokens = torch.randint(5, 25, (2, 16))
+    with torch.no_grad():
+        expected = {n: model.encoder(tokens[:, :n], has_padding=False) for n in (5, 8, 16)}
+        model.encoder.length_multiple = 8
+        for n, features in expected.items():
+            torch.testing.assert_close(model.encoder(tokens[:, :n], has_padding=False), features)
+
+
+def test_a_checkpoint_without_an_sbo_head_grows_the_rows_it_has():
+    """Symbols appended since the checkpoint (entity markers): the embedding and MLM rows it has keep their values,
+    the new ones are the model's fresh rows and zero biases; a head the checkpoint lacks is not made up."""
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+
+    old_model, dictionary = _small_model()
+    grown = tiny_spanbert(SpanBertDictionary(dictionary.symbols + ["<e1>", "<e2>"]), max_positions=16,
+                          dropout=0.0, attention_dropout=0.0, sbo_position_dim=8)
+    state = {k: v.clone() for k, v in old_model.state_dict().items() if not k.startswith("sbo_head.")}
+    grown.upgrade_state_dict_named(state, "")
+    assert not [k for k in state if k.startswith("sbo_head.")]
+    embed, fresh = "encoder.embeddings.word_embeddings.weight", grown.state_dict()
+    for key in (embed, "lm_head.weight"):
+        assert state[key].shape == (27, 32)
+        assert torch.equal(state[key][:25], old_model.state_dict()[key]) and torch.equal(state[key][25:], fresh[key][25:])
+    assert torch.equal(state["lm_head.bias"], torch.cat([old_model.lm_head.bias, torch.zeros(2)]))
+    assert torch.equal(state["vocabulary.symbol_hashes"], fresh["vocabulary.symbol_hashes"])
+
+
+def test_a_dictionary_read_from_a_stream_names_it_and_marks_its_control_symbols():
+    """dict.txt from an open file (fairseq's loaders hand one over) reads as from a path; errors name the stream
+    (<stream> where it has no file name); a dictionary without a mask symbol marks the other four controls only."""
+    import io
+
+    from spanbert_plugin.core.dictionary import SpanBertDictionary
+
+    stream = io.StringIO("[PAD] 0\n[UNK] 0\n[CLS] 0\n[SEP] 0\nw 7\n")
+    d = SpanBertDictionary.load(stream)
+    assert d.symbols == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "w"] and d.count[-1] == 7 and d.mask_index is None
+    assert d.special_mask().tolist() == [True, True, True, True, False]
+    with pytest.raises(ValueError, match=r"^<stream>:2: expected '<symbol> <count>', got 'w'$"):
+        SpanBertDictionary.load(io.StringIO("[PAD] 0\nw\n"))

@@ -401,6 +401,7 @@ def test_question_batches_are_filled_up_to_the_limits():
     question_index = np.repeat(np.arange(5), [1, 2, 1, 3, 1])
     batches = question_batches(question_index, np.full(8, 10), np.arange(8), max_sentences=3)
     assert [b.tolist() for b in batches] == [[0, 1, 2], [3], [4, 5, 6], [7]]
+    assert question_batches(question_index, np.full(8, 10), [], max_sentences=3) == []  # no window: no batch
 
 def test_training_batches_hold_every_window_and_a_small_max_tokens_is_one_line(qa_data):
     """Training batches go through fairseq's batching plus its dropped tail (the shared helper): a --max-tokens below

@@ -108,6 +108,16 @@ def test_checkpoint_inputs_include_the_data_it_was_trained_on(tmp_path, monkeypa
     assert checkpoint_inputs(str(tmp_path / "damaged.pt")) == [str(tmp_path / "damaged.pt")]
 
 
+def test_checkpoint_inputs_of_a_legacy_format_file_and_empty_parts_of_its_data(tmp_path, monkeypatch):
+    """A checkpoint in torch's legacy (pre-zip) format, which torch cannot memory-map, still names its data folder
+    as an input; an empty part of a stored ``a:`` names no folder."""
+    monkeypatch.chdir(tmp_path)
+    os.makedirs(tmp_path / "ck")
+    ck = str(tmp_path / "ck" / "legacy.pt")
+    torch.save({"cfg": {"task": {"data": f"data{os.pathsep}"}}, "model": {}}, ck, _use_new_zipfile_serialization=False)
+    assert checkpoint_inputs(ck) == [ck, "data", os.path.join(str(tmp_path / "ck"), "data")]
+
+
 @pytest.mark.parametrize("main, prog, out", [
     (export_hf.main, "spanbert-export-hf", "data"),
     (predict_qa.main, "spanbert-predict-qa", "data/squad"),

@@ -285,3 +285,26 @@ def test_annotations_missing_or_of_another_number_of_documents_are_one_line_when
         "no entities annotations; --mask-scheme named_entity needs a folder prepared with spanbert-prepare "
         "--annotate spacy" if documents_annotated is None else
         f"1 annotated documents for {documents} documents; prepare the folder again")
+
+
+CONTROLS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+
+@pytest.mark.parametrize("edit, extra, expected", [
+    (lambda symbol, count: f"{symbol} 0", ["--random-token-source", "unigram"],
+     "no text symbol has a count above 0; --random-token-source unigram draws random replacements by these counts "
+     "(uniform does not need them)"),
+    (lambda symbol, count: f"{symbol} {count}" if symbol in CONTROLS else None, [],
+     "no text symbol, only control symbols"),
+], ids=["unigram without counts", "only control symbols"])
+def test_a_dictionary_with_nothing_to_draw_random_replacements_from_is_one_line(spm_data, tmp_path, edit, extra,
+                                                                                expected):
+    """Random replacements are drawn from the text symbols of dict.txt (by its counts with unigram): a dict.txt
+    that leaves no mass to draw from is named in one line (it was a ValueError traceback from the masker)."""
+    data = tmp_path / "edited"
+    shutil.copytree(spm_data, data)
+    lines = [edit(*line.rsplit(" ", 1)) for line in (data / "dict.txt").read_text(encoding="utf-8").splitlines()]
+    (data / "dict.txt").write_text("".join(f"{line}\n" for line in lines if line is not None), encoding="utf-8")
+    with pytest.raises(UsageError) as raised:
+        pretraining(str(data), *extra)
+    assert str(raised.value) == f"{data}/dict.txt: {expected}"

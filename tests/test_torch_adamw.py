@@ -251,3 +251,45 @@ def test_parameter_groups_given_as_iterators_keep_their_parameters():
     split = TorchAdamW(cfg, groups())
     assert sorted((len(g["params"]), g["weight_decay"]) for g in split.param_groups) == [(1, 0.0), (1, 0.0), (1, 0.1),
                                                                                           (1, 0.1)]
+
+
+@pytest.mark.parametrize("factor", [0.25, 0.0, -0.5])
+def test_a_norm_aggregated_across_workers_or_a_factor_not_above_zero_is_clipped_as_fairseq_does(factor):
+    """With an ``aggregate_norm_fn`` (the norm summed over workers) or a factor of 0 or less the factor is applied to
+    the gradients first, as fairseq's multiply_grads does: norm and clipped gradients are fairseq's."""
+    def aggregate(norm):  # a second worker holding gradients of the same norm
+        return norm * 2 ** 0.5
+
+    for aggregate_norm_fn in (aggregate, None):
+        ours_model, fairseq_model = _toy_model(4), _toy_model(4)
+        _backward(ours_model, 0)
+        _backward(fairseq_model, 0)
+        ours = TorchAdamW(_config(), list(ours_model.parameters()))
+        ours.multiply_grads(factor)
+        for p in fairseq_model.parameters():
+            p.grad.mul_(factor)
+        reference = fairseq_utils.clip_grad_norm_(list(fairseq_model.parameters()), 0.5, aggregate_norm_fn)
+        assert torch.allclose(ours.clip_grad_norm(0.5, aggregate_norm_fn), reference, rtol=1e-6)
+        assert ours._grad_factor is None  # applied once, not again at the step
+        for p, q in zip(ours_model.parameters(), fairseq_model.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=1e-6, atol=0)
+
+
+def test_clipping_without_gradients_gives_a_zero_norm_and_forgets_the_factor():
+    """No parameter has a gradient (every one frozen this update): a norm of 0, as fairseq's, and nothing to scale."""
+    model = _toy_model(5)
+    optimizer = TorchAdamW(_config(), list(model.parameters()))
+    optimizer.multiply_grads(0.5)
+    norm = optimizer.clip_grad_norm(1.0)
+    assert norm.item() == 0.0 and norm.dtype == torch.float32
+    assert optimizer._grad_factor is None
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_adam_betas_as_a_config_list_are_two_floats():
+    """A yaml/hydra config gives --adam-betas as a list, not a string."""
+    from spanbert_plugin.core.torch_adamw import parse_betas
+
+    assert parse_betas(OmegaConf.create({"b": [0.9, 0.98]}).b) == (0.9, 0.98)
+    with pytest.raises(UsageError, match=r"^--adam-betas \[0.9, 1.5\]: expected two numbers in \[0, 1\)"):
+        parse_betas(OmegaConf.create({"b": [0.9, 1.5]}).b)

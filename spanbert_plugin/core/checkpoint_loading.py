@@ -58,10 +58,18 @@ class CheckpointError(UsageError):
         self.path, self.problem = path, problem
 
 
+def load_mapped(path):
+    """``torch.load`` of a checkpoint (weights only), memory-mapped where torch can map it: a zip archive, not its
+    legacy format, which it then reads whole."""
+    with open(path, "rb") as f:
+        zipped = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    return torch.load(path, map_location="cpu", mmap=zipped, weights_only=True)
+
+
 def _holds_fairseq_state(path):
     """Does the file hold a fairseq checkpoint dict with model weights? (None: unreadable)"""
     try:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        state = load_mapped(path)
     except Exception:  # noqa: BLE001 - unreadable means "no"; the caller reports the original error
         return None
     return isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state)
@@ -294,7 +302,7 @@ def stored_checkpoint(path) -> dict:
     """The checkpoint's top-level dict, memory-mapped (its weights are not read), or {}; a damaged file is left to
     fairseq's own loading, which names it in one line."""
     try:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        state = load_mapped(path)
     except Exception:  # noqa: BLE001 - reported by the real load that follows
         return {}
     return state if isinstance(state, dict) else {}

@@ -387,12 +387,10 @@ def _stored_data(checkpoint: str) -> Optional[str]:
     """The ``data`` a fairseq checkpoint's task was given, or None (read without building anything)."""
     if not os.path.isfile(checkpoint):
         return None
-    import torch
-
-    from . import checkpoint_loading  # noqa: F401 - registers the safe-loading allowlist
+    from .checkpoint_loading import load_mapped  # its module registers the safe-loading allowlist
 
     try:
-        state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+        state = load_mapped(checkpoint)
     except Exception:  # noqa: BLE001 - damaged or foreign: the real loader names the problem later
         return None
     if not isinstance(state, dict):

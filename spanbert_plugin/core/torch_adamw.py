@@ -159,13 +159,14 @@ class TorchAdamW(FairseqOptimizer):
         ``multiply_grads``' factor f folded in (the norm of f·g is |f| times g's; the gradients are multiplied once,
         by min(f, f·max_norm / (norm + 1e-6)) with f > 0)."""
         factor, self._grad_factor = self._grad_factor, None
-        grads = [p.grad.detach() for p in self.params if p.grad is not None and not hasattr(p, "expert")]
-        experts = [p.grad.detach() for p in self.params if p.grad is not None and hasattr(p, "expert")]
+        params = list(self.params)  # fairseq's ``params`` is a generator
+        grads = [p.grad.detach() for p in params if p.grad is not None and not hasattr(p, "expert")]
+        experts = [p.grad.detach() for p in params if p.grad is not None and hasattr(p, "expert")]
         if factor is not None and (not grads or factor <= 0 or aggregate_norm_fn is not None):
             super().multiply_grads(factor)  # nothing to fold it into, or a norm aggregated across workers: as fairseq
             factor = None
         if not grads:
-            return self.params[0].new_tensor(0.0) if self.params else torch.tensor(0.0)
+            return params[0].new_tensor(0.0) if params else torch.tensor(0.0)
         grads32 = [g.float() if g.dtype != torch.float32 else g for g in grads]
         foreach = all(g.device.type in ("cuda", "cpu") for g in grads32)  # one multi-tensor norm, not one per tensor
         total_norm = torch.nn.utils.get_total_norm(grads32, foreach=foreach)

@@ -213,6 +213,11 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         weights = ~dictionary.special_mask()
         if cfg.random_token_source == "unigram":
             weights = weights * np.asarray(dictionary.count, dtype=float)
+        if not weights.sum() > 0:
+            raise UsageError(f"{dictionary.source}: no text symbol has a count above 0; --random-token-source unigram "
+                             "draws random replacements by these counts (uniform does not need them)"
+                             if cfg.random_token_source == "unigram" else
+                             f"{dictionary.source}: no text symbol, only control symbols")
         self.masker = SpanMasker(
             word_starts, self.never_mask, dictionary.mask_index, dictionary.pad(),
             scheme=str(cfg.mask_scheme), mask_ratio=cfg.mask_ratio, geometric_p=cfg.geometric_p,
