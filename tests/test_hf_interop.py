@@ -1626,3 +1626,32 @@ def test_a_classification_head_of_another_inner_size_is_refused_by_the_export(wo
     assert len(err.strip().splitlines()) == 1 and err.strip().endswith(
         f"{checkpoint}: classification head {IMPORTED_HEAD} has inner size 16; transformers' pooler needs the hidden "
         "size 64"), err
+
+
+def test_a_unigram_tokenizer_that_keeps_runs_of_spaces_exports_as_sentencepiece_encodes(tmp_path):
+    """A tokenizer.json without sentencepiece's whitespace clean-up (no Replace steps) imports as a model with
+    remove_extra_whitespaces off; exported again, its tokenizer encodes as that sentencepiece model does, spaces kept."""
+    import sentencepiece
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Tokenizer
+
+    from spanbert_plugin.hf.tokenizer_files import spm_model_from_unigram_json, unigram_tokenizer_from_spm
+
+    # "▁" a piece of its own, as in every trained sentencepiece vocabulary (without it, a lone "▁" of a run of spaces
+    # is an unknown piece that sentencepiece fuses with the next one and tokenizers' pre-split words do not);
+    # sentencepiece loads byte fallback only with all 256 byte pieces
+    vocab = [["<unk>", 0.0], ["<s>", 0.0], ["</s>", 0.0], ["▁a", -1.0], ["b", -2.0], ["▁", -3.0]]
+    source = _unigram_tokenizer_json(tmp_path / "tokenizer.json", normalizer={"type": "Sequence", "normalizers": []},
+                                     model__vocab=vocab, model__byte_fallback=False)
+    spm_model_from_unigram_json(source, str(tmp_path / "spm.model"))
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((tmp_path / "spm.model").read_bytes())
+    assert not proto.normalizer_spec.remove_extra_whitespaces
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+    exported, original = unigram_tokenizer_from_spm(str(tmp_path / "spm.model")), Tokenizer.from_file(source)
+    # (a text that starts with a space differs: sentencepiece prefixes its "▁" always, tokenizers' Metaspace only
+    # where the text does not already start with one; the plugin's own models remove extra white space)
+    for text in ("ab", "a  b", "a b ", "a   ab  "):
+        ids = processor.encode(text)
+        assert exported.encode(text).ids == ids == original.encode(text).ids, text
+    assert processor.encode("a  b") != processor.encode("a b")  # the run of spaces is kept
