@@ -308,3 +308,20 @@ def test_a_dictionary_with_nothing_to_draw_random_replacements_from_is_one_line(
     with pytest.raises(UsageError) as raised:
         pretraining(str(data), *extra)
     assert str(raised.value) == f"{data}/dict.txt: {expected}"
+
+
+def test_a_negative_count_in_dict_txt_draws_that_symbol_never_under_unigram(spm_data, tmp_path):
+    """dict.txt's counts weigh unigram replacements; a negative count (the format reads it) weighs nothing: as a
+    weight it made the cumulative distribution fall, and draws landed on the wrong symbols."""
+    import numpy as np
+
+    data = tmp_path / "edited"
+    shutil.copytree(spm_data, data)
+    lines = (data / "dict.txt").read_text(encoding="utf-8").splitlines()
+    text = [i for i, line in enumerate(lines) if line.rsplit(" ", 1)[0] not in CONTROLS and int(line.rsplit(" ", 1)[1])]
+    negative = text[len(text) // 2]
+    lines[negative] = f"{lines[negative].rsplit(' ', 1)[0]} -1000000"
+    (data / "dict.txt").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    _, task = pretraining(str(data), "--random-token-source", "unigram")
+    steps = np.diff(np.concatenate(([0.0], task.masker.replacement_cdf)))
+    assert (steps >= 0).all() and steps[negative] == 0 and steps[text[0]] > 0

@@ -212,7 +212,7 @@ class SpanBertPretrainingTask(OneDictionaryTask, FairseqTask):
         self.never_mask[dictionary.unk()] = False  # [UNK] is text and may be masked, as in BERT
         weights = ~dictionary.special_mask()
         if cfg.random_token_source == "unigram":
-            weights = weights * np.asarray(dictionary.count, dtype=float)
+            weights = weights * np.maximum(np.asarray(dictionary.count, dtype=float), 0)  # a negative count: none
         if not weights.sum() > 0:
             raise UsageError(f"{dictionary.source}: no text symbol has a count above 0; --random-token-source unigram "
                              "draws random replacements by these counts (uniform does not need them)"
