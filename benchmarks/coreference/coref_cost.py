@@ -36,6 +36,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
+from command_output import relative_to_root, save_figure_atomic  # noqa: E402
 SHARED = os.path.join(ROOT, "..", "shared", "data")
 COMMAND = "coref_cost.py"  # recorded in --out's manifest: --force replaces only this script's output
 SHAPES = {  # layers, hidden, ffn, heads, head FFNN size (SpanBERT's c2f uses 3000 with base/large)
@@ -206,9 +208,6 @@ def plot(results, path: str) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
-    from command_output import save_figure_atomic
-
     lines = {}
     for r in results:
         lines.setdefault((r["shape"], r["mode"]), []).append(r)
@@ -280,9 +279,6 @@ def main(argv=None):
         return 0
     from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination, read_json
     from spanbert_plugin.core.errors import UsageError
-
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
-    from command_output import relative_to_root
 
     command = relative_to_root(shlex.join([os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)]))
     if args.from_results:

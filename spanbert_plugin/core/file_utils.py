@@ -387,14 +387,9 @@ def _stored_data(checkpoint: str) -> Optional[str]:
     """The ``data`` a fairseq checkpoint's task was given, or None (read without building anything)."""
     if not os.path.isfile(checkpoint):
         return None
-    from .checkpoint_loading import load_mapped  # its module registers the safe-loading allowlist
+    from .checkpoint_loading import stored_checkpoint
 
-    try:
-        state = load_mapped(checkpoint)
-    except Exception:  # noqa: BLE001 - damaged or foreign: the real loader names the problem later
-        return None
-    if not isinstance(state, dict):
-        return None
+    state = stored_checkpoint(checkpoint)  # {} when damaged or foreign: the real loader names the problem later
     cfg = state.get("cfg")
     task = cfg.get("task") if hasattr(cfg, "get") else None
     data = task.get("data") if hasattr(task, "get") else getattr(state.get("args"), "data", None)

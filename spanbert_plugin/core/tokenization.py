@@ -565,17 +565,23 @@ def _load_sentencepiece(model_file: str) -> "SentencePieceTokenizer":
                              "from the spanbert-prepare output") from None
 
 
-def load_tokenizer(directory: str) -> SpanTokenizer:
-    """Load the tokenizer that ``spanbert-prepare`` saved in ``directory``."""
-    meta_path = os.path.join(directory, META_FILE)
-    if not os.path.isfile(meta_path):
-        raise TokenizerError(f"{meta_path}: no such file (not a spanbert-prepare directory?)")
+def read_tokenizer_meta(meta_path: str) -> dict:
+    """The JSON object of a prepared folder's ``META_FILE``; TokenizerError naming it when damaged or not an object."""
     try:
         meta = read_json(meta_path)
     except UsageError as err:
         raise TokenizerError(f"{err} (a damaged {META_FILE}: copy it again from the spanbert-prepare output)") from None
     if not isinstance(meta, dict):
         raise TokenizerError(f"{meta_path}: expected a JSON object with the tokenizer's type")
+    return meta
+
+
+def load_tokenizer(directory: str) -> SpanTokenizer:
+    """Load the tokenizer that ``spanbert-prepare`` saved in ``directory``."""
+    meta_path = os.path.join(directory, META_FILE)
+    if not os.path.isfile(meta_path):
+        raise TokenizerError(f"{meta_path}: no such file (not a spanbert-prepare directory?)")
+    meta = read_tokenizer_meta(meta_path)
     max_length = meta.get("model_max_length")
     if max_length is not None and (not is_json_integer(max_length) or max_length <= 0):
         raise TokenizerError(f"{meta_path}: model_max_length must be a positive integer, found {max_length!r}")

@@ -12,7 +12,6 @@ fairseq's registry *before* it imports ``common.user_dir``, so under that name
 hydra saw fairseq's T5 schema and refused the masking options; the old name is
 now a deprecated alias (``span_masked_lm.py``).
 """
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from ..core.errors import UsageError
 from ..core.finetune_io import FINETUNING_FOLDERS
 from ..core.user_dir import register_plugin
 from ..core.precision import SharedTrainingConfig
-from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer
+from ..core.tokenization import META_FILE, SentencePieceTokenizer, WordPieceTokenizer, read_tokenizer_meta
 from ..core.run_config import run_section
 from ..core.tasks import OneDictionaryTask, record_in_run_config, register_options_check
 
@@ -103,14 +102,11 @@ def load_prepared_folder(folder: str):
             f"{folder}: not a spanbert-prepare folder (no {META_FILE}); fairseq-preprocess output lacks the tokenizer's "
             "ids and word boundaries: run spanbert-prepare on the raw text"
         )
+    meta = read_tokenizer_meta(meta_path)
     try:
-        with open(meta_path) as f:
-            meta = json.load(f)
         dictionary = SpanBertDictionary.load(os.path.join(folder, "dict.txt"))
     except (OSError, ValueError) as e:
         raise UsageError(f"{folder}: unreadable spanbert-prepare folder: {e}") from None
-    if not isinstance(meta, dict):
-        raise UsageError(f"{meta_path}: expected a JSON object with the tokenizer's type")
     if meta.get("type") not in _WORD_START_RULES:
         raise UsageError(f"{meta_path}: unknown tokenizer type {meta.get('type')!r}; expected sentencepiece or wordpiece")
     if dictionary.mask_index is None:
