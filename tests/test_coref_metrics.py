@@ -192,6 +192,128 @@ def test_an_empty_key_cluster_counts_for_nothing():
     assert (counts["muc_r_den"], counts["ceafe_r_den"], counts["bcub_r_den"]) == (1, 1, 2)
     assert coref_scores(counts)["conll_f1"] == pytest.approx(100.0)
 
+# The scorer's other metrics. CEAF-m and BLANC: its test/CorefMetricTestConfig.pm (A1-A13, B1, C1; CEAF-m given for
+# A1-A9 only); LEA, and BLANC for the M and N cases: its test/TestCases.README (B1's and C1's clusters are from there
+# too: x is a response mention not in the key). Values are (recall, precision, F1), F1 None where the source gives
+# recall and precision only; those given to five decimals are rounded. BLANC's F1 is the mean of its coreference and
+# non-coreference links' F1s, not the harmonic mean of its recall and precision.
+A7_TO_A9 = {"ceafm": (0.66667, 0.57143, 0.61538), "blanc": (0.35227, 0.27206, 0.30357), "lea": (0.5, 2 / 7, 4 / 11)}
+ZERO = (0, 0, 0)
+OTHER_CASES = [
+    ("A1", A_KEY, "{a} {bc} {def}", {"ceafm": (1, 1, 1), "blanc": (1, 1, 1), "lea": (1, 1, 1)}),
+    ("A2", A_KEY, "{a} {de}", {"ceafm": (0.5, 1, 0.66667), "blanc": (0.21591, 1, 0.35385), "lea": (1 / 3, 1, 0.5)}),
+    ("A3", A_KEY, "{a} {bcx} {defy} {z}",
+     {"ceafm": (1, 0.66667, 0.8), "blanc": (1, 0.42593, 0.59717), "lea": (1, 4 / 9, 8 / 13)}),
+    ("A4", A_KEY, "{a} {bcx} {dy} {z}", A7_TO_A9),
+    ("A5", A_KEY, "{a} {bcxB} {dy} {z}",
+     {"ceafm": (0.66667, 0.5, 0.57143), "blanc": (0.35227, 0.19048, 0.24716), "lea": (0.5, 5 / 24, 5 / 17)}),
+    ("A6", A_KEY, "{a} {bcx} {dy} {Bz}",
+     {"ceafm": (0.66667, 0.5, 0.57143), "blanc": (0.35227, 0.20870, 0.25817), "lea": (0.5, 0.25, 1 / 3)}),
+    ("A7", A_KEY, "{a} {bcxb} {dy} {z}", A7_TO_A9),
+    ("A8", A_KEY, "{a} {bcx} {dy} {bz}", A7_TO_A9),
+    ("A9", A_KEY, "{a} {bcx} {dy} {bx10z}", A7_TO_A9),
+    ("A10", A_KEY, "{a} {b} {c} {d} {e} {f}", {"blanc": (0.5, 0.36667, 0.42308), "lea": (1 / 6, 1 / 6, 1 / 6)}),
+    ("A11", A_KEY, "{abcdef}", {"blanc": (0.5, 0.13333, 0.21053), "lea": (5 / 6, 4 / 15, 40 / 99)}),
+    ("A12", A_KEY, "{a} {x} {y} {c} {d} {e} {z}", {"blanc": (0.22727, 0.11905, 0.15625), "lea": (1 / 6, 1 / 7, 2 / 13)}),
+    ("A13", A_KEY, "{axycdez}", {"blanc": (0.125, 0.02381, 0.04), "lea": (1 / 6, 1 / 21, 2 / 27)}),
+    ("B1", "{ab} {cde}", "{bcx} {de}", {"blanc": (7 / 24, 7 / 24, 7 / 24), "lea": (1 / 5, 2 / 5, 4 / 15)}),
+    ("C1", "{ab} {cde} {fg}", "{bcx} {de} {fg}", {"blanc": (0.5125, 0.5125, 0.5125), "lea": (3 / 7, 4 / 7, 24 / 49)}),
+    ("D1", "{12345} {67} {89ABC}", "{12345} {6789ABC}", {"lea": (1, (5 + 7 * 11 / 21) / 12, None)}),
+    ("E1", "{12345} {67} {89ABC}", "{1234589ABC} {67}", {"lea": (1, (10 * 20 / 45 + 2) / 12, None)}),
+    ("F1", "{ABCD}", "{AB} {CD}", {"lea": (1 / 3, 1, None)}),
+    ("G1", "{AB} {CD}", "{ABCD}", {"lea": (1, 1 / 3, None)}),
+    ("H1", "{ABCD}", "{ABCD}", {"lea": (1, 1, 1)}),
+    ("J1", "{ABC}", "{AC}", {"lea": (1 / 3, 1, None)}),
+    ("K1", "{BCDEGHJ}", "{ABC} {DEF} {GHI}", {"lea": (1 / 7, 1 / 3, None)}),
+    ("L1", "{ABC} {DEFG}", "{AB} {CD} {FGH}", {"lea": (5 / 21, 3 / 7, None)}),
+    ("M1", "{abcdef}", "{abcdef}", {"ceafm": (1, 1, 1), "blanc": (1, 1, 1), "lea": (1, 1, 1)}),
+    ("M2", "{abcdef}", "{a} {b} {c} {d} {e} {f}", {"blanc": ZERO, "lea": ZERO}),
+    ("M3", "{abcdef}", "{ab} {cde} {f}", {"blanc": (4 / 15, 1, 8 / 19), "lea": (4 / 15, 5 / 6, None)}),
+    ("M4", "{abcdef}", "{abcxyz}", {"blanc": (0.2, 0.2, 0.2), "lea": (0.2, 0.2, 0.2)}),
+    ("M5", "{abcdef}", "{a} {b} {c} {x} {y} {z}", {"blanc": ZERO, "lea": ZERO}),
+    ("M6", "{abcdef}", "{ab} {cxy} {z}", {"blanc": (1 / 15, 1 / 4, 2 / 19), "lea": (1 / 15, 1 / 3, None)}),
+    ("N1", "{a} {b} {c} {d} {e} {f}", "{a} {b} {c} {d} {e} {f}",
+     {"ceafm": (1, 1, 1), "blanc": (1, 1, 1), "lea": (1, 1, 1)}),
+    ("N2", "{a} {b} {c} {d} {e} {f}", "{abcdef}", {"blanc": ZERO, "lea": ZERO}),
+    ("N3", "{a} {b} {c} {d} {e} {f}", "{ab} {cde} {f}", {"blanc": (11 / 15, 1, 22 / 26), "lea": (1 / 6, 1 / 6, 1 / 6)}),
+    ("N4", "{a} {b} {c} {d} {e} {f}", "{a} {b} {c} {x} {y} {z}", {"blanc": (0.2, 0.2, 0.2), "lea": (0.5, 0.5, 0.5)}),
+    ("N5", "{a} {b} {c} {d} {e} {f}", "{abcxyz}", {"blanc": ZERO, "lea": ZERO}),
+    ("N6", "{a} {b} {c} {d} {e} {f}", "{ab} {cxy} {z}", {"blanc": (2 / 15, 2 / 11, 4 / 26), "lea": ZERO}),
+]
+
+
+@pytest.mark.parametrize("case_id,key,response,expected", OTHER_CASES, ids=[c[0] for c in OTHER_CASES])
+def test_reference_scorer_cases_of_ceafm_blanc_and_lea(case_id, key, response, expected):
+    scores = coref_scores(coref_counts(clusters(key), clusters(response)))
+    for metric, (recall, precision, f1) in expected.items():
+        f1 = f1_of(recall, precision) if f1 is None else f1
+        for part, value in (("r", recall), ("p", precision), ("f1", f1)):
+            # five decimals, rounded: at most 5e-6 off (the fractions are exact)
+            assert scores[f"{metric}_{part}"] / 100 == pytest.approx(value, abs=5e-6), f"{metric}_{part}"
+
+
+def test_blanc_decides_its_link_kinds_on_the_corpus_sums():
+    """The scorer averages the coreference and non-coreference links' scores unless the key holds no link of one
+    kind over the whole corpus: here one document's key has only a non-coreference link and the other's only a
+    coreference link, so the corpus averages both, though each document alone would score one kind only."""
+    singletons, pair = (clusters("{a} {b}"), clusters("{ab}")), (clusters("{cd}"), clusters("{cd}"))
+    assert corpus_scores([singletons[0]], [singletons[1]])["blanc_f1"] == 0.0  # non-coreference links only: 0 of 1
+    assert corpus_scores([pair[0]], [pair[1]])["blanc_f1"] == pytest.approx(100.0)  # coreference links only
+    both = corpus_scores([singletons[0], pair[0]], [singletons[1], pair[1]])
+    # coreference links: 1 found of 1 in the key, of 2 in the responses; non-coreference: 0 of 1, of none
+    coref_f1 = f1_of(1.0, 0.5)
+    assert (both["blanc_r"], both["blanc_p"]) == pytest.approx((50.0, 25.0))
+    assert both["blanc_f1"] == pytest.approx(100 * coref_f1 / 2)
+
+
+def _links_by_definition(clusters_):
+    coreferent = {frozenset(pair) for cluster in clusters_ for pair in itertools.combinations(cluster, 2)}
+    mentions = [m for cluster in clusters_ for m in cluster]
+    return coreferent, {frozenset(pair) for pair in itertools.combinations(mentions, 2)} - coreferent
+
+
+def _lea_by_definition(entities, other):
+    other_coreferent, _ = _links_by_definition(other)
+    alone = {cluster[0] for cluster in other if len(cluster) == 1}
+    numerator = 0.0
+    for entity in entities:
+        if len(entity) == 1:
+            numerator += entity[0] in alone
+        else:
+            links = list(itertools.combinations(entity, 2))
+            numerator += len(entity) * sum(frozenset(link) in other_coreferent for link in links) / len(links)
+    return numerator, sum(map(len, entities))
+
+
+def test_ceafm_blanc_and_lea_counts_equal_their_definitions_on_random_clusterings():
+    """Against link sets enumerated pair by pair, each side's alignment tried in full, and LEA entity by entity:
+    random keys and responses with mentions on one side only and repeated response mentions (dropped first)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        key_mentions = rng.permutation(10)[: rng.integers(1, 11)]
+        key = [list(g) for g in np.array_split(key_mentions, rng.integers(1, min(4, len(key_mentions)) + 1))]
+        pool = np.concatenate([np.arange(14), rng.integers(0, 14, size=3)])  # 10-13 twinless, three repeats
+        picked = rng.permutation(pool)[: rng.integers(1, len(pool) + 1)]
+        response = [list(g) for g in np.array_split(picked, rng.integers(1, min(4, len(picked)) + 1))]
+        counts = coref_counts(key, response)
+        seen, kept = set(), []
+        for cluster in response:
+            kept.append([m for m in cluster if not (m in seen or seen.add(m))])
+        kept = [c for c in kept if c]
+        (key_coref, key_non), (response_coref, response_non) = map(_links_by_definition, (key, kept))
+        assert (counts["blanc_coref_r_num"], counts["blanc_coref_r_den"], counts["blanc_coref_p_den"]) == (
+            len(key_coref & response_coref), len(key_coref), len(response_coref))
+        assert (counts["blanc_noncoref_r_num"], counts["blanc_noncoref_r_den"], counts["blanc_noncoref_p_den"]) == (
+            len(key_non & response_non), len(key_non), len(response_non))
+        assert (counts["lea_r_num"], counts["lea_r_den"]) == pytest.approx(_lea_by_definition(key, kept))
+        assert (counts["lea_p_num"], counts["lea_p_den"]) == pytest.approx(_lea_by_definition(kept, key))
+        padded = len(key) + len(kept)
+        best = max(sum(len(set(key[k]) & set(kept[r])) for k, r in enumerate(perm) if r < len(kept))
+                   for perm in itertools.permutations(range(padded), len(key)))
+        assert counts["ceafm_r_num"] == best
+        assert (counts["ceafm_r_den"], counts["ceafm_p_den"]) == (len(key_mentions), sum(map(len, kept)))
+
+
 CONLL = """#begin document (doc_a); part 000
 doc_a\t0\t0\tAlice\t_\t_\t_\t_\t_\tspk1\t_\t_\t(0)
 doc_a\t0\t1\tsaw\t_\t_\t_\t_\t_\tspk1\t_\t_\t

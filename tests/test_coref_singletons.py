@@ -103,8 +103,9 @@ def test_no_singletons_drops_only_one_mention_clusters_and_eval_has_both_convent
     outputs = {}
     for name, extra in (("with", []), ("without", ["--no-singletons"])):
         out = str(tmp_path / name)
+        # --bf16: as validation ran, on any CPU (left out, a CPU that only emulates bfloat16 predicts in fp32)
         run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", out,
-                 *extra])
+                 "--bf16", *extra])
         outputs[name] = ([json.loads(line)["clusters"] for line in open(os.path.join(out, "clusters.jsonl"))],
                          json.load(open(os.path.join(out, "eval.json"))))
     (with_clusters, with_eval), (without_clusters, without_eval) = outputs["with"], outputs["without"]
@@ -116,12 +117,13 @@ def test_no_singletons_drops_only_one_mention_clusters_and_eval_has_both_convent
     assert with_eval["convention"] == "with_singletons"
     for scores in (with_eval, without_eval):
         for convention in CONVENTIONS:
-            assert set(scores[convention]) == {"muc", "bcub", "ceafe", "conll_f1", "mentions"}
+            assert set(scores[convention]) == {"muc", "bcub", "ceafe", "conll_f1", "ceafm", "blanc", "lea", "mentions"}
         assert scores["conll_f1"] == scores["with_singletons"]["conll_f1"]
         assert scores["muc"] == scores["with_singletons"]["muc"]
     # validation logged the same scores as prediction writes (the run's last epoch, the same checkpoint)
     assert with_eval["conll_f1"] == pytest.approx(float(valid[-1]["valid_conll_f1"]), abs=1e-4)
-    assert with_eval["mentions"]["f1"] == pytest.approx(float(valid[-1]["valid_mentions_f1"]), abs=1e-4)
+    for metric in ("mentions", "ceafm", "blanc", "lea"):
+        assert with_eval[metric]["f1"] == pytest.approx(float(valid[-1][f"valid_{metric}_f1"]), abs=1e-4)
     assert with_eval["without_singletons"]["conll_f1"] == pytest.approx(
         float(valid[-1]["valid_without_singletons_conll_f1"]), abs=1e-4)
     # one-mention clusters do not count without singletons: both predictions score the same there
@@ -129,16 +131,16 @@ def test_no_singletons_drops_only_one_mention_clusters_and_eval_has_both_convent
     # the OntoNotes convention on request
     out = str(tmp_path / "ontonotes")
     run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", out,
-             "--scoring-convention", "without_singletons"])
+             "--scoring-convention", "without_singletons", "--bf16"])
     scores = json.load(open(os.path.join(out, "eval.json")))
     assert scores["convention"] == "without_singletons"
     assert scores["conll_f1"] == scores["without_singletons"]["conll_f1"]
     # a sweep of singleton thresholds in one pass scores as one run per threshold
     sweep, single = str(tmp_path / "sweep"), str(tmp_path / "threshold0.5")
     run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", sweep,
-             "--singleton-threshold-sweep", "0.01,0.5"])
+             "--singleton-threshold-sweep", "0.01,0.5", "--bf16"])
     run_cli([bin_path("spanbert-predict-coref"), "--checkpoint", checkpoint, "--split", "valid", "--out", single,
-             "--singleton-threshold", "0.5"])
+             "--singleton-threshold", "0.5", "--bf16"])
     swept = json.load(open(os.path.join(sweep, "singleton_thresholds.json")))
     assert list(swept) == ["0.01", "0.5"] and swept["0.5"]["singleton_threshold"] == 0.5
     for threshold, expected in (("0.5", json.load(open(os.path.join(single, "eval.json")))), ("0.01", with_eval)):

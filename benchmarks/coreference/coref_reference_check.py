@@ -8,7 +8,9 @@ boundary errors, split and merged clusters, spurious mentions and clusters,
 from ``--seed``), written with the prediction writer of
 ``spanbert-predict-coref``; both files go to the scorer (``name`` = none: corpus
 totals) and to ``spanbert_plugin.coref.metrics``. Prints each metric's summed
-numerators and denominators from both and the largest F1 difference.
+numerators and denominators from both and the largest F1 difference: MUC, B-cubed,
+CEAF-e, CEAF-m, BLANC (its coreference and non-coreference links apart) and LEA
+(``--metrics`` to choose; scorers without Moosavi and Strube's ``lea`` lack the last).
 
     .venv/bin/python benchmarks/coreference/coref_reference_check.py --scorer ~/reference-coreference-scorers/scorer.pl
 
@@ -26,7 +28,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 LITBANK = os.path.join(ROOT, "..", "shared", "data", "litbank")
-_TOTAL = re.compile(r"Coreference: Recall: \(([\d.e+-]+) / ([\d.e+-]+)\).*Precision: \(([\d.e+-]+) / ([\d.e+-]+)\)")
+_COUNTS = r"Recall: \(([\d.e+-]+) / ([\d.e+-]+)\).*Precision: \(([\d.e+-]+) / ([\d.e+-]+)\)"
+# the totals' line of each metric; BLANC prints its two kinds of links on lines of their own
+_TOTAL = {"": re.compile("^Coreference: " + _COUNTS), "blanc_coref": re.compile("^Coreference links: " + _COUNTS),
+          "blanc_noncoref": re.compile("^Non-coreference links: " + _COUNTS)}
 
 
 def perturbed(doc, rng):
@@ -60,18 +65,23 @@ def perturbed(doc, rng):
     return kept
 
 
-def reference_counts(scorer, metric, key, response):
+def reference_counts(scorer, metric, counted, key, response):
+    """{name: [recall num, den, precision num, den]} for each name ``counted`` of ``metric``, from the scorer's
+    totals."""
     out = subprocess.run(["perl", scorer, metric, key, response, "none"], capture_output=True, text=True)
-    totals = [m.groups() for m in map(_TOTAL.search, out.stdout.splitlines()) if m]
-    if not totals:
-        raise SystemExit(f"{scorer} {metric}: no 'Coreference: Recall: (n / d)' line\n"
-                         f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return [float(v) for v in totals[-1]]
+    found = {}
+    for name in counted:
+        totals = [m.groups() for m in map(_TOTAL["" if name == metric else name].search, out.stdout.splitlines()) if m]
+        if not totals:
+            raise SystemExit(f"{scorer} {metric}: no totals line for {name} (does this scorer have the metric? "
+                             f"--metrics chooses)\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        found[name] = [float(v) for v in totals[-1]]
+    return found
 
 
 def main():
     from spanbert_plugin.coref.conll import read_documents, read_split, with_coref_column
-    from spanbert_plugin.coref.metrics import METRICS, add_counts, coref_counts
+    from spanbert_plugin.coref.metrics import BLANC_PARTS, SCORED, add_counts, coref_counts
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scorer", required=True, help="the reference scorer's scorer.pl")
@@ -80,7 +90,13 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--key", help="a gold CoNLL file (with --response: check a prediction instead)")
     parser.add_argument("--response", help="a predicted CoNLL file")
+    parser.add_argument("--metrics", type=lambda text: text.split(","), default=[m for m in SCORED if m != "mentions"],
+                        help="comma-separated scorer metric names (default: all the plugin computes)")
     args = parser.parse_args()
+    unknown = [m for m in args.metrics if m not in SCORED or m == "mentions"]
+    if unknown:
+        parser.error(f"--metrics: {', '.join(unknown)} not computed here; choose from "
+                     f"{','.join(m for m in SCORED if m != 'mentions')}")
     if args.key:
         keys = {d.doc_key: d.clusters for d in read_documents(args.key)}
         responses = {d.doc_key: d.clusters for d in read_documents(args.response)}
@@ -110,17 +126,17 @@ def main():
     for key, response in pairs:
         total = add_counts(total, coref_counts(key, response))
     worst = 0.0
-    for metric in METRICS:
-        theirs = reference_counts(args.scorer, metric, key_file, response_file)
-        ours = [total[f"{metric}_{part}"] for part in ("r_num", "r_den", "p_num", "p_den")]
+    def f1(c):
+        r, p = c[0] / c[1] if c[1] else 0.0, c[2] / c[3] if c[3] else 0.0
+        return 100 * 2 * p * r / (p + r) if p + r else 0.0
 
-        def f1(c):
-            r, p = c[0] / c[1] if c[1] else 0.0, c[2] / c[3] if c[3] else 0.0
-            return 100 * 2 * p * r / (p + r) if p + r else 0.0
-
-        worst = max(worst, abs(f1(ours) - f1(theirs)))
-        rounded = [round(v, 9) for v in ours]
-        print(f"{metric}: reference {theirs} F1 {f1(theirs):.4f} | ours {rounded} F1 {f1(ours):.4f}")
+    for metric in args.metrics:
+        counted = BLANC_PARTS if metric == "blanc" else (metric,)
+        for name, theirs in reference_counts(args.scorer, metric, counted, key_file, response_file).items():
+            ours = [total[f"{name}_{part}"] for part in ("r_num", "r_den", "p_num", "p_den")]
+            worst = max(worst, abs(f1(ours) - f1(theirs)))
+            rounded = [round(v, 9) for v in ours]
+            print(f"{name}: reference {theirs} F1 {f1(theirs):.4f} | ours {rounded} F1 {f1(ours):.4f}")
     print(f"documents {len(pairs)}; largest F1 difference {worst:.2e} points")
     return 0
 

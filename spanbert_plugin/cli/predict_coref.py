@@ -59,7 +59,8 @@ get_parser, main = predict_command(
     PROG,
     "Resolve coreference in every document of a spanbert-prepare-coref split; write <split>.conll (the input's "
     "lines with the last column replaced by the prediction), clusters.jsonl and eval.json (MUC, B-cubed, CEAF-e "
-    "precision/recall/F1, the CoNLL F1 and mention identification, in percent, with and without singletons). "
+    "precision/recall/F1, the CoNLL F1, CEAF-m, BLANC, LEA and mention identification, in percent, with and "
+    "without singletons). "
     "Documents are processed one at a time; long ones (whole books) in bounded memory. With --text BOOK.txt, a "
     "raw text file instead (clusters.jsonl with character offsets).",
     "coreference", "spanbert-prepare-coref", "test", "spanbert_plugin.coref.predict",

@@ -2,7 +2,8 @@
 counts at validation under both scoring conventions.
 
 Validation logs the scores of the task's convention under their plain names
-(``muc_f1`` ... ``conll_f1``, ``mentions_f1``; ``conll_f1`` picks checkpoint_best) and
+(``muc_f1`` ... ``conll_f1``, ``ceafm_f1``, ``blanc_f1``, ``lea_f1``, ``mentions_f1``; ``conll_f1`` picks
+checkpoint_best) and
 the other convention's with its name in front (``without_singletons_conll_f1``).
 """
 import logging

@@ -29,7 +29,7 @@ from .criterion import coref_outputs, gold_clusters
 from .dataset import collate_document
 from .head import predicted_clusters
 from .long_document import bounded_notice, bounded_prediction, predicts_bounded
-from .metrics import CONVENTIONS, METRICS, SCORED, add_counts, convention_counts, coref_scores
+from .metrics import CONVENTIONS, METRICS, OTHER_METRICS, SCORED, add_counts, convention_counts, coref_scores
 from .prepare import DocumentEncoder, load_documents
 
 COMMAND = "spanbert-predict-coref"
@@ -117,7 +117,8 @@ def scores_of(counts: dict) -> dict:
     """One convention's scores: each metric's and mention identification's p/r/f1 (percent), and conll_f1."""
     flat = coref_scores(counts)
     nested = {m: {part: flat[f"{m}_{part}"] for part in ("p", "r", "f1")} for m in SCORED}
-    return {**{m: nested[m] for m in METRICS}, "conll_f1": flat["conll_f1"], "mentions": nested["mentions"]}
+    return {**{m: nested[m] for m in METRICS}, "conll_f1": flat["conll_f1"],
+            **{m: nested[m] for m in OTHER_METRICS}, "mentions": nested["mentions"]}
 
 
 def evaluation(gold: list, predicted: list, convention: str) -> dict:

@@ -3,8 +3,8 @@
 The model gets a ``CorefHead``; a checkpoint pre-trained here or imported with
 ``spanbert-import-hf`` is loaded with ``--finetune-from-model``. Batches always
 hold one whole document (``--batch-size``/``--max-tokens`` are ignored; use
-``--update-freq`` to accumulate documents). Validation logs MUC, B-cubed and
-CEAF-e precision/recall/F1 and ``conll_f1`` from counts summed over the split.
+``--update-freq`` to accumulate documents). Validation logs MUC, B-cubed, CEAF-e,
+CEAF-m, BLANC and LEA precision/recall/F1 and ``conll_f1`` from counts summed over the split.
 """
 import logging
 import os
