@@ -325,7 +325,7 @@ def test_import_bad_inputs(wordpiece_vocab, tmp_path):
         _import_error(variant(name, config__json=json.dumps({**config, **change})), out, expect)
     # malformed JSON, a JSON list, truncated or empty weights: one line naming the file
     text = json.dumps(config)
-    _import_error(variant("badjson", config__json=text[: len(text) // 2]), out, "config.json: not valid JSON")
+    _import_error(variant("badjson", config__json=text[: len(text) // 2]), out, "config.json:1: not valid JSON (Unterminated string")
     _import_error(variant("listjson", config__json="[1, 2]"), out, "config.json: expected a JSON object")
     weights = (hf_dir / "model.safetensors").read_bytes()
     for name, content in (("truncated", weights[: len(weights) // 2]), ("emptyweights", b""), ("textweights", b"not weights\n")):
@@ -1655,3 +1655,20 @@ def test_a_unigram_tokenizer_that_keeps_runs_of_spaces_exports_as_sentencepiece_
         ids = processor.encode(text)
         assert exported.encode(text).ids == ids == original.encode(text).ids, text
     assert processor.encode("a  b") != processor.encode("a b")  # the run of spaces is kept
+
+
+def test_a_folder_json_file_is_read_by_the_one_json_reader(tmp_path):
+    """The HuggingFace files are read as every input is: a byte-order mark (a Windows editor's) is no error, a
+    malformed file names its line, and JSON that is not an object is refused with its type."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.hf.files import InteropError, read_json
+
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"hidden_size": 8}).encode())
+    assert read_json(str(path)) == {"hidden_size": 8}
+    path.write_text('{\n"hidden_size": 8,\n}')
+    with pytest.raises(UsageError, match=re.escape(f"{path}:3: not valid JSON")):
+        read_json(str(path))
+    path.write_text("[1, 2]")
+    with pytest.raises(InteropError, match=re.escape(f"{path}: expected a JSON object, found list")):
+        read_json(str(path))

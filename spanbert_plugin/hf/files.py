@@ -1,9 +1,8 @@
 """Reading the files of a HuggingFace folder: JSON objects and weight files, with one-line errors naming the file."""
-import json
-
 import torch
 
 from ..core.errors import UsageError
+from ..core.file_utils import read_json as core_read_json
 
 
 class InteropError(UsageError):
@@ -11,12 +10,9 @@ class InteropError(UsageError):
 
 
 def read_json(path):
-    """A JSON object from a file; malformed JSON is an InteropError naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise InteropError(f"{path}: not valid JSON ({err})") from None
+    """A JSON object from a file (core's reader: one line naming the file, its line, a byte-order mark allowed);
+    any other JSON value is an InteropError naming the file."""
+    value = core_read_json(path)
     if not isinstance(value, dict):
         raise InteropError(f"{path}: expected a JSON object, found {type(value).__name__}")
     return value
