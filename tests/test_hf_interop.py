@@ -1672,3 +1672,27 @@ def test_a_folder_json_file_is_read_by_the_one_json_reader(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(InteropError, match=re.escape(f"{path}: expected a JSON object, found list")):
         read_json(str(path))
+
+
+def test_an_import_is_repeated_bit_for_bit_and_its_seed_draws_only_the_missing_weights(wordpiece_vocab, tmp_path):
+    """A BertModel folder (no MLM head) imports with fresh MLM-head layers and a fresh SBO: drawn from --seed, so two
+    imports are equal (a run started from them is repeatable), another seed changes only those weights, and the
+    caller's random state is left as it was."""
+    from spanbert_plugin.cli.import_hf import main as import_main
+
+    random_hf_bert(tmp_path / "hf", wordpiece_vocab, model_class="BertModel")
+    torch.manual_seed(123)
+    state_before = torch.random.get_rng_state()
+    for name, extra in (("a", []), ("b", []), ("seed2", ["--seed", "2"])):
+        status, out, err = call(import_main, ["--hf", tmp_path / "hf", "--out", tmp_path / name, *extra])
+        assert status == 0, err
+    assert torch.equal(torch.random.get_rng_state(), state_before)
+    a, b, other = (torch.load(tmp_path / name / "model.pt", weights_only=True)["model"] for name in ("a", "b", "seed2"))
+    fresh = [k for k in a if k.startswith(("lm_head.dense", "sbo_head.")) and a[k].is_floating_point()]
+    assert "lm_head.dense.weight" in fresh and "sbo_head.dense1.weight" in fresh
+    tensors = [k for k in a if not k.startswith("vocabulary.")]  # the vocabulary record names its folder
+    assert all(torch.equal(a[k], b[k]) for k in tensors)
+    assert all(torch.equal(a[k], other[k]) for k in tensors if k not in fresh)
+    # the randomly drawn ones (biases and layer norms start at constants, the SBO's output is the tied embeddings)
+    assert {k for k in fresh if not torch.equal(a[k], other[k])} == {
+        "lm_head.dense.weight", "sbo_head.position_embeddings.weight", "sbo_head.dense1.weight", "sbo_head.dense2.weight"}

@@ -16,6 +16,9 @@ def get_parser():
     parser.add_argument("--hf", required=True, help="HuggingFace folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt")
     parser.add_argument("--out", required=True, help="output folder (created; --force replaces an earlier import)")
     parser.add_argument("--force", action="store_true", help="replace an earlier spanbert-import-hf output")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the weights the folder lacks (the SBO, a missing MLM head or its layers): the "
+                        "same seed gives the same checkpoint")
     return parser
 
 
@@ -25,7 +28,7 @@ def main(argv=None):
     args = get_parser().parse_args(argv)
     from ..hf.interop import import_hf
 
-    report = import_hf(args.hf, args.out, args.force)
+    report = import_hf(args.hf, args.out, args.force, args.seed)
     print(f"{PROG}: wrote {args.out}/model.pt")
     for head in report["task_heads"]:
         print(f"task head kept: {head}")

@@ -349,8 +349,11 @@ def _import_notes(hf_dir, tokenizer, ours, ignored, untied_decoder=False):
     return notes, warnings
 
 
-def import_hf(hf_dir, out_dir, force=False):
-    """Turn a HuggingFace BERT directory into a spanbert checkpoint + data folder; return a report."""
+def import_hf(hf_dir, out_dir, force=False, seed=1):
+    """Turn a HuggingFace BERT directory into a spanbert checkpoint + data folder; return a report.
+
+    The weights the folder lacks (the SBO, an MLM head's missing layers, task heads) start from ``seed``'s draws, so
+    an import is repeated bit for bit; the caller's random state is left as it was."""
     from fairseq import checkpoint_utils, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
@@ -388,8 +391,10 @@ def import_hf(hf_dir, out_dir, force=False):
         task = tasks.setup_task(cfg.task)
         # built as a checkpoint is loaded: of the shape given above, never of a run's checkpoint_last.pt that the
         # working folder's checkpoints/ (fairseq's default --save-dir) happens to hold
-        model = task.build_model(cfg.model, from_checkpoint=True)
-        heads, task_state = _register_task_heads(model, ours, config, hf_dir)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = task.build_model(cfg.model, from_checkpoint=True)
+            heads, task_state = _register_task_heads(model, ours, config, hf_dir)
         if "pooler.weight" in ours:
             model.keep_pooler()
         for side, side_config in side_configs.items():
