@@ -448,6 +448,7 @@ def run_demo(args, started):
                      "--config-name", "tiny_cpu"]
         what = "Pre-training spanbert_tiny from scratch"
     updates = settings["max_update"]
+    bf16 = use_bf16_autocast(args)
     train_cmd += [f"task.data={os.path.abspath(data)}", f"checkpoint.save_dir={os.path.abspath(save_dir)}",
                   f"common.user_dir={os.path.join(ROOT, 'user_dir')}", f"common.seed={args.seed}",
                   f"optimization.max_update={updates}", f"lr_scheduler.total_num_update={updates}",
@@ -455,7 +456,7 @@ def run_demo(args, started):
                   f"lr_scheduler.warmup_updates={min(settings['warmup_updates'], max(1, updates // 10))}",
                   # at least 8 loss records however short the run (a run shorter than the interval logged none)
                   "common.log_format=json", f"common.log_interval={max(1, min(50, updates // 8))}",
-                  "checkpoint.save_interval_updates=400", f"task.bf16_autocast={str(use_bf16_autocast(args)).lower()}"]
+                  "checkpoint.save_interval_updates=400", f"task.bf16_autocast={str(bf16).lower()}"]
     train_and_show_losses(train_cmd, save_dir, updates, what)
 
     dataset, indices = heldout_masks(data, args.heldout_blocks)
@@ -492,7 +493,8 @@ def run_demo(args, started):
           f"{largest:.2e}")
 
     summary = write_summary(args.out, ENCODER if encoder else FROM_SCRATCH, before, after, time.monotonic() - started,
-                            updates=updates, seed=args.seed, heldout_masked_tokens=masked_count)
+                            updates=updates, seed=args.seed, heldout_masked_tokens=masked_count,
+                            precision="bfloat16 autocast" if bf16 else "fp32")
     print(f"\n== {summary}: held-out top-1 {before['top1']:.1f}% -> {after['top1']:.1f}%, "
           f"top-5 {before['top5']:.1f}% -> {after['top5']:.1f}%, {time.monotonic() - started:.0f} s")
     print("\nNext:\n"

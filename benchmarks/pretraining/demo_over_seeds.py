@@ -45,14 +45,15 @@ def mean_sd(values):
 
 
 def table(per_seed: dict, results: dict) -> str:
-    lines = ["| seed | top-1 before | top-1 after | top-5 before | top-5 after | seconds |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| seed | top-1 before | top-1 after | top-5 before | top-5 after | seconds | precision |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for seed, s in per_seed.items():
         lines.append(f"| {seed} | {s['heldout_top1']['before']:.2f} | {s['heldout_top1']['after']:.2f} | "
-                     f"{s['heldout_top5']['before']:.2f} | {s['heldout_top5']['after']:.2f} | {s['seconds']:.0f} |")
+                     f"{s['heldout_top5']['before']:.2f} | {s['heldout_top5']['after']:.2f} | {s['seconds']:.0f} | "
+                     f"{s.get('precision', 'not recorded')} |")
     cells = [f"{results[m][phase]['mean']:.2f} ± {results[m][phase]['sd']:.2f}" for m in MEASURES
              for phase in ("before", "after")]
-    lines.append(f"| mean ± sd | {' | '.join(cells)} | |")
+    lines.append(f"| mean ± sd | {' | '.join(cells)} | | |")
     return "\n".join(lines)
 
 
