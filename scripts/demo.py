@@ -333,7 +333,8 @@ def main(argv=None):
                         help=f"where {ENCODER} is fetched to, and reused from by later runs (default: %(default)s)")
     parser.add_argument("--max-update", type=int, help=f"pre-training updates (default: {CONTINUED['max_update']} "
                         f"for {ENCODER}, {FROM_SCRATCH_UPDATES} from scratch)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the pre-training run (default 1)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the pre-training run and of the heads the imported encoder lacks (default 1)")
     parser.add_argument("--heldout-blocks", type=int,
                         help="measure the first N blocks of 128 tokens of the held-out text (default: all of it)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary size (from scratch)")
@@ -422,7 +423,9 @@ def run_demo(args, started):
         from spanbert_plugin.core.tokenization import load_tokenizer
 
         imported = os.path.join(args.out, "imported")
-        run([os.path.join(BIN, "spanbert-import-hf"), "--hf", encoder, "--out", imported], "spanbert-import-hf")
+        # the demo's seed draws the heads all-MiniLM-L6-v2 lacks too, so that seeds vary the whole run
+        run([os.path.join(BIN, "spanbert-import-hf"), "--hf", encoder, "--out", imported, "--seed", str(args.seed)],
+            "spanbert-import-hf")
         # the text in the encoder's own vocabulary, lower-cased where it is uncased
         prepare += ["--wordpiece-vocab", os.path.join(imported, "vocab.txt")]
         prepare += ["--lowercase"] if load_tokenizer(imported).lowercase else []
