@@ -276,3 +276,20 @@ def test_bad_runs_are_refused_in_one_line_before_any_work(tmp_path, flags, expec
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [f"coref_litbank: {expected.format(litbank=litbank)}"]
     assert not out.exists() and not (tmp_path / "work").exists()
+
+
+def test_a_runs_row_holds_the_scorer_metrics_its_eval_json_has(tmp_path):
+    """A run's row takes every metric's F1 from eval.json (with singletons); an eval.json written before CEAF-m, BLANC
+    and LEA were scored (a resumed earlier run) gives a row without them."""
+    def scores(value, metrics):
+        return {**{m: {"p": value, "r": value, "f1": value} for m in (*metrics, "mentions")}, "conll_f1": value}
+
+    every = ("muc", "bcub", "ceafe", "ceafm", "blanc", "lea")
+    for name, metrics in (("now", every), ("earlier", every[:3])):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"with_singletons": scores(60.0, metrics),
+                                    "without_singletons": scores(50.0, metrics), "documents": 10}))
+        row, documents = coref_litbank.test_scores(str(path))
+        assert documents == 10 and row["test_conll_f1"] == 60.0 and row["test_conll_f1_without_singletons"] == 50.0
+        assert {k for k in row if k.startswith("test_") and k.endswith("_f1") and k[5:-3] in every} == {
+            f"test_{m}_f1" for m in metrics}

@@ -51,6 +51,7 @@ BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)
 LITBANK = os.path.join(os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data"), "litbank")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
 METRICS = ("muc", "bcub", "ceafe")
+OTHER_METRICS = ("ceafm", "blanc", "lea")  # in eval.json since 2026-12-01 (a resumed earlier run's lacks them)
 # importing fairseq sets the root logger to DEBUG, and matplotlib (imported by the plugin) then logs its set-up
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
 COMMAND = "coref_litbank.py"  # recorded in --out's manifest: --force replaces only this command's output
@@ -210,6 +211,7 @@ def test_scores(eval_json):
     row.update(test_conll_f1=scores["with_singletons"]["conll_f1"],
                test_mentions_f1=scores["with_singletons"]["mentions"]["f1"],
                test_conll_f1_without_singletons=scores["without_singletons"]["conll_f1"])
+    row.update({f"test_{m}_f1": scores["with_singletons"][m]["f1"] for m in OTHER_METRICS if m in scores["with_singletons"]})
     return row, scores["documents"]
 
 
