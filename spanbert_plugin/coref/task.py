@@ -149,13 +149,16 @@ class CoreferenceTask(OneDictionaryTask, FairseqTask):
     def build_model(self, cfg, from_checkpoint=False):
         from fairseq.models import ARCH_MODEL_REGISTRY
 
+        def refuse_other_models(model_class):
+            if not hasattr(model_class, "register_coref_head"):
+                raise UsageError(f"coreference needs a spanbert model (--arch spanbert_*), got {model_class.__name__}")
+
         # before building: another model may need the task's max_positions(), which is None here (whole documents)
         model_class = ARCH_MODEL_REGISTRY.get(getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
-        if model_class is not None and not hasattr(model_class, "register_coref_head"):
-            raise UsageError(f"coreference needs a spanbert model (--arch spanbert_*), got {model_class.__name__}")
+        if model_class is not None:
+            refuse_other_models(model_class)
         model = super().build_model(cfg, from_checkpoint)
-        if not hasattr(model, "register_coref_head"):
-            raise UsageError(f"coreference needs a spanbert model (--arch spanbert_*), got {type(model).__name__}")
+        refuse_other_models(type(model))  # an architecture the registry did not name
         if self.meta["max_segment_length"] > model.max_positions():
             raise UsageError(f"{self.cfg.data}: segments of up to {self.meta['max_segment_length']} tokens exceed the "
                              f"model's {model.max_positions()} positions; prepare again with a smaller "
