@@ -96,12 +96,28 @@ def preload():
     from transformers import (BertConfig, BertForMaskedLM, BertForQuestionAnswering,  # noqa: F401
                               BertForSequenceClassification, BertModel, BertTokenizerFast, PreTrainedTokenizerFast)
 
+    warm_fairseq_config()
+
     # Importing fairseq leaves a DEBUG handler on the root logger (one of its modules calls logging.basicConfig);
     # fairseq-train configures logging before it imports fairseq, so each command must find logging as a fresh
     # interpreter has it. fairseq_cli's modules are left to the commands for the same reason: they configure
     # logging when imported.
     logging.getLogger().handlers.clear()
     logging.getLogger().setLevel(logging.WARNING)
+
+
+def warm_fairseq_config():
+    """Turn a fairseq-train command line into fairseq's hydra config once. Every fairseq-train and
+    fairseq-hydra-train does so, and hydra parses each of the few hundred overrides with a parser that builds its
+    tables on first use: built here, the forks inherit them (about 0.35 s less a command). Nothing else stays
+    behind: hydra's global state is restored when the conversion ends, and no file is read."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), input_args=[
+        "unused-data-folder", "--task", "spanbert_pretraining", "--criterion", "span_bert", "--arch", "spanbert_tiny",
+        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-4", "--cpu"])
+    convert_namespace_to_omegaconf(args)
 
 
 def run_command(request, commands, fds):
