@@ -2,6 +2,7 @@
 driver's arguments, working directory, environment and pipes, and its return code comes back to the driver."""
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -41,3 +42,43 @@ def test_a_training_command_must_name_its_checkpoint_folder():
         run_cli([bin_path("fairseq-train"), "data", "--no-save"])
     with pytest.raises(AssertionError, match="without checkpoint.save_dir="):
         run_cli([bin_path("fairseq-hydra-train"), "--config-name", "x"])
+
+
+ENDINGS = {  # how a command can end: the server ends its fork as the interpreter ends a process
+    "returns": "print('done', end='')",  # unflushed output is flushed
+    "exit_code": "import sys; sys.exit(3)",
+    "exit_message": "import sys; sys.exit('stopped: a message')",
+    "exception": "raise ValueError('bad input')",
+    "interrupted": "raise KeyboardInterrupt",
+    "exit_handlers_after_threads": (
+        "import atexit, threading\n"
+        "atexit.register(print, 'exit handler')\n"
+        "held = threading.Lock(); held.acquire()  # the thread prints once the script has ended\n"
+        "threading.Thread(target=lambda: (held.acquire(), print('thread done'))).start()\n"
+        "held.release()\n"),
+    "unreachable_objects_finalised": (
+        "class Cycle:\n"
+        "    def __del__(self): print('finalised', flush=True)\n"
+        "a, b = Cycle(), Cycle(); a.other, b.other = b, a\n"
+        "del a, b\n"
+        "import gc; gc.disable()  # left to the interpreter's end\n"),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_command_ends_as_in_a_process_of_its_own(ending, tmp_path):
+    """The server skips the teardown of the interpreter's modules (each fork would copy the whole inherited heap to
+    free it); status, output and error output stay those of `python SCRIPT` (a traceback's last line: the frames
+    above the command's differ)."""
+    env = driver_env()
+    if "SPANBERT_COMMANDS_DIR" not in env:
+        pytest.skip("SPANBERT_TESTS_NO_FORKSERVER=1: commands start as new processes, there is no server")
+    script = tmp_path / "command.py"
+    script.write_text(ENDINGS[ending])
+    served, alone = (subprocess.run([*launcher, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                    timeout=300)
+                     for launcher in ([os.path.join(env["SPANBERT_COMMANDS_DIR"], "project-script.py")],
+                                      [sys.executable]))
+    assert (served.returncode, served.stdout) == (alone.returncode, alone.stdout)
+    assert served.stderr.splitlines()[-1:] == alone.stderr.splitlines()[-1:]
+    assert alone.returncode == {"exit_code": 3, "exit_message": 1, "exception": 1, "interrupted": -2}.get(ending, 0)
