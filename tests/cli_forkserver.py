@@ -124,8 +124,8 @@ def warm_fairseq_config():
 
 
 def run_command(request, commands, fds):
-    """In the forked child: become the command, then leave through sys.exit as its console script would, with the
-    shim's stdin, stdout and stderr (``fds``)."""
+    """In the forked child: become the command, with the shim's stdin, stdout and stderr (``fds``), and end as its
+    console script would (``end_as_the_interpreter_would``)."""
     os.setsid()  # its own process group, so that a timeout kills its data-loader workers too
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -159,7 +159,6 @@ def end_as_the_interpreter_would(main):
     except BaseException as error:  # noqa: BLE001 - the interpreter's own top level: print it, exit 1
         interrupted = isinstance(error, KeyboardInterrupt)
         sys.excepthook(type(error), error, error.__traceback__)
-        del error  # its traceback holds the command's frames: collected below
         code = 1
     if code is None or isinstance(code, int):
         status = int(code or 0)
