@@ -47,11 +47,11 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))  # the shared hel
 from command_output import log_record, relative_to_root, run_streaming  # noqa: E402
 from paired_stats import interval_text, paired_difference  # noqa: E402
 from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination  # noqa: E402
+# OTHER_METRICS: in eval.json since 2026-12-01 (a resumed earlier run's lacks them)
+from spanbert_plugin.coref.metrics import METRICS, OTHER_METRICS  # noqa: E402
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 LITBANK = os.path.join(os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data"), "litbank")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
-METRICS = ("muc", "bcub", "ceafe")
-OTHER_METRICS = ("ceafm", "blanc", "lea")  # in eval.json since 2026-12-01 (a resumed earlier run's lacks them)
 # importing fairseq sets the root logger to DEBUG, and matplotlib (imported by the plugin) then logs its set-up
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
 COMMAND = "coref_litbank.py"  # recorded in --out's manifest: --force replaces only this command's output
