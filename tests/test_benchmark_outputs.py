@@ -277,3 +277,26 @@ def test_score_tests_write_every_row_whole_with_welchs_p_and_a_plot(tmp_path):
     assert tests["random-init"]["p"] < 0.01 and f"| {tests['random-init']['p']:.1e} |" in rows[2]
     assert rows[2].startswith("| random-init | transformers | 9.40 / 9.90 (1, 2) |")
     assert (tmp_path / "score_tests.png").stat().st_size > 0
+
+
+def test_qa_inference_draws_its_committed_results_again_and_refuses_other_results(tmp_path):
+    """--from-results measures nothing: the committed folder's table (as committed) and its plots come back from its
+    results.json, in place; a results.json of an older layout is one line, nothing written."""
+    import shutil
+
+    committed = os.path.join(BENCHMARKS, "against_transformers", "results", "qa_inference_all_recheck")
+    copy = tmp_path / "qa_inference_all_recheck"
+    shutil.copytree(committed, copy)
+    result = run("against_transformers/qa_inference.py", "--from-results", str(copy), "--out", str(copy), "--force")
+    assert result.returncode == 0, result.stderr
+    table = lambda folder: open(os.path.join(folder, "summary.md")).read().split("\n\nTable and plots drawn")[0]  # noqa: E731
+    assert table(copy) == table(committed) and "--fp32-recheck-margin 0.05" in table(copy)  # the measuring command kept
+    assert json.load(open(copy / "results.json")) == json.load(open(os.path.join(committed, "results.json")))
+    for plot in ("questions_per_second.png", "fp32_recheck_sweep.png"):
+        assert (copy / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    older = os.path.join(BENCHMARKS, "against_transformers", "results", "qa_inference")  # one ratio, no per-side keys
+    refused = run("against_transformers/qa_inference.py", "--from-results", older, "--out", str(tmp_path / "out"))
+    assert refused.returncode == 1 and refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert refused.stderr.startswith(f"qa_inference: --from-results {os.path.join(older, 'results.json')}: not this "
+                                     "script's results")
+    assert not (tmp_path / "out").exists()

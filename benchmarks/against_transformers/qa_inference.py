@@ -19,7 +19,9 @@ alternate for ``--rounds`` rounds. ``--bf16`` adds both sides under bfloat16 aut
 subset. With ours in fp32 and bf16, a sweep over M is simulated from their outputs (bf16's answer, or fp32's
 where bf16's leads by less than M): table and ``fp32_recheck_sweep.png``. Prints and writes
 (``--out``) questions per second, the speed over transformers in fp32, EM/F1 of each side with the official
-SQuAD 1.1 metrics, and the share of questions whose answer string is identical to transformers' in fp32.
+SQuAD 1.1 metrics, and the share of questions whose answer string is identical to transformers' in fp32, with a
+plot of the speeds (``questions_per_second.png``). ``--from-results FOLDER`` measures nothing: it writes the table
+and plots of FOLDER's ``results.json`` to ``--out``, which may be FOLDER itself.
 
     .venv/bin/python benchmarks/against_transformers/qa_inference.py --checkpoint CKPT --tokenizer-from IMPORTED \\
         --skip-articles 5 --questions 1000 --threads 1 --out benchmarks/against_transformers/results/qa_inference
@@ -32,6 +34,7 @@ import argparse
 import collections
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -177,6 +180,95 @@ def plot_sweep(rows: list, path: str) -> None:
     plt.close(fig)
 
 
+def plot_speed(result: dict, path: str) -> None:
+    """Questions per second of each side, labelled with its speed over transformers in fp32 and the share of its
+    answers identical to transformers' in fp32."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sides = list(result["questions_per_second"])
+    rates = [result["questions_per_second"][s] for s in sides]
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.5 * len(sides)))
+    ax.barh(range(len(sides)), rates, color=["tab:blue" if s.startswith("ours") else "tab:grey" for s in sides])
+    ax.set_yticks(range(len(sides)), sides)
+    ax.invert_yaxis()
+    for y, (side, rate) in enumerate(zip(sides, rates)):
+        ax.annotate(f" {rate:.1f}/s, {result['speed_over_transformers_fp32'][side]:.2f}x, "
+                    f"{100 * result['identical_to_transformers_fp32'][side]:.2f}% identical", (rate, y),
+                    va="center", fontsize=8)
+    ax.set_xlim(0, 1.7 * max(rates))
+    ax.set_xlabel(f"questions per second (median of {rounds(result)} round(s))")
+    ax.set_title(f"QA inference, {result['questions']:,} SQuAD 1.1 dev questions, {result['threads']} thread(s)\n"
+                 "labels: questions/s; speed and answers identical, against transformers fp32", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def rounds(result: dict) -> int:
+    return len(result["seconds"]["transformers"])
+
+
+def summary(result: dict) -> str:
+    """The markdown table of a results.json (the same from a run and from --from-results)."""
+    n = result["questions"]
+    identical = {s: round(share * n) for s, share in result["identical_to_transformers_fp32"].items()}
+    text = (f"# QA inference, ours vs transformers ({n:,} SQuAD 1.1 dev questions, {result['threads']} thread(s), "
+            f"{rounds(result)} round(s))\n\n| side | seconds (median) | questions/s | speed over transformers fp32 | "
+            "answers identical to transformers fp32 | EM | F1 |\n|---|---|---|---|---|---|---|\n"
+            + "".join(f"| {s} | {statistics.median(t):.1f} | {result['questions_per_second'][s]:.2f} | "
+                      f"{result['speed_over_transformers_fp32'][s]:.2f}x | {identical[s]:,} ({100 * identical[s] / n:.2f}%) | "
+                      f"{result['scores'][s]['exact_match']:.2f} | {result['scores'][s]['f1']:.2f} |\n"
+                      for s, t in result["seconds"].items()))
+    if "fp32_recheck_sweep" in result:
+        text += ("\n## `--bf16 --fp32-recheck-margin M`, simulated: ours bf16, with ours fp32's answer where the bf16 "
+                 "answer leads by less than M\n\n| M | questions rechecked | identical to transformers fp32 | "
+                 "identical to ours fp32 |\n|---|---|---|---|\n"
+                 + "".join(f"| {row['margin']:g} | {100 * row['rechecked']:.2f}% | {100 * row['identical_to_transformers_fp32']:.2f}% "
+                           f"| {100 * row['identical_to_ours_fp32']:.2f}% |\n" for row in result["fp32_recheck_sweep"]))
+    return text
+
+
+RESULT_KEYS = ("questions", "threads", "seconds", "questions_per_second", "speed_over_transformers_fp32",
+               "identical_to_transformers_fp32", "scores")
+
+
+def read_results(folder: str) -> tuple:
+    """FOLDER's results.json, checked to be this script's, and the command its summary.md says measured it."""
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.file_utils import read_json
+
+    source = os.path.join(folder, "results.json")
+    result = read_json(source, "--from-results")
+    if not (isinstance(result, dict) and set(RESULT_KEYS) <= set(result) and "transformers" in result["seconds"]):
+        raise UsageError(f"--from-results {source}: not this script's results (an object with "
+                         f"{', '.join(RESULT_KEYS)}, transformers among the sides)")
+    measured_by = result.get("command")
+    if measured_by is None:  # written before results.json recorded it: the summary's first indented line gives it
+        try:
+            with open(os.path.join(folder, "summary.md"), encoding="utf-8") as f:
+                lines = [line for line in f.read().splitlines() if line.startswith("    ")]
+            measured_by = lines[0].strip() if lines else None
+        except OSError:
+            pass
+    return result, measured_by
+
+
+def write_outputs(out: str, result: dict, measured_by, drawn_by: str = "") -> None:
+    """results.json, summary.md (the table and the command that measured it) and the plots, in ``out``."""
+    if "fp32_recheck_sweep" in result:
+        plot_sweep(result["fp32_recheck_sweep"], os.path.join(out, "fp32_recheck_sweep.png"))
+    plot_speed(result, os.path.join(out, "questions_per_second.png"))
+    with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
+        f.write(summary(result) + "\n    " + (measured_by or "(the command that measured it was not recorded)") + "\n")
+        if drawn_by:
+            f.write(f"\nTable and plots drawn again from its results.json by:\n\n    {drawn_by}\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", help="extractive_qa checkpoint (.pt) fine-tuned from the imported encoder")
@@ -194,14 +286,33 @@ def main():
     parser.add_argument("--fp32-recheck-margin", type=float, default=0.0,
                         help="with --bf16, also ours under bf16 with spanbert-predict-qa --fp32-recheck-margin M")
     parser.add_argument("--sides", nargs="+", help="run only these sides (names as in the table; default: all)")
+    parser.add_argument("--from-results", metavar="FOLDER",
+                        help="measure nothing: write the table and plots of FOLDER/results.json to --out")
     parser.add_argument("--transformers-side", nargs=3, metavar=("HF_DIR", "SQUAD", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.transformers_side:
         transformers_side(*args.transformers_side, threads=args.threads, bf16=args.bf16)
         return 0
+    from spanbert_plugin.core.errors import UsageError
+    from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "common"))
+    from command_output import relative_to_root
+
+    command = relative_to_root(shlex.join([os.path.abspath(__file__), *sys.argv[1:]]))
+    if args.from_results:
+        if not args.out:
+            parser.error("--from-results needs --out (a new folder, or an earlier one of this script with --force)")
+        try:
+            result, measured_by = read_results(args.from_results)
+            # read whole before the swap: --out may be the folder it came from, which it then replaces
+            with atomic_directory(args.out, COMMAND, [], args.force, "--out") as out:
+                write_outputs(out, result, measured_by, command)
+        except (UsageError, OutputError) as err:
+            sys.exit(f"qa_inference: {err}")
+        return 0
     if not (args.checkpoint and args.tokenizer_from):
         parser.error("--checkpoint and --tokenizer-from are required")
-    from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination
 
     inputs = [args.checkpoint, args.tokenizer_from, args.squad, args.work]
     if args.out:
@@ -267,28 +378,13 @@ def main():
                                                          for k, v in answers["ours"].items()) / n
         with open(os.path.join(args.work, "ours_out_bf16", "nbest_predictions.json"), encoding="utf-8") as f:
             result["fp32_recheck_sweep"] = recheck_sweep(json.load(f), answers["ours (bf16)"], answers["ours"], reference)
-    text = (f"# QA inference, ours vs transformers ({n:,} SQuAD 1.1 dev questions, {args.threads} thread(s), "
-            f"{args.rounds} round(s))\n\n| side | seconds (median) | questions/s | speed over transformers fp32 | "
-            "answers identical to transformers fp32 | EM | F1 |\n|---|---|---|---|---|---|---|\n"
-            + "".join(f"| {s} | {statistics.median(seconds[s]):.1f} | {result['questions_per_second'][s]:.2f} | "
-                      f"{result['speed_over_transformers_fp32'][s]:.2f}x | {same(s):,} ({100 * same(s) / n:.2f}%) | "
-                      f"{result['scores'][s]['exact_match']:.2f} | {result['scores'][s]['f1']:.2f} |\n" for s in sides))
-    if "fp32_recheck_sweep" in result:
-        text += ("\n## `--bf16 --fp32-recheck-margin M`, simulated: ours bf16, with ours fp32's answer where the bf16 "
-                 "answer leads by less than M\n\n| M | questions rechecked | identical to transformers fp32 | "
-                 "identical to ours fp32 |\n|---|---|---|---|\n"
-                 + "".join(f"| {row['margin']:g} | {100 * row['rechecked']:.2f}% | {100 * row['identical_to_transformers_fp32']:.2f}% "
-                           f"| {100 * row['identical_to_ours_fp32']:.2f}% |\n" for row in result["fp32_recheck_sweep"]))
+    result["command"] = command
+    text = summary(result)
     print(text)
     if args.out:
         try:
             with atomic_directory(args.out, COMMAND, inputs, args.force, "--out") as out:
-                if "fp32_recheck_sweep" in result:
-                    plot_sweep(result["fp32_recheck_sweep"], os.path.join(out, "fp32_recheck_sweep.png"))
-                with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as f:
-                    json.dump(result, f, indent=2)
-                with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
-                    f.write(text + "\n    " + " ".join(sys.argv) + "\n")
+                write_outputs(out, result, command)
         except OutputError as err:
             sys.exit(f"qa_inference: {err}")
     return 0
