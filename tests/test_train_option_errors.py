@@ -1,6 +1,7 @@
 """fairseq-train with the plugin's tasks given options or data that cannot work: one line naming the flag or
 file, exit status 1, no checkpoint written."""
 import os
+import re
 
 import pytest
 
@@ -413,3 +414,17 @@ def test_compile_with_a_model_that_has_no_compiled_path_is_one_line():
     with pytest.raises(UsageError) as raised:
         compile_for_training(torch.nn.Linear(2, 2), None, None)
     assert str(raised.value) == "--compile: Linear has no compiled training path; use a spanbert architecture"
+
+
+def test_a_validation_example_longer_than_max_tokens_valid_is_refused_before_training(family_data, tmp_path):
+    """fairseq-train batched the validation split only at its first validation: the run trained an epoch, then
+    failed naming --max-tokens (the option --max-tokens-valid defaults to), not the one that was too small."""
+    proc = train(family_data["cls"], "sentence_classification", tmp_path / "ck", "--max-tokens", "64",
+                 "--max-tokens-valid", "10")
+    last = proc.stderr.splitlines()[-1] if proc.stderr else ""
+    longest = re.fullmatch(r"error: --max-tokens-valid 10: an example of the 'valid' split is longer \((\d+) tokens\), "
+                           r"and a batch holds whole examples; give --max-tokens-valid at least that \(it defaults to "
+                           r"--max-tokens\)", last)
+    assert longest and 10 < int(longest[1]) <= 64, proc.stderr[-3000:]
+    assert_one_line_error(proc, tmp_path / "ck", last[len("error: "):])
+    assert "begin training epoch" not in proc.stderr  # refused before the first update

@@ -178,6 +178,18 @@ def check_max_tokens(sizes, max_tokens) -> None:
         raise max_tokens_error(max_tokens)
 
 
+def check_validation_max_tokens(datasets, max_tokens_valid) -> None:
+    """``check_max_tokens`` for the validation splits (name: dataset), by ``--max-tokens-valid``. fairseq-train batches
+    them only at its first validation, an epoch or more into the run; asked when the training batches are made, a
+    validation example longer than the limit is refused before the first update."""
+    for split, dataset in datasets.items():
+        sizes = getattr(dataset, "sizes", ())
+        if max_tokens_valid is not None and len(sizes) and int(np.max(sizes)) > max_tokens_valid:
+            raise UsageError(f"--max-tokens-valid {max_tokens_valid}: an example of the '{split}' split is longer "
+                             f"({int(np.max(sizes))} tokens), and a batch holds whole examples; give "
+                             "--max-tokens-valid at least that (it defaults to --max-tokens)")
+
+
 def complete_batches(indices, batches):
     """Append the indices missing from ``batches`` (in their order) as one more batch."""
     batched = sum(len(b) for b in batches)

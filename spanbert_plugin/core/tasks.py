@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from . import clean_exit
 from .cpu_paths import keep_freed_memory
-from .datasets import check_max_tokens
+from .datasets import check_max_tokens, check_validation_max_tokens
 from .errors import UsageError
 from .run_config import run_section
 from .fp16_copies import use_multi_tensor_copies
@@ -132,16 +132,30 @@ class OneDictionaryTask:
         runs before handlers registered since the plugin was imported (atexit runs the last registered first):
         ``torch._dynamo``, imported by ``--compile``, frees what the workers need before they are stopped.
 
-        An example longer than ``--max-tokens`` is that option's error (``check_max_tokens``).
+        An example longer than ``--max-tokens`` is that option's error (``check_max_tokens``); when fairseq-train
+        asks for its training batches, the validation splits it has loaded are checked against ``--max-tokens-valid``
+        too (``check_validation_max_tokens``).
         """
         if "update_epoch_batch_itr" not in kwargs:
             dataset = self._evaluation_form(dataset)
+        else:
+            self._check_validation_batches()
         check_max_tokens(getattr(dataset, "sizes", ()), kwargs.get("max_tokens", args[0] if args else None))
         clean_exit.install()
         iterator = super().get_batch_iterator(dataset, *args, **kwargs)
         if self.dataset_to_epoch_iter.get(dataset) is not iterator:
             iterator.persistent_workers = False
         return iterator
+
+    def _check_validation_batches(self) -> None:
+        """The validation splits of the run (``--valid-subset``, loaded before its training batches are made)
+        against ``--max-tokens-valid``."""
+        dataset = run_section(self.cfg, "dataset")
+        if dataset is None or dataset.get("disable_validation"):
+            return
+        splits = [split for split in str(dataset.get("valid_subset") or "").split(",") if split in self.datasets]
+        check_validation_max_tokens({split: self._evaluation_form(self.datasets[split]) for split in splits},
+                                    dataset.get("max_tokens_valid"))
 
     @property
     def source_dictionary(self):
