@@ -379,6 +379,30 @@ def test_sentencepiece_vocabulary_is_the_same_on_every_machine_and_every_run(cor
     assert sorted(p.name for p in tmp_path.glob("sampled*/*")) == ["spm.model"] * 2 + ["spm.vocab"] * 2  # no sample
 
 
+def test_a_text_whose_path_holds_a_comma_trains_the_sentencepiece_model_of_its_content(corpus_files, tmp_path,
+                                                                                       monkeypatch):
+    """sentencepiece reads its input option as a comma-separated list of files: spanbert-prepare of a corpus under
+    a folder named with a comma failed ("/tmp/odd dir": No such file or directory). Relative paths still work."""
+    import shutil
+
+    from spanbert_plugin.core import tokenization
+
+    odd, plain = tmp_path / "odd dir,1", tmp_path / "plain"
+    for folder in (odd, plain):
+        folder.mkdir()
+        shutil.copyfile(corpus_files[0], folder / "train.txt")
+    for folder in (odd, plain):
+        (folder / "out").mkdir()
+        tokenization.SentencePieceTokenizer.train(str(folder / "train.txt"), str(folder / "out"), 300)
+    # the pieces and their scores (the model file also records the paths it was trained from)
+    assert (odd / "out" / "spm.vocab").read_bytes() == (plain / "out" / "spm.vocab").read_bytes()
+    assert sorted(p.name for p in odd.iterdir()) == ["out", "train.txt"]  # no link left beside the text
+    monkeypatch.chdir(odd)
+    (odd / "relative").mkdir()
+    tokenization.SentencePieceTokenizer.train("train.txt", "relative", 300)
+    assert (odd / "relative" / "spm.vocab").read_bytes() == (plain / "out" / "spm.vocab").read_bytes()
+
+
 def test_the_sentencepiece_sample_is_a_file_of_its_own_and_gone_when_writing_it_fails(corpus_files, tmp_path,
                                                                                        monkeypatch):
     """The seeded sample of a long text is written into the output folder under a name of its own: a file of that

@@ -503,15 +503,23 @@ def _train_sentencepiece(**options):
     to end (and a scheduler's SIGKILL after its grace period would leave the
     temporary output folder behind). Raises RuntimeError with sentencepiece's
     message on failure.
+
+    sentencepiece reads ``input`` as a comma-separated list of files: a path with a comma in it reaches it as a
+    comma-free link, relative to a folder of its own that the child works in (removed afterwards).
     """
-    proc = subprocess.Popen([sys.executable, "-c", _TRAIN_SPM, json.dumps(options)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        _, err = proc.communicate()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
+    options = dict(options, input=os.path.abspath(options["input"]), model_prefix=os.path.abspath(options["model_prefix"]))
+    with tempfile.TemporaryDirectory(prefix="spanbert_spm_input.") as links:
+        if "," in options["input"]:
+            os.symlink(options["input"], os.path.join(links, "input.txt"))
+            options["input"] = "input.txt"
+        proc = subprocess.Popen([sys.executable, "-c", _TRAIN_SPM, json.dumps(options)], cwd=links,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = proc.communicate()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
     if proc.returncode != 0:
         lines = err.strip().splitlines() or [f"exit status {proc.returncode}"]
         raise RuntimeError(lines[-1].split("RuntimeError: ", 1)[-1])
