@@ -404,6 +404,8 @@ def fetch_encoder(args):
 
 
 def run_demo(args, started):
+    from spanbert_plugin.core.run_config import hydra_override
+
     # the data sets and checkpoints loaded in this process log their set-up; the demo shows its results only
     logging.disable(logging.INFO)
     train, valid = args.train, args.valid
@@ -439,7 +441,7 @@ def run_demo(args, started):
         settings = dict(CONTINUED, **({"max_update": args.max_update} if args.max_update else {}))
         train_cmd = [os.path.join(BIN, "fairseq-hydra-train"), "--config-dir", os.path.join(ROOT, "configs/pretrain"),
                      "--config-name", "continue_from_hf",
-                     f"checkpoint.finetune_from_model={os.path.abspath(os.path.join(imported, 'model.pt'))}",
+                     hydra_override("checkpoint.finetune_from_model", os.path.abspath(os.path.join(imported, "model.pt"))),
                      "common.cpu=true", f"optimization.lr=[{settings['lr']}]", f"dataset.batch_size={settings['batch_size']}",
                      f"task.freeze_encoder_updates={settings['freeze_encoder_updates']}",
                      f"task.mask_ratio={settings['mask_ratio']}", f"task.tokens_per_sample={settings['tokens_per_sample']}",
@@ -452,8 +454,10 @@ def run_demo(args, started):
         what = "Pre-training spanbert_tiny from scratch"
     updates = settings["max_update"]
     bf16 = use_bf16_autocast(args)
-    train_cmd += [f"task.data={os.path.abspath(data)}", f"checkpoint.save_dir={os.path.abspath(save_dir)}",
-                  f"common.user_dir={os.path.join(ROOT, 'user_dir')}", f"common.seed={args.seed}",
+    # paths quoted: a checkout or --out under "Projects (old)" or "a,b" is no hydra syntax error or list
+    train_cmd += [hydra_override("task.data", os.path.abspath(data)),
+                  hydra_override("checkpoint.save_dir", os.path.abspath(save_dir)),
+                  hydra_override("common.user_dir", os.path.join(ROOT, "user_dir")), f"common.seed={args.seed}",
                   f"optimization.max_update={updates}", f"lr_scheduler.total_num_update={updates}",
                   # the demo's minutes-long schedule, not the recipe's
                   f"lr_scheduler.warmup_updates={min(settings['warmup_updates'], max(1, updates // 10))}",

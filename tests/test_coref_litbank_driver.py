@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 from scipy import stats
 
 from conftest import ROOT
@@ -255,6 +256,26 @@ def test_a_finished_run_is_reused_only_under_the_same_settings(tmp_path, monkeyp
     first.write_bytes(b"the path's encoder, trained further")
     with pytest.raises(Trains):
         coref_litbank.finetune_and_test(args, 0, "data", {}, "pretrained", 1)
+
+
+def test_the_training_command_gives_hydra_its_paths_as_they_are(tmp_path):
+    """A --work or checkpoint path with a comma was read by hydra as a list of two, and one with a bracket or a quote
+    was a syntax error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    odd = tmp_path / "runs, (old) it's ${x}"
+    data = odd / "data"
+    data.mkdir(parents=True)
+    (data / "prepare_stats.json").write_text(json.dumps({"train": {"documents": 80}}))
+    checkpoint = odd / "model.pt"
+    command = coref_litbank.finetune_command(_run_args(odd, checkpoint), str(data), {}, "pretrained", 1,
+                                             str(odd / "save"))
+    assert command[1:5] == ["--config-dir", os.path.join(ROOT, "configs", "finetune"), "--config-name", "litbank"]
+    values = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(command[5:])}
+    resolved = OmegaConf.create({key.replace(".", "_"): value for key, value in values.items()})  # ${x} stays text
+    assert (resolved.task_data, resolved.checkpoint_save_dir, resolved.checkpoint_finetune_from_model) == (
+        str(data), str(odd / "save"), str(checkpoint))
+    assert resolved.optimizer_groups_default_lr_scheduler_total_num_update == 80  # 1 epoch of 80 documents
 
 
 @pytest.mark.parametrize("flags, expected", [

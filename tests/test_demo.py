@@ -41,8 +41,10 @@ def loss_table(stdout):
 
 def test_demo_without_a_package_index_says_so_trains_from_scratch_and_runs_twice_in_one_folder(tmp_path):
     """No package index (PIP_NO_INDEX, an encoder folder not fetched yet): one line says so, and spanbert_tiny is
-    pre-trained from scratch with everything else of the demo (counts, examples, export, summary)."""
-    out = str(tmp_path / "demo_out")
+    pre-trained from scratch with everything else of the demo (counts, examples, export, summary). Its folder's
+    name holds what sentencepiece and hydra read as syntax (a comma, brackets, a quote): the text to train the
+    tokenizer on was two files, the training command a hydra parse error."""
+    out = str(tmp_path / "demo, (out) it's")
     offline = {"PIP_NO_INDEX": "1"}
     encoder_dir = str(tmp_path / "encoder")
     first = run_cli([*DEMO, "--out", out, "--max-update", "24", "--vocab-size", "1000", "--encoder-dir", encoder_dir],

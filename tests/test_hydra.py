@@ -171,3 +171,19 @@ def test_hydra_keeps_its_own_report_of_errors_that_are_not_the_plugins():
         assert is_env_set("HYDRA_FULL_ERROR") is True
         assert is_env_set("HYDRA_OTHER") is False
     assert asked == ["HYDRA_FULL_ERROR", "HYDRA_OTHER"]
+
+
+@pytest.mark.parametrize("value", [
+    "/home/u/My Projects/data", "/data/a,b", "/data/(old)", "/data/[1]", "/data/{x}", "/data/a=b", "/data/it's",
+    "/data/${x}", "/data/\\${x}", "a\\'b", "a\\\\'b", "trailing\\", "\\\\", "$", "${", "null", "true", "1e-4", "",
+    " leading", "trailing ", "\\${'\\"])
+def test_hydra_override_reads_back_as_the_value_it_was_given(value):
+    """Paths the plugin's scripts pass to fairseq-hydra-train: unquoted, a comma made a list and a bracket, brace, quote
+    or '=' a parse error; '${' is an interpolation unless escaped, and a backslash escapes only what follows it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from spanbert_plugin.core.run_config import hydra_override
+
+    [override] = OverridesParser.create().parse_overrides([hydra_override("task.data", value)])
+    assert override.key_or_group == "task.data"
+    assert OmegaConf.create({"data": override.value()}).data == value  # as the task reads it, interpolations resolved

@@ -49,6 +49,7 @@ from paired_stats import interval_text, paired_difference  # noqa: E402
 from spanbert_plugin.core.file_utils import OutputError, atomic_directory, check_destination  # noqa: E402
 # OTHER_METRICS: in eval.json since 2026-12-01 (a resumed earlier run's lacks them)
 from spanbert_plugin.coref.metrics import METRICS, OTHER_METRICS  # noqa: E402
+from spanbert_plugin.core.run_config import hydra_override  # noqa: E402
 BIN = os.environ.get("SPANBERT_COMMANDS_DIR") or os.path.dirname(sys.executable)  # the console commands
 LITBANK = os.path.join(os.environ.get("SPANBERT_SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data"), "litbank")
 SIZE_KEYS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "max_positions")
@@ -188,8 +189,8 @@ def training_documents(data):
 def finetune_command(args, data, sizes, arm, seed, save_dir):
     updates = args.epochs * training_documents(data)
     command = [os.path.join(BIN, "fairseq-hydra-train"), "--config-dir", os.path.dirname(args.recipe),
-               "--config-name", os.path.basename(args.recipe)[:-len(".yaml")], f"task.data={data}",
-               f"checkpoint.save_dir={save_dir}", f"common.seed={seed}", f"optimization.max_epoch={args.epochs}",
+               "--config-name", os.path.basename(args.recipe)[:-len(".yaml")], hydra_override("task.data", data),
+               hydra_override("checkpoint.save_dir", save_dir), f"common.seed={seed}", f"optimization.max_epoch={args.epochs}",
                "common.log_format=json", "common.log_interval=10", f"common.cpu={str(args.cpu).lower()}",
                f"task.bf16_autocast={str(args.bf16_autocast).lower()}", f"task.coref_ffnn_size={args.ffnn_size}",
                f"optimizer.groups.default.lr_float={args.encoder_lr}",
@@ -198,7 +199,7 @@ def finetune_command(args, data, sizes, arm, seed, save_dir):
                f"optimizer.groups.default.lr_scheduler.total_num_update={updates}",
                f"optimizer.groups.coref_head.lr_scheduler.total_num_update={updates}"]
     if arm == "pretrained":
-        command.append(f"checkpoint.finetune_from_model={os.path.abspath(args.checkpoint)}")
+        command.append(hydra_override("checkpoint.finetune_from_model", os.path.abspath(args.checkpoint)))
     else:  # random initialisation of the checkpoint's shape
         command += [f"++model.{key}={value}" for key, value in sizes.items()]
     return command + args.override
