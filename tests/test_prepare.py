@@ -396,7 +396,8 @@ def test_a_text_whose_path_holds_a_comma_trains_the_sentencepiece_model_of_its_c
         tokenization.SentencePieceTokenizer.train(str(folder / "train.txt"), str(folder / "out"), 300)
     # the pieces and their scores (the model file also records the paths it was trained from)
     assert (odd / "out" / "spm.vocab").read_bytes() == (plain / "out" / "spm.vocab").read_bytes()
-    assert sorted(p.name for p in odd.iterdir()) == ["out", "train.txt"]  # no link left beside the text
+    assert sorted(p.name for p in odd.iterdir()) == ["out", "train.txt"]
+    assert sorted(p.name for p in (odd / "out").iterdir()) == ["spm.model", "spm.vocab"]  # the link's folder gone
     monkeypatch.chdir(odd)
     (odd / "relative").mkdir()
     tokenization.SentencePieceTokenizer.train("train.txt", "relative", 300)

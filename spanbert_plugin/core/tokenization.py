@@ -6,6 +6,7 @@ character offsets of every token, and whether each token starts a word, which
 span masking needs (spans are whole words). Later tasks (QA, relation
 extraction) map character spans through ``Encoding.offsets``.
 """
+import contextlib
 import io
 import json
 import os
@@ -505,11 +506,14 @@ def _train_sentencepiece(**options):
     message on failure.
 
     sentencepiece reads ``input`` as a comma-separated list of files: a path with a comma in it reaches it as a
-    comma-free link, relative to a folder of its own that the child works in (removed afterwards).
+    comma-free link, relative to a folder of its own beside the model that the child works in (removed afterwards).
     """
     options = dict(options, input=os.path.abspath(options["input"]), model_prefix=os.path.abspath(options["model_prefix"]))
-    with tempfile.TemporaryDirectory(prefix="spanbert_spm_input.") as links:
+    with contextlib.ExitStack() as stack:
+        links = None
         if "," in options["input"]:
+            links = stack.enter_context(tempfile.TemporaryDirectory(prefix=".spm_input.",
+                                                                    dir=os.path.dirname(options["model_prefix"])))
             os.symlink(options["input"], os.path.join(links, "input.txt"))
             options["input"] = "input.txt"
         proc = subprocess.Popen([sys.executable, "-c", _TRAIN_SPM, json.dumps(options)], cwd=links,
